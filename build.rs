@@ -1,0 +1,25 @@
+//! Compiles the protos with protox (no system protoc) and writes the descriptor set for reflection.
+
+use std::path::PathBuf;
+
+use prost::Message as _;
+
+fn main() -> anyhow::Result<()> {
+    println!("cargo:rerun-if-changed=proto");
+    let files = [
+        "agentrunner/v1/common.proto",
+        "agentrunner/v1/agent.proto",
+        "agentrunner/v1/tools.proto",
+    ];
+    let fds = protox::compile(files, ["proto"])?;
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out_dir.join("agentrunner_descriptor.bin"),
+        fds.encode_to_vec(),
+    )?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,185 @@
+//! `agentrunner.v1.AgentService`: thin handlers over the runner and the store.
+
+use std::pin::Pin;
+
+use futures::Stream;
+use tonic::{Request, Response, Status};
+
+use super::convert::{parse_id, run_spec};
+use super::status::from_error;
+use super::stream::RunEventStream;
+use super::tenant_of;
+use crate::domain::{ConversationId, MessageId};
+use crate::pb;
+use crate::pb::agent_service_server::AgentService;
+use crate::runner::{RunError, Runner};
+use crate::store::Store;
+
+/// Largest page `ListMessages` returns.
+const MAX_PAGE_SIZE: usize = 1000;
+/// Page size when the request gives none.
+const DEFAULT_PAGE_SIZE: usize = 100;
+
+/// The stream type of `Run` and `Attach`.
+pub type RunStream = Pin<Box<dyn Stream<Item = Result<pb::RunEvent, Status>> + Send>>;
+
+/// Implements `AgentService`.
+pub struct AgentApi {
+    runner: Runner,
+    store: Store,
+}
+
+impl AgentApi {
+    /// Handlers over `runner` and `store`.
+    pub fn new(runner: Runner, store: Store) -> Self {
+        Self { runner, store }
+    }
+}
+
+#[tonic::async_trait]
+impl AgentService for AgentApi {
+    type RunStream = RunStream;
+    type AttachStream = RunStream;
+
+    async fn run(&self, request: Request<pb::RunRequest>) -> Result<Response<RunStream>, Status> {
+        let tenant = tenant_of(&request)?;
+        let spec = run_spec(tenant, request.into_inner())?;
+        let cancel = self.runner.run_token();
+        let handle = self
+            .runner
+            .start(spec, cancel.clone())
+            .await
+            .map_err(from_error)?;
+        let stream = RunEventStream::new(handle.events, cancel.drop_guard());
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn attach(&self, _: Request<pb::AttachRequest>) -> Result<Response<RunStream>, Status> {
+        Err(Status::unimplemented(
+            "Attach is not available in this build",
+        ))
+    }
+
+    async fn cancel(
+        &self,
+        _: Request<pb::CancelRequest>,
+    ) -> Result<Response<pb::CancelResponse>, Status> {
+        Err(Status::unimplemented(
+            "Cancel is not available in this build",
+        ))
+    }
+
+    async fn submit_tool_outputs(
+        &self,
+        _: Request<pb::SubmitToolOutputsRequest>,
+    ) -> Result<Response<pb::SubmitToolOutputsResponse>, Status> {
+        Err(Status::unimplemented(
+            "SubmitToolOutputs is not available in this build",
+        ))
+    }
+
+    async fn get_message(
+        &self,
+        request: Request<pb::GetMessageRequest>,
+    ) -> Result<Response<pb::Message>, Status> {
+        let tenant = tenant_of(&request)?;
+        let pb::GetMessageRequest { message_id } = request.into_inner();
+        let id: MessageId = parse_id("message_id", &message_id)?;
+        let message = self
+            .store
+            .get_message(&tenant, id)
+            .map_err(from_error)?
+            .ok_or_else(|| from_error(RunError::not_found("message", id)))?;
+        Ok(Response::new(message.into()))
+    }
+
+    async fn list_messages(
+        &self,
+        request: Request<pb::ListMessagesRequest>,
+    ) -> Result<Response<pb::ListMessagesResponse>, Status> {
+        let tenant = tenant_of(&request)?;
+        let pb::ListMessagesRequest {
+            conversation_id,
+            page_size,
+            page_token,
+        } = request.into_inner();
+        let id: ConversationId = parse_id("conversation_id", &conversation_id)?;
+        if self
+            .store
+            .get_conversation(&tenant, id)
+            .map_err(from_error)?
+            .is_none()
+        {
+            return Err(from_error(RunError::not_found("conversation", id)));
+        }
+        let limit = page_limit(page_size)?;
+        let after = parse_page_token(&page_token)?;
+        let mut messages = self
+            .store
+            .list_messages(&tenant, id, after, limit + 1)
+            .map_err(from_error)?;
+        let next_page_token = if messages.len() > limit {
+            messages.truncate(limit);
+            messages
+                .last()
+                .map(|m| m.seq.to_string())
+                .unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(Response::new(pb::ListMessagesResponse {
+            messages: messages.into_iter().map(Into::into).collect(),
+            next_page_token,
+        }))
+    }
+
+    async fn list_thoughts(
+        &self,
+        request: Request<pb::ListThoughtsRequest>,
+    ) -> Result<Response<pb::ListThoughtsResponse>, Status> {
+        let tenant = tenant_of(&request)?;
+        let pb::ListThoughtsRequest { message_id } = request.into_inner();
+        let id: MessageId = parse_id("message_id", &message_id)?;
+        if self
+            .store
+            .get_message(&tenant, id)
+            .map_err(from_error)?
+            .is_none()
+        {
+            return Err(from_error(RunError::not_found("message", id)));
+        }
+        let thoughts = self.store.list_thoughts(&tenant, id).map_err(from_error)?;
+        Ok(Response::new(pb::ListThoughtsResponse {
+            thoughts: thoughts.into_iter().map(Into::into).collect(),
+        }))
+    }
+
+    async fn delete_conversation(
+        &self,
+        _: Request<pb::DeleteConversationRequest>,
+    ) -> Result<Response<pb::DeleteConversationResponse>, Status> {
+        Err(Status::unimplemented(
+            "DeleteConversation is not available in this build",
+        ))
+    }
+}
+
+fn page_limit(page_size: u32) -> Result<usize, Status> {
+    match usize::try_from(page_size) {
+        Ok(0) => Ok(DEFAULT_PAGE_SIZE),
+        Ok(n) if n <= MAX_PAGE_SIZE => Ok(n),
+        _ => Err(super::status::invalid(
+            "page_size",
+            &format!("must be between 1 and {MAX_PAGE_SIZE}"),
+        )),
+    }
+}
+
+fn parse_page_token(token: &str) -> Result<u64, Status> {
+    if token.is_empty() {
+        return Ok(0);
+    }
+    token
+        .parse()
+        .map_err(|_| super::status::invalid("page_token", "is not a token this server issued"))
+}

@@ -1,0 +1,70 @@
+//! Domain events → protobuf, one exhaustive match.
+
+use super::record::{finish_reason, strategy};
+use super::timestamp;
+use crate::events::{EventEnvelope, RunEvent};
+use crate::pb;
+use crate::pb::run_event::Event;
+
+impl From<EventEnvelope> for pb::RunEvent {
+    fn from(envelope: EventEnvelope) -> Self {
+        Self {
+            seq: envelope.seq,
+            conversation_id: envelope.conversation_id.to_string(),
+            message_id: envelope.message_id.to_string(),
+            created_at: Some(timestamp(envelope.created_at)),
+            event: Some(event(envelope.event)),
+        }
+    }
+}
+
+fn event(event: RunEvent) -> Event {
+    match event {
+        RunEvent::Started {
+            strategy: kind,
+            provider,
+            model,
+            max_iteration,
+        } => Event::Started(pb::RunStarted {
+            strategy: strategy(kind).into(),
+            provider,
+            model,
+            max_iteration,
+        }),
+        RunEvent::AnswerDelta { text } => Event::Delta(pb::MessageDelta { text }),
+        RunEvent::Thought(thought) => Event::Thought((*thought).into()),
+        RunEvent::ToolStarted {
+            thought_id,
+            position,
+            call,
+        } => Event::ToolStarted(pb::ToolStarted {
+            thought_id: thought_id.to_string(),
+            position,
+            tool_call: Some(call.into()),
+        }),
+        RunEvent::ToolFinished {
+            thought_id,
+            position,
+            call,
+        } => Event::ToolFinished(pb::ToolFinished {
+            thought_id: thought_id.to_string(),
+            position,
+            tool_call: Some(call.into()),
+        }),
+        RunEvent::MessageEnd {
+            answer,
+            usage,
+            finish_reason: reason,
+            iterations,
+        } => Event::End(pb::MessageEnd {
+            answer,
+            usage: Some(usage.into()),
+            finish_reason: finish_reason(reason).into(),
+            iterations,
+        }),
+        RunEvent::Error { failure, usage } => Event::Error(pb::RunError {
+            usage: Some(usage.into()),
+            ..failure.into()
+        }),
+    }
+}

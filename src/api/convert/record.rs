@@ -1,0 +1,127 @@
+//! Domain records → protobuf.
+
+use super::json::json_to_struct;
+use super::timestamp;
+use crate::domain::{
+    FinishReason, Message, MessageStatus, RunFailure, StrategyKind, Thought, ToolCallRecord,
+    ToolInvokeMeta, Usage,
+};
+use crate::pb;
+
+impl From<Usage> for pb::Usage {
+    fn from(usage: Usage) -> Self {
+        Self {
+            prompt_tokens: usage.tokens.prompt_tokens,
+            completion_tokens: usage.tokens.completion_tokens,
+            total_tokens: usage.tokens.total_tokens,
+            prompt_price: usage.prompt_price.to_string(),
+            completion_price: usage.completion_price.to_string(),
+            total_price: usage.total_price.to_string(),
+            currency: usage.currency,
+            latency: usage.latency,
+        }
+    }
+}
+
+impl From<ToolInvokeMeta> for pb::ToolInvokeMeta {
+    fn from(meta: ToolInvokeMeta) -> Self {
+        Self {
+            time_cost: meta.time_cost,
+            error: meta.error.unwrap_or_default(),
+            tool_config: Some(json_to_struct(&meta.tool_config)),
+        }
+    }
+}
+
+impl From<ToolCallRecord> for pb::ToolCall {
+    fn from(call: ToolCallRecord) -> Self {
+        Self {
+            id: call.id,
+            name: call.name,
+            arguments: call.arguments,
+            observation: call.observation.unwrap_or_default(),
+            meta: call.meta.map(Into::into),
+            provider: call.provider,
+        }
+    }
+}
+
+impl From<Thought> for pb::AgentThought {
+    fn from(thought: Thought) -> Self {
+        Self {
+            id: thought.id.to_string(),
+            message_id: thought.message_id.to_string(),
+            position: thought.position,
+            thought: thought.thought,
+            tool_calls: thought.tool_calls.into_iter().map(Into::into).collect(),
+            answer: thought.answer,
+            file_ids: thought.file_ids,
+            usage: thought.usage.map(Into::into),
+            created_at: Some(timestamp(thought.created_at)),
+        }
+    }
+}
+
+impl From<RunFailure> for pb::RunError {
+    fn from(failure: RunFailure) -> Self {
+        Self {
+            code: failure.code,
+            message: failure.message,
+            usage: None,
+        }
+    }
+}
+
+/// The protobuf value of a strategy.
+pub fn strategy(kind: StrategyKind) -> pb::Strategy {
+    match kind {
+        StrategyKind::FunctionCalling => pb::Strategy::FunctionCalling,
+        StrategyKind::ChainOfThought => pb::Strategy::ChainOfThought,
+    }
+}
+
+/// The protobuf value of a finish reason.
+pub fn finish_reason(reason: FinishReason) -> pb::FinishReason {
+    match reason {
+        FinishReason::Stop => pb::FinishReason::Stop,
+        FinishReason::MaxIterations => pb::FinishReason::MaxIterations,
+        FinishReason::Cancelled => pb::FinishReason::Cancelled,
+    }
+}
+
+fn status(status: MessageStatus) -> pb::MessageStatus {
+    match status {
+        MessageStatus::Running => pb::MessageStatus::Running,
+        MessageStatus::Completed => pb::MessageStatus::Completed,
+        MessageStatus::Failed => pb::MessageStatus::Failed,
+        MessageStatus::Cancelled => pb::MessageStatus::Cancelled,
+        MessageStatus::Interrupted => pb::MessageStatus::Interrupted,
+        MessageStatus::WaitingToolOutputs => pb::MessageStatus::WaitingToolOutputs,
+    }
+}
+
+impl From<Message> for pb::Message {
+    fn from(message: Message) -> Self {
+        Self {
+            id: message.id.to_string(),
+            conversation_id: message.conversation_id.to_string(),
+            query: message.query,
+            answer: message.answer,
+            status: status(message.status).into(),
+            usage: Some(message.usage.into()),
+            error: message.error.map(Into::into),
+            user: message.user,
+            created_at: Some(timestamp(message.created_at)),
+            updated_at: Some(timestamp(message.updated_at)),
+            strategy: strategy(message.strategy).into(),
+            finish_reason: message
+                .finish_reason
+                .map_or(pb::FinishReason::Unspecified, finish_reason)
+                .into(),
+            iterations: message.iterations,
+            inputs: message.inputs.into_iter().collect(),
+            provider: message.provider,
+            model: message.model,
+        }
+    }
+}

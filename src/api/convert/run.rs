@@ -1,0 +1,200 @@
+//! `RunRequest` → [`RunSpec`], naming the field of every problem.
+
+use tonic::Status;
+
+use super::json::struct_to_json;
+use super::parse_id;
+use crate::api::status::invalid;
+use crate::domain::{StrategyKind, Tenant};
+use crate::pb;
+use crate::runner::{AgentSpec, ModelMode, ModelSpec, RunSpec};
+use crate::tools::ToolRef;
+
+/// Converts and validates a run request for `tenant`.
+pub fn run_spec(tenant: Tenant, request: pb::RunRequest) -> Result<RunSpec, Status> {
+    let pb::RunRequest {
+        conversation_id,
+        query,
+        inputs,
+        files,
+        agent,
+        user,
+        idempotency_key,
+        client_tools,
+    } = request;
+    reject_unsupported("files", files.is_empty())?;
+    reject_unsupported("client_tools", client_tools.is_empty())?;
+    reject_unsupported("idempotency_key", idempotency_key.is_empty())?;
+    let conversation_id = if conversation_id.is_empty() {
+        None
+    } else {
+        Some(parse_id("conversation_id", &conversation_id)?)
+    };
+    let agent = agent.ok_or_else(|| invalid("agent", "is required"))?;
+    let spec = RunSpec {
+        tenant,
+        conversation_id,
+        query,
+        inputs: inputs.into_iter().collect(),
+        user,
+        agent: agent_spec(agent)?,
+    };
+    spec.validated().map_err(crate::api::status::from_error)
+}
+
+/// Fields of the contract whose feature this build does not have yet: refusing them is
+/// better than silently running without them.
+fn reject_unsupported(field: &str, absent: bool) -> Result<(), Status> {
+    if absent {
+        Ok(())
+    } else {
+        Err(invalid(field, "is not supported by this server yet"))
+    }
+}
+
+fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {
+    let pb::AgentConfig {
+        model,
+        strategy,
+        max_iteration,
+        instruction,
+        tools,
+        react_prompt,
+        // Memory limits are a later feature; an unset config and a default one mean the same.
+        memory: _,
+    } = agent;
+    let model = model.ok_or_else(|| invalid("agent.model", "is required"))?;
+    Ok(AgentSpec {
+        model: model_spec(model)?,
+        strategy: strategy_kind(strategy)?,
+        max_iteration,
+        instruction,
+        tools: tools.into_iter().map(tool_ref).collect(),
+        react_prompt,
+    })
+}
+
+fn model_spec(model: pb::ModelConfig) -> Result<ModelSpec, Status> {
+    let pb::ModelConfig {
+        provider,
+        name,
+        mode,
+        parameters,
+        stop,
+    } = model;
+    let mode = match pb::ModelMode::try_from(mode) {
+        Ok(pb::ModelMode::Unspecified | pb::ModelMode::Chat) => ModelMode::Chat,
+        Ok(pb::ModelMode::Completion) => ModelMode::Completion,
+        Err(_) => {
+            return Err(invalid(
+                "agent.model.mode",
+                &format!("has unknown value {mode}"),
+            ))
+        }
+    };
+    Ok(ModelSpec {
+        provider,
+        name,
+        mode,
+        parameters: parameters.map(struct_to_json).unwrap_or_default(),
+        stop,
+    })
+}
+
+fn strategy_kind(value: i32) -> Result<Option<StrategyKind>, Status> {
+    match pb::Strategy::try_from(value) {
+        Ok(pb::Strategy::Unspecified) => Ok(None),
+        Ok(pb::Strategy::FunctionCalling) => Ok(Some(StrategyKind::FunctionCalling)),
+        Ok(pb::Strategy::ChainOfThought) => Ok(Some(StrategyKind::ChainOfThought)),
+        Err(_) => Err(invalid(
+            "agent.strategy",
+            &format!("has unknown value {value}"),
+        )),
+    }
+}
+
+fn tool_ref(tool: pb::AgentTool) -> ToolRef {
+    let pb::AgentTool {
+        provider,
+        name,
+        parameters,
+    } = tool;
+    ToolRef {
+        provider,
+        name,
+        preset: parameters.map(struct_to_json).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic::Code;
+
+    use super::*;
+
+    fn request() -> pb::RunRequest {
+        pb::RunRequest {
+            query: "hi".into(),
+            agent: Some(pb::AgentConfig {
+                model: Some(pb::ModelConfig {
+                    provider: "openai".into(),
+                    name: "gpt".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn error(mutate: impl FnOnce(&mut pb::RunRequest)) -> (Code, String) {
+        let mut req = request();
+        mutate(&mut req);
+        let status = run_spec(Tenant::default_tenant(), req).unwrap_err();
+        (status.code(), status.message().to_owned())
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        type Mutation = Box<dyn FnOnce(&mut pb::RunRequest)>;
+        let cases: Vec<(Mutation, &str)> = vec![
+            (Box::new(|r| r.query.clear()), "query must not be empty"),
+            (Box::new(|r| r.agent = None), "agent is required"),
+            (
+                Box::new(|r| r.agent.as_mut().unwrap().model = None),
+                "agent.model is required",
+            ),
+            (
+                Box::new(|r| r.agent.as_mut().unwrap().max_iteration = 100),
+                "agent.max_iteration must be between 1 and 99",
+            ),
+            (
+                Box::new(|r| r.conversation_id = "nope".into()),
+                "conversation_id is not a valid id: \"nope\"",
+            ),
+            (
+                Box::new(|r| r.agent.as_mut().unwrap().strategy = 9),
+                "agent.strategy has unknown value 9",
+            ),
+        ];
+        for (mutate, message) in cases {
+            assert_eq!(error(mutate), (Code::InvalidArgument, message.to_owned()));
+        }
+    }
+
+    #[test]
+    fn presets_and_parameters_arrive_as_json() {
+        let mut req = request();
+        let agent = req.agent.as_mut().unwrap();
+        agent.tools.push(pb::AgentTool {
+            provider: "time".into(),
+            name: "current_time".into(),
+            parameters: Some(super::super::json_to_struct(
+                serde_json::json!({"timezone": "UTC"}).as_object().unwrap(),
+            )),
+        });
+        let spec = run_spec(Tenant::default_tenant(), req).unwrap();
+        assert_eq!(spec.agent.tools[0].preset["timezone"], "UTC");
+        assert_eq!(spec.agent.max_iteration, 10);
+    }
+}

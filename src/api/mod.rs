@@ -1,0 +1,93 @@
+//! The gRPC transport: the only code that knows tonic and protobuf.
+//!
+//! Handlers convert the request, call the core and convert the result; errors go through
+//! the one mapping in [`status`]. [`router`] assembles the whole server (our services,
+//! health and reflection) so `main` and the tests serve the same thing.
+
+pub mod agent_service;
+pub mod convert;
+pub mod status;
+pub mod stream;
+pub mod tool_registry_service;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::transport::server::Router;
+use tonic::transport::Server;
+use tonic::{Request, Status};
+use tonic_health::server::HealthReporter;
+
+use crate::domain::Tenant;
+use crate::pb;
+use crate::pb::agent_service_server::AgentServiceServer;
+use crate::pb::tool_registry_server::ToolRegistryServer;
+use crate::runner::Runner;
+use crate::store::Store;
+use crate::tools::ToolRegistry;
+use agent_service::AgentApi;
+use tool_registry_service::ToolRegistryApi;
+
+/// Metadata key naming the tenant; absent means `default`.
+pub const TENANT_HEADER: &str = "x-tenant-id";
+
+/// The tenant a request acts for.
+pub fn tenant_of<T>(request: &Request<T>) -> Result<Tenant, Status> {
+    let Some(value) = request.metadata().get(TENANT_HEADER) else {
+        return Ok(Tenant::default_tenant());
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(Tenant::parse)
+        .ok_or_else(|| status::invalid(TENANT_HEADER, "must be 1 to 64 printable characters"))
+}
+
+/// Marks both services serving; called once the store is open.
+pub async fn set_serving(reporter: &HealthReporter) {
+    reporter.set_serving::<AgentServiceServer<AgentApi>>().await;
+    reporter
+        .set_serving::<ToolRegistryServer<ToolRegistryApi>>()
+        .await;
+}
+
+/// Marks both services not serving; called as shutdown begins.
+pub async fn set_not_serving(reporter: &HealthReporter) {
+    reporter
+        .set_not_serving::<AgentServiceServer<AgentApi>>()
+        .await;
+    reporter
+        .set_not_serving::<ToolRegistryServer<ToolRegistryApi>>()
+        .await;
+}
+
+/// Errors building the server.
+#[derive(Debug, thiserror::Error)]
+#[error("could not build the reflection service: {0}")]
+pub struct RouterError(#[from] tonic_reflection::server::Error);
+
+/// Our services, health and reflection (v1 and v1alpha, since grpcurl 1.8 speaks v1alpha).
+pub fn router(
+    runner: Runner,
+    store: Store,
+    tools: Arc<ToolRegistry>,
+    tool_timeout: Duration,
+    health: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+) -> Result<Router, RouterError> {
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    Ok(Server::builder()
+        .add_service(health)
+        .add_service(reflection().build_v1()?)
+        .add_service(reflection().build_v1alpha()?)
+        .add_service(AgentServiceServer::new(AgentApi::new(runner, store)))
+        .add_service(ToolRegistryServer::new(ToolRegistryApi::new(
+            tools,
+            tool_timeout,
+        ))))
+}

@@ -1,0 +1,131 @@
+//! The composition root: opens the store, builds the registries and the runner, serves the
+//! API, and runs the shutdown sequence.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tonic::transport::server::TcpIncoming;
+
+use crate::config::Config;
+use crate::llm::{ChatModel, LlmError, ModelEntry, ModelRegistry};
+use crate::runner::Runner;
+use crate::store::{Store, StoreError};
+use crate::tools::{Provider, RegistryError, ToolRegistry};
+
+/// Additions to what the configuration describes; how tests plug in scripted models and
+/// deterministic tools while serving the real API.
+#[derive(Default)]
+pub struct Extensions {
+    /// Extra tool providers, registered beside the built-in ones.
+    pub tool_providers: Vec<Provider>,
+    /// Extra LLM providers: name, client, known models.
+    pub model_providers: Vec<(String, Arc<dyn ChatModel>, Vec<ModelEntry>)>,
+}
+
+/// Why the service could not start or stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The data directory could not be created.
+    #[error("cannot create data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// An LLM provider could not be set up.
+    #[error("LLM provider setup failed: {0}")]
+    Llm(#[from] LlmError),
+    /// A tool could not be registered.
+    #[error(transparent)]
+    Tools(#[from] RegistryError),
+    /// The router could not be built.
+    #[error(transparent)]
+    Router(#[from] crate::api::RouterError),
+    /// The transport failed.
+    #[error("server error: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Opens the store under the configured data directory, recovering from a crash: messages
+/// a previous process left running become interrupted.
+pub fn open_store(config: &Config) -> Result<Store, AppError> {
+    let dir = &config.server.data_dir;
+    std::fs::create_dir_all(dir).map_err(|source| AppError::DataDir {
+        path: dir.clone(),
+        source,
+    })?;
+    let store = Store::open(dir)?;
+    let interrupted = store.interrupt_unfinished()?;
+    if interrupted > 0 {
+        tracing::warn!(
+            interrupted,
+            "messages left running by a previous process are now interrupted"
+        );
+    }
+    Ok(store)
+}
+
+/// Serves the API on `listener` until `shutdown` resolves, then stops gracefully: health
+/// turns `NOT_SERVING`, runs are cancelled and record themselves, the store is flushed.
+pub async fn serve(
+    listener: TcpListener,
+    config: Config,
+    extensions: Extensions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), AppError> {
+    let store = open_store(&config)?;
+    let mut models = ModelRegistry::from_config(&config.providers)?;
+    for (name, client, entries) in extensions.model_providers {
+        models.insert(&name, client, &entries, false);
+    }
+    let tools = Arc::new(ToolRegistry::with_builtins()?);
+    for provider in extensions.tool_providers {
+        tools.register(provider);
+    }
+    let settings = config.runner.settings();
+    let runner = Runner::new(
+        store.clone(),
+        Arc::new(models),
+        Arc::clone(&tools),
+        settings.clone(),
+    );
+
+    let (reporter, health) = tonic_health::server::health_reporter();
+    let router = crate::api::router(
+        runner.clone(),
+        store.clone(),
+        tools,
+        settings.tool_timeout,
+        health,
+    )?;
+    crate::api::set_serving(&reporter).await;
+    tracing::info!(addr = ?listener.local_addr().ok(), "serving");
+
+    let stopping = runner.clone();
+    let on_shutdown = async move {
+        shutdown.await;
+        tracing::info!("shutting down");
+        crate::api::set_not_serving(&reporter).await;
+        // Runs end their streams now, so the transport's graceful drain does not wait on them.
+        stopping.cancel_all();
+    };
+    router
+        .serve_with_incoming_shutdown(TcpIncoming::from(listener), on_shutdown)
+        .await?;
+    let grace = Duration::from_secs(config.server.shutdown_grace_secs);
+    if !runner.shut_down(grace).await {
+        tracing::warn!(
+            ?grace,
+            "some runs did not finish within the shutdown grace period"
+        );
+    }
+    store.flush().await?;
+    tracing::info!("stopped");
+    Ok(())
+}

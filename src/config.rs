@@ -1,0 +1,334 @@
+//! Server configuration: command-line flags (each also an `AGENT_RUNNER_*` environment
+//! variable) and an optional TOML file for runner tunables and LLM providers.
+//!
+//! With no arguments the service runs on its embedded default: sled under `./data`,
+//! listening on `127.0.0.1:50051`, with one provider `openai` configured from
+//! `OPENAI_BASE_URL` and `OPENAI_API_KEY`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::llm::ProviderConfig;
+use crate::runner::RunnerSettings;
+
+/// `agent-runner` command line.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "agent-runner",
+    version,
+    about = "Runs LLM agents behind a gRPC API"
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Serve the gRPC API.
+    Serve(ServeArgs),
+    /// Ask a running server's health service; exits 0 when both services are SERVING.
+    Health(HealthArgs),
+}
+
+/// Flags of `health`.
+#[derive(Debug, clap::Args)]
+pub struct HealthArgs {
+    /// Address of the server to check.
+    #[arg(long, env = "AGENT_RUNNER_LISTEN", default_value = "127.0.0.1:50051")]
+    pub addr: SocketAddr,
+}
+
+/// Flags of `serve`; each overrides the file.
+#[derive(Debug, Default, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on [default: 127.0.0.1:50051].
+    #[arg(long, env = "AGENT_RUNNER_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Directory of the embedded database [default: ./data].
+    #[arg(long, env = "AGENT_RUNNER_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// TOML configuration file.
+    #[arg(long, env = "AGENT_RUNNER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Log format: `text` or `json`.
+    #[arg(long, env = "AGENT_RUNNER_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 50051))
+}
+fn default_data_dir() -> PathBuf {
+    PathBuf::from("./data")
+}
+fn default_grace() -> u64 {
+    30
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address to listen on.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Directory of the embedded database.
+    #[serde(default = "default_data_dir")]
+    pub data_dir: PathBuf,
+    /// Seconds that shutdown waits for runs to record how they ended.
+    #[serde(default = "default_grace")]
+    pub shutdown_grace_secs: u64,
+    /// Log format.
+    #[serde(default)]
+    pub log_format: LogFormat,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: default_listen(),
+            data_dir: default_data_dir(),
+            shutdown_grace_secs: default_grace(),
+            log_format: LogFormat::default(),
+        }
+    }
+}
+
+fn default_tool_timeout() -> u64 {
+    30
+}
+fn default_tool_concurrency() -> usize {
+    8
+}
+fn default_event_buffer() -> usize {
+    64
+}
+
+/// `[runner]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunnerConfig {
+    /// Seconds one tool call may take.
+    #[serde(default = "default_tool_timeout")]
+    pub tool_timeout_secs: u64,
+    /// Tool calls of one round that run at once.
+    #[serde(default = "default_tool_concurrency")]
+    pub tool_concurrency: usize,
+    /// Events buffered per run for a slow client.
+    #[serde(default = "default_event_buffer")]
+    pub event_buffer: usize,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        Self {
+            tool_timeout_secs: default_tool_timeout(),
+            tool_concurrency: default_tool_concurrency(),
+            event_buffer: default_event_buffer(),
+        }
+    }
+}
+
+impl RunnerConfig {
+    /// The runner's view of these settings.
+    pub fn settings(&self) -> RunnerSettings {
+        RunnerSettings {
+            tool_timeout: Duration::from_secs(self.tool_timeout_secs),
+            tool_concurrency: self.tool_concurrency,
+            event_buffer: self.event_buffer,
+        }
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Listening, storage, shutdown and logs.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// Loop tunables.
+    #[serde(default)]
+    pub runner: RunnerConfig,
+    /// LLM providers by name.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("invalid configuration in {path}: {source}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: Box<toml::de::Error>,
+    },
+    /// A value is out of range.
+    #[error("invalid configuration: {field} {reason}")]
+    Invalid {
+        /// The setting, e.g. `runner.tool_timeout_secs`.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl Config {
+    /// Reads the file named by `args` (if any), applies the flags and validates.
+    pub fn load(args: &ServeArgs) -> Result<Self, ConfigError> {
+        let mut config = match &args.config {
+            Some(path) => Self::from_file(path)?,
+            None => Self::default(),
+        };
+        if let Some(listen) = args.listen {
+            config.server.listen = listen;
+        }
+        if let Some(dir) = &args.data_dir {
+            config.server.data_dir.clone_from(dir);
+        }
+        if let Some(format) = args.log_format {
+            config.server.log_format = format;
+        }
+        config.with_default_provider().validated()
+    }
+
+    /// Parses a TOML file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })
+    }
+
+    /// Parses TOML text.
+    pub fn from_toml(text: &str) -> Result<Self, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    /// Adds the `openai` provider from the environment when no provider is configured.
+    pub fn with_default_provider(mut self) -> Self {
+        if self.providers.is_empty() {
+            self.providers
+                .insert("openai".to_owned(), ProviderConfig::openai_from_env());
+        }
+        self
+    }
+
+    /// Fails fast on values the service cannot run with.
+    pub fn validated(self) -> Result<Self, ConfigError> {
+        let invalid = |field: &str, reason: &str| ConfigError::Invalid {
+            field: field.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if self.runner.tool_timeout_secs == 0 {
+            return Err(invalid("runner.tool_timeout_secs", "must be at least 1"));
+        }
+        if self.runner.tool_concurrency == 0 {
+            return Err(invalid("runner.tool_concurrency", "must be at least 1"));
+        }
+        if self.runner.event_buffer == 0 {
+            return Err(invalid("runner.event_buffer", "must be at least 1"));
+        }
+        for (name, provider) in &self.providers {
+            let url = provider.base_url.as_str();
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(invalid(
+                    &format!("providers.{name}.base_url"),
+                    "must be an http:// or https:// URL",
+                ));
+            }
+        }
+        Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_file_is_the_embedded_default() {
+        let config = Config::from_toml("")
+            .unwrap()
+            .with_default_provider()
+            .validated()
+            .unwrap();
+        assert_eq!(config.server.listen, default_listen());
+        assert_eq!(config.server.data_dir, PathBuf::from("./data"));
+        assert!(config.providers.contains_key("openai"));
+    }
+
+    #[test]
+    fn providers_and_models_parse_with_prices_and_features() {
+        let config = Config::from_toml(
+            r#"
+            [runner]
+            tool_timeout_secs = 5
+
+            [providers.local]
+            base_url = "http://127.0.0.1:8000/v1"
+            strict_models = true
+
+            [[providers.local.models]]
+            name = "qwen"
+            context_window = 32768
+            features = ["tool-call", "stream-tool-call"]
+            input_price = "0.5"
+            output_price = 1.5
+            "#,
+        )
+        .unwrap()
+        .validated()
+        .unwrap();
+        let local = &config.providers["local"];
+        assert_eq!(local.models[0].context_window, Some(32768));
+        assert_eq!(local.models[0].output_price.to_string(), "1.5");
+        assert_eq!(config.runner.tool_timeout_secs, 5);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_urls_are_rejected() {
+        assert!(Config::from_toml("[server]\nlisten_on = 1").is_err());
+        let err = Config::from_toml("[providers.x]\nbase_url = \"ftp://h\"")
+            .unwrap()
+            .validated()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration: providers.x.base_url must be an http:// or https:// URL"
+        );
+    }
+}

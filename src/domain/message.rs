@@ -1,0 +1,119 @@
+//! Conversations and messages: what a user asked and what the agent answered.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{ConversationId, MessageId, Tenant, Usage};
+
+/// A thread of messages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Conversation {
+    /// The conversation's id.
+    pub id: ConversationId,
+    /// Owner of the conversation.
+    pub tenant: Tenant,
+    /// The end user who started it.
+    pub user: String,
+    /// When the first message arrived.
+    pub created_at: DateTime<Utc>,
+}
+
+/// How the agent talks to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StrategyKind {
+    /// Native `tools` / `tool_calls` of the chat API.
+    FunctionCalling,
+    /// ReAct: tools described in the prompt, actions parsed from text.
+    ChainOfThought,
+}
+
+/// Where a message is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageStatus {
+    /// The agent loop is working on it.
+    Running,
+    /// The loop ended with an answer (or at the iteration limit).
+    Completed,
+    /// The loop ended with an error.
+    Failed,
+    /// A caller stopped it.
+    Cancelled,
+    /// The server stopped while it ran.
+    Interrupted,
+    /// Paused until the caller submits client-tool outputs.
+    WaitingToolOutputs,
+}
+
+impl MessageStatus {
+    /// Whether the message can still change.
+    pub fn is_terminal(self) -> bool {
+        match self {
+            Self::Running | Self::WaitingToolOutputs => false,
+            Self::Completed | Self::Failed | Self::Cancelled | Self::Interrupted => true,
+        }
+    }
+}
+
+/// Why a run ended without failing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The model answered without calling a tool.
+    Stop,
+    /// The model still wanted tools after the last allowed round.
+    MaxIterations,
+    /// A caller stopped the run.
+    Cancelled,
+}
+
+/// A failure recorded on a message and sent as the stream's last event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunFailure {
+    /// Stable machine-readable code, e.g. `llm_server_error`.
+    pub code: String,
+    /// Human-readable detail.
+    pub message: String,
+}
+
+/// One user turn and the agent's answer to it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// The message's id.
+    pub id: MessageId,
+    /// The conversation it belongs to.
+    pub conversation_id: ConversationId,
+    /// Position within the conversation; increases with every message.
+    pub seq: u64,
+    /// The user's query.
+    pub query: String,
+    /// Values given for the instruction's variables.
+    pub inputs: BTreeMap<String, String>,
+    /// The answer so far; final once the status is terminal.
+    pub answer: String,
+    /// Life-cycle state.
+    pub status: MessageStatus,
+    /// Why a completed or cancelled run ended.
+    pub finish_reason: Option<FinishReason>,
+    /// Set when the run failed or was interrupted.
+    pub error: Option<RunFailure>,
+    /// Usage summed over all rounds so far.
+    pub usage: Usage,
+    /// LLM rounds made.
+    pub iterations: u32,
+    /// The strategy that ran.
+    pub strategy: StrategyKind,
+    /// LLM provider name from the server configuration.
+    pub provider: String,
+    /// Model name.
+    pub model: String,
+    /// The end user.
+    pub user: String,
+    /// When the run started.
+    pub created_at: DateTime<Utc>,
+    /// When the record last changed.
+    pub updated_at: DateTime<Utc>,
+}

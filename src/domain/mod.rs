@@ -1,0 +1,21 @@
+//! Plain data shared by every room: ids, messages, thoughts, usage and the error taxonomy.
+//!
+//! Nothing here performs I/O or knows about tonic, sled or reqwest; the other rooms speak to
+//! each other in these types.
+
+mod error;
+mod ids;
+mod message;
+mod thought;
+mod usage;
+
+pub use error::{ErrorKind, FieldError};
+pub use ids::{ConversationId, MessageId, Tenant, ThoughtId};
+pub use message::{Conversation, FinishReason, Message, MessageStatus, RunFailure, StrategyKind};
+pub use thought::{Thought, ToolCallRecord, ToolInvokeMeta};
+pub use usage::{Pricing, TokenUsage, Usage};
+
+/// The current time as a UTC timestamp, in one place so records agree on the clock.
+pub fn now() -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now()
+}

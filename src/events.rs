@@ -1,0 +1,100 @@
+//! The run's event stream in domain terms. The API layer turns these into protobuf; the store
+//! keeps them so a message's events can be replayed.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{
+    ConversationId, FinishReason, MessageId, RunFailure, StrategyKind, Thought, ThoughtId,
+    ToolCallRecord, Usage,
+};
+
+/// What happened in a run. Every variant is a snapshot taken when the event was produced, so
+/// a later change to a record never alters an event already sent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RunEvent {
+    /// The run was accepted and the message row exists.
+    Started {
+        /// Strategy that runs.
+        strategy: StrategyKind,
+        /// LLM provider name.
+        provider: String,
+        /// Model name.
+        model: String,
+        /// Effective iteration limit.
+        max_iteration: u32,
+    },
+    /// A piece of answer text as the model writes it.
+    AnswerDelta {
+        /// The text.
+        text: String,
+    },
+    /// A thought record as it stands now.
+    Thought(Box<Thought>),
+    /// A tool call is about to run.
+    ToolStarted {
+        /// The round's thought id.
+        thought_id: ThoughtId,
+        /// The round's position.
+        position: u32,
+        /// The call, without observation.
+        call: ToolCallRecord,
+    },
+    /// A tool call finished (successfully or not).
+    ToolFinished {
+        /// The round's thought id.
+        thought_id: ThoughtId,
+        /// The round's position.
+        position: u32,
+        /// The call with its observation and meta.
+        call: ToolCallRecord,
+    },
+    /// The run ended normally.
+    MessageEnd {
+        /// The whole answer.
+        answer: String,
+        /// Usage summed over every round.
+        usage: Usage,
+        /// Why it ended.
+        finish_reason: FinishReason,
+        /// LLM rounds made.
+        iterations: u32,
+    },
+    /// The run failed; nothing follows.
+    Error {
+        /// What went wrong.
+        failure: RunFailure,
+        /// Usage of the rounds made before the failure.
+        usage: Usage,
+    },
+}
+
+impl RunEvent {
+    /// Whether the event tells the client about a record, so that record must be durable
+    /// before the event is sent. Answer deltas only preview text that the next thought
+    /// record carries.
+    pub fn announces_record(&self) -> bool {
+        !matches!(self, RunEvent::AnswerDelta { .. })
+    }
+
+    /// Whether this is the last event of a run.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, RunEvent::MessageEnd { .. } | RunEvent::Error { .. })
+    }
+}
+
+/// An event with its place in the message's stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventEnvelope {
+    /// 1, 2, 3 … per message, with no gaps.
+    pub seq: u64,
+    /// The conversation of the message.
+    pub conversation_id: ConversationId,
+    /// The message the event belongs to.
+    pub message_id: MessageId,
+    /// When the event was produced.
+    pub created_at: DateTime<Utc>,
+    /// The event itself.
+    pub event: RunEvent,
+}

@@ -1,0 +1,32 @@
+//! agent-runner: a gRPC service that runs LLM agents and keeps what they did.
+//!
+//! # Layout
+//! - [`api`]: the only code that knows tonic and protobuf; thin handlers over the core.
+//! - [`runner`]: the agent loop, one driver parameterised by strategy; emits [`events`].
+//! - [`llm`]: chat model clients (OpenAI-compatible first) behind one trait.
+//! - [`tools`]: the tool registry, the tool engine and the built-in tools.
+//! - [`store`]: persistence in embedded sled; the only code that touches it.
+//! - [`domain`]: plain data shared by all of the above.
+//! - [`app`] wires them together; [`config`] says how.
+
+pub mod api;
+pub mod app;
+pub mod config;
+pub mod domain;
+pub mod events;
+pub mod llm;
+pub mod runner;
+pub mod store;
+#[cfg(any(test, feature = "test-utils"))]
+pub mod test_utils;
+pub mod tools;
+
+/// Code generated from `proto/agentrunner/v1`.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod pb {
+    tonic::include_proto!("agentrunner.v1");
+
+    /// The encoded descriptor set of our protos, served by reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        tonic::include_file_descriptor_set!("agentrunner_descriptor");
+}

@@ -1,0 +1,126 @@
+//! LLM call failures, classified so callers can tell a bad key from a busy server.
+
+use std::time::Duration;
+
+use crate::domain::ErrorKind;
+
+/// Why an LLM call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LlmError {
+    /// The server could not be reached.
+    #[error("could not connect to the LLM server: {message}")]
+    Connect {
+        /// Transport detail.
+        message: String,
+    },
+    /// No answer within the configured time.
+    #[error("the LLM server did not answer within {after:?} ({phase})")]
+    Timeout {
+        /// Which wait ran out: `connect`, `first byte` or `stream`.
+        phase: &'static str,
+        /// The limit.
+        after: Duration,
+    },
+    /// The key was refused (401/403).
+    #[error("the LLM provider refused the credentials (HTTP {status}): {message}")]
+    Auth {
+        /// HTTP status.
+        status: u16,
+        /// The provider's message.
+        message: String,
+    },
+    /// The provider does not know the model (404).
+    #[error("the LLM provider does not know model {model:?}: {message}")]
+    ModelNotFound {
+        /// Model name asked for.
+        model: String,
+        /// The provider's message.
+        message: String,
+    },
+    /// Too many requests (429).
+    #[error("the LLM provider is rate limiting requests: {message}")]
+    RateLimited {
+        /// The provider's message.
+        message: String,
+        /// How long the provider asked us to wait.
+        retry_after: Option<Duration>,
+    },
+    /// The provider failed (5xx).
+    #[error("the LLM server failed (HTTP {status}): {message}")]
+    Server {
+        /// HTTP status.
+        status: u16,
+        /// The provider's message.
+        message: String,
+        /// How long the provider asked us to wait.
+        retry_after: Option<Duration>,
+    },
+    /// The provider rejected the request (other 4xx).
+    #[error("the LLM provider rejected the request (HTTP {status}): {message}")]
+    BadRequest {
+        /// HTTP status.
+        status: u16,
+        /// The provider's message.
+        message: String,
+    },
+    /// The stream broke off or carried an error object.
+    #[error("the LLM stream failed: {message}")]
+    Stream {
+        /// What happened.
+        message: String,
+    },
+    /// The response did not have the expected shape.
+    #[error("could not read the LLM response: {message}")]
+    Decode {
+        /// What was wrong.
+        message: String,
+    },
+}
+
+impl LlmError {
+    /// Stable code for the in-band error event.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Connect { .. } => "llm_connect_error",
+            Self::Timeout { .. } => "llm_timeout",
+            Self::Auth { .. } => "llm_auth_error",
+            Self::ModelNotFound { .. } => "llm_model_not_found",
+            Self::RateLimited { .. } => "llm_rate_limited",
+            Self::Server { .. } => "llm_server_error",
+            Self::BadRequest { .. } => "llm_bad_request",
+            Self::Stream { .. } => "llm_stream_error",
+            Self::Decode { .. } => "llm_decode_error",
+        }
+    }
+
+    /// How a caller outside a run should see this failure.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Connect { .. } | Self::Server { .. } | Self::Stream { .. } => {
+                ErrorKind::Unavailable
+            }
+            Self::Timeout { .. } => ErrorKind::DeadlineExceeded,
+            Self::Auth { .. } | Self::BadRequest { .. } | Self::Decode { .. } => {
+                ErrorKind::FailedPrecondition
+            }
+            Self::ModelNotFound { .. } => ErrorKind::InvalidArgument,
+            Self::RateLimited { .. } => ErrorKind::ResourceExhausted,
+        }
+    }
+
+    /// The wait the provider asked for, if any.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::RateLimited { retry_after, .. } | Self::Server { retry_after, .. } => {
+                *retry_after
+            }
+            Self::Connect { .. }
+            | Self::Timeout { .. }
+            | Self::Auth { .. }
+            | Self::ModelNotFound { .. }
+            | Self::BadRequest { .. }
+            | Self::Stream { .. }
+            | Self::Decode { .. } => None,
+        }
+    }
+}

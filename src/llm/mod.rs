@@ -1,0 +1,160 @@
+//! LLM clients behind one trait. The runner builds a normalized [`ChatRequest`] and reads a
+//! stream of [`ChatChunk`]s; each provider kind converts to and from its own wire format.
+//!
+//! This room knows HTTP (reqwest) but neither tonic nor sled.
+
+mod error;
+pub mod openai;
+mod registry;
+
+use std::pin::Pin;
+
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use error::LlmError;
+pub use registry::{
+    Feature, ModelEntry, ModelInfo, ModelLookupError, ModelRegistry, ProviderConfig, ProviderKind,
+    ResolvedModel, Secret,
+};
+
+use crate::domain::TokenUsage;
+
+/// A chat completion request in provider-neutral form.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatRequest {
+    /// Model name as the provider knows it.
+    pub model: String,
+    /// The conversation so far.
+    pub messages: Vec<ChatMessage>,
+    /// Tools offered for native function calling; empty offers none.
+    pub tools: Vec<ToolSpec>,
+    /// Stop sequences.
+    pub stop: Vec<String>,
+    /// Sampling parameters passed through as given (temperature, top_p, max_tokens …).
+    pub parameters: serde_json::Map<String, Value>,
+    /// The end user, for the provider's abuse monitoring.
+    pub user: Option<String>,
+}
+
+/// One message of a chat prompt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum ChatMessage {
+    /// Instructions to the model.
+    System {
+        /// The text.
+        content: String,
+    },
+    /// The user's turn.
+    User {
+        /// Text and image parts.
+        content: Vec<ContentPart>,
+    },
+    /// The model's turn, with the tool calls it made.
+    Assistant {
+        /// The text.
+        content: String,
+        /// Calls made in this turn.
+        tool_calls: Vec<ToolCallRequest>,
+    },
+    /// A tool's result, answering one call.
+    Tool {
+        /// The call this answers.
+        tool_call_id: String,
+        /// The observation text.
+        content: String,
+    },
+}
+
+impl ChatMessage {
+    /// A user message holding only text.
+    pub fn user_text(text: impl Into<String>) -> Self {
+        ChatMessage::User {
+            content: vec![ContentPart::Text { text: text.into() }],
+        }
+    }
+}
+
+/// A part of a user message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image by URL (which may be a `data:` URL).
+    Image {
+        /// Where the image is.
+        url: String,
+        /// `low` or `high`.
+        detail: String,
+    },
+}
+
+/// A tool offered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// Name the model calls it by.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub parameters: Value,
+}
+
+/// A tool call the model made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCallRequest {
+    /// Call id (minted when the provider gave none).
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Arguments as JSON text, exactly as the model wrote them.
+    pub arguments: String,
+}
+
+/// A piece of a streamed model turn.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChatChunk {
+    /// Answer text.
+    Text(String),
+    /// The turn is complete; always the last item of a successful stream.
+    Finished(TurnEnd),
+}
+
+/// What is known only once a turn is complete.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TurnEnd {
+    /// Tool calls with their argument deltas merged.
+    pub tool_calls: Vec<ToolCallRequest>,
+    /// Token counts, when the provider reported them.
+    pub usage: Option<TokenUsage>,
+    /// The provider's finish reason (`stop`, `tool_calls`, `length` …).
+    pub finish_reason: Option<String>,
+}
+
+/// A whole model turn, from the non-streaming path.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatTurn {
+    /// Answer text.
+    pub text: String,
+    /// Everything known at the end of the turn.
+    pub end: TurnEnd,
+}
+
+/// A streamed model turn. Dropping it closes the connection.
+pub type ChatStream = Pin<Box<dyn Stream<Item = Result<ChatChunk, LlmError>> + Send>>;
+
+/// A chat model reachable over some provider API.
+#[async_trait::async_trait]
+pub trait ChatModel: Send + Sync {
+    /// Runs one turn and returns it whole; for models that cannot stream tool calls.
+    async fn complete(&self, request: &ChatRequest) -> Result<ChatTurn, LlmError>;
+
+    /// Runs one turn as a stream of text pieces ending in [`ChatChunk::Finished`].
+    async fn stream(&self, request: &ChatRequest) -> Result<ChatStream, LlmError>;
+}

@@ -1,0 +1,205 @@
+//! The HTTP side: request building, timeouts and error classification.
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, RETRY_AFTER};
+use reqwest::StatusCode;
+
+use super::stream::{chat_stream, truncate};
+use super::wire::{error_message, request_body, Completion};
+use crate::llm::{
+    ChatModel, ChatRequest, ChatStream, ChatTurn, LlmError, ProviderConfig, Secret, TurnEnd,
+};
+
+/// A client for one OpenAI-compatible server.
+#[derive(Debug, Clone)]
+pub struct OpenAiClient {
+    http: reqwest::Client,
+    endpoint: String,
+    api_key: Option<Secret>,
+    connect_timeout: Duration,
+    first_byte_timeout: Duration,
+}
+
+impl OpenAiClient {
+    /// A client for the provider described by `config`.
+    pub fn new(config: &ProviderConfig) -> Result<Self, LlmError> {
+        let connect_timeout = Duration::from_secs(config.connect_timeout_secs);
+        let http = reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .read_timeout(Duration::from_secs(config.idle_timeout_secs))
+            .build()
+            .map_err(|err| LlmError::Connect {
+                message: format!("could not build the HTTP client: {err}"),
+            })?;
+        Ok(Self {
+            http,
+            endpoint: format!("{}/chat/completions", config.base_url.trim_end_matches('/')),
+            api_key: config.resolved_api_key(),
+            connect_timeout,
+            first_byte_timeout: Duration::from_secs(config.first_byte_timeout_secs),
+        })
+    }
+
+    /// Sends the request and waits for the response head, within the first-byte timeout.
+    async fn send(
+        &self,
+        request: &ChatRequest,
+        stream: bool,
+    ) -> Result<reqwest::Response, LlmError> {
+        let mut builder = self
+            .http
+            .post(&self.endpoint)
+            .json(&request_body(request, stream));
+        if let Some(key) = &self.api_key {
+            builder = builder.bearer_auth(key.expose());
+        }
+        let response = tokio::time::timeout(self.first_byte_timeout, builder.send())
+            .await
+            .map_err(|_| LlmError::Timeout {
+                phase: "first byte",
+                after: self.first_byte_timeout,
+            })?
+            .map_err(|err| self.transport_error(err))?;
+        if response.status().is_success() {
+            Ok(response)
+        } else {
+            Err(http_error(response, &request.model).await)
+        }
+    }
+
+    fn transport_error(&self, err: reqwest::Error) -> LlmError {
+        if err.is_connect() && err.is_timeout() {
+            LlmError::Timeout {
+                phase: "connect",
+                after: self.connect_timeout,
+            }
+        } else if err.is_connect() {
+            LlmError::Connect {
+                message: error_chain(&err),
+            }
+        } else {
+            LlmError::Stream {
+                message: error_chain(&err),
+            }
+        }
+    }
+}
+
+/// reqwest's top-level message rarely says why; the source chain does.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut message = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?;
+    value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| *s >= 0.0)
+        .map(Duration::from_secs_f64)
+}
+
+/// Classifies a non-2xx answer, keeping the provider's own message.
+async fn http_error(response: reqwest::Response, model: &str) -> LlmError {
+    let status = response.status();
+    let retry_after = retry_after(response.headers());
+    let body = response.text().await.unwrap_or_default();
+    let message = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|json| json.get("error").map(error_message))
+        .unwrap_or_else(|| truncate(body.trim(), 500).to_owned());
+    classify(status, message, retry_after, model)
+}
+
+fn classify(
+    status: StatusCode,
+    message: String,
+    retry_after: Option<Duration>,
+    model: &str,
+) -> LlmError {
+    let code = status.as_u16();
+    match status {
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => LlmError::Auth {
+            status: code,
+            message,
+        },
+        StatusCode::NOT_FOUND => LlmError::ModelNotFound {
+            model: model.to_owned(),
+            message,
+        },
+        StatusCode::TOO_MANY_REQUESTS => LlmError::RateLimited {
+            message,
+            retry_after,
+        },
+        _ if status.is_server_error() => LlmError::Server {
+            status: code,
+            message,
+            retry_after,
+        },
+        _ => LlmError::BadRequest {
+            status: code,
+            message,
+        },
+    }
+}
+
+#[async_trait::async_trait]
+impl ChatModel for OpenAiClient {
+    async fn complete(&self, request: &ChatRequest) -> Result<ChatTurn, LlmError> {
+        let response = self.send(request, false).await?;
+        let completion: Completion = response.json().await.map_err(|err| LlmError::Decode {
+            message: error_chain(&err),
+        })?;
+        let choice = completion.choices.into_iter().next().unwrap_or_default();
+        Ok(ChatTurn {
+            text: choice.message.content.unwrap_or_default(),
+            end: TurnEnd {
+                tool_calls: choice
+                    .message
+                    .tool_calls
+                    .into_iter()
+                    .map(|call| call.into_request())
+                    .collect(),
+                usage: completion.usage.map(Into::into),
+                finish_reason: choice.finish_reason,
+            },
+        })
+    }
+
+    async fn stream(&self, request: &ChatRequest) -> Result<ChatStream, LlmError> {
+        let response = self.send(request, true).await?;
+        Ok(chat_stream(response, self.first_byte_timeout))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_statuses_are_classified_with_the_provider_message() {
+        let auth = classify(StatusCode::UNAUTHORIZED, "bad key".into(), None, "m");
+        assert_eq!(auth.code(), "llm_auth_error");
+        let missing = classify(StatusCode::NOT_FOUND, "no".into(), None, "gpt-x");
+        assert!(missing.to_string().contains("gpt-x"));
+        let limited = classify(
+            StatusCode::TOO_MANY_REQUESTS,
+            "slow down".into(),
+            Some(Duration::from_secs(7)),
+            "m",
+        );
+        assert_eq!(limited.retry_after(), Some(Duration::from_secs(7)));
+        let server = classify(StatusCode::BAD_GATEWAY, "upstream".into(), None, "m");
+        assert_eq!(server.code(), "llm_server_error");
+        assert!(server.to_string().contains("upstream"));
+    }
+}

@@ -1,0 +1,12 @@
+//! OpenAI-compatible Chat Completions over HTTP: OpenAI, vLLM, Ollama, llama.cpp, DeepSeek …
+//!
+//! `wire` holds the JSON shapes, `stream` turns SSE chunks into [`super::ChatChunk`]s
+//! (merging tool-call deltas), and `client` does the HTTP and error classification.
+
+mod client;
+mod stream;
+mod wire;
+
+pub use client::OpenAiClient;
+pub use stream::ToolCallAccumulator;
+pub use wire::{FunctionDelta, ToolCallDelta};

@@ -1,0 +1,258 @@
+//! JSON shapes of the Chat Completions API, lenient on input because real servers differ.
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::domain::TokenUsage;
+use crate::llm::{ChatMessage, ChatRequest, ContentPart, ToolCallRequest};
+
+/// Keys the request body sets itself; caller parameters may not override them.
+const RESERVED_KEYS: [&str; 7] = [
+    "model",
+    "messages",
+    "stream",
+    "stream_options",
+    "tools",
+    "stop",
+    "user",
+];
+
+/// The JSON body for `request`, streamed or not.
+pub(crate) fn request_body(request: &ChatRequest, stream: bool) -> Value {
+    let mut body: Map<String, Value> = request
+        .parameters
+        .iter()
+        .filter(|(key, _)| !RESERVED_KEYS.contains(&key.as_str()))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    body.insert("model".into(), json!(request.model));
+    body.insert(
+        "messages".into(),
+        Value::Array(request.messages.iter().map(message_json).collect()),
+    );
+    body.insert("stream".into(), json!(stream));
+    if stream {
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    if !request.tools.is_empty() {
+        let tools = request
+            .tools
+            .iter()
+            .map(|tool| {
+                json!({"type": "function", "function": {
+                    "name": tool.name, "description": tool.description, "parameters": tool.parameters}})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if !request.stop.is_empty() {
+        body.insert("stop".into(), json!(request.stop));
+    }
+    if let Some(user) = request.user.as_deref().filter(|u| !u.is_empty()) {
+        body.insert("user".into(), json!(user));
+    }
+    Value::Object(body)
+}
+
+fn message_json(message: &ChatMessage) -> Value {
+    match message {
+        ChatMessage::System { content } => json!({"role": "system", "content": content}),
+        ChatMessage::User { content } => json!({"role": "user", "content": user_content(content)}),
+        ChatMessage::Assistant {
+            content,
+            tool_calls,
+        } if tool_calls.is_empty() => json!({"role": "assistant", "content": content}),
+        ChatMessage::Assistant {
+            content,
+            tool_calls,
+        } => {
+            let calls: Vec<Value> = tool_calls
+                .iter()
+                .map(|call| {
+                    json!({"id": call.id, "type": "function",
+                           "function": {"name": call.name, "arguments": call.arguments}})
+                })
+                .collect();
+            let content = if content.is_empty() {
+                Value::Null
+            } else {
+                json!(content)
+            };
+            json!({"role": "assistant", "content": content, "tool_calls": calls})
+        }
+        ChatMessage::Tool {
+            tool_call_id,
+            content,
+        } => json!({"role": "tool", "tool_call_id": tool_call_id, "content": content}),
+    }
+}
+
+/// Plain text stays a string (every server accepts that); anything else is a part list.
+fn user_content(parts: &[ContentPart]) -> Value {
+    if let [ContentPart::Text { text }] = parts {
+        return json!(text);
+    }
+    let parts = parts
+        .iter()
+        .map(|part| match part {
+            ContentPart::Text { text } => json!({"type": "text", "text": text}),
+            ContentPart::Image { url, detail } => {
+                json!({"type": "image_url", "image_url": {"url": url, "detail": detail}})
+            }
+        })
+        .collect();
+    Value::Array(parts)
+}
+
+/// One `chat.completion.chunk`, or an error object sent in its place.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Chunk {
+    #[serde(default)]
+    pub choices: Vec<ChunkChoice>,
+    #[serde(default)]
+    pub usage: Option<WireUsage>,
+    #[serde(default)]
+    pub error: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ChunkChoice {
+    #[serde(default)]
+    pub delta: Option<Delta>,
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+/// A chunk's delta. `reasoning_content` (reasoning models) is not read: it is not answer text.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Delta {
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+/// A piece of a streamed tool call.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct ToolCallDelta {
+    /// Position of the call in the turn; some servers leave it out.
+    #[serde(default)]
+    pub index: Option<u32>,
+    /// Call id; usually only in the first delta, some servers repeat it.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Name and argument text.
+    #[serde(default)]
+    pub function: Option<FunctionDelta>,
+}
+
+/// The function part of a tool-call delta.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct FunctionDelta {
+    /// Tool name; usually only in the first delta, some servers repeat it.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// A piece of the argument JSON text.
+    #[serde(default)]
+    pub arguments: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+pub(crate) struct WireUsage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+    #[serde(default)]
+    pub total_tokens: u64,
+}
+
+impl From<WireUsage> for TokenUsage {
+    fn from(usage: WireUsage) -> Self {
+        let total = if usage.total_tokens == 0 {
+            usage.prompt_tokens + usage.completion_tokens
+        } else {
+            usage.total_tokens
+        };
+        TokenUsage {
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            total_tokens: total,
+        }
+    }
+}
+
+/// A non-streamed `chat.completion`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Completion {
+    #[serde(default)]
+    pub choices: Vec<CompletionChoice>,
+    #[serde(default)]
+    pub usage: Option<WireUsage>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct CompletionChoice {
+    #[serde(default)]
+    pub message: CompletionMessage,
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct CompletionMessage {
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Vec<WholeToolCall>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct WholeToolCall {
+    #[serde(default)]
+    pub id: String,
+    #[serde(default)]
+    pub function: WholeFunction,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct WholeFunction {
+    #[serde(default)]
+    pub name: String,
+    /// A JSON string per the spec; some servers send the object itself.
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+impl WholeToolCall {
+    /// The call in normalized form, minting an id when the server gave none.
+    pub fn into_request(self) -> ToolCallRequest {
+        let arguments = match self.function.arguments {
+            Value::String(text) => text,
+            Value::Null => String::new(),
+            other @ (Value::Bool(_) | Value::Number(_) | Value::Array(_) | Value::Object(_)) => {
+                other.to_string()
+            }
+        };
+        ToolCallRequest {
+            id: if self.id.is_empty() {
+                super::stream::mint_call_id()
+            } else {
+                self.id
+            },
+            name: self.function.name,
+            arguments: super::stream::normalize_arguments(arguments),
+        }
+    }
+}
+
+/// The human-readable message of an `error` value, whatever its shape.
+pub(crate) fn error_message(error: &Value) -> String {
+    if let Some(text) = error.as_str() {
+        return text.to_owned();
+    }
+    error
+        .get("message")
+        .and_then(Value::as_str)
+        .map_or_else(|| error.to_string(), str::to_owned)
+}

@@ -1,0 +1,333 @@
+//! LLM providers from the server configuration, and what each model can do and costs.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+use rust_decimal::Decimal;
+use serde::Deserialize;
+
+use super::openai::OpenAiClient;
+use super::ChatModel;
+use crate::domain::{ErrorKind, Pricing};
+
+/// A secret string whose `Debug` never shows the value, so it cannot leak into logs.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value, for the one place that must send it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// Which wire protocol a provider speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// OpenAI-compatible Chat Completions (OpenAI, vLLM, Ollama, llama.cpp, DeepSeek …).
+    #[default]
+    Openai,
+}
+
+/// What a model supports, as the reference names the features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Feature {
+    /// Native function calling.
+    ToolCall,
+    /// Several tool calls in one turn.
+    MultiToolCall,
+    /// Tool calls arrive as streamed deltas.
+    StreamToolCall,
+    /// Image input.
+    Vision,
+}
+
+fn default_features() -> Vec<Feature> {
+    vec![
+        Feature::ToolCall,
+        Feature::MultiToolCall,
+        Feature::StreamToolCall,
+    ]
+}
+
+fn default_currency() -> String {
+    "USD".to_owned()
+}
+
+/// One model's entry in a provider's configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEntry {
+    /// Model name as the provider knows it.
+    pub name: String,
+    /// Context window in tokens; unknown when absent.
+    #[serde(default)]
+    pub context_window: Option<u32>,
+    /// Supported features; function calling with streamed tool calls when absent.
+    #[serde(default = "default_features")]
+    pub features: Vec<Feature>,
+    /// Price per million prompt tokens.
+    #[serde(default)]
+    pub input_price: Decimal,
+    /// Price per million completion tokens.
+    #[serde(default)]
+    pub output_price: Decimal,
+    /// Currency of the prices.
+    #[serde(default = "default_currency")]
+    pub currency: String,
+}
+
+impl ModelEntry {
+    /// The entry an unlisted model gets: function calling, no known window, free.
+    pub fn unlisted(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            context_window: None,
+            features: default_features(),
+            input_price: Decimal::ZERO,
+            output_price: Decimal::ZERO,
+            currency: default_currency(),
+        }
+    }
+}
+
+fn default_connect_timeout() -> u64 {
+    10
+}
+fn default_first_byte_timeout() -> u64 {
+    120
+}
+fn default_idle_timeout() -> u64 {
+    300
+}
+
+/// One LLM provider from the configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// Wire protocol.
+    #[serde(default)]
+    pub kind: ProviderKind,
+    /// API base, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// API key given inline.
+    #[serde(default)]
+    pub api_key: Option<Secret>,
+    /// Environment variable to read the API key from, when not inline.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Seconds to establish a connection.
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_secs: u64,
+    /// Seconds from sending a request to the first byte of its answer.
+    #[serde(default = "default_first_byte_timeout")]
+    pub first_byte_timeout_secs: u64,
+    /// Seconds a stream may stay silent between chunks.
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout_secs: u64,
+    /// Reject models that are not listed below instead of giving them defaults.
+    #[serde(default)]
+    pub strict_models: bool,
+    /// Known models with their features and prices.
+    #[serde(default)]
+    pub models: Vec<ModelEntry>,
+}
+
+impl ProviderConfig {
+    /// The provider used when no configuration file is given, configured as the OpenAI SDKs
+    /// are: `OPENAI_BASE_URL` (default `https://api.openai.com/v1`) and `OPENAI_API_KEY`.
+    pub fn openai_from_env() -> Self {
+        Self {
+            kind: ProviderKind::Openai,
+            base_url: std::env::var("OPENAI_BASE_URL")
+                .unwrap_or_else(|_| "https://api.openai.com/v1".to_owned()),
+            api_key: None,
+            api_key_env: Some("OPENAI_API_KEY".to_owned()),
+            connect_timeout_secs: default_connect_timeout(),
+            first_byte_timeout_secs: default_first_byte_timeout(),
+            idle_timeout_secs: default_idle_timeout(),
+            strict_models: false,
+            models: Vec::new(),
+        }
+    }
+
+    /// The API key, inline or from the named environment variable.
+    pub fn resolved_api_key(&self) -> Option<Secret> {
+        self.api_key.clone().or_else(|| {
+            self.api_key_env
+                .as_deref()
+                .and_then(|var| std::env::var(var).ok())
+                .filter(|key| !key.is_empty())
+                .map(Secret::new)
+        })
+    }
+}
+
+/// What the runner needs to know about a model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelInfo {
+    /// Model name as the provider knows it.
+    pub name: String,
+    /// Context window in tokens, when known.
+    pub context_window: Option<u32>,
+    /// Supported features.
+    pub features: Vec<Feature>,
+    /// Prices.
+    pub pricing: Pricing,
+}
+
+impl ModelInfo {
+    /// Whether the model has `feature`.
+    pub fn has(&self, feature: Feature) -> bool {
+        self.features.contains(&feature)
+    }
+}
+
+impl From<&ModelEntry> for ModelInfo {
+    fn from(entry: &ModelEntry) -> Self {
+        Self {
+            name: entry.name.clone(),
+            context_window: entry.context_window,
+            features: entry.features.clone(),
+            pricing: Pricing {
+                input_per_million: entry.input_price,
+                output_per_million: entry.output_price,
+                currency: entry.currency.clone(),
+            },
+        }
+    }
+}
+
+/// A model ready to call.
+#[derive(Clone)]
+pub struct ResolvedModel {
+    /// Name of the provider it came from.
+    pub provider: String,
+    /// The client.
+    pub client: Arc<dyn ChatModel>,
+    /// What the model can do and costs.
+    pub info: ModelInfo,
+}
+
+/// A provider or model that the configuration does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModelLookupError {
+    /// No provider of that name.
+    #[error("unknown provider {name:?} (configured: {known})")]
+    UnknownProvider {
+        /// Name asked for.
+        name: String,
+        /// Configured names, comma-separated.
+        known: String,
+    },
+    /// The provider lists its models strictly and this one is not among them.
+    #[error("unknown model {model:?} for provider {provider:?}")]
+    UnknownModel {
+        /// Provider name.
+        provider: String,
+        /// Model asked for.
+        model: String,
+    },
+}
+
+impl ModelLookupError {
+    /// Lookups fail on the caller's input.
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::InvalidArgument
+    }
+}
+
+struct Provider {
+    client: Arc<dyn ChatModel>,
+    models: HashMap<String, ModelInfo>,
+    strict: bool,
+}
+
+/// Every configured provider, by name.
+#[derive(Default)]
+pub struct ModelRegistry {
+    providers: BTreeMap<String, Provider>,
+}
+
+impl ModelRegistry {
+    /// Builds a client for every configured provider.
+    pub fn from_config(
+        providers: &BTreeMap<String, ProviderConfig>,
+    ) -> Result<Self, super::LlmError> {
+        let mut registry = Self::default();
+        for (name, config) in providers {
+            let client = Arc::new(OpenAiClient::new(config)?);
+            registry.insert(name, client, &config.models, config.strict_models);
+        }
+        Ok(registry)
+    }
+
+    /// Adds (or replaces) a provider; also how tests plug in scripted models.
+    pub fn insert(
+        &mut self,
+        name: &str,
+        client: Arc<dyn ChatModel>,
+        models: &[ModelEntry],
+        strict: bool,
+    ) {
+        let models = models
+            .iter()
+            .map(|entry| (entry.name.clone(), ModelInfo::from(entry)))
+            .collect();
+        self.providers.insert(
+            name.to_owned(),
+            Provider {
+                client,
+                models,
+                strict,
+            },
+        );
+    }
+
+    /// The model `model` of provider `provider`; unlisted models get defaults unless the
+    /// provider is strict.
+    pub fn resolve(&self, provider: &str, model: &str) -> Result<ResolvedModel, ModelLookupError> {
+        let entry =
+            self.providers
+                .get(provider)
+                .ok_or_else(|| ModelLookupError::UnknownProvider {
+                    name: provider.to_owned(),
+                    known: self
+                        .providers
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })?;
+        let info = match entry.models.get(model) {
+            Some(info) => info.clone(),
+            None if entry.strict => {
+                return Err(ModelLookupError::UnknownModel {
+                    provider: provider.to_owned(),
+                    model: model.to_owned(),
+                })
+            }
+            None => ModelInfo::from(&ModelEntry::unlisted(model)),
+        };
+        Ok(ResolvedModel {
+            provider: provider.to_owned(),
+            client: Arc::clone(&entry.client),
+            info,
+        })
+    }
+}

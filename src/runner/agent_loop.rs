@@ -1,0 +1,454 @@
+//! The single agent loop: LLM → tool calls → observations → LLM … → answer.
+//!
+//! Per round: write an empty thought, build the prompt, stream the model's turn as answer
+//! deltas, store the thought with its calls, run the calls concurrently, store each
+//! observation, and go again until the model calls no tool. Every record is flushed before
+//! the event that announces it is sent, and the last event is always `MessageEnd` or
+//! `Error`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::emitter::{EmitError, Emitter};
+use super::strategy::{ModelStep, PromptContext, RoundRecord, Strategy, TurnReader};
+use super::{RunSpec, RunnerSettings};
+use crate::domain::{
+    FinishReason, Message, MessageStatus, RunFailure, Thought, ToolCallRecord, Usage,
+};
+use crate::events::RunEvent;
+use crate::llm::{
+    ChatChunk, ChatRequest, Feature, LlmError, ResolvedModel, ToolCallRequest, TurnEnd,
+};
+use crate::store::{Store, StoreError};
+use crate::tools::engine::OfferedTool;
+use crate::tools::ToolSet;
+
+/// Why the loop stopped early.
+enum Halt {
+    /// The run's token fired (caller, client gone, or shutdown).
+    Cancelled,
+    /// Something failed; recorded on the message.
+    Failed(RunFailure),
+}
+
+impl From<EmitError> for Halt {
+    fn from(err: EmitError) -> Self {
+        match err {
+            EmitError::Cancelled => Halt::Cancelled,
+            EmitError::Store(err) => err.into(),
+        }
+    }
+}
+
+impl From<StoreError> for Halt {
+    fn from(err: StoreError) -> Self {
+        tracing::error!(error = %err, "store failure during a run");
+        Halt::Failed(RunFailure {
+            code: "store_error".to_owned(),
+            message: err.to_string(),
+        })
+    }
+}
+
+impl From<LlmError> for Halt {
+    fn from(err: LlmError) -> Self {
+        tracing::warn!(error = %err, "LLM call failed");
+        Halt::Failed(RunFailure {
+            code: err.code().to_owned(),
+            message: err.to_string(),
+        })
+    }
+}
+
+/// How a round ended.
+enum RoundEnd {
+    /// The model called tools; go on.
+    Continue,
+    /// The model answered without tools.
+    Answered,
+    /// The last round still asked for tools.
+    LimitReached,
+}
+
+/// One run in progress. Owned by its task.
+pub(super) struct AgentRun {
+    pub store: Store,
+    pub spec: RunSpec,
+    pub message: Message,
+    pub model: ResolvedModel,
+    pub strategy: Box<dyn Strategy>,
+    pub tools: Arc<ToolSet>,
+    pub settings: RunnerSettings,
+    pub emitter: Emitter,
+    pub cancel: CancellationToken,
+    pub shutdown: CancellationToken,
+    pub started: Instant,
+    pub usage: Usage,
+    /// The round being worked on, so a failure can still store what it had.
+    pub current: Option<Thought>,
+}
+
+/// Awaits `fut` unless `cancel` fires first.
+async fn or_cancel<T>(cancel: &CancellationToken, fut: impl Future<Output = T>) -> Result<T, Halt> {
+    tokio::select! {
+        biased;
+        _ = cancel.cancelled() => Err(Halt::Cancelled),
+        out = fut => Ok(out),
+    }
+}
+
+impl AgentRun {
+    /// Runs the loop to its end and records the outcome.
+    pub async fn drive(mut self) {
+        let outcome = self.run_rounds().await;
+        if let Err(err) = self.finish(outcome).await {
+            tracing::error!(error = %err, "could not record the end of a run");
+        }
+    }
+
+    async fn run_rounds(&mut self) -> Result<FinishReason, Halt> {
+        self.emitter
+            .emit(RunEvent::Started {
+                strategy: self.strategy.kind(),
+                provider: self.model.provider.clone(),
+                model: self.model.info.name.clone(),
+                max_iteration: self.spec.agent.max_iteration,
+            })
+            .await?;
+        let context = self.prompt_context();
+        let offered = self.tools.offered();
+        let max_rounds = self
+            .spec
+            .agent
+            .max_iteration
+            .min(super::MAX_ITERATION_LIMIT)
+            + 1;
+        let mut rounds = Vec::new();
+        for position in 1..=max_rounds {
+            let tools: &[OfferedTool] = if position == max_rounds {
+                &[]
+            } else {
+                &offered
+            };
+            let span = tracing::info_span!("round", position);
+            let end = self
+                .round(position, &context, &mut rounds, tools)
+                .instrument(span)
+                .await?;
+            match end {
+                RoundEnd::Continue => continue,
+                RoundEnd::Answered => return Ok(FinishReason::Stop),
+                RoundEnd::LimitReached => return Ok(FinishReason::MaxIterations),
+            }
+        }
+        Ok(FinishReason::MaxIterations)
+    }
+
+    fn prompt_context(&self) -> PromptContext {
+        let model = &self.spec.agent.model;
+        PromptContext {
+            model: model.name.clone(),
+            instruction: self.spec.filled_instruction(),
+            history: Vec::new(),
+            query: self.spec.query.clone(),
+            parameters: model.parameters.clone(),
+            stop: model.stop.clone(),
+            user: self.spec.user.clone(),
+        }
+    }
+
+    async fn round(
+        &mut self,
+        position: u32,
+        context: &PromptContext,
+        rounds: &mut Vec<RoundRecord>,
+        tools: &[OfferedTool],
+    ) -> Result<RoundEnd, Halt> {
+        let thought = Thought::begin(self.message.id, position);
+        self.store.put_thought(&self.spec.tenant, &thought)?;
+        self.current = Some(thought.clone());
+        self.emitter
+            .emit(RunEvent::Thought(Box::new(thought)))
+            .await?;
+
+        let request = self.strategy.build_request(context, rounds, tools);
+        let step = self.call_model(&request).await?;
+        self.message.iterations = position;
+        let calls = step.calls.clone();
+        self.record_turn(step).await?;
+        if calls.is_empty() {
+            self.current = None;
+            return Ok(RoundEnd::Answered);
+        }
+        if tools.is_empty() {
+            self.current = None;
+            return Ok(RoundEnd::LimitReached);
+        }
+        let observations = self.run_tools().await?;
+        let text = self
+            .current
+            .as_ref()
+            .map(|t| t.thought.clone())
+            .unwrap_or_default();
+        rounds.push(RoundRecord {
+            text,
+            calls: calls.into_iter().zip(observations).collect(),
+        });
+        self.current = None;
+        Ok(RoundEnd::Continue)
+    }
+
+    /// Calls the model, streaming visible text as answer deltas, and returns its decision.
+    async fn call_model(&mut self, request: &ChatRequest) -> Result<ModelStep, Halt> {
+        let started = Instant::now();
+        let mut reader = self.strategy.reader();
+        let streaming = self.model.info.has(Feature::StreamToolCall) || request.tools.is_empty();
+        let span = tracing::info_span!("llm", model = %request.model, streaming);
+        let end = if streaming {
+            self.read_stream(request, reader.as_mut())
+                .instrument(span)
+                .await?
+        } else {
+            let client = Arc::clone(&self.model.client);
+            let turn = or_cancel(&self.cancel, client.complete(request))
+                .instrument(span)
+                .await??;
+            self.show(reader.as_mut(), &turn.text).await?;
+            turn.end
+        };
+        let tokens = end.usage.unwrap_or_default();
+        let usage = self
+            .model
+            .info
+            .pricing
+            .usage(tokens, started.elapsed().as_secs_f64());
+        self.usage.add(&usage);
+        if let Some(thought) = self.current.as_mut() {
+            thought.usage = Some(usage);
+        }
+        Ok(reader.finish(end))
+    }
+
+    async fn read_stream(
+        &mut self,
+        request: &ChatRequest,
+        reader: &mut dyn TurnReader,
+    ) -> Result<TurnEnd, Halt> {
+        let client = Arc::clone(&self.model.client);
+        let mut stream = or_cancel(&self.cancel, client.stream(request)).await??;
+        loop {
+            match or_cancel(&self.cancel, stream.next()).await? {
+                Some(Ok(ChatChunk::Text(text))) => self.show(reader, &text).await?,
+                Some(Ok(ChatChunk::Finished(end))) => return Ok(end),
+                Some(Err(err)) => return Err(err.into()),
+                None => {
+                    return Err(LlmError::Stream {
+                        message: "the stream ended without a finish".to_owned(),
+                    }
+                    .into())
+                }
+            }
+        }
+    }
+
+    /// Streams what the reader lets the user see, and keeps the round's text so far.
+    async fn show(&mut self, reader: &mut dyn TurnReader, text: &str) -> Result<(), Halt> {
+        let visible = reader.push(text);
+        if visible.is_empty() {
+            return Ok(());
+        }
+        let piece = match self.current.as_mut() {
+            Some(thought) => {
+                let first_of_round = thought.answer.is_empty();
+                thought.thought.push_str(&visible);
+                thought.answer.push_str(&visible);
+                if first_of_round && !self.message.answer.is_empty() {
+                    format!("\n{visible}")
+                } else {
+                    visible
+                }
+            }
+            None => visible,
+        };
+        self.message.answer.push_str(&piece);
+        self.emitter
+            .emit(RunEvent::AnswerDelta { text: piece })
+            .await?;
+        Ok(())
+    }
+
+    /// Stores the round's text and calls, then announces them.
+    async fn record_turn(&mut self, step: ModelStep) -> Result<(), Halt> {
+        let Some(thought) = self.current.as_mut() else {
+            return Ok(());
+        };
+        thought.thought = step.thought;
+        thought.tool_calls = step
+            .calls
+            .iter()
+            .map(|call| ToolCallRecord {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                provider: self
+                    .tools
+                    .provider_of(&call.name)
+                    .unwrap_or_default()
+                    .to_owned(),
+                arguments: call.arguments.clone(),
+                observation: None,
+                meta: None,
+            })
+            .collect();
+        let snapshot = thought.clone();
+        self.store.put_thought(&self.spec.tenant, &snapshot)?;
+        self.emitter
+            .emit(RunEvent::Thought(Box::new(snapshot)))
+            .await?;
+        Ok(())
+    }
+
+    /// Runs the round's calls concurrently (bounded), storing and announcing each result as
+    /// it arrives; returns the observations in call order.
+    async fn run_tools(&mut self) -> Result<Vec<String>, Halt> {
+        let Some(thought) = self.current.clone() else {
+            return Ok(Vec::new());
+        };
+        for call in &thought.tool_calls {
+            self.emitter
+                .emit(RunEvent::ToolStarted {
+                    thought_id: thought.id,
+                    position: thought.position,
+                    call: call.clone(),
+                })
+                .await?;
+        }
+        let requests: Vec<ToolCallRequest> = thought
+            .tool_calls
+            .iter()
+            .map(|call| ToolCallRequest {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            })
+            .collect();
+        let tools = Arc::clone(&self.tools);
+        let timeout = self.settings.tool_timeout;
+        let mut results = futures::stream::iter(requests.into_iter().enumerate())
+            .map(|(index, call)| {
+                let tools = Arc::clone(&tools);
+                let span = tracing::info_span!("tool", name = %call.name, call_id = %call.id);
+                async move {
+                    (
+                        index,
+                        tools.invoke(&call.name, &call.arguments, timeout).await,
+                    )
+                }
+                .instrument(span)
+            })
+            .buffer_unordered(self.settings.tool_concurrency.max(1));
+        while let Some((index, invocation)) = or_cancel(&self.cancel, results.next()).await? {
+            self.record_observation(index, invocation).await?;
+        }
+        let thought = self.current.clone().unwrap_or(thought);
+        self.emitter
+            .emit(RunEvent::Thought(Box::new(thought.clone())))
+            .await?;
+        Ok(thought
+            .tool_calls
+            .into_iter()
+            .map(|call| call.observation.unwrap_or_default())
+            .collect())
+    }
+
+    async fn record_observation(
+        &mut self,
+        index: usize,
+        invocation: crate::tools::Invocation,
+    ) -> Result<(), Halt> {
+        let Some(thought) = self.current.as_mut() else {
+            return Ok(());
+        };
+        let Some(call) = thought.tool_calls.get_mut(index) else {
+            return Ok(());
+        };
+        call.observation = Some(invocation.observation);
+        call.meta = Some(invocation.meta);
+        let call = call.clone();
+        let (thought_id, position) = (thought.id, thought.position);
+        let snapshot = thought.clone();
+        self.store.put_thought(&self.spec.tenant, &snapshot)?;
+        self.emitter
+            .emit(RunEvent::ToolFinished {
+                thought_id,
+                position,
+                call,
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Writes the message's final state, then sends the last event.
+    async fn finish(mut self, outcome: Result<FinishReason, Halt>) -> Result<(), StoreError> {
+        if let Some(thought) = self.current.take() {
+            self.store.put_thought(&self.spec.tenant, &thought)?;
+        }
+        self.usage.latency = self.started.elapsed().as_secs_f64();
+        let message = &mut self.message;
+        message.usage = self.usage.clone();
+        message.updated_at = crate::domain::now();
+        let event = match outcome {
+            Ok(reason) => {
+                message.status = MessageStatus::Completed;
+                message.finish_reason = Some(reason);
+                end_event(message, reason)
+            }
+            Err(Halt::Cancelled) if self.shutdown.is_cancelled() => {
+                message.status = MessageStatus::Interrupted;
+                fail(
+                    message,
+                    "shutdown",
+                    "the service shut down while the run was in progress",
+                )
+            }
+            Err(Halt::Cancelled) => {
+                message.status = MessageStatus::Cancelled;
+                message.finish_reason = Some(FinishReason::Cancelled);
+                end_event(message, FinishReason::Cancelled)
+            }
+            Err(Halt::Failed(failure)) => {
+                message.status = MessageStatus::Failed;
+                fail(message, &failure.code, &failure.message)
+            }
+        };
+        tracing::info!(status = ?self.message.status, iterations = self.message.iterations, "run ended");
+        self.store
+            .update_message(&self.spec.tenant, &self.message)?;
+        self.emitter.emit_last(event).await
+    }
+}
+
+fn end_event(message: &Message, finish_reason: FinishReason) -> RunEvent {
+    RunEvent::MessageEnd {
+        answer: message.answer.clone(),
+        usage: message.usage.clone(),
+        finish_reason,
+        iterations: message.iterations,
+    }
+}
+
+fn fail(message: &mut Message, code: &str, text: &str) -> RunEvent {
+    let failure = RunFailure {
+        code: code.to_owned(),
+        message: text.to_owned(),
+    };
+    message.error = Some(failure.clone());
+    RunEvent::Error {
+        failure,
+        usage: message.usage.clone(),
+    }
+}

@@ -1,0 +1,74 @@
+//! Why a run could not start. Failures after the start are in-band events, not these.
+
+use crate::domain::{ErrorKind, FieldError};
+use crate::llm::ModelLookupError;
+use crate::store::StoreError;
+use crate::tools::ToolSetError;
+
+/// A run that cannot start, or a lookup that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A request field is invalid.
+    #[error(transparent)]
+    InvalidField(#[from] FieldError),
+    /// The model's provider or name is not configured.
+    #[error("agent.model.{field}: {source}")]
+    Model {
+        /// `provider` or `name`.
+        field: &'static str,
+        /// The lookup failure.
+        source: ModelLookupError,
+    },
+    /// A configured tool is unusable.
+    #[error(transparent)]
+    Tools(#[from] ToolSetError),
+    /// A referenced record does not exist.
+    #[error("{what} {id} not found")]
+    NotFound {
+        /// What was looked for, e.g. `conversation`.
+        what: &'static str,
+        /// The id given.
+        id: String,
+    },
+    /// The strategy exists in the contract but this build cannot run it.
+    #[error("agent.strategy: {0}")]
+    UnsupportedStrategy(&'static str),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The service is stopping and takes no new runs.
+    #[error("the service is shutting down")]
+    ShuttingDown,
+}
+
+impl From<ModelLookupError> for RunError {
+    fn from(source: ModelLookupError) -> Self {
+        let field = match source {
+            ModelLookupError::UnknownProvider { .. } => "provider",
+            ModelLookupError::UnknownModel { .. } => "name",
+        };
+        Self::Model { field, source }
+    }
+}
+
+impl RunError {
+    /// The class of failure, for the API layer's one mapping.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::InvalidField(_) | Self::UnsupportedStrategy(_) => ErrorKind::InvalidArgument,
+            Self::Model { source, .. } => source.kind(),
+            Self::Tools(err) => err.kind(),
+            Self::NotFound { .. } => ErrorKind::NotFound,
+            Self::Store(err) => err.kind(),
+            Self::ShuttingDown => ErrorKind::Unavailable,
+        }
+    }
+
+    /// A missing record.
+    pub fn not_found(what: &'static str, id: impl ToString) -> Self {
+        Self::NotFound {
+            what,
+            id: id.to_string(),
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! What a caller asks to run, validated before anything is written.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::domain::{ConversationId, FieldError, StrategyKind, Tenant};
+use crate::tools::ToolRef;
+
+/// Iteration limit when the request gives none.
+pub const DEFAULT_MAX_ITERATION: u32 = 10;
+/// Highest iteration limit accepted.
+pub const MAX_ITERATION_LIMIT: u32 = 99;
+
+/// How the model expects its prompt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ModelMode {
+    /// A list of role-tagged messages.
+    #[default]
+    Chat,
+    /// One prompt string (ReAct only).
+    Completion,
+}
+
+/// The model to call and how.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelSpec {
+    /// Provider name from the server configuration.
+    pub provider: String,
+    /// Model name.
+    pub name: String,
+    /// Chat or completion.
+    pub mode: ModelMode,
+    /// Sampling parameters passed through.
+    pub parameters: Map<String, Value>,
+    /// Stop sequences.
+    pub stop: Vec<String>,
+}
+
+/// The agent's configuration for one run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AgentSpec {
+    /// The model.
+    pub model: ModelSpec,
+    /// `None` picks by the model's features.
+    pub strategy: Option<StrategyKind>,
+    /// 1..=99.
+    pub max_iteration: u32,
+    /// System prompt template with `{{name}}` variables.
+    pub instruction: String,
+    /// Tools the model may call.
+    pub tools: Vec<ToolRef>,
+    /// Overrides the ReAct template.
+    pub react_prompt: String,
+}
+
+/// One user turn to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSpec {
+    /// Owner of the records.
+    pub tenant: Tenant,
+    /// `None` starts a new conversation.
+    pub conversation_id: Option<ConversationId>,
+    /// The user's query.
+    pub query: String,
+    /// Values for the instruction's variables.
+    pub inputs: BTreeMap<String, String>,
+    /// The end user.
+    pub user: String,
+    /// The agent.
+    pub agent: AgentSpec,
+}
+
+impl RunSpec {
+    /// Checks every field a run depends on; `max_iteration` 0 becomes the default.
+    pub fn validated(mut self) -> Result<Self, FieldError> {
+        if self.query.trim().is_empty() {
+            return Err(FieldError::new("query", "must not be empty"));
+        }
+        let model = &self.agent.model;
+        if model.provider.trim().is_empty() {
+            return Err(FieldError::new("agent.model.provider", "must not be empty"));
+        }
+        if model.name.trim().is_empty() {
+            return Err(FieldError::new("agent.model.name", "must not be empty"));
+        }
+        self.agent.max_iteration = match self.agent.max_iteration {
+            0 => DEFAULT_MAX_ITERATION,
+            n if n <= MAX_ITERATION_LIMIT => n,
+            _ => {
+                return Err(FieldError::new(
+                    "agent.max_iteration",
+                    format!("must be between 1 and {MAX_ITERATION_LIMIT}"),
+                ))
+            }
+        };
+        for (index, tool) in self.agent.tools.iter().enumerate() {
+            if tool.provider.is_empty() || tool.name.is_empty() {
+                return Err(FieldError::new(
+                    format!("agent.tools[{index}]"),
+                    "needs both a provider and a name",
+                ));
+            }
+        }
+        Ok(self)
+    }
+
+    /// The instruction with `{{name}}` replaced by the inputs.
+    pub fn filled_instruction(&self) -> String {
+        let mut text = self.agent.instruction.clone();
+        for (name, value) in &self.inputs {
+            text = text.replace(&format!("{{{{{name}}}}}"), value);
+        }
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> RunSpec {
+        RunSpec {
+            tenant: Tenant::default_tenant(),
+            conversation_id: None,
+            query: "hi".into(),
+            inputs: BTreeMap::new(),
+            user: String::new(),
+            agent: AgentSpec {
+                model: ModelSpec {
+                    provider: "openai".into(),
+                    name: "m".into(),
+                    ..ModelSpec::default()
+                },
+                ..AgentSpec::default()
+            },
+        }
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        type Mutation = fn(&mut RunSpec);
+        let cases: Vec<(Mutation, &str)> = vec![
+            (|s| s.query = "  ".into(), "query must not be empty"),
+            (
+                |s| s.agent.model.provider.clear(),
+                "agent.model.provider must not be empty",
+            ),
+            (
+                |s| s.agent.model.name.clear(),
+                "agent.model.name must not be empty",
+            ),
+            (
+                |s| s.agent.max_iteration = 100,
+                "agent.max_iteration must be between 1 and 99",
+            ),
+        ];
+        for (mutate, expected) in cases {
+            let mut bad = spec();
+            mutate(&mut bad);
+            assert_eq!(bad.validated().unwrap_err().to_string(), expected);
+        }
+    }
+
+    #[test]
+    fn zero_iterations_means_the_default() {
+        assert_eq!(
+            spec().validated().unwrap().agent.max_iteration,
+            DEFAULT_MAX_ITERATION
+        );
+    }
+
+    #[test]
+    fn instruction_variables_are_filled() {
+        let mut s = spec();
+        s.agent.instruction = "You help {{name}} with {{topic}}.".into();
+        s.inputs.insert("name".into(), "Ada".into());
+        assert_eq!(s.filled_instruction(), "You help Ada with {{topic}}.");
+    }
+}

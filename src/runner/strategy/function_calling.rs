@@ -1,0 +1,133 @@
+//! Function calling: tools offered natively, calls read from the model's `tool_calls`.
+
+use super::{ModelStep, PromptContext, RoundRecord, Strategy, TurnReader};
+use crate::domain::StrategyKind;
+use crate::llm::{ChatMessage, ChatRequest, ToolSpec, TurnEnd};
+use crate::tools::engine::OfferedTool;
+
+/// The function-calling strategy.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FunctionCalling;
+
+impl Strategy for FunctionCalling {
+    fn kind(&self) -> StrategyKind {
+        StrategyKind::FunctionCalling
+    }
+
+    fn build_request(
+        &self,
+        context: &PromptContext,
+        rounds: &[RoundRecord],
+        tools: &[OfferedTool],
+    ) -> ChatRequest {
+        let mut messages = Vec::with_capacity(2 + context.history.len() + rounds.len() * 2);
+        if !context.instruction.is_empty() {
+            messages.push(ChatMessage::System {
+                content: context.instruction.clone(),
+            });
+        }
+        messages.extend(context.history.iter().cloned());
+        messages.push(ChatMessage::user_text(context.query.clone()));
+        for round in rounds {
+            messages.push(ChatMessage::Assistant {
+                content: round.text.clone(),
+                tool_calls: round.calls.iter().map(|(call, _)| call.clone()).collect(),
+            });
+            messages.extend(
+                round
+                    .calls
+                    .iter()
+                    .map(|(call, observation)| ChatMessage::Tool {
+                        tool_call_id: call.id.clone(),
+                        content: observation.clone(),
+                    }),
+            );
+        }
+        ChatRequest {
+            model: context.model.clone(),
+            messages,
+            tools: tools
+                .iter()
+                .map(|tool| ToolSpec {
+                    name: tool.name.clone(),
+                    description: tool.description.clone(),
+                    parameters: tool.parameters.clone(),
+                })
+                .collect(),
+            stop: context.stop.clone(),
+            parameters: context.parameters.clone(),
+            user: Some(context.user.clone()).filter(|u| !u.is_empty()),
+        }
+    }
+
+    fn reader(&self) -> Box<dyn TurnReader> {
+        Box::new(TextReader::default())
+    }
+}
+
+/// Shows all text as it arrives; the calls come from the turn's end.
+#[derive(Default)]
+struct TextReader {
+    text: String,
+}
+
+impl TurnReader for TextReader {
+    fn push(&mut self, text: &str) -> String {
+        self.text.push_str(text);
+        text.to_owned()
+    }
+
+    fn finish(self: Box<Self>, end: TurnEnd) -> ModelStep {
+        ModelStep {
+            thought: self.text,
+            calls: end.tool_calls,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::llm::ToolCallRequest;
+
+    fn context() -> PromptContext {
+        PromptContext {
+            model: "m".into(),
+            instruction: "Be brief.".into(),
+            history: vec![],
+            query: "What time is it?".into(),
+            parameters: serde_json::Map::new(),
+            stop: vec![],
+            user: String::new(),
+        }
+    }
+
+    #[test]
+    fn later_rounds_replay_calls_and_results_under_their_ids() {
+        let call = |id: &str| ToolCallRequest {
+            id: id.into(),
+            name: "current_time".into(),
+            arguments: "{}".into(),
+        };
+        let rounds = vec![RoundRecord {
+            text: "Checking.".into(),
+            calls: vec![(call("a"), "10:00".into()), (call("b"), "11:00".into())],
+        }];
+        let tool = OfferedTool {
+            name: "current_time".into(),
+            description: "d".into(),
+            parameters: json!({"type": "object"}),
+        };
+        let request = FunctionCalling.build_request(&context(), &rounds, &[tool]);
+        assert_eq!(request.messages.len(), 5);
+        assert!(
+            matches!(&request.messages[2], ChatMessage::Assistant { tool_calls, .. } if tool_calls.len() == 2)
+        );
+        assert!(
+            matches!(&request.messages[4], ChatMessage::Tool { tool_call_id, content } if tool_call_id == "b" && content == "11:00")
+        );
+        assert_eq!(request.tools.len(), 1);
+    }
+}

@@ -1,0 +1,36 @@
+//! Storage failures.
+
+use crate::domain::ErrorKind;
+
+/// A failure of the embedded database or of a record's encoding.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// sled reported an I/O or corruption error.
+    #[error("storage error: {0}")]
+    Sled(#[from] sled::Error),
+    /// A record could not be encoded or decoded.
+    #[error("record codec error in {tree}: {source}")]
+    Codec {
+        /// The tree holding the record.
+        tree: &'static str,
+        /// The serde failure.
+        source: serde_json::Error,
+    },
+    /// A record was written by a newer schema than this build understands.
+    #[error("record in {tree} has schema version {found}, this build reads up to {supported}")]
+    UnsupportedVersion {
+        /// The tree holding the record.
+        tree: &'static str,
+        /// Version found.
+        found: u32,
+        /// Highest version this build reads.
+        supported: u32,
+    },
+}
+
+impl StoreError {
+    /// Storage failures are always ours to fix, never the caller's.
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::Internal
+    }
+}

@@ -1,0 +1,98 @@
+//! Key layout. Every key starts with the tenant and a NUL separator; ids follow as raw bytes
+//! and counters as big-endian integers, so a prefix scan yields records in creation order.
+
+use crate::domain::{ConversationId, MessageId, Tenant};
+
+/// `tenant \0`: the prefix shared by all of a tenant's keys.
+fn tenant_prefix(tenant: &Tenant, extra: usize) -> Vec<u8> {
+    let mut key = Vec::with_capacity(tenant.as_str().len() + 1 + extra);
+    key.extend_from_slice(tenant.as_str().as_bytes());
+    key.push(0);
+    key
+}
+
+/// Key of a conversation record.
+pub fn conversation(tenant: &Tenant, id: ConversationId) -> Vec<u8> {
+    let mut key = tenant_prefix(tenant, 16);
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+/// Key of a message record (also of its running marker).
+pub fn message(tenant: &Tenant, id: MessageId) -> Vec<u8> {
+    let mut key = tenant_prefix(tenant, 16);
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+/// Prefix of a conversation's message index entries.
+pub fn conversation_messages(tenant: &Tenant, id: ConversationId) -> Vec<u8> {
+    conversation(tenant, id)
+}
+
+/// Index entry placing message `seq` in its conversation.
+pub fn conversation_message(tenant: &Tenant, id: ConversationId, seq: u64) -> Vec<u8> {
+    let mut key = conversation(tenant, id);
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
+}
+
+/// Prefix of a message's thoughts or events.
+pub fn message_children(tenant: &Tenant, id: MessageId) -> Vec<u8> {
+    message(tenant, id)
+}
+
+/// Key of thought `position` of a message.
+pub fn thought(tenant: &Tenant, id: MessageId, position: u32) -> Vec<u8> {
+    let mut key = message(tenant, id);
+    key.extend_from_slice(&position.to_be_bytes());
+    key
+}
+
+/// Key of event `seq` of a message.
+pub fn event(tenant: &Tenant, id: MessageId, seq: u64) -> Vec<u8> {
+    let mut key = message(tenant, id);
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
+}
+
+/// Splits a key written by [`message`] back into tenant and id.
+pub fn parse_message(key: &[u8]) -> Option<(Tenant, MessageId)> {
+    let split = key.iter().position(|b| *b == 0)?;
+    let tenant = Tenant::parse(std::str::from_utf8(&key[..split]).ok()?)?;
+    let bytes: [u8; 16] = key.get(split + 1..)?.try_into().ok()?;
+    Some((tenant, MessageId(uuid::Uuid::from_bytes(bytes))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn big_endian_counters_sort_numerically() {
+        let tenant = Tenant::default_tenant();
+        let conv = ConversationId::new();
+        let keys: Vec<_> = [1u64, 255, 256, 70_000]
+            .iter()
+            .map(|seq| conversation_message(&tenant, conv, *seq))
+            .collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+    }
+
+    #[test]
+    fn tenants_do_not_share_prefixes() {
+        let id = MessageId::new();
+        let a = message(&Tenant::parse("a").unwrap(), id);
+        let ab = message(&Tenant::parse("ab").unwrap(), id);
+        assert!(!ab.starts_with(&a[..2]));
+    }
+
+    #[test]
+    fn message_keys_round_trip() {
+        let tenant = Tenant::parse("acme").unwrap();
+        let id = MessageId::new();
+        assert_eq!(parse_message(&message(&tenant, id)), Some((tenant, id)));
+    }
+}

@@ -1,0 +1,119 @@
+//! Persistence in embedded sled. This is the only module that names sled.
+//!
+//! One tree per record type; keys are laid out by [`keys`] so scans come out in creation
+//! order. Values are JSON wrapped in `{"v": version, "r": record}` so later schemas can read
+//! old records. Writes are not durable until [`Store::flush`]: callers flush before they
+//! announce a record to a client.
+
+mod error;
+pub mod keys;
+mod messages;
+mod records;
+
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+pub use error::StoreError;
+
+/// Schema version written into every value.
+const SCHEMA_VERSION: u32 = 1;
+
+/// Handle to the database; cheap to clone (sled trees are reference-counted).
+#[derive(Clone)]
+pub struct Store {
+    db: sled::Db,
+    conversations: sled::Tree,
+    messages: sled::Tree,
+    conversation_messages: sled::Tree,
+    thoughts: sled::Tree,
+    events: sled::Tree,
+    /// Markers of messages whose run has not ended, so start-up recovery scans only them.
+    running: sled::Tree,
+}
+
+impl Store {
+    /// Opens (or creates) the database under `path`.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let db = sled::Config::new().path(path).open()?;
+        Self::from_db(db)
+    }
+
+    /// Opens a throw-away database that lives in memory; for tests and benchmarks.
+    pub fn temporary() -> Result<Self, StoreError> {
+        Self::from_db(sled::Config::new().temporary(true).open()?)
+    }
+
+    fn from_db(db: sled::Db) -> Result<Self, StoreError> {
+        Ok(Self {
+            conversations: db.open_tree("conversations")?,
+            messages: db.open_tree("messages")?,
+            conversation_messages: db.open_tree("conversation_messages")?,
+            thoughts: db.open_tree("thoughts")?,
+            events: db.open_tree("events")?,
+            running: db.open_tree("running")?,
+            db,
+        })
+    }
+
+    /// Makes every write so far durable.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the flush unfinished; the data stays in sled's buffer and
+    /// is written by the next flush.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.db.flush_async().await?;
+        Ok(())
+    }
+
+    /// A number larger than any this database handed out before, across restarts; never 0,
+    /// so 0 can mean "before the first" in scans.
+    pub fn next_id(&self) -> Result<u64, StoreError> {
+        Ok(self.db.generate_id()? + 1)
+    }
+}
+
+#[derive(Serialize)]
+struct VersionedRef<'a, T> {
+    v: u32,
+    r: &'a T,
+}
+
+#[derive(Deserialize)]
+struct Versioned<T> {
+    v: u32,
+    r: T,
+}
+
+fn encode<T: Serialize>(tree: &'static str, record: &T) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(&VersionedRef {
+        v: SCHEMA_VERSION,
+        r: record,
+    })
+    .map_err(|source| StoreError::Codec { tree, source })
+}
+
+fn decode<T: DeserializeOwned>(tree: &'static str, bytes: &[u8]) -> Result<T, StoreError> {
+    let versioned: Versioned<T> =
+        serde_json::from_slice(bytes).map_err(|source| StoreError::Codec { tree, source })?;
+    if versioned.v > SCHEMA_VERSION {
+        return Err(StoreError::UnsupportedVersion {
+            tree,
+            found: versioned.v,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(versioned.r)
+}
+
+/// Decodes every value under `prefix`, in key order.
+fn scan<T: DeserializeOwned>(
+    tree: &sled::Tree,
+    name: &'static str,
+    prefix: &[u8],
+) -> Result<Vec<T>, StoreError> {
+    tree.scan_prefix(prefix)
+        .map(|entry| decode(name, &entry?.1))
+        .collect()
+}

@@ -1,0 +1,319 @@
+//! Runs one tool call the way an agent needs it: never failing, always with an observation.
+//!
+//! The engine looks the tool up, parses the model's argument text, lays preset parameters
+//! over it, validates the result against the tool's JSON Schema, runs the tool within a
+//! timeout and measures it. Every failure becomes observation text plus `meta.error`, so
+//! the model can correct itself and the run goes on.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use serde_json::{json, Map, Value};
+
+use super::registry::{Provider, RegisteredTool, ToolSnapshot};
+use crate::domain::{ErrorKind, ToolInvokeMeta};
+
+/// A tool named in a run's configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolRef {
+    /// Provider name.
+    pub provider: String,
+    /// Tool name.
+    pub name: String,
+    /// Values that override the model's arguments and are hidden from it.
+    pub preset: Map<String, Value>,
+}
+
+/// A configured tool that the run cannot use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolSetError {
+    /// No provider of that name.
+    #[error("agent.tools[{index}].provider: unknown tool provider {provider:?}")]
+    UnknownProvider {
+        /// Position in the configured list.
+        index: usize,
+        /// Provider asked for.
+        provider: String,
+    },
+    /// The provider has no such tool.
+    #[error("agent.tools[{index}].name: unknown tool {name:?} of provider {provider:?}")]
+    UnknownTool {
+        /// Position in the configured list.
+        index: usize,
+        /// Provider name.
+        provider: String,
+        /// Tool asked for.
+        name: String,
+    },
+    /// Two configured tools share a name, so the model could not tell them apart.
+    #[error("agent.tools[{index}].name: tool name {name:?} is configured twice")]
+    DuplicateName {
+        /// Position of the second one.
+        index: usize,
+        /// The name.
+        name: String,
+    },
+}
+
+impl ToolSetError {
+    /// The caller named something that is not there.
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::InvalidArgument
+    }
+}
+
+struct Bound {
+    provider: Arc<Provider>,
+    tool: RegisteredTool,
+    preset: Map<String, Value>,
+}
+
+/// The tools of one run, bound to their presets, by the name the model calls them.
+#[derive(Default)]
+pub struct ToolSet {
+    tools: Vec<Bound>,
+    by_name: HashMap<String, usize>,
+}
+
+/// The outcome of one call, successful or not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invocation {
+    /// Provider of the tool; empty when there is no such tool.
+    pub provider: String,
+    /// The text the model sees.
+    pub observation: String,
+    /// Timing, error and configuration.
+    pub meta: ToolInvokeMeta,
+}
+
+/// What the model is offered for one tool: its schema without the preset parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OfferedTool {
+    /// Name.
+    pub name: String,
+    /// Description.
+    pub description: String,
+    /// Argument schema as the model sees it.
+    pub parameters: Value,
+}
+
+impl ToolSet {
+    /// Resolves the configured tools against a registry snapshot.
+    pub fn bind(snapshot: &ToolSnapshot, refs: &[ToolRef]) -> Result<Self, ToolSetError> {
+        let mut set = Self::default();
+        for (index, tool_ref) in refs.iter().enumerate() {
+            let provider =
+                snapshot
+                    .get(&tool_ref.provider)
+                    .ok_or_else(|| ToolSetError::UnknownProvider {
+                        index,
+                        provider: tool_ref.provider.clone(),
+                    })?;
+            let tool =
+                provider
+                    .tools
+                    .get(&tool_ref.name)
+                    .ok_or_else(|| ToolSetError::UnknownTool {
+                        index,
+                        provider: tool_ref.provider.clone(),
+                        name: tool_ref.name.clone(),
+                    })?;
+            if set.by_name.contains_key(&tool_ref.name) {
+                return Err(ToolSetError::DuplicateName {
+                    index,
+                    name: tool_ref.name.clone(),
+                });
+            }
+            set.by_name.insert(tool_ref.name.clone(), set.tools.len());
+            set.tools.push(Bound {
+                provider: Arc::clone(provider),
+                tool: tool.clone(),
+                preset: tool_ref.preset.clone(),
+            });
+        }
+        Ok(set)
+    }
+
+    /// Whether the run has no tools.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// The tools as the model is offered them, in configured order.
+    pub fn offered(&self) -> Vec<OfferedTool> {
+        self.tools
+            .iter()
+            .map(|bound| {
+                let descriptor = bound.tool.tool.descriptor();
+                OfferedTool {
+                    name: descriptor.name.clone(),
+                    description: descriptor.description.clone(),
+                    parameters: hide_presets(&descriptor.parameters, &bound.preset),
+                }
+            })
+            .collect()
+    }
+
+    /// Provider of the tool the model calls `name`, if the run has it.
+    pub fn provider_of(&self, name: &str) -> Option<&str> {
+        self.by_name
+            .get(name)
+            .map(|i| self.tools[*i].provider.name.as_str())
+    }
+
+    /// Runs the call `name(arguments)`, within `timeout`.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the tool's future; the caller decides what to record.
+    pub async fn invoke(&self, name: &str, arguments: &str, timeout: Duration) -> Invocation {
+        let Some(bound) = self.by_name.get(name).map(|i| &self.tools[*i]) else {
+            return failure(
+                String::new(),
+                format!("there is not a tool named {name}"),
+                0.0,
+                Map::new(),
+            );
+        };
+        let config = tool_config(bound);
+        let provider = bound.provider.name.clone();
+        let args = match prepare_arguments(bound, arguments) {
+            Ok(args) => args,
+            Err(reason) => {
+                let text = format!(
+                    "tool parameters validation error: {reason}, please check your tool parameters"
+                );
+                return failure(provider, text, 0.0, config);
+            }
+        };
+        let started = Instant::now();
+        let result = tokio::time::timeout(timeout, bound.tool.tool.call(args)).await;
+        let time_cost = started.elapsed().as_secs_f64();
+        match result {
+            Ok(Ok(output)) => Invocation {
+                provider,
+                observation: output.text,
+                meta: ToolInvokeMeta {
+                    time_cost,
+                    error: None,
+                    tool_config: config,
+                },
+            },
+            Ok(Err(err)) => failure(
+                provider,
+                format!("tool invoke error: {err}"),
+                time_cost,
+                config,
+            ),
+            Err(_) => failure(
+                provider,
+                format!(
+                    "tool invoke error: the tool did not finish within {}s",
+                    timeout.as_secs_f64()
+                ),
+                time_cost,
+                config,
+            ),
+        }
+    }
+}
+
+fn failure(
+    provider: String,
+    text: String,
+    time_cost: f64,
+    tool_config: Map<String, Value>,
+) -> Invocation {
+    Invocation {
+        provider,
+        meta: ToolInvokeMeta {
+            time_cost,
+            error: Some(text.clone()),
+            tool_config,
+        },
+        observation: text,
+    }
+}
+
+fn tool_config(bound: &Bound) -> Map<String, Value> {
+    let descriptor = bound.tool.tool.descriptor();
+    let mut config = Map::new();
+    config.insert("tool_name".into(), json!(descriptor.name));
+    config.insert("tool_provider".into(), json!(bound.provider.name));
+    config.insert(
+        "tool_provider_type".into(),
+        json!(bound.provider.kind.as_str()),
+    );
+    config.insert(
+        "tool_parameters".into(),
+        Value::Object(bound.preset.clone()),
+    );
+    config
+}
+
+/// Parses the model's argument text, applies presets (they win) and validates the result.
+fn prepare_arguments(bound: &Bound, arguments: &str) -> Result<Map<String, Value>, String> {
+    let mut args = parse_arguments(arguments)?;
+    for (key, value) in &bound.preset {
+        args.insert(key.clone(), value.clone());
+    }
+    let instance = Value::Object(args);
+    let problems: Vec<String> = bound
+        .tool
+        .validator
+        .iter_errors(&instance)
+        .map(|err| describe_violation(&err.instance_path().to_string(), &err.to_string()))
+        .collect();
+    if !problems.is_empty() {
+        return Err(problems.join("; "));
+    }
+    match instance {
+        Value::Object(args) => Ok(args),
+        other @ (Value::Null
+        | Value::Bool(_)
+        | Value::Number(_)
+        | Value::String(_)
+        | Value::Array(_)) => Err(format!("arguments must be a JSON object, got {other}")),
+    }
+}
+
+fn parse_arguments(arguments: &str) -> Result<Map<String, Value>, String> {
+    if arguments.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(format!("arguments must be a JSON object, got {other}")),
+        Err(err) => Err(format!("arguments are not valid JSON ({err})")),
+    }
+}
+
+/// `"/a/0/b"` and a message become `a.0.b: message`, naming the field the way people read it.
+fn describe_violation(pointer: &str, message: &str) -> String {
+    let field = pointer.trim_start_matches('/').replace('/', ".");
+    if field.is_empty() {
+        message.to_owned()
+    } else {
+        format!("{field}: {message}")
+    }
+}
+
+/// The schema without the properties that presets fill in.
+fn hide_presets(schema: &Value, preset: &Map<String, Value>) -> Value {
+    let mut schema = schema.clone();
+    if preset.is_empty() {
+        return schema;
+    }
+    if let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+        properties.retain(|key, _| !preset.contains_key(key));
+    }
+    if let Some(required) = schema.get_mut("required").and_then(Value::as_array_mut) {
+        required.retain(|key| key.as_str().is_none_or(|k| !preset.contains_key(k)));
+    }
+    schema
+}
+
+#[cfg(test)]
+mod tests;

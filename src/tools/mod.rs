@@ -1,0 +1,134 @@
+//! Tools an agent may call: the registry of providers, the engine that runs one call, and
+//! the built-in providers.
+//!
+//! Built-in tools are written against the typed [`Tool`] trait; the registry stores every
+//! tool as an object-safe [`ErasedTool`], which HTTP, MCP and client-side tools implement
+//! directly. This room knows neither tonic nor sled.
+
+pub mod builtin;
+pub mod engine;
+mod error;
+mod registry;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+pub use engine::{Invocation, ToolRef, ToolSet, ToolSetError};
+pub use error::{RegistryError, ToolError};
+pub use registry::{Provider, RegisteredTool, ToolRegistry, ToolSnapshot};
+
+/// Where a provider's tools come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// Shipped with the service.
+    Builtin,
+    /// Operations of an HTTP API from an OpenAPI document.
+    Api,
+    /// A knowledge base behind the External Knowledge API.
+    Knowledge,
+    /// Tools of an MCP server.
+    Mcp,
+}
+
+impl ProviderKind {
+    /// The name used in `tool_config.tool_provider_type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Builtin => "builtin",
+            Self::Api => "api",
+            Self::Knowledge => "knowledge",
+            Self::Mcp => "mcp",
+        }
+    }
+}
+
+/// What the model is told about a tool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDescriptor {
+    /// Provider name.
+    pub provider: String,
+    /// Tool name, unique within its provider.
+    pub name: String,
+    /// What the tool does, written for the model.
+    pub description: String,
+    /// JSON Schema of the arguments (an object schema).
+    pub parameters: Value,
+}
+
+/// What a tool returns.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolOutput {
+    /// The observation text the model sees.
+    pub text: String,
+}
+
+impl From<String> for ToolOutput {
+    fn from(text: String) -> Self {
+        Self { text }
+    }
+}
+
+/// A tool as the registry stores it: any implementation, called with JSON arguments that
+/// the engine has already validated against [`ToolDescriptor::parameters`].
+#[async_trait::async_trait]
+pub trait ErasedTool: Send + Sync {
+    /// Name, description and argument schema.
+    fn descriptor(&self) -> &ToolDescriptor;
+
+    /// Runs the tool.
+    async fn call(&self, arguments: Map<String, Value>) -> Result<ToolOutput, ToolError>;
+}
+
+/// A tool with typed arguments, for tools written in Rust.
+pub trait Tool: Send + Sync + 'static {
+    /// Name the model calls it by.
+    const NAME: &'static str;
+    /// Arguments, deserialized from the model's JSON.
+    type Args: DeserializeOwned + Send;
+
+    /// What the tool does, written for the model.
+    fn description(&self) -> String;
+
+    /// JSON Schema of [`Self::Args`].
+    fn parameters(&self) -> Value;
+
+    /// Runs the tool and returns the observation text.
+    fn call(&self, args: Self::Args) -> impl Future<Output = Result<String, ToolError>> + Send;
+}
+
+/// Adapts a typed [`Tool`] to [`ErasedTool`].
+pub struct Typed<T: Tool> {
+    tool: T,
+    descriptor: ToolDescriptor,
+}
+
+impl<T: Tool> Typed<T> {
+    /// Wraps `tool` as a tool of `provider`.
+    pub fn erase(provider: &str, tool: T) -> Arc<dyn ErasedTool> {
+        let descriptor = ToolDescriptor {
+            provider: provider.to_owned(),
+            name: T::NAME.to_owned(),
+            description: tool.description(),
+            parameters: tool.parameters(),
+        };
+        Arc::new(Self { tool, descriptor })
+    }
+}
+
+#[async_trait::async_trait]
+impl<T: Tool> ErasedTool for Typed<T> {
+    fn descriptor(&self) -> &ToolDescriptor {
+        &self.descriptor
+    }
+
+    async fn call(&self, arguments: Map<String, Value>) -> Result<ToolOutput, ToolError> {
+        let args = serde_json::from_value(Value::Object(arguments))
+            .map_err(|err| ToolError::InvalidArguments(err.to_string()))?;
+        self.tool.call(args).await.map(ToolOutput::from)
+    }
+}

@@ -1,0 +1,249 @@
+//! A scripted OpenAI-compatible Chat Completions server on an ephemeral port.
+//!
+//! It answers each request with the next scripted [`Reply`], speaking the real wire format
+//! (SSE `chat.completion.chunk`s, tool-call deltas split across chunks, a usage chunk with
+//! empty choices, `data: [DONE]`), and records every request body it received.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use futures::StreamExt as _;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+/// One tool call as the scripted model streams it.
+#[derive(Clone)]
+pub struct ScriptedCall {
+    pub id: &'static str,
+    pub name: &'static str,
+    /// The argument text, in the pieces it is streamed in.
+    pub argument_chunks: Vec<&'static str>,
+}
+
+impl ScriptedCall {
+    pub fn new(id: &'static str, name: &'static str, argument_chunks: &[&'static str]) -> Self {
+        Self {
+            id,
+            name,
+            argument_chunks: argument_chunks.to_vec(),
+        }
+    }
+}
+
+/// What the server answers to one request.
+#[derive(Clone)]
+pub enum Reply {
+    /// A streamed turn: text pieces, then tool calls, then a usage chunk and `[DONE]`.
+    Stream {
+        text: Vec<&'static str>,
+        calls: Vec<ScriptedCall>,
+        usage: (u64, u64),
+    },
+    /// Streams the text pieces, then breaks the connection.
+    DropAfter(Vec<&'static str>),
+    /// An HTTP error with an OpenAI-style error body.
+    Error { status: u16, message: &'static str },
+    /// A non-streamed `chat.completion`.
+    Completion {
+        text: &'static str,
+        calls: Vec<ScriptedCall>,
+        usage: (u64, u64),
+    },
+}
+
+impl Reply {
+    pub fn text(pieces: &[&'static str], usage: (u64, u64)) -> Self {
+        Reply::Stream {
+            text: pieces.to_vec(),
+            calls: vec![],
+            usage,
+        }
+    }
+
+    pub fn calls(text: &[&'static str], calls: Vec<ScriptedCall>, usage: (u64, u64)) -> Self {
+        Reply::Stream {
+            text: text.to_vec(),
+            calls,
+            usage,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Script {
+    replies: VecDeque<Reply>,
+    /// Answered once the script is used up, for models that never stop.
+    repeat: Option<Reply>,
+    requests: Vec<Value>,
+}
+
+/// The running server.
+#[derive(Clone)]
+pub struct FakeOpenAi {
+    pub addr: SocketAddr,
+    script: Arc<Mutex<Script>>,
+}
+
+impl FakeOpenAi {
+    pub async fn start(replies: Vec<Reply>) -> Self {
+        let script = Arc::new(Mutex::new(Script {
+            replies: replies.into(),
+            ..Script::default()
+        }));
+        let app = Router::new()
+            .route("/v1/chat/completions", post(completions))
+            .with_state(Arc::clone(&script));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { addr, script }
+    }
+
+    /// The API base to configure, e.g. `http://127.0.0.1:1234/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Answer every request after the script with `reply`.
+    pub fn repeat(&self, reply: Reply) {
+        self.script.lock().unwrap().repeat = Some(reply);
+    }
+
+    /// The request bodies received so far.
+    pub fn requests(&self) -> Vec<Value> {
+        self.script.lock().unwrap().requests.clone()
+    }
+}
+
+async fn completions(
+    State(script): State<Arc<Mutex<Script>>>,
+    Json(body): Json<Value>,
+) -> Response {
+    let reply = {
+        let mut script = script.lock().unwrap();
+        script.requests.push(body.clone());
+        script.replies.pop_front().or_else(|| script.repeat.clone())
+    };
+    let model = body["model"].as_str().unwrap_or("model").to_owned();
+    match reply {
+        None => error_response(500, "the fake server's script is used up"),
+        Some(Reply::Error { status, message }) => error_response(status, message),
+        Some(Reply::Completion { text, calls, usage }) => completion(&model, text, &calls, usage),
+        Some(Reply::Stream { text, calls, usage }) => {
+            sse(stream_frames(&model, &text, &calls, usage), false)
+        }
+        Some(Reply::DropAfter(text)) => sse(
+            stream_frames(&model, &text, &[], (0, 0))[..text.len() + 1].to_vec(),
+            true,
+        ),
+    }
+}
+
+fn error_response(status: u16, message: &str) -> Response {
+    let status = StatusCode::from_u16(status).unwrap();
+    let body = json!({"error": {"message": message, "type": "server_error", "code": null}});
+    (status, Json(body)).into_response()
+}
+
+fn chunk(model: &str, delta: Value, finish: Option<&str>) -> String {
+    let chunk = json!({
+        "id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1, "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
+    });
+    format!("data: {chunk}\n\n")
+}
+
+/// The SSE frames of a turn, with a keep-alive comment and CRLF framing mixed in, as real
+/// servers do.
+fn stream_frames(
+    model: &str,
+    text: &[&str],
+    calls: &[ScriptedCall],
+    usage: (u64, u64),
+) -> Vec<String> {
+    let mut frames = vec![chunk(
+        model,
+        json!({"role": "assistant", "content": ""}),
+        None,
+    )];
+    frames.extend(
+        text.iter()
+            .map(|piece| chunk(model, json!({"content": piece}), None)),
+    );
+    frames.push(": keep-alive\r\n\r\n".to_owned());
+    for (index, call) in calls.iter().enumerate() {
+        frames.push(chunk(
+            model,
+            json!({"tool_calls": [{"index": index, "id": call.id, "type": "function",
+                                   "function": {"name": call.name, "arguments": ""}}]}),
+            None,
+        ));
+        for piece in &call.argument_chunks {
+            frames.push(chunk(
+                model,
+                json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}),
+                None,
+            ));
+        }
+    }
+    let finish = if calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    frames.push(chunk(model, json!({}), Some(finish)));
+    let usage = json!({"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1, "model": model,
+        "choices": [], "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1, "total_tokens": usage.0 + usage.1}});
+    frames.push(format!("data: {usage}\r\n\r\n"));
+    frames.push("data: [DONE]\n\n".to_owned());
+    frames
+}
+
+fn sse(frames: Vec<String>, break_connection: bool) -> Response {
+    let mut items: Vec<Result<Bytes, std::io::Error>> = frames
+        .into_iter()
+        .map(|frame| Ok(Bytes::from(frame)))
+        .collect();
+    if break_connection {
+        items.push(Err(std::io::Error::other("connection dropped by the test")));
+    }
+    let stream = futures::stream::iter(items).then(|item| async move {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        item
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+fn completion(model: &str, text: &str, calls: &[ScriptedCall], usage: (u64, u64)) -> Response {
+    let tool_calls: Vec<Value> = calls
+        .iter()
+        .map(|call| json!({"id": call.id, "type": "function",
+                           "function": {"name": call.name, "arguments": call.argument_chunks.concat()}}))
+        .collect();
+    let mut message = json!({"role": "assistant", "content": text});
+    if !tool_calls.is_empty() {
+        message["tool_calls"] = Value::Array(tool_calls);
+    }
+    let finish = if calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    let body = json!({
+        "id": "chatcmpl-test", "object": "chat.completion", "created": 1, "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1, "total_tokens": usage.0 + usage.1}
+    });
+    Json(body).into_response()
+}

@@ -1,0 +1,102 @@
+//! A failing LLM ends the run with an error event and loses nothing already written.
+
+use agent_runner::pb;
+use agent_runner::pb::run_event::Event;
+
+use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
+use crate::server::{kinds, run_request, run_to_end, TestServer};
+
+fn last_error(events: &[pb::RunEvent]) -> pb::RunError {
+    match kinds(events).last() {
+        Some(Event::Error(error)) => error.clone(),
+        other => panic!("the last event is not an error: {other:?}"),
+    }
+}
+
+/// An LLM answering 500 ends the run with an `error` event carrying the provider's message;
+/// the message is FAILED and its first (empty) thought is kept.
+#[tokio::test]
+async fn a_server_error_from_the_llm_fails_the_message() {
+    let llm = FakeOpenAi::start(vec![Reply::Error {
+        status: 500,
+        message: "model overloaded",
+    }])
+    .await;
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut client = server.agents().await;
+
+    let events = run_to_end(&mut client, run_request("hi", &[])).await;
+
+    let error = last_error(&events);
+    assert_eq!(error.code, "llm_server_error");
+    assert!(
+        error.message.contains("model overloaded"),
+        "{}",
+        error.message
+    );
+    assert!(error.usage.is_some());
+    let message_id = events[0].message_id.clone();
+    let message = client
+        .get_message(pb::GetMessageRequest {
+            message_id: message_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(message.status, pb::MessageStatus::Failed as i32);
+    assert_eq!(message.error.unwrap().code, "llm_server_error");
+    let thoughts = client
+        .list_thoughts(pb::ListThoughtsRequest { message_id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(thoughts.thoughts.len(), 1);
+}
+
+/// A connection that drops mid-answer in round 2 ends the run with an error; round 1's
+/// thought with its tool result and round 2's partial text are still readable.
+#[tokio::test]
+async fn a_dropped_stream_keeps_the_thoughts_written_so_far() {
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(
+            &[],
+            vec![ScriptedCall::new(
+                "m",
+                "eval_expression",
+                &["{\"expression\": \"7*6\"}"],
+            )],
+            (3, 3),
+        ),
+        Reply::DropAfter(vec!["The answer", " is"]),
+    ])
+    .await;
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut client = server.agents().await;
+
+    let events = run_to_end(
+        &mut client,
+        run_request("7*6?", &[("maths", "eval_expression")]),
+    )
+    .await;
+
+    assert_eq!(last_error(&events).code, "llm_stream_error");
+    let message_id = events[0].message_id.clone();
+    let message = client
+        .get_message(pb::GetMessageRequest {
+            message_id: message_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(message.status, pb::MessageStatus::Failed as i32);
+    assert_eq!(message.usage.unwrap().total_tokens, 6);
+    let thoughts = client
+        .list_thoughts(pb::ListThoughtsRequest { message_id })
+        .await
+        .unwrap()
+        .into_inner()
+        .thoughts;
+    assert_eq!(thoughts.len(), 2);
+    assert_eq!(thoughts[0].tool_calls[0].observation, "42");
+    assert_eq!(thoughts[1].answer, "The answer is");
+}

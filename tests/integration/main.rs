@@ -1,0 +1,18 @@
+//! Integration tests: the real server on an ephemeral port, driven through the generated
+//! tonic clients, against a scripted OpenAI-compatible server that speaks the real wire
+//! format and records what it was sent. One test binary keeps builds short.
+
+// Test code: a panic is the failure report.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::wildcard_enum_match_arm
+)]
+
+mod fake_openai;
+mod llm_failures;
+mod operations;
+mod persistence;
+mod run_function_calling;
+mod server;
+mod validation;

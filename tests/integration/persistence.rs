@@ -1,0 +1,204 @@
+//! Records survive a restart, and runs a crash left behind are marked interrupted.
+
+use agent_runner::domain::{
+    Conversation, ConversationId, Message, MessageId, MessageStatus, StrategyKind, Tenant, Usage,
+};
+use agent_runner::pb;
+use agent_runner::store::Store;
+
+use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
+use crate::server::{run_request, run_to_end, TestServer};
+
+/// After a restart on the same data directory, `GetMessage`, `ListMessages` and
+/// `ListThoughts` return exactly what they returned before.
+#[tokio::test]
+async fn records_read_back_the_same_after_a_restart() {
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(
+            &["Adding."],
+            vec![ScriptedCall::new(
+                "p",
+                "eval_expression",
+                &["{\"expression\":", " \"1+2\"}"],
+            )],
+            (4, 2),
+        ),
+        Reply::text(&["3"], (6, 1)),
+        Reply::text(&["Again 3"], (2, 2)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(&llm.base_url(), dir.path()).await;
+    let mut client = server.agents().await;
+    let first = run_to_end(
+        &mut client,
+        run_request("1+2?", &[("maths", "eval_expression")]),
+    )
+    .await;
+    let conversation_id = first[0].conversation_id.clone();
+    let mut follow_up = run_request("and again?", &[]);
+    follow_up.conversation_id = conversation_id.clone();
+    let second = run_to_end(&mut client, follow_up).await;
+    assert_eq!(second[0].conversation_id, conversation_id);
+
+    let read =
+        |mut client: pb::agent_service_client::AgentServiceClient<tonic::transport::Channel>,
+         message_id: String,
+         conversation_id: String| async move {
+            let message = client
+                .get_message(pb::GetMessageRequest {
+                    message_id: message_id.clone(),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            let messages = client
+                .list_messages(pb::ListMessagesRequest {
+                    conversation_id,
+                    page_size: 0,
+                    page_token: String::new(),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            let thoughts = client
+                .list_thoughts(pb::ListThoughtsRequest { message_id })
+                .await
+                .unwrap()
+                .into_inner();
+            (message, messages, thoughts)
+        };
+    let message_id = first[0].message_id.clone();
+    let before = read(client, message_id.clone(), conversation_id.clone()).await;
+    server.stop().await;
+
+    let restarted = TestServer::start_in(&llm.base_url(), dir.path()).await;
+    let after = read(restarted.agents().await, message_id, conversation_id).await;
+
+    assert_eq!(before, after);
+    let (message, messages, thoughts) = after;
+    assert_eq!(message.status, pb::MessageStatus::Completed as i32);
+    assert_eq!(message.answer, "Adding.\n3");
+    assert_eq!(message.usage.unwrap().total_tokens, 13);
+    assert_eq!(messages.messages.len(), 2);
+    assert_eq!(messages.messages[0].query, "1+2?");
+    assert_eq!(messages.messages[1].query, "and again?");
+    assert_eq!(thoughts.thoughts.len(), 2);
+    assert_eq!(
+        thoughts.thoughts[0].tool_calls[0].arguments,
+        "{\"expression\": \"1+2\"}"
+    );
+    assert_eq!(thoughts.thoughts[0].tool_calls[0].observation, "3");
+    restarted.stop().await;
+}
+
+/// `ListMessages` pages oldest first and hands out a token for the next page.
+#[tokio::test]
+async fn messages_page_oldest_first() {
+    let llm = FakeOpenAi::start(vec![]).await;
+    llm.repeat(Reply::text(&["ok"], (1, 1)));
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut client = server.agents().await;
+    let first = run_to_end(&mut client, run_request("q1", &[])).await;
+    let conversation_id = first[0].conversation_id.clone();
+    for query in ["q2", "q3"] {
+        let mut request = run_request(query, &[]);
+        request.conversation_id = conversation_id.clone();
+        run_to_end(&mut client, request).await;
+    }
+    let page = |token: String| pb::ListMessagesRequest {
+        conversation_id: conversation_id.clone(),
+        page_size: 2,
+        page_token: token,
+    };
+
+    let one = client
+        .list_messages(page(String::new()))
+        .await
+        .unwrap()
+        .into_inner();
+    let two = client
+        .list_messages(page(one.next_page_token.clone()))
+        .await
+        .unwrap()
+        .into_inner();
+
+    let queries = |r: &pb::ListMessagesResponse| {
+        r.messages
+            .iter()
+            .map(|m| m.query.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(queries(&one), vec!["q1", "q2"]);
+    assert_eq!(queries(&two), vec!["q3"]);
+    assert!(two.next_page_token.is_empty());
+}
+
+/// A message a crashed process left RUNNING is INTERRUPTED once the service starts again,
+/// with its thoughts intact.
+#[tokio::test]
+async fn messages_left_running_by_a_crash_become_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let tenant = Tenant::default_tenant();
+    let message_id = MessageId::new();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let conversation = Conversation {
+            id: ConversationId::new(),
+            tenant: tenant.clone(),
+            user: String::new(),
+            created_at: chrono::Utc::now(),
+        };
+        let message = Message {
+            id: message_id,
+            conversation_id: conversation.id,
+            seq: store.next_id().unwrap(),
+            query: "q".into(),
+            inputs: Default::default(),
+            answer: String::new(),
+            status: MessageStatus::Running,
+            finish_reason: None,
+            error: None,
+            usage: Usage::default(),
+            iterations: 1,
+            strategy: StrategyKind::FunctionCalling,
+            provider: "scripted".into(),
+            model: "m".into(),
+            user: String::new(),
+            created_at: chrono::Utc::now(),
+            updated_at: chrono::Utc::now(),
+        };
+        store
+            .insert_message(&tenant, Some(&conversation), &message)
+            .unwrap();
+        store
+            .put_thought(
+                &tenant,
+                &agent_runner::domain::Thought::begin(message_id, 1),
+            )
+            .unwrap();
+        store.flush().await.unwrap();
+    }
+
+    let server = TestServer::start_in("http://127.0.0.1:9/v1", dir.path()).await;
+    let mut client = server.agents().await;
+    let message = client
+        .get_message(pb::GetMessageRequest {
+            message_id: message_id.to_string(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+
+    assert_eq!(message.status, pb::MessageStatus::Interrupted as i32);
+    assert_eq!(message.error.unwrap().code, "interrupted");
+    let thoughts = client
+        .list_thoughts(pb::ListThoughtsRequest {
+            message_id: message_id.to_string(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(thoughts.thoughts.len(), 1);
+    server.stop().await;
+}

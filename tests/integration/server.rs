@@ -1,0 +1,201 @@
+//! The real service on an ephemeral port, over a temporary data directory, with clients.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use agent_runner::app::{self, AppError, Extensions};
+use agent_runner::config::Config;
+use agent_runner::pb;
+use agent_runner::pb::agent_service_client::AgentServiceClient;
+use agent_runner::pb::tool_registry_client::ToolRegistryClient;
+use agent_runner::test_utils::testing_provider;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+
+/// Provider name of the scripted LLM in the server's configuration.
+pub const PROVIDER: &str = "scripted";
+/// A model with streamed tool calls.
+pub const STREAMING_MODEL: &str = "fc-model";
+/// A model that cannot stream tool calls, so the runner uses the non-streaming path.
+pub const BLOCKING_MODEL: &str = "blocking-model";
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    _temp: Option<tempfile::TempDir>,
+    stop: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<Result<(), AppError>>>,
+}
+
+/// Configuration pointing the `scripted` provider at `llm_base_url`; prices are 1 and 2
+/// per million tokens so tests can check cost arithmetic.
+pub fn config(llm_base_url: &str, data_dir: &Path) -> Config {
+    let text = format!(
+        r#"
+        [server]
+        data_dir = "{dir}"
+        shutdown_grace_secs = 5
+
+        [runner]
+        tool_timeout_secs = 5
+
+        [providers.{PROVIDER}]
+        base_url = "{llm_base_url}"
+        api_key = "test-key"
+        first_byte_timeout_secs = 5
+
+        [[providers.{PROVIDER}.models]]
+        name = "{STREAMING_MODEL}"
+        context_window = 8192
+        input_price = 1
+        output_price = 2
+        currency = "USD"
+
+        [[providers.{PROVIDER}.models]]
+        name = "{BLOCKING_MODEL}"
+        features = ["tool-call"]
+        "#,
+        dir = data_dir.display(),
+    );
+    Config::from_toml(&text).unwrap().validated().unwrap()
+}
+
+impl TestServer {
+    /// Starts on a fresh data directory.
+    pub async fn start(llm_base_url: &str) -> Self {
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path().to_owned();
+        let mut server = Self::start_in(llm_base_url, &dir).await;
+        server._temp = Some(temp);
+        server
+    }
+
+    /// Starts on `data_dir`, which outlives the server (for restart tests).
+    pub async fn start_in(llm_base_url: &str, data_dir: &Path) -> Self {
+        let config = config(llm_base_url, data_dir);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let extensions = Extensions {
+            tool_providers: vec![testing_provider().unwrap()],
+            model_providers: vec![],
+        };
+        let handle = tokio::spawn(app::serve(listener, config, extensions, async {
+            let _ = stopped.await;
+        }));
+        Self {
+            addr,
+            _temp: None,
+            stop: Some(stop),
+            handle: Some(handle),
+        }
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    pub async fn agents(&self) -> AgentServiceClient<Channel> {
+        AgentServiceClient::new(self.channel().await)
+    }
+
+    pub async fn tools(&self) -> ToolRegistryClient<Channel> {
+        ToolRegistryClient::new(self.channel().await)
+    }
+
+    /// Stops gracefully and waits for the server to release the data directory.
+    pub async fn stop(mut self) -> Option<tempfile::TempDir> {
+        self.shutdown().await;
+        self._temp.take()
+    }
+
+    async fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(handle) = self.handle.take() {
+            handle.await.unwrap().unwrap();
+        }
+    }
+}
+
+/// A run request for the scripted streaming model with the given tools.
+pub fn run_request(query: &str, tools: &[(&str, &str)]) -> pb::RunRequest {
+    pb::RunRequest {
+        query: query.to_owned(),
+        agent: Some(pb::AgentConfig {
+            model: Some(pb::ModelConfig {
+                provider: PROVIDER.to_owned(),
+                name: STREAMING_MODEL.to_owned(),
+                ..Default::default()
+            }),
+            instruction: "You are a helpful assistant.".to_owned(),
+            tools: tools
+                .iter()
+                .map(|(provider, name)| pb::AgentTool {
+                    provider: (*provider).to_owned(),
+                    name: (*name).to_owned(),
+                    parameters: None,
+                })
+                .collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Runs `request` and collects every event until the stream ends.
+pub async fn run_to_end(
+    client: &mut AgentServiceClient<Channel>,
+    request: pb::RunRequest,
+) -> Vec<pb::RunEvent> {
+    let mut stream = client.run(request).await.unwrap().into_inner();
+    let mut events = Vec::new();
+    while let Some(event) = stream.message().await.unwrap() {
+        events.push(event);
+    }
+    events
+}
+
+/// The payload of each event.
+pub fn kinds(events: &[pb::RunEvent]) -> Vec<&pb::run_event::Event> {
+    events.iter().filter_map(|e| e.event.as_ref()).collect()
+}
+
+/// The concatenated answer deltas.
+pub fn streamed_text(events: &[pb::RunEvent]) -> String {
+    kinds(events)
+        .into_iter()
+        .filter_map(|e| match e {
+            pb::run_event::Event::Delta(delta) => Some(delta.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The stream's `end` event, which must be the last.
+pub fn end_of(events: &[pb::RunEvent]) -> pb::MessageEnd {
+    match events.last().and_then(|e| e.event.clone()) {
+        Some(pb::run_event::Event::End(end)) => end,
+        other => panic!("the last event is not `end`: {other:?}"),
+    }
+}
+
+/// The last snapshot of each thought, by position.
+pub fn final_thoughts(events: &[pb::RunEvent]) -> Vec<pb::AgentThought> {
+    let mut thoughts: Vec<pb::AgentThought> = Vec::new();
+    for event in kinds(events) {
+        if let pb::run_event::Event::Thought(thought) = event {
+            match thoughts.iter_mut().find(|t| t.position == thought.position) {
+                Some(slot) => *slot = thought.clone(),
+                None => thoughts.push(thought.clone()),
+            }
+        }
+    }
+    thoughts
+}

@@ -1,0 +1,115 @@
+//! Bad requests get a clear status naming the field, before any stream exists.
+
+use agent_runner::pb;
+use tonic::Code;
+
+use crate::fake_openai::FakeOpenAi;
+use crate::server::{run_request, TestServer};
+
+/// Each invalid `Run` request answers its code with the field named, and the LLM is never
+/// called.
+#[tokio::test]
+async fn invalid_runs_are_refused_naming_the_field() {
+    let llm = FakeOpenAi::start(vec![]).await;
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut client = server.agents().await;
+    type Mutation = Box<dyn Fn(&mut pb::RunRequest)>;
+    let cases: Vec<(Mutation, Code, &str)> = vec![
+        (
+            Box::new(|r| r.query.clear()),
+            Code::InvalidArgument,
+            "query must not be empty",
+        ),
+        (
+            Box::new(|r| r.agent = None),
+            Code::InvalidArgument,
+            "agent is required",
+        ),
+        (
+            Box::new(|r| r.agent.as_mut().unwrap().model = None),
+            Code::InvalidArgument,
+            "agent.model is required",
+        ),
+        (
+            Box::new(|r| r.agent.as_mut().unwrap().max_iteration = 100),
+            Code::InvalidArgument,
+            "agent.max_iteration must be between 1 and 99",
+        ),
+        (
+            Box::new(|r| {
+                r.agent.as_mut().unwrap().model.as_mut().unwrap().provider = "nope".into()
+            }),
+            Code::InvalidArgument,
+            "agent.model.provider: unknown provider \"nope\" (configured: scripted)",
+        ),
+        (
+            Box::new(|r| {
+                r.agent.as_mut().unwrap().tools.push(pb::AgentTool {
+                    provider: "time".into(),
+                    name: "teleport".into(),
+                    parameters: None,
+                })
+            }),
+            Code::InvalidArgument,
+            "agent.tools[0].name: unknown tool \"teleport\" of provider \"time\"",
+        ),
+        (
+            Box::new(|r| r.conversation_id = "0190e7a5-0000-7000-8000-000000000000".into()),
+            Code::NotFound,
+            "conversation 0190e7a5-0000-7000-8000-000000000000 not found",
+        ),
+    ];
+    for (mutate, code, message) in cases {
+        let mut request = run_request("hello", &[]);
+        mutate(&mut request);
+        let status = client.run(request).await.unwrap_err();
+        assert_eq!((status.code(), status.message()), (code, message));
+    }
+    assert!(llm.requests().is_empty());
+}
+
+/// Reads of records that do not exist are NOT_FOUND; malformed ids are INVALID_ARGUMENT.
+#[tokio::test]
+async fn unknown_records_are_not_found() {
+    let llm = FakeOpenAi::start(vec![]).await;
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut client = server.agents().await;
+    let missing = "0190e7a5-0000-7000-8000-000000000001".to_owned();
+
+    let status = client
+        .get_message(pb::GetMessageRequest {
+            message_id: missing.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+    let status = client
+        .list_thoughts(pb::ListThoughtsRequest {
+            message_id: missing.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+    let status = client
+        .list_messages(pb::ListMessagesRequest {
+            conversation_id: missing,
+            page_size: 0,
+            page_token: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+    let status = client
+        .get_message(pb::GetMessageRequest {
+            message_id: "42".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (status.code(), status.message()),
+        (
+            Code::InvalidArgument,
+            "message_id is not a valid id: \"42\""
+        )
+    );
+}
