@@ -49,6 +49,8 @@ pub enum Reply {
     },
     /// Streams the text pieces, then breaks the connection.
     DropAfter(Vec<&'static str>),
+    /// Streams the text pieces, then stays silent with the connection open.
+    Stall(Vec<&'static str>),
     /// An HTTP error with an OpenAI-style error body.
     Error { status: u16, message: &'static str },
     /// A non-streamed `chat.completion`.
@@ -140,6 +142,10 @@ async fn completions(
         Some(Reply::Stream { text, calls, usage }) => {
             sse(stream_frames(&model, &text, &calls, usage), false)
         }
+        Some(Reply::Stall(text)) => {
+            let frames = stream_frames(&model, &text, &[], (0, 0))[1..text.len() + 1].to_vec();
+            stalled_sse(frames)
+        }
         Some(Reply::DropAfter(text)) => sse(
             stream_frames(&model, &text, &[], (0, 0))[..text.len() + 1].to_vec(),
             true,
@@ -219,6 +225,19 @@ fn sse(frames: Vec<String>, break_connection: bool) -> Response {
         tokio::time::sleep(Duration::from_millis(1)).await;
         item
     });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+fn stalled_sse(frames: Vec<String>) -> Response {
+    let head = futures::stream::iter(
+        frames
+            .into_iter()
+            .map(|f| Ok::<_, std::io::Error>(Bytes::from(f))),
+    );
+    let stream = head.chain(futures::stream::pending());
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .body(Body::from_stream(stream))

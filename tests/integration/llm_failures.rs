@@ -4,7 +4,7 @@ use agent_runner::pb;
 use agent_runner::pb::run_event::Event;
 
 use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
-use crate::server::{kinds, run_request, run_to_end, TestServer};
+use crate::server::{kinds, run_request, run_to_end, TestServer, IMPATIENT_PROVIDER};
 
 fn last_error(events: &[pb::RunEvent]) -> pb::RunError {
     match kinds(events).last() {
@@ -99,4 +99,28 @@ async fn a_dropped_stream_keeps_the_thoughts_written_so_far() {
     assert_eq!(thoughts.len(), 2);
     assert_eq!(thoughts[0].tool_calls[0].observation, "42");
     assert_eq!(thoughts[1].answer, "The answer is");
+}
+
+/// An LLM server that accepts the request but never sends a byte of the answer runs into
+/// the provider's first-byte timeout; the run fails with `llm_timeout` instead of hanging.
+#[tokio::test]
+async fn a_silent_llm_hits_the_first_byte_timeout() {
+    let llm = FakeOpenAi::start(vec![Reply::Stall(vec![])]).await;
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut client = server.agents().await;
+    let mut request = run_request("hello?", &[]);
+    request
+        .agent
+        .as_mut()
+        .unwrap()
+        .model
+        .as_mut()
+        .unwrap()
+        .provider = IMPATIENT_PROVIDER.into();
+
+    let events = run_to_end(&mut client, request).await;
+
+    let error = last_error(&events);
+    assert_eq!(error.code, "llm_timeout");
+    assert!(error.message.contains("first byte"), "{}", error.message);
 }

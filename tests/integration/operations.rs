@@ -30,7 +30,8 @@ async fn health_reports_both_services_serving() {
     }
 }
 
-/// grpcurl can list the services without .proto files.
+/// grpcurl can list the services without .proto files, over reflection v1 and over the
+/// v1alpha that grpcurl 1.8 speaks.
 #[tokio::test]
 async fn reflection_lists_both_services() {
     let llm = FakeOpenAi::start(vec![]).await;

@@ -202,3 +202,50 @@ async fn messages_left_running_by_a_crash_become_interrupted() {
     assert_eq!(thoughts.thoughts.len(), 1);
     server.stop().await;
 }
+
+/// On shutdown a run in flight ends its stream with an `error` of code `shutdown`, and the
+/// message reads back INTERRUPTED after a restart, with the text streamed so far.
+#[tokio::test]
+async fn shutdown_interrupts_a_running_message() {
+    let llm = FakeOpenAi::start(vec![Reply::Stall(vec!["Thinking"])]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = TestServer::start_in(&llm.base_url(), dir.path()).await;
+    let mut client = server.agents().await;
+    let mut stream = client
+        .run(run_request("slow", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = Vec::new();
+    while let Some(event) = stream.message().await.unwrap() {
+        let delta = matches!(event.event, Some(pb::run_event::Event::Delta(_)));
+        events.push(event);
+        if delta {
+            break;
+        }
+    }
+
+    server.begin_stop();
+    while let Some(event) = stream.message().await.unwrap() {
+        events.push(event);
+    }
+    server.stop().await;
+
+    match events.last().and_then(|e| e.event.clone()) {
+        Some(pb::run_event::Event::Error(error)) => assert_eq!(error.code, "shutdown"),
+        other => panic!("expected a shutdown error, got {other:?}"),
+    }
+    let restarted = TestServer::start_in(&llm.base_url(), dir.path()).await;
+    let message = restarted
+        .agents()
+        .await
+        .get_message(pb::GetMessageRequest {
+            message_id: events[0].message_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(message.status, pb::MessageStatus::Interrupted as i32);
+    assert_eq!(message.answer, "Thinking");
+    restarted.stop().await;
+}

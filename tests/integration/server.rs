@@ -20,6 +20,8 @@ pub const PROVIDER: &str = "scripted";
 pub const STREAMING_MODEL: &str = "fc-model";
 /// A model that cannot stream tool calls, so the runner uses the non-streaming path.
 pub const BLOCKING_MODEL: &str = "blocking-model";
+/// The same LLM server behind a one-second first-byte timeout.
+pub const IMPATIENT_PROVIDER: &str = "impatient";
 
 pub struct TestServer {
     pub addr: SocketAddr,
@@ -55,6 +57,10 @@ pub fn config(llm_base_url: &str, data_dir: &Path) -> Config {
         [[providers.{PROVIDER}.models]]
         name = "{BLOCKING_MODEL}"
         features = ["tool-call"]
+
+        [providers.{IMPATIENT_PROVIDER}]
+        base_url = "{llm_base_url}"
+        first_byte_timeout_secs = 1
         "#,
         dir = data_dir.display(),
     );
@@ -106,6 +112,13 @@ impl TestServer {
 
     pub async fn tools(&self) -> ToolRegistryClient<Channel> {
         ToolRegistryClient::new(self.channel().await)
+    }
+
+    /// Asks the server to stop without waiting for it.
+    pub fn begin_stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
     }
 
     /// Stops gracefully and waits for the server to release the data directory.

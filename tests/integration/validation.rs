@@ -40,7 +40,7 @@ async fn invalid_runs_are_refused_naming_the_field() {
                 r.agent.as_mut().unwrap().model.as_mut().unwrap().provider = "nope".into()
             }),
             Code::InvalidArgument,
-            "agent.model.provider: unknown provider \"nope\" (configured: scripted)",
+            "agent.model.provider: unknown provider \"nope\" (configured: impatient, scripted)",
         ),
         (
             Box::new(|r| {
