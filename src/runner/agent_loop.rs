@@ -15,7 +15,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::emitter::{EmitError, Emitter};
-use super::strategy::{ModelStep, PromptContext, RoundRecord, Strategy, TurnReader};
+use super::strategy::{
+    FinalAnswer, ModelStep, PastTurn, PromptContext, RoundRecord, Strategy, TurnReader,
+};
 use super::{RunSpec, RunnerSettings};
 use crate::domain::{
     FinishReason, Message, MessageStatus, RunFailure, Thought, ToolCallRecord, Usage,
@@ -89,8 +91,14 @@ pub(super) struct AgentRun {
     pub shutdown: CancellationToken,
     pub started: Instant,
     pub usage: Usage,
+    /// Earlier turns of the conversation.
+    pub history: Vec<PastTurn>,
     /// The round being worked on, so a failure can still store what it had.
     pub current: Option<Thought>,
+    /// Every answer delta sent so far.
+    pub streamed: String,
+    /// The final answer, once a turn gave one explicitly.
+    pub answer: Option<String>,
 }
 
 /// Awaits `fut` unless `cancel` fires first.
@@ -154,7 +162,7 @@ impl AgentRun {
         PromptContext {
             model: model.name.clone(),
             instruction: self.spec.filled_instruction(),
-            history: Vec::new(),
+            history: self.history.clone(),
             query: self.spec.query.clone(),
             parameters: model.parameters.clone(),
             stop: model.stop.clone(),
@@ -177,7 +185,7 @@ impl AgentRun {
             .await?;
 
         let request = self.strategy.build_request(context, rounds, tools);
-        let step = self.call_model(&request).await?;
+        let step = self.call_model(&request, tools).await?;
         self.message.iterations = position;
         let calls = step.calls.clone();
         self.record_turn(step).await?;
@@ -204,9 +212,13 @@ impl AgentRun {
     }
 
     /// Calls the model, streaming visible text as answer deltas, and returns its decision.
-    async fn call_model(&mut self, request: &ChatRequest) -> Result<ModelStep, Halt> {
+    async fn call_model(
+        &mut self,
+        request: &ChatRequest,
+        tools: &[OfferedTool],
+    ) -> Result<ModelStep, Halt> {
         let started = Instant::now();
-        let mut reader = self.strategy.reader();
+        let mut reader = self.strategy.reader(tools);
         let streaming = self.model.info.has(Feature::StreamToolCall) || request.tools.is_empty();
         let span = tracing::info_span!("llm", model = %request.model, streaming);
         let end = if streaming {
@@ -221,6 +233,8 @@ impl AgentRun {
             self.show(reader.as_mut(), &turn.text).await?;
             turn.end
         };
+        let held_back = reader.flush();
+        self.stream_text(held_back).await?;
         let tokens = end.usage.unwrap_or_default();
         let usage = self
             .model
@@ -256,38 +270,60 @@ impl AgentRun {
         }
     }
 
-    /// Streams what the reader lets the user see, and keeps the round's text so far.
+    /// Streams what the reader lets the user see of `text`.
     async fn show(&mut self, reader: &mut dyn TurnReader, text: &str) -> Result<(), Halt> {
         let visible = reader.push(text);
+        self.stream_text(visible).await
+    }
+
+    /// Sends visible text as a delta and keeps it as the round's text so far. A round's
+    /// first piece goes on a new line after earlier rounds' text.
+    async fn stream_text(&mut self, visible: String) -> Result<(), Halt> {
         if visible.is_empty() {
             return Ok(());
         }
-        let piece = match self.current.as_mut() {
-            Some(thought) => {
-                let first_of_round = thought.answer.is_empty();
-                thought.thought.push_str(&visible);
-                thought.answer.push_str(&visible);
-                if first_of_round && !self.message.answer.is_empty() {
-                    format!("\n{visible}")
-                } else {
-                    visible
-                }
-            }
-            None => visible,
-        };
-        self.message.answer.push_str(&piece);
+        let first_of_round = self.current.as_ref().is_some_and(|t| t.answer.is_empty());
+        if let Some(thought) = self.current.as_mut() {
+            thought.thought.push_str(&visible);
+            thought.answer.push_str(&visible);
+        }
+        self.send_delta(visible, first_of_round).await
+    }
+
+    async fn send_delta(&mut self, text: String, new_line: bool) -> Result<(), Halt> {
+        let separate = new_line && !self.streamed.is_empty() && !self.streamed.ends_with('\n');
+        let piece = if separate { format!("\n{text}") } else { text };
+        self.streamed.push_str(&piece);
         self.emitter
             .emit(RunEvent::AnswerDelta { text: piece })
             .await?;
         Ok(())
     }
 
+    /// Takes a turn's explicit answer, sending it if the user has not seen it yet.
+    async fn accept_answer(&mut self, answer: FinalAnswer) -> Result<(), Halt> {
+        if !answer.streamed && !answer.text.is_empty() {
+            self.send_delta(answer.text.clone(), true).await?;
+        }
+        self.answer = Some(answer.text);
+        Ok(())
+    }
+
     /// Stores the round's text and calls, then announces them.
     async fn record_turn(&mut self, step: ModelStep) -> Result<(), Halt> {
+        if let Some(answer) = step.final_answer.clone() {
+            self.accept_answer(answer).await?;
+        }
+        let answer_is_stream = self.strategy.streamed_text_is_answer();
         let Some(thought) = self.current.as_mut() else {
             return Ok(());
         };
         thought.thought = step.thought;
+        match step.final_answer {
+            Some(answer) => thought.answer = answer.text,
+            None if !answer_is_stream => thought.answer.clear(),
+            None => {}
+        }
         thought.tool_calls = step
             .calls
             .iter()
@@ -398,6 +434,11 @@ impl AgentRun {
             self.store.put_thought(&self.spec.tenant, &thought)?;
         }
         self.usage.latency = self.started.elapsed().as_secs_f64();
+        self.message.answer = match self.answer.take() {
+            Some(answer) => answer,
+            None if self.strategy.streamed_text_is_answer() => self.streamed.clone(),
+            None => String::new(),
+        };
         let message = &mut self.message;
         message.usage = self.usage.clone();
         message.updated_at = crate::domain::now();

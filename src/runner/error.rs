@@ -30,9 +30,6 @@ pub enum RunError {
         /// The id given.
         id: String,
     },
-    /// The strategy exists in the contract but this build cannot run it.
-    #[error("agent.strategy: {0}")]
-    UnsupportedStrategy(&'static str),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -55,7 +52,7 @@ impl RunError {
     /// The class of failure, for the API layer's one mapping.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::InvalidField(_) | Self::UnsupportedStrategy(_) => ErrorKind::InvalidArgument,
+            Self::InvalidField(_) => ErrorKind::InvalidArgument,
             Self::Model { source, .. } => source.kind(),
             Self::Tools(err) => err.kind(),
             Self::NotFound { .. } => ErrorKind::NotFound,

@@ -7,6 +7,7 @@
 mod agent_loop;
 mod emitter;
 mod error;
+mod history;
 mod spec;
 pub mod strategy;
 
@@ -24,7 +25,8 @@ pub use spec::{
 };
 
 use crate::domain::{
-    Conversation, ConversationId, Message, MessageId, MessageStatus, StrategyKind, Usage,
+    Conversation, ConversationId, FieldError, Message, MessageId, MessageStatus, StrategyKind,
+    Usage,
 };
 use crate::events::EventEnvelope;
 use crate::llm::{Feature, ModelInfo, ModelRegistry};
@@ -32,7 +34,7 @@ use crate::store::Store;
 use crate::tools::{ToolRegistry, ToolSet};
 use agent_loop::AgentRun;
 use emitter::Emitter;
-use strategy::{FunctionCalling, Strategy};
+use strategy::{ChainOfThought, FunctionCalling, PastTurn, Strategy};
 
 /// Tunables of the loop, from the server configuration.
 #[derive(Debug, Clone)]
@@ -130,7 +132,7 @@ impl Runner {
         let model = self
             .models
             .resolve(&spec.agent.model.provider, &spec.agent.model.name)?;
-        let strategy = choose_strategy(spec.agent.strategy, &model.info)?;
+        let strategy = choose_strategy(&spec.agent, &model.info)?;
         let tools = ToolSet::bind(&self.tools.snapshot(), &spec.agent.tools)?;
         let new_conversation = self.conversation_for(&spec)?;
         let conversation_id = new_conversation
@@ -138,6 +140,10 @@ impl Runner {
             .map(|c| c.id)
             .or(spec.conversation_id)
             .unwrap_or_default();
+        let history = match new_conversation {
+            Some(_) => Vec::new(),
+            None => self.history(&spec, conversation_id)?,
+        };
         let message = self.new_message(&spec, conversation_id, strategy.kind())?;
         self.store
             .insert_message(&spec.tenant, new_conversation.as_ref(), &message)?;
@@ -171,10 +177,37 @@ impl Runner {
             shutdown: self.shutdown.clone(),
             started: Instant::now(),
             usage: Usage::default(),
+            history,
             current: None,
+            streamed: String::new(),
+            answer: None,
         };
         self.tracker.spawn(run.drive().instrument(span));
         Ok(handle)
+    }
+
+    /// The earlier turns of a conversation, oldest first, at most `memory.max_turns` of them.
+    fn history(
+        &self,
+        spec: &RunSpec,
+        conversation_id: ConversationId,
+    ) -> Result<Vec<PastTurn>, RunError> {
+        let messages = self
+            .store
+            .list_messages(&spec.tenant, conversation_id, 0, usize::MAX)?;
+        let mut turns = Vec::with_capacity(messages.len());
+        for message in &messages {
+            let thoughts = self.store.list_thoughts(&spec.tenant, message.id)?;
+            let turn = history::past_turn(message, &thoughts);
+            if history::is_useful(message, &turn) {
+                turns.push(turn);
+            }
+        }
+        let keep = match spec.agent.max_history_turns {
+            0 => turns.len(),
+            n => usize::try_from(n).unwrap_or(usize::MAX),
+        };
+        Ok(turns.split_off(turns.len().saturating_sub(keep)))
     }
 
     /// The conversation to create, or `None` when the request continues an existing one.
@@ -222,21 +255,98 @@ impl Runner {
     }
 }
 
-/// Function calling when asked for, or (unspecified) when the model has tool calls.
-fn choose_strategy(
-    requested: Option<StrategyKind>,
-    model: &ModelInfo,
-) -> Result<Box<dyn Strategy>, RunError> {
+/// The requested strategy, or (unspecified) function calling when the model has native
+/// tool calls and runs in chat mode, else chain of thought.
+fn choose_strategy(agent: &AgentSpec, model: &ModelInfo) -> Result<Box<dyn Strategy>, RunError> {
+    let mode = agent.model.mode;
     let native = model.has(Feature::ToolCall) || model.has(Feature::MultiToolCall);
-    let kind = requested.unwrap_or(if native {
-        StrategyKind::FunctionCalling
-    } else {
-        StrategyKind::ChainOfThought
-    });
-    match kind {
-        StrategyKind::FunctionCalling => Ok(Box::new(FunctionCalling)),
-        StrategyKind::ChainOfThought => Err(RunError::UnsupportedStrategy(
-            "chain of thought is not available in this build; use function calling with a model that supports tool calls",
-        )),
+    let kind = agent
+        .strategy
+        .unwrap_or(if native && mode == ModelMode::Chat {
+            StrategyKind::FunctionCalling
+        } else {
+            StrategyKind::ChainOfThought
+        });
+    match (kind, mode) {
+        (StrategyKind::FunctionCalling, ModelMode::Chat) => Ok(Box::new(FunctionCalling)),
+        (StrategyKind::FunctionCalling, ModelMode::Completion) => {
+            Err(RunError::InvalidField(FieldError::new(
+                "agent.model.mode",
+                "COMPLETION needs the chain-of-thought strategy",
+            )))
+        }
+        (StrategyKind::ChainOfThought, mode) => {
+            Ok(Box::new(ChainOfThought::new(mode, &agent.react_prompt)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::ModelEntry;
+
+    fn model(features: &[Feature]) -> ModelInfo {
+        let mut entry = ModelEntry::unlisted("m");
+        entry.features = features.to_vec();
+        ModelInfo::from(&entry)
+    }
+
+    fn chosen(
+        strategy: Option<StrategyKind>,
+        mode: ModelMode,
+        features: &[Feature],
+    ) -> Result<StrategyKind, String> {
+        let agent = AgentSpec {
+            strategy,
+            model: ModelSpec {
+                mode,
+                ..ModelSpec::default()
+            },
+            ..AgentSpec::default()
+        };
+        choose_strategy(&agent, &model(features))
+            .map(|s| s.kind())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn unspecified_strategy_follows_the_model_features() {
+        use Feature::*;
+        use StrategyKind::*;
+        assert_eq!(
+            chosen(None, ModelMode::Chat, &[ToolCall]),
+            Ok(FunctionCalling)
+        );
+        assert_eq!(
+            chosen(None, ModelMode::Chat, &[MultiToolCall]),
+            Ok(FunctionCalling)
+        );
+        assert_eq!(chosen(None, ModelMode::Chat, &[]), Ok(ChainOfThought));
+        assert_eq!(
+            chosen(None, ModelMode::Chat, &[StreamToolCall, Vision]),
+            Ok(ChainOfThought)
+        );
+        assert_eq!(
+            chosen(None, ModelMode::Completion, &[ToolCall]),
+            Ok(ChainOfThought)
+        );
+    }
+
+    #[test]
+    fn an_explicit_strategy_wins_unless_the_mode_cannot_run_it() {
+        use StrategyKind::*;
+        assert_eq!(
+            chosen(Some(ChainOfThought), ModelMode::Chat, &[Feature::ToolCall]),
+            Ok(ChainOfThought)
+        );
+        assert_eq!(
+            chosen(Some(FunctionCalling), ModelMode::Chat, &[]),
+            Ok(FunctionCalling)
+        );
+        assert_eq!(
+            chosen(Some(FunctionCalling), ModelMode::Completion, &[]),
+            Err("agent.model.mode COMPLETION needs the chain-of-thought strategy".to_owned())
+        );
     }
 }

@@ -52,6 +52,8 @@ pub struct AgentSpec {
     pub tools: Vec<ToolRef>,
     /// Overrides the ReAct template.
     pub react_prompt: String,
+    /// Earlier turns sent to the model at most; 0 sends all.
+    pub max_history_turns: u32,
 }
 
 /// One user turn to run.

@@ -9,10 +9,12 @@
     clippy::wildcard_enum_match_arm
 )]
 
+mod conversations;
 mod fake_openai;
 mod llm_failures;
 mod operations;
 mod persistence;
 mod run_function_calling;
+mod run_react;
 mod server;
 mod validation;

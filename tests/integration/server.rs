@@ -20,6 +20,8 @@ pub const PROVIDER: &str = "scripted";
 pub const STREAMING_MODEL: &str = "fc-model";
 /// A model that cannot stream tool calls, so the runner uses the non-streaming path.
 pub const BLOCKING_MODEL: &str = "blocking-model";
+/// A model configured with no features at all, so auto-selection picks chain of thought.
+pub const PLAIN_MODEL: &str = "plain-model";
 /// The same LLM server behind a one-second first-byte timeout.
 pub const IMPATIENT_PROVIDER: &str = "impatient";
 
@@ -57,6 +59,10 @@ pub fn config(llm_base_url: &str, data_dir: &Path) -> Config {
         [[providers.{PROVIDER}.models]]
         name = "{BLOCKING_MODEL}"
         features = ["tool-call"]
+
+        [[providers.{PROVIDER}.models]]
+        name = "{PLAIN_MODEL}"
+        features = []
 
         [providers.{IMPATIENT_PROVIDER}]
         base_url = "{llm_base_url}"

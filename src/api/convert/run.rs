@@ -60,9 +60,9 @@ fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {
         instruction,
         tools,
         react_prompt,
-        // Memory limits are a later feature; an unset config and a default one mean the same.
-        memory: _,
+        memory,
     } = agent;
+    let max_history_turns = memory.map_or(0, |pb::MemoryConfig { max_turns }| max_turns);
     let model = model.ok_or_else(|| invalid("agent.model", "is required"))?;
     Ok(AgentSpec {
         model: model_spec(model)?,
@@ -71,6 +71,7 @@ fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {
         instruction,
         tools: tools.into_iter().map(tool_ref).collect(),
         react_prompt,
+        max_history_turns,
     })
 }
 

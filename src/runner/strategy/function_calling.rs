@@ -26,23 +26,18 @@ impl Strategy for FunctionCalling {
                 content: context.instruction.clone(),
             });
         }
-        messages.extend(context.history.iter().cloned());
-        messages.push(ChatMessage::user_text(context.query.clone()));
-        for round in rounds {
-            messages.push(ChatMessage::Assistant {
-                content: round.text.clone(),
-                tool_calls: round.calls.iter().map(|(call, _)| call.clone()).collect(),
-            });
-            messages.extend(
-                round
-                    .calls
-                    .iter()
-                    .map(|(call, observation)| ChatMessage::Tool {
-                        tool_call_id: call.id.clone(),
-                        content: observation.clone(),
-                    }),
-            );
+        for turn in &context.history {
+            messages.push(ChatMessage::user_text(turn.query.clone()));
+            push_rounds(&mut messages, &turn.rounds);
+            if !turn.answer.is_empty() {
+                messages.push(ChatMessage::Assistant {
+                    content: turn.answer.clone(),
+                    tool_calls: Vec::new(),
+                });
+            }
         }
+        messages.push(ChatMessage::user_text(context.query.clone()));
+        push_rounds(&mut messages, rounds);
         ChatRequest {
             model: context.model.clone(),
             messages,
@@ -60,8 +55,27 @@ impl Strategy for FunctionCalling {
         }
     }
 
-    fn reader(&self) -> Box<dyn TurnReader> {
+    fn reader(&self, _tools: &[OfferedTool]) -> Box<dyn TurnReader> {
         Box::new(TextReader::default())
+    }
+}
+
+/// Each round as the assistant's tool calls followed by one tool message per result.
+fn push_rounds(messages: &mut Vec<ChatMessage>, rounds: &[RoundRecord]) {
+    for round in rounds {
+        messages.push(ChatMessage::Assistant {
+            content: round.text.clone(),
+            tool_calls: round.calls.iter().map(|(call, _)| call.clone()).collect(),
+        });
+        messages.extend(
+            round
+                .calls
+                .iter()
+                .map(|(call, observation)| ChatMessage::Tool {
+                    tool_call_id: call.id.clone(),
+                    content: observation.clone(),
+                }),
+        );
     }
 }
 
@@ -81,6 +95,7 @@ impl TurnReader for TextReader {
         ModelStep {
             thought: self.text,
             calls: end.tool_calls,
+            final_answer: None,
         }
     }
 }

@@ -2,11 +2,14 @@
 //! events; a strategy owns only prompt building and reading the model's turn.
 
 mod function_calling;
+mod react;
+pub mod react_parser;
 
 pub use function_calling::FunctionCalling;
+pub use react::{scratchpad, ChainOfThought, CHAT_TEMPLATE, COMPLETION_TEMPLATE, OBSERVATION_STOP};
 
 use crate::domain::StrategyKind;
-use crate::llm::{ChatMessage, ChatRequest, ToolCallRequest, TurnEnd};
+use crate::llm::{ChatRequest, ToolCallRequest, TurnEnd};
 use crate::tools::engine::OfferedTool;
 
 /// What every prompt of a run is built from.
@@ -16,8 +19,8 @@ pub struct PromptContext {
     pub model: String,
     /// The instruction with its variables filled.
     pub instruction: String,
-    /// Earlier turns of the conversation.
-    pub history: Vec<ChatMessage>,
+    /// Earlier turns of the conversation, oldest first.
+    pub history: Vec<PastTurn>,
     /// The user's query.
     pub query: String,
     /// Sampling parameters.
@@ -26,6 +29,17 @@ pub struct PromptContext {
     pub stop: Vec<String>,
     /// The end user.
     pub user: String,
+}
+
+/// An earlier turn of the conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PastTurn {
+    /// What the user asked.
+    pub query: String,
+    /// The rounds that called tools, with their results.
+    pub rounds: Vec<RoundRecord>,
+    /// The answer the turn ended with.
+    pub answer: String,
 }
 
 /// One finished round of this run, as later prompts need it.
@@ -37,6 +51,15 @@ pub struct RoundRecord {
     pub calls: Vec<(ToolCallRequest, String)>,
 }
 
+/// An answer a turn gave explicitly.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinalAnswer {
+    /// The answer.
+    pub text: String,
+    /// Whether the user has already seen it as it streamed; otherwise it is sent now.
+    pub streamed: bool,
+}
+
 /// What the model decided in one turn.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelStep {
@@ -44,12 +67,20 @@ pub struct ModelStep {
     pub thought: String,
     /// Tools to call; empty ends the run.
     pub calls: Vec<ToolCallRequest>,
+    /// The answer, when the turn gave one explicitly (ReAct); function calling leaves it
+    /// `None` because its answer is the text it streamed.
+    pub final_answer: Option<FinalAnswer>,
 }
 
 /// Reads one streamed model turn.
 pub trait TurnReader: Send {
     /// Takes a piece of model text and returns what the user may see of it now.
     fn push(&mut self, text: &str) -> String;
+
+    /// The stream ended: returns the visible text still held back.
+    fn flush(&mut self) -> String {
+        String::new()
+    }
 
     /// Reads the complete turn.
     fn finish(self: Box<Self>, end: TurnEnd) -> ModelStep;
@@ -68,6 +99,12 @@ pub trait Strategy: Send + Sync {
         tools: &[OfferedTool],
     ) -> ChatRequest;
 
-    /// A reader for the model's next turn.
-    fn reader(&self) -> Box<dyn TurnReader>;
+    /// A reader for the model's next turn, which may call `tools`.
+    fn reader(&self, tools: &[OfferedTool]) -> Box<dyn TurnReader>;
+
+    /// Whether the answer is everything streamed (function calling) rather than only what
+    /// a turn gave as its final answer (ReAct, whose streamed thoughts are not the answer).
+    fn streamed_text_is_answer(&self) -> bool {
+        true
+    }
 }

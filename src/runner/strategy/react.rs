@@ -1,0 +1,366 @@
+//! Chain of thought (ReAct): tools are described in the prompt, the model answers in text,
+//! and its action is read from that text by [`super::react_parser`].
+//!
+//! Chat models get a system prompt, the query, and from round 2 the scratchpad as an
+//! assistant message followed by a `continue` user message. Completion models get one
+//! prompt with the history, the query and the scratchpad filled in.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+
+use super::react_parser::{Action, Piece, ReactParser};
+use super::{FinalAnswer, ModelStep, PastTurn, PromptContext, RoundRecord, Strategy, TurnReader};
+use crate::domain::StrategyKind;
+use crate::llm::{ChatMessage, ChatRequest, ToolCallRequest, TurnEnd};
+use crate::runner::ModelMode;
+use crate::tools::engine::OfferedTool;
+
+/// The stop word that ends a ReAct turn before the model invents a tool result.
+pub const OBSERVATION_STOP: &str = "Observation";
+
+/// The default prompt for chat models.
+pub const CHAT_TEMPLATE: &str = r#"{{instruction}}
+
+You can use tools to answer. Each tool is described below as JSON with its name, what it does, and the JSON Schema of its input:
+{{tools}}
+
+To use a tool, write a short thought, then exactly one action as a JSON blob in a fenced code block, and stop:
+
+Thought: what you need to find out and why
+Action:
+```json
+{"action": "<tool name>", "action_input": {<the tool's input>}}
+```
+
+The tool's result comes back to you as "Observation: ...". Think, act and observe as often as you need. When you can answer, reply:
+
+Thought: I can answer now
+Action:
+```json
+{"action": "Final Answer", "action_input": "<your complete answer for the user>"}
+```
+
+Valid actions are "Final Answer" and: {{tool_names}}. Write one JSON blob per reply and nothing after it."#;
+
+/// The default prompt for completion models: the chat prompt followed by the transcript.
+pub const COMPLETION_TEMPLATE: &str = r#"{{instruction}}
+
+You can use tools to answer. Each tool is described below as JSON with its name, what it does, and the JSON Schema of its input:
+{{tools}}
+
+To use a tool, write a short thought, then exactly one action as a JSON blob in a fenced code block, and stop:
+
+Thought: what you need to find out and why
+Action:
+```json
+{"action": "<tool name>", "action_input": {<the tool's input>}}
+```
+
+The tool's result comes back to you as "Observation: ...". Think, act and observe as often as you need. When you can answer, reply:
+
+Thought: I can answer now
+Action:
+```json
+{"action": "Final Answer", "action_input": "<your complete answer for the user>"}
+```
+
+Valid actions are "Final Answer" and: {{tool_names}}. Write one JSON blob per reply and nothing after it.
+
+{{historic_messages}}Question: {{query}}
+{{agent_scratchpad}}Thought:"#;
+
+/// The chain-of-thought strategy.
+#[derive(Debug, Clone)]
+pub struct ChainOfThought {
+    mode: ModelMode,
+    /// A caller's template; replaces the default for both modes.
+    template: Option<String>,
+}
+
+impl ChainOfThought {
+    /// The strategy for models in `mode`, with an optional custom template.
+    pub fn new(mode: ModelMode, template: &str) -> Self {
+        Self {
+            mode,
+            template: Some(template.to_owned()).filter(|t| !t.trim().is_empty()),
+        }
+    }
+
+    fn template(&self) -> &str {
+        match (&self.template, self.mode) {
+            (Some(custom), _) => custom,
+            (None, ModelMode::Chat) => CHAT_TEMPLATE,
+            (None, ModelMode::Completion) => COMPLETION_TEMPLATE,
+        }
+    }
+
+    fn fill_common(&self, context: &PromptContext, tools: &[OfferedTool]) -> String {
+        let described: Vec<Value> = tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "parameters": t.parameters}))
+            .collect();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        self.template()
+            .replace("{{instruction}}", context.instruction.trim())
+            .replace("{{tools}}", &Value::Array(described).to_string())
+            .replace("{{tool_names}}", &names.join(", "))
+            .trim_start()
+            .to_owned()
+    }
+
+    fn chat_messages(
+        &self,
+        context: &PromptContext,
+        rounds: &[RoundRecord],
+        tools: &[OfferedTool],
+    ) -> Vec<ChatMessage> {
+        let mut messages = vec![ChatMessage::System {
+            content: self.fill_common(context, tools),
+        }];
+        for turn in &context.history {
+            messages.push(ChatMessage::user_text(turn.query.clone()));
+            messages.push(ChatMessage::Assistant {
+                content: collapsed(turn),
+                tool_calls: Vec::new(),
+            });
+        }
+        messages.push(ChatMessage::user_text(context.query.clone()));
+        if !rounds.is_empty() {
+            messages.push(ChatMessage::Assistant {
+                content: scratchpad(rounds),
+                tool_calls: Vec::new(),
+            });
+            messages.push(ChatMessage::user_text("continue"));
+        }
+        messages
+    }
+
+    fn completion_prompt(
+        &self,
+        context: &PromptContext,
+        rounds: &[RoundRecord],
+        tools: &[OfferedTool],
+    ) -> String {
+        self.fill_common(context, tools)
+            .replace("{{historic_messages}}", &historic_text(&context.history))
+            .replace("{{agent_scratchpad}}", &scratchpad(rounds))
+            .replace("{{query}}", &context.query)
+    }
+}
+
+/// A past turn as one scratchpad: its tool rounds, then its answer.
+fn collapsed(turn: &PastTurn) -> String {
+    format!("{}Final Answer: {}", scratchpad(&turn.rounds), turn.answer)
+}
+
+/// Earlier turns as transcript text for completion prompts.
+fn historic_text(history: &[PastTurn]) -> String {
+    history
+        .iter()
+        .map(|turn| format!("Question: {}\n{}\n\n", turn.query, collapsed(turn)))
+        .collect()
+}
+
+/// The rounds so far in the format the prompt asks for, so the model sees its own steps.
+pub fn scratchpad(rounds: &[RoundRecord]) -> String {
+    rounds.iter().map(render_round).collect()
+}
+
+fn render_round(round: &RoundRecord) -> String {
+    let actions: Vec<Value> = round
+        .calls
+        .iter()
+        .map(|(call, _)| json!({"action": call.name, "action_input": input_value(&call.arguments)}))
+        .collect();
+    let action = match actions.as_slice() {
+        [single] => single.to_string(),
+        _ => Value::Array(actions.clone()).to_string(),
+    };
+    let observation = match round.calls.as_slice() {
+        [(_, only)] => only.clone(),
+        calls => calls
+            .iter()
+            .map(|(call, obs)| format!("\n- {}: {obs}", call.name))
+            .collect(),
+    };
+    format!(
+        "Thought: {}\nAction:\n```json\n{action}\n```\nObservation: {observation}\n\n",
+        round.text.trim()
+    )
+}
+
+fn input_value(arguments: &str) -> Value {
+    serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_owned()))
+}
+
+impl Strategy for ChainOfThought {
+    fn kind(&self) -> StrategyKind {
+        StrategyKind::ChainOfThought
+    }
+
+    fn build_request(
+        &self,
+        context: &PromptContext,
+        rounds: &[RoundRecord],
+        tools: &[OfferedTool],
+    ) -> ChatRequest {
+        let messages = match self.mode {
+            ModelMode::Chat => self.chat_messages(context, rounds, tools),
+            ModelMode::Completion => vec![ChatMessage::user_text(
+                self.completion_prompt(context, rounds, tools),
+            )],
+        };
+        let mut stop = context.stop.clone();
+        if !stop.iter().any(|s| s == OBSERVATION_STOP) {
+            stop.push(OBSERVATION_STOP.to_owned());
+        }
+        ChatRequest {
+            model: context.model.clone(),
+            messages,
+            tools: Vec::new(),
+            stop,
+            parameters: context.parameters.clone(),
+            user: Some(context.user.clone()).filter(|u| !u.is_empty()),
+        }
+    }
+
+    fn reader(&self, tools: &[OfferedTool]) -> Box<dyn TurnReader> {
+        Box::new(ReactReader {
+            parser: ReactParser::new(),
+            thought: String::new(),
+            answer: None,
+            actions: Vec::new(),
+            single_parameter: tools.iter().filter_map(single_parameter).collect(),
+        })
+    }
+
+    fn streamed_text_is_answer(&self) -> bool {
+        false
+    }
+}
+
+/// The tool's only parameter, so a plain-string input can be given to it (as models often
+/// write `"action_input": "Paris weather"`).
+fn single_parameter(tool: &OfferedTool) -> Option<(String, String)> {
+    let properties = tool.parameters.get("properties")?.as_object()?;
+    match properties.keys().collect::<Vec<_>>().as_slice() {
+        [only] => Some((tool.name.clone(), (*only).clone())),
+        _ => None,
+    }
+}
+
+/// Reads one ReAct turn.
+struct ReactReader {
+    parser: ReactParser,
+    /// Visible text before any `Final Answer:` mark.
+    thought: String,
+    /// Visible text after a `Final Answer:` mark.
+    answer: Option<String>,
+    actions: Vec<Action>,
+    single_parameter: HashMap<String, String>,
+}
+
+impl ReactReader {
+    fn take(&mut self, pieces: Vec<Piece>) -> String {
+        let mut visible = String::new();
+        for piece in pieces {
+            match piece {
+                Piece::Text(text) => {
+                    match self.answer.as_mut() {
+                        Some(answer) => answer.push_str(&text),
+                        None => self.thought.push_str(&text),
+                    }
+                    visible.push_str(&text);
+                }
+                Piece::AnswerMark(_) => self.answer = Some(self.answer.take().unwrap_or_default()),
+                Piece::Actions { actions, .. } => self.actions.extend(actions),
+                Piece::Hidden(_) => {}
+            }
+        }
+        visible
+    }
+
+    fn call(&self, action: Action) -> ToolCallRequest {
+        let arguments = match action.input {
+            Value::Object(map) => Value::Object(map).to_string(),
+            Value::Null => "{}".to_owned(),
+            Value::String(text)
+                if serde_json::from_str::<serde_json::Map<String, Value>>(&text).is_ok() =>
+            {
+                text
+            }
+            other @ (Value::String(_) | Value::Bool(_) | Value::Number(_) | Value::Array(_)) => {
+                match self.single_parameter.get(&action.name) {
+                    Some(parameter) => json!({ parameter: other }).to_string(),
+                    None => other.to_string(),
+                }
+            }
+        };
+        ToolCallRequest {
+            id: format!("call_{}", uuid::Uuid::new_v4().simple()),
+            name: action.name,
+            arguments,
+        }
+    }
+}
+
+fn answer_text(input: Value) -> String {
+    match input {
+        Value::String(text) => text,
+        Value::Null => String::new(),
+        other @ (Value::Bool(_) | Value::Number(_) | Value::Array(_) | Value::Object(_)) => {
+            other.to_string()
+        }
+    }
+}
+
+impl TurnReader for ReactReader {
+    fn push(&mut self, text: &str) -> String {
+        let pieces = self.parser.push(text);
+        self.take(pieces)
+    }
+
+    fn flush(&mut self) -> String {
+        let pieces = self.parser.finish();
+        self.take(pieces)
+    }
+
+    fn finish(mut self: Box<Self>, _end: TurnEnd) -> ModelStep {
+        let thought = self.thought.trim().to_owned();
+        let mut actions = std::mem::take(&mut self.actions);
+        let final_answer = match actions.first() {
+            Some(first) if first.is_final_answer() => {
+                let first = actions.remove(0);
+                actions.clear();
+                Some(FinalAnswer {
+                    text: answer_text(first.input),
+                    streamed: false,
+                })
+            }
+            Some(_) => None,
+            None => Some(FinalAnswer {
+                text: self
+                    .answer
+                    .take()
+                    .unwrap_or_else(|| thought.clone())
+                    .trim()
+                    .to_owned(),
+                streamed: true,
+            }),
+        };
+        let calls = actions
+            .into_iter()
+            .filter(|a| !a.is_final_answer())
+            .map(|a| self.call(a))
+            .collect();
+        ModelStep {
+            thought,
+            calls,
+            final_answer,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
