@@ -17,7 +17,10 @@ fn main() -> anyhow::Result<()> {
         out_dir.join("agentrunner_descriptor.bin"),
         fds.encode_to_vec(),
     )?;
+    // Ordered maps make a request's encoding deterministic, so idempotency keys can compare
+    // requests by their bytes.
     tonic_prost_build::configure()
+        .btree_map(".")
         .build_client(true)
         .build_server(true)
         .compile_fds(fds)?;

@@ -71,13 +71,6 @@ pub enum RunEvent {
 }
 
 impl RunEvent {
-    /// Whether the event tells the client about a record, so that record must be durable
-    /// before the event is sent. Answer deltas only preview text that the next thought
-    /// record carries.
-    pub fn announces_record(&self) -> bool {
-        !matches!(self, RunEvent::AnswerDelta { .. })
-    }
-
     /// Whether this is the last event of a run.
     pub fn is_terminal(&self) -> bool {
         matches!(self, RunEvent::MessageEnd { .. } | RunEvent::Error { .. })

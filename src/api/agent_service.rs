@@ -8,7 +8,7 @@ use tonic::{Request, Response, Status};
 use super::convert::{parse_id, run_spec};
 use super::status::from_error;
 use super::stream::RunEventStream;
-use super::tenant_of;
+use super::{deadline_of, tenant_of};
 use crate::domain::{ConversationId, MessageId};
 use crate::pb;
 use crate::pb::agent_service_server::AgentService;
@@ -43,30 +43,50 @@ impl AgentService for AgentApi {
 
     async fn run(&self, request: Request<pb::RunRequest>) -> Result<Response<RunStream>, Status> {
         let tenant = tenant_of(&request)?;
-        let spec = run_spec(tenant, request.into_inner())?;
+        let deadline = deadline_of(&request);
+        let cancel_on_disconnect = request.get_ref().cancel_on_disconnect;
+        let spec = run_spec(tenant, request.into_inner(), deadline)?;
         let cancel = self.runner.run_token();
         let handle = self
             .runner
             .start(spec, cancel.clone())
             .await
             .map_err(from_error)?;
-        let stream = RunEventStream::new(handle.events, cancel.drop_guard());
-        Ok(Response::new(Box::pin(stream)))
+        let guard = cancel_on_disconnect.then(|| cancel.drop_guard());
+        Ok(Response::new(Box::pin(RunEventStream::new(
+            handle.events,
+            guard,
+        ))))
     }
 
-    async fn attach(&self, _: Request<pb::AttachRequest>) -> Result<Response<RunStream>, Status> {
-        Err(Status::unimplemented(
-            "Attach is not available in this build",
-        ))
+    async fn attach(
+        &self,
+        request: Request<pb::AttachRequest>,
+    ) -> Result<Response<RunStream>, Status> {
+        let tenant = tenant_of(&request)?;
+        let pb::AttachRequest {
+            message_id,
+            after_seq,
+        } = request.into_inner();
+        let id: MessageId = parse_id("message_id", &message_id)?;
+        let events = self
+            .runner
+            .attach(&tenant, id, after_seq)
+            .map_err(from_error)?;
+        Ok(Response::new(Box::pin(RunEventStream::new(events, None))))
     }
 
     async fn cancel(
         &self,
-        _: Request<pb::CancelRequest>,
+        request: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelResponse>, Status> {
-        Err(Status::unimplemented(
-            "Cancel is not available in this build",
-        ))
+        let tenant = tenant_of(&request)?;
+        let pb::CancelRequest { message_id } = request.into_inner();
+        let id: MessageId = parse_id("message_id", &message_id)?;
+        let status = self.runner.cancel(&tenant, id).await.map_err(from_error)?;
+        Ok(Response::new(pb::CancelResponse {
+            status: super::convert::message_status(status).into(),
+        }))
     }
 
     async fn submit_tool_outputs(

@@ -43,6 +43,22 @@ pub fn tenant_of<T>(request: &Request<T>) -> Result<Tenant, Status> {
         .ok_or_else(|| status::invalid(TENANT_HEADER, "must be 1 to 64 printable characters"))
 }
 
+/// The caller's deadline from the `grpc-timeout` header (`<digits><unit>`, units H M S m u n).
+pub fn deadline_of<T>(request: &Request<T>) -> Option<Duration> {
+    let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    let amount: u64 = digits.parse().ok()?;
+    match unit {
+        "H" => Some(Duration::from_secs(amount.saturating_mul(3600))),
+        "M" => Some(Duration::from_secs(amount.saturating_mul(60))),
+        "S" => Some(Duration::from_secs(amount)),
+        "m" => Some(Duration::from_millis(amount)),
+        "u" => Some(Duration::from_micros(amount)),
+        "n" => Some(Duration::from_nanos(amount)),
+        _ => None,
+    }
+}
+
 /// Marks both services serving; called once the store is open.
 pub async fn set_serving(reporter: &HealthReporter) {
     reporter.set_serving::<AgentServiceServer<AgentApi>>().await;

@@ -1,5 +1,5 @@
-//! The response stream of a run: events from the run's channel, and a guard that cancels
-//! the run as soon as tonic drops the stream (the client went away).
+//! The response stream of a run: events from a follower's channel and, when the caller asked
+//! for it, a guard that cancels the run as soon as tonic drops the stream.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -13,15 +13,15 @@ use tonic::Status;
 use crate::events::EventEnvelope;
 use crate::pb;
 
-/// Streams a run's events as protobuf; dropping it cancels the run.
+/// Streams a run's events as protobuf; with a guard, dropping it cancels the run.
 pub struct RunEventStream {
     events: ReceiverStream<EventEnvelope>,
-    _cancel_on_drop: DropGuard,
+    _cancel_on_drop: Option<DropGuard>,
 }
 
 impl RunEventStream {
-    /// Wraps a run's receiver with the guard of its cancellation token.
-    pub fn new(events: mpsc::Receiver<EventEnvelope>, cancel_on_drop: DropGuard) -> Self {
+    /// Wraps a follower's receiver, optionally with the guard of the run's token.
+    pub fn new(events: mpsc::Receiver<EventEnvelope>, cancel_on_drop: Option<DropGuard>) -> Self {
         Self {
             events: ReceiverStream::new(events),
             _cancel_on_drop: cancel_on_drop,

@@ -70,6 +70,15 @@ pub enum FinishReason {
     Cancelled,
 }
 
+/// What an idempotency key points at: the message it started and the request it came with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdempotencyRecord {
+    /// The message the first request started.
+    pub message_id: MessageId,
+    /// Digest of that request, to tell a retry from a different request reusing the key.
+    pub fingerprint: String,
+}
+
 /// A failure recorded on a message and sent as the stream's last event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunFailure {

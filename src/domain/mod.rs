@@ -11,7 +11,9 @@ mod usage;
 
 pub use error::{ErrorKind, FieldError};
 pub use ids::{ConversationId, MessageId, Tenant, ThoughtId};
-pub use message::{Conversation, FinishReason, Message, MessageStatus, RunFailure, StrategyKind};
+pub use message::{
+    Conversation, FinishReason, IdempotencyRecord, Message, MessageStatus, RunFailure, StrategyKind,
+};
 pub use thought::{Thought, ToolCallRecord, ToolInvokeMeta};
 pub use usage::{Pricing, TokenUsage, Usage};
 

@@ -14,7 +14,8 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::emitter::{EmitError, Emitter};
+use super::emitter::Emitter;
+use super::live::LiveRuns;
 use super::strategy::{
     FinalAnswer, ModelStep, PastTurn, PromptContext, RoundRecord, Strategy, TurnReader,
 };
@@ -36,15 +37,6 @@ enum Halt {
     Cancelled,
     /// Something failed; recorded on the message.
     Failed(RunFailure),
-}
-
-impl From<EmitError> for Halt {
-    fn from(err: EmitError) -> Self {
-        match err {
-            EmitError::Cancelled => Halt::Cancelled,
-            EmitError::Store(err) => err.into(),
-        }
-    }
 }
 
 impl From<StoreError> for Halt {
@@ -87,6 +79,8 @@ pub(super) struct AgentRun {
     pub tools: Arc<ToolSet>,
     pub settings: RunnerSettings,
     pub emitter: Emitter,
+    /// Where the run is registered while it is in progress.
+    pub live: Arc<LiveRuns>,
     pub cancel: CancellationToken,
     pub shutdown: CancellationToken,
     pub started: Instant,
@@ -114,9 +108,11 @@ impl AgentRun {
     /// Runs the loop to its end and records the outcome.
     pub async fn drive(mut self) {
         let outcome = self.run_rounds().await;
+        let (live, id) = (Arc::clone(&self.live), self.message.id);
         if let Err(err) = self.finish(outcome).await {
             tracing::error!(error = %err, "could not record the end of a run");
         }
+        live.remove(id);
     }
 
     async fn run_rounds(&mut self) -> Result<FinishReason, Halt> {
@@ -469,7 +465,7 @@ impl AgentRun {
         tracing::info!(status = ?self.message.status, iterations = self.message.iterations, "run ended");
         self.store
             .update_message(&self.spec.tenant, &self.message)?;
-        self.emitter.emit_last(event).await
+        self.emitter.emit(event).await
     }
 }
 

@@ -33,6 +33,17 @@ pub enum RunError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The message is not running, so it cannot be cancelled.
+    #[error("message {id} is not running (it is {status:?})")]
+    NotRunning {
+        /// The message.
+        id: String,
+        /// Its status.
+        status: crate::domain::MessageStatus,
+    },
+    /// An idempotency key came back with a different request.
+    #[error("idempotency_key was already used with a different request")]
+    KeyReused,
     /// The service is stopping and takes no new runs.
     #[error("the service is shutting down")]
     ShuttingDown,
@@ -57,6 +68,8 @@ impl RunError {
             Self::Tools(err) => err.kind(),
             Self::NotFound { .. } => ErrorKind::NotFound,
             Self::Store(err) => err.kind(),
+            Self::NotRunning { .. } => ErrorKind::FailedPrecondition,
+            Self::KeyReused => ErrorKind::AlreadyExists,
             Self::ShuttingDown => ErrorKind::Unavailable,
         }
     }

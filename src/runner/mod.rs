@@ -1,5 +1,6 @@
 //! The agent runner: validates a run, writes its message, and drives the agent loop in a
-//! task of its own that reports through a bounded channel of [`EventEnvelope`]s.
+//! task of its own. Clients follow a run's events through [`live::follow`]: stored ones first,
+//! then live ones, so a dropped connection can re-attach without gaps.
 //!
 //! The runner knows neither tonic nor sled: it reads models from [`crate::llm`], tools from
 //! [`crate::tools`] and persists through [`Store`]'s record API.
@@ -8,33 +9,31 @@ mod agent_loop;
 mod emitter;
 mod error;
 mod history;
+mod live;
 mod spec;
+mod start;
 pub mod strategy;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::Instrument;
 
 pub use error::RunError;
 pub use spec::{
-    AgentSpec, ModelMode, ModelSpec, RunSpec, DEFAULT_MAX_ITERATION, MAX_ITERATION_LIMIT,
+    AgentSpec, Idempotency, ModelMode, ModelSpec, RunSpec, DEFAULT_MAX_ITERATION,
+    MAX_ITERATION_LIMIT,
 };
 
-use crate::domain::{
-    Conversation, ConversationId, FieldError, Message, MessageId, MessageStatus, StrategyKind,
-    Usage,
-};
+use crate::domain::{ConversationId, FieldError, MessageId, MessageStatus, StrategyKind, Tenant};
 use crate::events::EventEnvelope;
 use crate::llm::{Feature, ModelInfo, ModelRegistry};
 use crate::store::Store;
-use crate::tools::{ToolRegistry, ToolSet};
-use agent_loop::AgentRun;
-use emitter::Emitter;
-use strategy::{ChainOfThought, FunctionCalling, PastTurn, Strategy};
+use crate::tools::ToolRegistry;
+use live::LiveRuns;
+use strategy::{ChainOfThought, FunctionCalling, Strategy};
 
 /// Tunables of the loop, from the server configuration.
 #[derive(Debug, Clone)]
@@ -43,7 +42,7 @@ pub struct RunnerSettings {
     pub tool_timeout: Duration,
     /// Tool calls of one round that run at once.
     pub tool_concurrency: usize,
-    /// Events buffered per run before a slow client holds the run back.
+    /// Events buffered per run and per follower.
     pub event_buffer: usize,
 }
 
@@ -57,24 +56,28 @@ impl Default for RunnerSettings {
     }
 }
 
-/// A started run: its ids and its event stream.
+/// A started (or, for an idempotent retry, already running) run: its ids and its events.
 #[derive(Debug)]
 pub struct RunHandle {
-    /// The new message.
+    /// The message.
     pub message_id: MessageId,
-    /// Its conversation (new or given).
+    /// Its conversation.
     pub conversation_id: ConversationId,
-    /// Events in `seq` order; closes after the last one.
+    /// Events in `seq` order from the first; closes after the last one.
     pub events: mpsc::Receiver<EventEnvelope>,
 }
 
-/// Starts runs and tracks them until they end.
+/// How long `Cancel` waits for a run to record its end before answering.
+const CANCEL_WAIT: Duration = Duration::from_secs(10);
+
+/// Starts runs, tracks them until they end, and lets callers follow or stop them.
 #[derive(Clone)]
 pub struct Runner {
     store: Store,
     models: Arc<ModelRegistry>,
     tools: Arc<ToolRegistry>,
     settings: RunnerSettings,
+    live: Arc<LiveRuns>,
     /// Fires when the service shuts down; every run's token is a child of it.
     shutdown: CancellationToken,
     /// Lets shutdown wait for runs to record how they ended.
@@ -94,6 +97,7 @@ impl Runner {
             models,
             tools,
             settings,
+            live: Arc::default(),
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
         }
@@ -119,139 +123,62 @@ impl Runner {
             .is_ok()
     }
 
-    /// Validates `spec`, writes the message as running and starts the loop.
-    pub async fn start(
+    /// The events of a message after `after_seq`: stored ones, then live ones until the
+    /// last. Attaching to a finished message replays it and ends.
+    pub fn attach(
         &self,
-        spec: RunSpec,
-        cancel: CancellationToken,
-    ) -> Result<RunHandle, RunError> {
-        if self.shutdown.is_cancelled() {
-            return Err(RunError::ShuttingDown);
+        tenant: &Tenant,
+        message_id: MessageId,
+        after_seq: u64,
+    ) -> Result<mpsc::Receiver<EventEnvelope>, RunError> {
+        let live = self.live.subscribe(tenant, message_id);
+        if live.is_none() && self.store.get_message(tenant, message_id)?.is_none() {
+            return Err(RunError::not_found("message", message_id));
         }
-        let spec = spec.validated()?;
-        let model = self
-            .models
-            .resolve(&spec.agent.model.provider, &spec.agent.model.name)?;
-        let strategy = choose_strategy(&spec.agent, &model.info)?;
-        let tools = ToolSet::bind(&self.tools.snapshot(), &spec.agent.tools)?;
-        let new_conversation = self.conversation_for(&spec)?;
-        let conversation_id = new_conversation
-            .as_ref()
-            .map(|c| c.id)
-            .or(spec.conversation_id)
-            .unwrap_or_default();
-        let history = match new_conversation {
-            Some(_) => Vec::new(),
-            None => self.history(&spec, conversation_id)?,
-        };
-        let message = self.new_message(&spec, conversation_id, strategy.kind())?;
-        self.store
-            .insert_message(&spec.tenant, new_conversation.as_ref(), &message)?;
-        self.store.flush().await?;
-
-        let (tx, rx) = mpsc::channel(self.settings.event_buffer.max(1));
-        let span = tracing::info_span!("run", message_id = %message.id, conversation_id = %conversation_id);
-        let emitter = Emitter::new(
+        Ok(live::follow(
             self.store.clone(),
-            spec.tenant.clone(),
-            conversation_id,
-            message.id,
-            tx,
-            cancel.clone(),
-        );
-        let handle = RunHandle {
-            message_id: message.id,
-            conversation_id,
-            events: rx,
-        };
-        let run = AgentRun {
-            store: self.store.clone(),
-            spec,
-            message,
-            model,
-            strategy,
-            tools: Arc::new(tools),
-            settings: self.settings.clone(),
-            emitter,
-            cancel,
-            shutdown: self.shutdown.clone(),
-            started: Instant::now(),
-            usage: Usage::default(),
-            history,
-            current: None,
-            streamed: String::new(),
-            answer: None,
-        };
-        self.tracker.spawn(run.drive().instrument(span));
-        Ok(handle)
+            tenant.clone(),
+            message_id,
+            after_seq,
+            live,
+            self.settings.event_buffer,
+        ))
     }
 
-    /// The earlier turns of a conversation, oldest first, at most `memory.max_turns` of them.
-    fn history(
+    /// Stops a running message and waits (briefly) until it has recorded its end; returns
+    /// the status it ended with.
+    pub async fn cancel(
         &self,
-        spec: &RunSpec,
-        conversation_id: ConversationId,
-    ) -> Result<Vec<PastTurn>, RunError> {
-        let messages = self
+        tenant: &Tenant,
+        message_id: MessageId,
+    ) -> Result<MessageStatus, RunError> {
+        let Some(run) = self.live.get(tenant, message_id) else {
+            let message = self
+                .store
+                .get_message(tenant, message_id)?
+                .ok_or_else(|| RunError::not_found("message", message_id))?;
+            return Err(RunError::NotRunning {
+                id: message_id.to_string(),
+                status: message.status,
+            });
+        };
+        let mut events = run.events.subscribe();
+        run.cancel.cancel();
+        // Our handle holds a sender too; the channel can only close once it is gone.
+        drop(run);
+        let ended = async {
+            // The channel closes once the run has recorded its end and left the registry.
+            while !matches!(
+                events.recv().await,
+                Err(broadcast::error::RecvError::Closed)
+            ) {}
+        };
+        let _ = tokio::time::timeout(CANCEL_WAIT, ended).await;
+        let message = self
             .store
-            .list_messages(&spec.tenant, conversation_id, 0, usize::MAX)?;
-        let mut turns = Vec::with_capacity(messages.len());
-        for message in &messages {
-            let thoughts = self.store.list_thoughts(&spec.tenant, message.id)?;
-            let turn = history::past_turn(message, &thoughts);
-            if history::is_useful(message, &turn) {
-                turns.push(turn);
-            }
-        }
-        let keep = match spec.agent.max_history_turns {
-            0 => turns.len(),
-            n => usize::try_from(n).unwrap_or(usize::MAX),
-        };
-        Ok(turns.split_off(turns.len().saturating_sub(keep)))
-    }
-
-    /// The conversation to create, or `None` when the request continues an existing one.
-    fn conversation_for(&self, spec: &RunSpec) -> Result<Option<Conversation>, RunError> {
-        match spec.conversation_id {
-            Some(id) => match self.store.get_conversation(&spec.tenant, id)? {
-                Some(_) => Ok(None),
-                None => Err(RunError::not_found("conversation", id)),
-            },
-            None => Ok(Some(Conversation {
-                id: ConversationId::new(),
-                tenant: spec.tenant.clone(),
-                user: spec.user.clone(),
-                created_at: crate::domain::now(),
-            })),
-        }
-    }
-
-    fn new_message(
-        &self,
-        spec: &RunSpec,
-        conversation_id: ConversationId,
-        strategy: StrategyKind,
-    ) -> Result<Message, RunError> {
-        let now = crate::domain::now();
-        Ok(Message {
-            id: MessageId::new(),
-            conversation_id,
-            seq: self.store.next_id()?,
-            query: spec.query.clone(),
-            inputs: spec.inputs.clone(),
-            answer: String::new(),
-            status: MessageStatus::Running,
-            finish_reason: None,
-            error: None,
-            usage: Usage::default(),
-            iterations: 0,
-            strategy,
-            provider: spec.agent.model.provider.clone(),
-            model: spec.agent.model.name.clone(),
-            user: spec.user.clone(),
-            created_at: now,
-            updated_at: now,
-        })
+            .get_message(tenant, message_id)?
+            .ok_or_else(|| RunError::not_found("message", message_id))?;
+        Ok(message.status)
     }
 }
 

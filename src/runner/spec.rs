@@ -56,6 +56,18 @@ pub struct AgentSpec {
     pub max_history_turns: u32,
 }
 
+/// A caller's idempotency key with a digest of the request it came with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idempotency {
+    /// The key, unique per tenant.
+    pub key: String,
+    /// Digest of the request, to tell a retry from a reuse of the key.
+    pub fingerprint: String,
+}
+
+/// Longest idempotency key accepted.
+const MAX_KEY_LEN: usize = 256;
+
 /// One user turn to run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSpec {
@@ -71,6 +83,10 @@ pub struct RunSpec {
     pub user: String,
     /// The agent.
     pub agent: AgentSpec,
+    /// Makes retries safe: the same key and request follow the first run.
+    pub idempotency: Option<Idempotency>,
+    /// The caller's deadline; when it passes the run is cancelled.
+    pub deadline: Option<std::time::Duration>,
 }
 
 impl RunSpec {
@@ -96,6 +112,16 @@ impl RunSpec {
                 ))
             }
         };
+        if self
+            .idempotency
+            .as_ref()
+            .is_some_and(|i| i.key.len() > MAX_KEY_LEN)
+        {
+            return Err(FieldError::new(
+                "idempotency_key",
+                format!("must be at most {MAX_KEY_LEN} bytes"),
+            ));
+        }
         for (index, tool) in self.agent.tools.iter().enumerate() {
             if tool.provider.is_empty() || tool.name.is_empty() {
                 return Err(FieldError::new(
@@ -128,6 +154,8 @@ mod tests {
             query: "hi".into(),
             inputs: BTreeMap::new(),
             user: String::new(),
+            idempotency: None,
+            deadline: None,
             agent: AgentSpec {
                 model: ModelSpec {
                     provider: "openai".into(),

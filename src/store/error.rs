@@ -16,6 +16,9 @@ pub enum StoreError {
         /// The serde failure.
         source: serde_json::Error,
     },
+    /// Making writes durable failed.
+    #[error("flush failed: {0}")]
+    Flush(String),
     /// A record was written by a newer schema than this build understands.
     #[error("record in {tree} has schema version {found}, this build reads up to {supported}")]
     UnsupportedVersion {

@@ -56,6 +56,13 @@ pub fn event(tenant: &Tenant, id: MessageId, seq: u64) -> Vec<u8> {
     key
 }
 
+/// Key of an idempotency record.
+pub fn idempotency(tenant: &Tenant, key: &str) -> Vec<u8> {
+    let mut out = tenant_prefix(tenant, key.len());
+    out.extend_from_slice(key.as_bytes());
+    out
+}
+
 /// Splits a key written by [`message`] back into tenant and id.
 pub fn parse_message(key: &[u8]) -> Option<(Tenant, MessageId)> {
     let split = key.iter().position(|b| *b == 0)?;

@@ -5,8 +5,18 @@ use sled::Transactional;
 
 use super::{decode, encode, keys, Store, StoreError};
 use crate::domain::{
-    Conversation, ConversationId, Message, MessageId, MessageStatus, RunFailure, Tenant,
+    Conversation, ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus, RunFailure,
+    Tenant,
 };
+
+/// Whether a new message was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Inserted {
+    /// It was.
+    Yes,
+    /// Its idempotency key already points at another message; nothing was written.
+    KeyTaken(IdempotencyRecord),
+}
 
 fn transaction_error(err: TransactionError<StoreError>) -> StoreError {
     match err {
@@ -28,36 +38,64 @@ impl Store {
             .transpose()
     }
 
-    /// Writes a new message as running, with its conversation when that is new, in one
-    /// transaction so no message ever exists without its conversation and index entry.
+    /// Reads what an idempotency key points at.
+    pub fn get_idempotency(
+        &self,
+        tenant: &Tenant,
+        key: &str,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.idempotency
+            .get(keys::idempotency(tenant, key))?
+            .map(|bytes| decode("idempotency", &bytes))
+            .transpose()
+    }
+
+    /// Writes a new message as running, with its conversation when that is new and its
+    /// idempotency key when it has one, in one transaction: no message exists without its
+    /// conversation and index entry, and of two requests racing with one key only one wins.
     pub fn insert_message(
         &self,
         tenant: &Tenant,
         conversation: Option<&Conversation>,
         message: &Message,
-    ) -> Result<(), StoreError> {
+        idempotency: Option<(&str, &IdempotencyRecord)>,
+    ) -> Result<Inserted, StoreError> {
         let conversation = conversation
             .map(|c| encode("conversations", c).map(|v| (keys::conversation(tenant, c.id), v)))
+            .transpose()?;
+        let idempotency = idempotency
+            .map(|(key, record)| {
+                encode("idempotency", record).map(|v| (keys::idempotency(tenant, key), v))
+            })
             .transpose()?;
         let message_key = keys::message(tenant, message.id);
         let message_value = encode("messages", message)?;
         let index_key = keys::conversation_message(tenant, message.conversation_id, message.seq);
-        (
+        let trees = (
             &self.conversations,
             &self.messages,
             &self.conversation_messages,
             &self.running,
-        )
-            .transaction(|(conversations, messages, index, running)| {
-                if let Some((key, value)) = &conversation {
-                    conversations.insert(key.as_slice(), value.as_slice())?;
+            &self.idempotency,
+        );
+        let result = trees.transaction(|(conversations, messages, index, running, keys_tree)| {
+            if let Some((key, value)) = &idempotency {
+                if let Some(existing) = keys_tree.get(key.as_slice())? {
+                    let record = decode("idempotency", &existing)
+                        .map_err(ConflictableTransactionError::Abort)?;
+                    return Ok(Inserted::KeyTaken(record));
                 }
-                messages.insert(message_key.as_slice(), message_value.as_slice())?;
-                index.insert(index_key.as_slice(), message.id.as_bytes().as_slice())?;
-                running.insert(message_key.as_slice(), &[] as &[u8])?;
-                Ok::<_, ConflictableTransactionError<StoreError>>(())
-            })
-            .map_err(transaction_error)
+                keys_tree.insert(key.as_slice(), value.as_slice())?;
+            }
+            if let Some((key, value)) = &conversation {
+                conversations.insert(key.as_slice(), value.as_slice())?;
+            }
+            messages.insert(message_key.as_slice(), message_value.as_slice())?;
+            index.insert(index_key.as_slice(), message.id.as_bytes().as_slice())?;
+            running.insert(message_key.as_slice(), &[] as &[u8])?;
+            Ok::<_, ConflictableTransactionError<StoreError>>(Inserted::Yes)
+        });
+        result.map_err(transaction_error)
     }
 
     /// Overwrites a message; a terminal status also clears its running marker.

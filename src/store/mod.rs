@@ -6,6 +6,7 @@
 //! announce a record to a client.
 
 mod error;
+mod flusher;
 pub mod keys;
 mod messages;
 mod records;
@@ -16,6 +17,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub use error::StoreError;
+pub use messages::Inserted;
 
 /// Schema version written into every value.
 const SCHEMA_VERSION: u32 = 1;
@@ -31,6 +33,9 @@ pub struct Store {
     events: sled::Tree,
     /// Markers of messages whose run has not ended, so start-up recovery scans only them.
     running: sled::Tree,
+    /// Idempotency keys of runs, by tenant and key.
+    idempotency: sled::Tree,
+    flusher: flusher::Flusher,
 }
 
 impl Store {
@@ -53,18 +58,18 @@ impl Store {
             thoughts: db.open_tree("thoughts")?,
             events: db.open_tree("events")?,
             running: db.open_tree("running")?,
+            idempotency: db.open_tree("idempotency")?,
+            flusher: flusher::Flusher::start(db.clone())?,
             db,
         })
     }
 
-    /// Makes every write so far durable.
+    /// Makes every write so far durable; concurrent callers share one flush.
     ///
     /// # Cancel safety
-    /// Dropping the future may leave the flush unfinished; the data stays in sled's buffer and
-    /// is written by the next flush.
+    /// Dropping the future does not stop the flush; the writes become durable anyway.
     pub async fn flush(&self) -> Result<(), StoreError> {
-        self.db.flush_async().await?;
-        Ok(())
+        self.flusher.flush().await
     }
 
     /// A number larger than any this database handed out before, across restarts; never 0,

@@ -6,6 +6,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -51,6 +52,11 @@ pub enum Reply {
     DropAfter(Vec<&'static str>),
     /// Streams the text pieces, then stays silent with the connection open.
     Stall(Vec<&'static str>),
+    /// A streamed text turn that waits `delay_ms` before every frame.
+    Slow {
+        text: Vec<&'static str>,
+        delay_ms: u64,
+    },
     /// An HTTP error with an OpenAI-style error body.
     Error { status: u16, message: &'static str },
     /// A non-streamed `chat.completion`.
@@ -81,6 +87,8 @@ impl Reply {
 
 #[derive(Default)]
 struct Script {
+    /// Stalled streams whose connection the client has closed.
+    closed_stalls: Arc<AtomicUsize>,
     replies: VecDeque<Reply>,
     /// Answered once the script is used up, for models that never stop.
     repeat: Option<Reply>,
@@ -119,6 +127,15 @@ impl FakeOpenAi {
         self.script.lock().unwrap().repeat = Some(reply);
     }
 
+    /// How many stalled streams the client has hung up on.
+    pub fn closed_stalls(&self) -> usize {
+        self.script
+            .lock()
+            .unwrap()
+            .closed_stalls
+            .load(Ordering::SeqCst)
+    }
+
     /// The request bodies received so far.
     pub fn requests(&self) -> Vec<Value> {
         self.script.lock().unwrap().requests.clone()
@@ -129,10 +146,11 @@ async fn completions(
     State(script): State<Arc<Mutex<Script>>>,
     Json(body): Json<Value>,
 ) -> Response {
-    let reply = {
+    let (reply, closed_stalls) = {
         let mut script = script.lock().unwrap();
         script.requests.push(body.clone());
-        script.replies.pop_front().or_else(|| script.repeat.clone())
+        let reply = script.replies.pop_front().or_else(|| script.repeat.clone());
+        (reply, Arc::clone(&script.closed_stalls))
     };
     let model = body["model"].as_str().unwrap_or("model").to_owned();
     match reply {
@@ -144,7 +162,10 @@ async fn completions(
         }
         Some(Reply::Stall(text)) => {
             let frames = stream_frames(&model, &text, &[], (0, 0))[1..text.len() + 1].to_vec();
-            stalled_sse(frames)
+            stalled_sse(frames, closed_stalls)
+        }
+        Some(Reply::Slow { text, delay_ms }) => {
+            paced_sse(stream_frames(&model, &text, &[], (2, 2)), delay_ms)
         }
         Some(Reply::DropAfter(text)) => sse(
             stream_frames(&model, &text, &[], (0, 0))[..text.len() + 1].to_vec(),
@@ -231,13 +252,37 @@ fn sse(frames: Vec<String>, break_connection: bool) -> Response {
         .unwrap()
 }
 
-fn stalled_sse(frames: Vec<String>) -> Response {
+/// Counts one closed stall when the response body is dropped (the client hung up).
+struct HangUp(Arc<AtomicUsize>);
+
+impl Drop for HangUp {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn stalled_sse(frames: Vec<String>, closed: Arc<AtomicUsize>) -> Response {
+    let hang_up = HangUp(closed);
     let head = futures::stream::iter(
         frames
             .into_iter()
             .map(|f| Ok::<_, std::io::Error>(Bytes::from(f))),
     );
-    let stream = head.chain(futures::stream::pending());
+    let stream = head.chain(futures::stream::pending()).map(move |item| {
+        let _alive = &hang_up;
+        item
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+fn paced_sse(frames: Vec<String>, delay_ms: u64) -> Response {
+    let stream = futures::stream::iter(frames).then(move |frame| async move {
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        Ok::<_, std::io::Error>(Bytes::from(frame))
+    });
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .body(Body::from_stream(stream))

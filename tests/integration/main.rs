@@ -14,6 +14,8 @@ mod fake_openai;
 mod llm_failures;
 mod operations;
 mod persistence;
+mod process;
+mod run_control;
 mod run_function_calling;
 mod run_react;
 mod server;

@@ -169,7 +169,7 @@ async fn messages_left_running_by_a_crash_become_interrupted() {
             updated_at: chrono::Utc::now(),
         };
         store
-            .insert_message(&tenant, Some(&conversation), &message)
+            .insert_message(&tenant, Some(&conversation), &message, None)
             .unwrap();
         store
             .put_thought(

@@ -35,7 +35,15 @@ pub struct TestServer {
 /// Configuration pointing the `scripted` provider at `llm_base_url`; prices are 1 and 2
 /// per million tokens so tests can check cost arithmetic.
 pub fn config(llm_base_url: &str, data_dir: &Path) -> Config {
-    let text = format!(
+    Config::from_toml(&config_toml(llm_base_url, data_dir))
+        .unwrap()
+        .validated()
+        .unwrap()
+}
+
+/// The TOML text of [`config`], for tests that start the real binary.
+pub fn config_toml(llm_base_url: &str, data_dir: &Path) -> String {
+    format!(
         r#"
         [server]
         data_dir = "{dir}"
@@ -69,8 +77,7 @@ pub fn config(llm_base_url: &str, data_dir: &Path) -> Config {
         first_byte_timeout_secs = 1
         "#,
         dir = data_dir.display(),
-    );
-    Config::from_toml(&text).unwrap().validated().unwrap()
+    )
 }
 
 impl TestServer {

@@ -7,6 +7,7 @@ mod record;
 mod run;
 
 pub use json::{json_to_struct, struct_to_json};
+pub use record::message_status;
 pub use run::run_spec;
 
 use prost_types::Timestamp;

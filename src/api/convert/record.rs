@@ -89,7 +89,8 @@ pub fn finish_reason(reason: FinishReason) -> pb::FinishReason {
     }
 }
 
-fn status(status: MessageStatus) -> pb::MessageStatus {
+/// The protobuf value of a message status.
+pub fn message_status(status: MessageStatus) -> pb::MessageStatus {
     match status {
         MessageStatus::Running => pb::MessageStatus::Running,
         MessageStatus::Completed => pb::MessageStatus::Completed,
@@ -107,7 +108,7 @@ impl From<Message> for pb::Message {
             conversation_id: message.conversation_id.to_string(),
             query: message.query,
             answer: message.answer,
-            status: status(message.status).into(),
+            status: message_status(message.status).into(),
             usage: Some(message.usage.into()),
             error: message.error.map(Into::into),
             user: message.user,

@@ -1,5 +1,9 @@
 //! `RunRequest` → [`RunSpec`], naming the field of every problem.
 
+use std::time::Duration;
+
+use prost::Message as _;
+use sha2::{Digest, Sha256};
 use tonic::Status;
 
 use super::json::struct_to_json;
@@ -7,11 +11,16 @@ use super::parse_id;
 use crate::api::status::invalid;
 use crate::domain::{StrategyKind, Tenant};
 use crate::pb;
-use crate::runner::{AgentSpec, ModelMode, ModelSpec, RunSpec};
+use crate::runner::{AgentSpec, Idempotency, ModelMode, ModelSpec, RunSpec};
 use crate::tools::ToolRef;
 
-/// Converts and validates a run request for `tenant`.
-pub fn run_spec(tenant: Tenant, request: pb::RunRequest) -> Result<RunSpec, Status> {
+/// Converts and validates a run request for `tenant`, with the caller's deadline.
+pub fn run_spec(
+    tenant: Tenant,
+    request: pb::RunRequest,
+    deadline: Option<Duration>,
+) -> Result<RunSpec, Status> {
+    let idempotency = idempotency(&request);
     let pb::RunRequest {
         conversation_id,
         query,
@@ -19,12 +28,13 @@ pub fn run_spec(tenant: Tenant, request: pb::RunRequest) -> Result<RunSpec, Stat
         files,
         agent,
         user,
-        idempotency_key,
+        idempotency_key: _,
         client_tools,
+        // How the transport treats a dropped stream; it does not change what runs.
+        cancel_on_disconnect: _,
     } = request;
     reject_unsupported("files", files.is_empty())?;
     reject_unsupported("client_tools", client_tools.is_empty())?;
-    reject_unsupported("idempotency_key", idempotency_key.is_empty())?;
     let conversation_id = if conversation_id.is_empty() {
         None
     } else {
@@ -38,8 +48,26 @@ pub fn run_spec(tenant: Tenant, request: pb::RunRequest) -> Result<RunSpec, Stat
         inputs: inputs.into_iter().collect(),
         user,
         agent: agent_spec(agent)?,
+        idempotency,
+        deadline,
     };
     spec.validated().map_err(crate::api::status::from_error)
+}
+
+/// The key with a digest of everything else in the request that decides what runs.
+/// Maps are ordered (see `build.rs`), so equal requests encode to equal bytes.
+fn idempotency(request: &pb::RunRequest) -> Option<Idempotency> {
+    if request.idempotency_key.is_empty() {
+        return None;
+    }
+    let mut canonical = request.clone();
+    canonical.idempotency_key.clear();
+    canonical.cancel_on_disconnect = false;
+    let digest = Sha256::digest(canonical.encode_to_vec());
+    Some(Idempotency {
+        key: request.idempotency_key.clone(),
+        fingerprint: digest.iter().map(|byte| format!("{byte:02x}")).collect(),
+    })
 }
 
 /// Fields of the contract whose feature this build does not have yet: refusing them is
@@ -151,7 +179,7 @@ mod tests {
     fn error(mutate: impl FnOnce(&mut pb::RunRequest)) -> (Code, String) {
         let mut req = request();
         mutate(&mut req);
-        let status = run_spec(Tenant::default_tenant(), req).unwrap_err();
+        let status = run_spec(Tenant::default_tenant(), req, None).unwrap_err();
         (status.code(), status.message().to_owned())
     }
 
@@ -194,7 +222,7 @@ mod tests {
                 serde_json::json!({"timezone": "UTC"}).as_object().unwrap(),
             )),
         });
-        let spec = run_spec(Tenant::default_tenant(), req).unwrap();
+        let spec = run_spec(Tenant::default_tenant(), req, None).unwrap();
         assert_eq!(spec.agent.tools[0].preset["timezone"], "UTC");
         assert_eq!(spec.agent.max_iteration, 10);
     }

@@ -1,0 +1,202 @@
+//! The real binary: killed with SIGKILL it loses nothing a client was told about, and on
+//! SIGTERM it ends running messages and exits cleanly within its grace period.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use agent_runner::pb;
+use agent_runner::pb::agent_service_client::AgentServiceClient;
+use agent_runner::pb::run_event::Event;
+use tonic::transport::Channel;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
+use crate::server::{config_toml, run_request};
+
+struct Service {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// Starts `agent-runner serve` on `dir` and waits until its health check answers.
+async fn spawn_service(dir: &Path, llm: &FakeOpenAi) -> Service {
+    let config = dir.join("config.toml");
+    std::fs::write(&config, config_toml(&llm.base_url(), &dir.join("data"))).unwrap();
+    let addr = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_agent-runner"))
+        .args(["serve", "--listen", &addr.to_string(), "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let service = Service { child, addr };
+    for _ in 0..200 {
+        if let Ok(channel) = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+        {
+            let check = HealthClient::new(channel)
+                .check(HealthCheckRequest {
+                    service: "agentrunner.v1.AgentService".into(),
+                })
+                .await;
+            if check.is_ok() {
+                return service;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the service did not become healthy");
+}
+
+async fn client(service: &Service) -> AgentServiceClient<Channel> {
+    AgentServiceClient::connect(format!("http://{}", service.addr))
+        .await
+        .unwrap()
+}
+
+fn wait_for_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+async fn events_until_delta(stream: &mut tonic::Streaming<pb::RunEvent>) -> Vec<pb::RunEvent> {
+    let mut events = Vec::new();
+    while let Some(event) = stream.message().await.unwrap() {
+        let delta = matches!(event.event, Some(Event::Delta(_)));
+        events.push(event);
+        if delta {
+            break;
+        }
+    }
+    events
+}
+
+/// After `kill -9` mid-run and a restart, every event the client had received is still
+/// readable, byte for byte, and the message is INTERRUPTED.
+#[tokio::test]
+async fn sigkill_loses_no_event_a_client_received() {
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(
+            &["Working."],
+            vec![ScriptedCall::new(
+                "k",
+                "eval_expression",
+                &["{\"expression\": \"5*5\"}"],
+            )],
+            (2, 2),
+        ),
+        Reply::Stall(vec!["Almost"]),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = spawn_service(dir.path(), &llm).await;
+    let mut stream = client(&first)
+        .await
+        .run(run_request("crash me", &[("maths", "eval_expression")]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut received = events_until_delta(&mut stream).await;
+    received.extend(events_until_delta(&mut stream).await);
+
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    drop(stream);
+    let second = spawn_service(dir.path(), &llm).await;
+    let mut client = client(&second).await;
+    let message_id = received[0].message_id.clone();
+    let mut replay = client
+        .attach(pb::AttachRequest {
+            message_id: message_id.clone(),
+            after_seq: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut stored = Vec::new();
+    while let Some(event) = replay.message().await.unwrap() {
+        stored.push(event);
+    }
+
+    assert!(
+        received.len() >= 8,
+        "the run got as far as round 2: {received:?}"
+    );
+    assert_eq!(&stored[..received.len()], &received[..]);
+    let message = client
+        .get_message(pb::GetMessageRequest {
+            message_id: message_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(message.status, pb::MessageStatus::Interrupted as i32);
+    let thoughts = client
+        .list_thoughts(pb::ListThoughtsRequest { message_id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(thoughts.thoughts[0].tool_calls[0].observation, "25");
+}
+
+/// SIGTERM with a run in flight: the client receives the run's final `error` event (code
+/// `shutdown`) and the process exits with status 0 within its grace period.
+#[tokio::test]
+async fn sigterm_ends_running_messages_and_exits_cleanly() {
+    let llm = FakeOpenAi::start(vec![Reply::Stall(vec!["Hmm"])]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut service = spawn_service(dir.path(), &llm).await;
+    let mut stream = client(&service)
+        .await
+        .run(run_request("wait", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    events_until_delta(&mut stream).await;
+
+    let pid = service.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let mut rest = Vec::new();
+    while let Ok(Some(event)) = stream.message().await {
+        rest.push(event);
+    }
+    let status = wait_for_exit(&mut service.child, Duration::from_secs(10));
+
+    match rest.last().and_then(|e| e.event.clone()) {
+        Some(Event::Error(error)) => assert_eq!(error.code, "shutdown"),
+        other => panic!("expected the shutdown error, got {other:?}"),
+    }
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exit status: {status:?}"
+    );
+}
