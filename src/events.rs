@@ -24,6 +24,8 @@ pub enum RunEvent {
         model: String,
         /// Effective iteration limit.
         max_iteration: u32,
+        /// How much of the conversation's history the first prompt carries.
+        history: HistoryReport,
     },
     /// A piece of answer text as the model writes it.
     AnswerDelta {
@@ -75,6 +77,17 @@ impl RunEvent {
     pub fn is_terminal(&self) -> bool {
         matches!(self, RunEvent::MessageEnd { .. } | RunEvent::Error { .. })
     }
+}
+
+/// How much history fitted into the context window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryReport {
+    /// Earlier turns sent to the model.
+    pub kept_turns: u32,
+    /// Earlier turns left out, oldest first, to fit the window.
+    pub dropped_turns: u32,
+    /// Tokens of the turns left out.
+    pub dropped_tokens: u64,
 }
 
 /// An event with its place in the message's stream.

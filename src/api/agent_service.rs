@@ -176,11 +176,16 @@ impl AgentService for AgentApi {
 
     async fn delete_conversation(
         &self,
-        _: Request<pb::DeleteConversationRequest>,
+        request: Request<pb::DeleteConversationRequest>,
     ) -> Result<Response<pb::DeleteConversationResponse>, Status> {
-        Err(Status::unimplemented(
-            "DeleteConversation is not available in this build",
-        ))
+        let tenant = tenant_of(&request)?;
+        let pb::DeleteConversationRequest { conversation_id } = request.into_inner();
+        let id: ConversationId = parse_id("conversation_id", &conversation_id)?;
+        self.runner
+            .delete_conversation(&tenant, id)
+            .await
+            .map_err(from_error)?;
+        Ok(Response::new(pb::DeleteConversationResponse {}))
     }
 }
 

@@ -6,6 +6,7 @@
 mod error;
 pub mod openai;
 mod registry;
+mod tokens;
 
 use std::pin::Pin;
 
@@ -18,6 +19,7 @@ pub use registry::{
     Feature, ModelEntry, ModelInfo, ModelLookupError, ModelRegistry, ProviderConfig, ProviderKind,
     ResolvedModel, Secret,
 };
+pub use tokens::Tokenizer;
 
 use crate::domain::TokenUsage;
 

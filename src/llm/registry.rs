@@ -8,7 +8,7 @@ use rust_decimal::Decimal;
 use serde::Deserialize;
 
 use super::openai::OpenAiClient;
-use super::ChatModel;
+use super::{ChatModel, Tokenizer};
 use crate::domain::{ErrorKind, Pricing};
 
 /// A secret string whose `Debug` never shows the value, so it cannot leak into logs.
@@ -90,6 +90,9 @@ pub struct ModelEntry {
     /// Currency of the prices.
     #[serde(default = "default_currency")]
     pub currency: String,
+    /// Vocabulary for counting tokens when the name does not tell the family.
+    #[serde(default)]
+    pub tokenizer: Option<Tokenizer>,
 }
 
 impl ModelEntry {
@@ -102,6 +105,7 @@ impl ModelEntry {
             input_price: Decimal::ZERO,
             output_price: Decimal::ZERO,
             currency: default_currency(),
+            tokenizer: None,
         }
     }
 }
@@ -189,6 +193,8 @@ pub struct ModelInfo {
     pub features: Vec<Feature>,
     /// Prices.
     pub pricing: Pricing,
+    /// Vocabulary for counting its tokens.
+    pub tokenizer: Tokenizer,
 }
 
 impl ModelInfo {
@@ -209,6 +215,7 @@ impl From<&ModelEntry> for ModelInfo {
                 output_per_million: entry.output_price,
                 currency: entry.currency.clone(),
             },
+            tokenizer: Tokenizer::for_model(&entry.name, entry.tokenizer),
         }
     }
 }

@@ -14,18 +14,19 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::budget;
 use super::emitter::Emitter;
 use super::live::LiveRuns;
 use super::strategy::{
     FinalAnswer, ModelStep, PastTurn, PromptContext, RoundRecord, Strategy, TurnReader,
 };
-use super::{RunSpec, RunnerSettings};
+use super::{InputImage, RunSpec, RunnerSettings};
 use crate::domain::{
     FinishReason, Message, MessageStatus, RunFailure, Thought, ToolCallRecord, Usage,
 };
-use crate::events::RunEvent;
+use crate::events::{HistoryReport, RunEvent};
 use crate::llm::{
-    ChatChunk, ChatRequest, Feature, LlmError, ResolvedModel, ToolCallRequest, TurnEnd,
+    ChatChunk, ChatRequest, ContentPart, Feature, LlmError, ResolvedModel, ToolCallRequest, TurnEnd,
 };
 use crate::store::{Store, StoreError};
 use crate::tools::engine::OfferedTool;
@@ -95,6 +96,23 @@ pub(super) struct AgentRun {
     pub answer: Option<String>,
 }
 
+fn overflow(err: budget::Overflow) -> Halt {
+    Halt::Failed(RunFailure {
+        code: "context_overflow".to_owned(),
+        message: err.to_string(),
+    })
+}
+
+fn log_trim(trim: budget::Trim) {
+    if trim.turns > 0 {
+        tracing::info!(
+            turns = trim.turns,
+            tokens = trim.tokens,
+            "history cut to fit the context window"
+        );
+    }
+}
+
 /// Awaits `fut` unless `cancel` fires first.
 async fn or_cancel<T>(cancel: &CancellationToken, fut: impl Future<Output = T>) -> Result<T, Halt> {
     tokio::select! {
@@ -116,15 +134,7 @@ impl AgentRun {
     }
 
     async fn run_rounds(&mut self) -> Result<FinishReason, Halt> {
-        self.emitter
-            .emit(RunEvent::Started {
-                strategy: self.strategy.kind(),
-                provider: self.model.provider.clone(),
-                model: self.model.info.name.clone(),
-                max_iteration: self.spec.agent.max_iteration,
-            })
-            .await?;
-        let context = self.prompt_context();
+        let mut context = self.prompt_context();
         let offered = self.tools.offered();
         let max_rounds = self
             .spec
@@ -132,6 +142,27 @@ impl AgentRun {
             .max_iteration
             .min(super::MAX_ITERATION_LIMIT)
             + 1;
+        let first_tools: &[OfferedTool] = if max_rounds == 1 { &[] } else { &offered };
+        let strategy = &self.strategy;
+        let fitted = budget::fit(&mut context, &self.model.info, |c| {
+            strategy.build_request(c, &[], first_tools)
+        });
+        let trim = fitted.as_ref().map(|(_, trim)| *trim).unwrap_or_default();
+        self.emitter
+            .emit(RunEvent::Started {
+                strategy: self.strategy.kind(),
+                provider: self.model.provider.clone(),
+                model: self.model.info.name.clone(),
+                max_iteration: self.spec.agent.max_iteration,
+                history: HistoryReport {
+                    kept_turns: u32::try_from(context.history.len()).unwrap_or(u32::MAX),
+                    dropped_turns: trim.turns,
+                    dropped_tokens: trim.tokens,
+                },
+            })
+            .await?;
+        fitted.map_err(overflow)?;
+        log_trim(trim);
         let mut rounds = Vec::new();
         for position in 1..=max_rounds {
             let tools: &[OfferedTool] = if position == max_rounds {
@@ -141,7 +172,7 @@ impl AgentRun {
             };
             let span = tracing::info_span!("round", position);
             let end = self
-                .round(position, &context, &mut rounds, tools)
+                .round(position, &mut context, &mut rounds, tools)
                 .instrument(span)
                 .await?;
             match end {
@@ -163,13 +194,34 @@ impl AgentRun {
             parameters: model.parameters.clone(),
             stop: model.stop.clone(),
             user: self.spec.user.clone(),
+            files: self.image_parts(),
         }
+    }
+
+    /// The query's images for a model that can see them; others get the text alone.
+    fn image_parts(&self) -> Vec<ContentPart> {
+        if self.spec.files.is_empty() {
+            return Vec::new();
+        }
+        if !self.model.info.has(Feature::Vision) {
+            tracing::info!(
+                files = self.spec.files.len(),
+                model = %self.model.info.name,
+                "the model has no vision feature; the query's images are left out"
+            );
+            return Vec::new();
+        }
+        self.spec
+            .files
+            .iter()
+            .map(InputImage::content_part)
+            .collect()
     }
 
     async fn round(
         &mut self,
         position: u32,
-        context: &PromptContext,
+        context: &mut PromptContext,
         rounds: &mut Vec<RoundRecord>,
         tools: &[OfferedTool],
     ) -> Result<RoundEnd, Halt> {
@@ -180,7 +232,12 @@ impl AgentRun {
             .emit(RunEvent::Thought(Box::new(thought)))
             .await?;
 
-        let request = self.strategy.build_request(context, rounds, tools);
+        let strategy = &self.strategy;
+        let (request, trim) = budget::fit(context, &self.model.info, |c| {
+            strategy.build_request(c, rounds, tools)
+        })
+        .map_err(overflow)?;
+        log_trim(trim);
         let step = self.call_model(&request, tools).await?;
         self.message.iterations = position;
         let calls = step.calls.clone();

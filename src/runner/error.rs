@@ -41,6 +41,12 @@ pub enum RunError {
         /// Its status.
         status: crate::domain::MessageStatus,
     },
+    /// The conversation has a message that is still running.
+    #[error("conversation {id} has a running message; cancel it or wait for it to end")]
+    ConversationBusy {
+        /// The conversation.
+        id: String,
+    },
     /// An idempotency key came back with a different request.
     #[error("idempotency_key was already used with a different request")]
     KeyReused,
@@ -70,6 +76,7 @@ impl RunError {
             Self::Store(err) => err.kind(),
             Self::NotRunning { .. } => ErrorKind::FailedPrecondition,
             Self::KeyReused => ErrorKind::AlreadyExists,
+            Self::ConversationBusy { .. } => ErrorKind::FailedPrecondition,
             Self::ShuttingDown => ErrorKind::Unavailable,
         }
     }

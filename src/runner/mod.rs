@@ -6,6 +6,7 @@
 //! [`crate::tools`] and persists through [`Store`]'s record API.
 
 mod agent_loop;
+mod budget;
 mod emitter;
 mod error;
 mod history;
@@ -23,8 +24,8 @@ use tokio_util::task::TaskTracker;
 
 pub use error::RunError;
 pub use spec::{
-    AgentSpec, Idempotency, ModelMode, ModelSpec, RunSpec, DEFAULT_MAX_ITERATION,
-    MAX_ITERATION_LIMIT,
+    AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelSpec, RunSpec,
+    DEFAULT_MAX_ITERATION, MAX_ITERATION_LIMIT,
 };
 
 use crate::domain::{ConversationId, FieldError, MessageId, MessageStatus, StrategyKind, Tenant};
@@ -143,6 +144,28 @@ impl Runner {
             live,
             self.settings.event_buffer,
         ))
+    }
+
+    /// Deletes a conversation and everything recorded for it. A conversation with a
+    /// running message cannot be deleted until that run ends.
+    pub async fn delete_conversation(
+        &self,
+        tenant: &Tenant,
+        id: ConversationId,
+    ) -> Result<(), RunError> {
+        if self.store.get_conversation(tenant, id)?.is_none() {
+            return Err(RunError::not_found("conversation", id));
+        }
+        let messages = self.store.list_messages(tenant, id, 0, usize::MAX)?;
+        if messages
+            .iter()
+            .any(|m| self.live.get(tenant, m.id).is_some())
+        {
+            return Err(RunError::ConversationBusy { id: id.to_string() });
+        }
+        self.store.delete_conversation(tenant, id)?;
+        self.store.flush().await?;
+        Ok(())
     }
 
     /// Stops a running message and waits (briefly) until it has recorded its end; returns

@@ -56,6 +56,47 @@ pub struct AgentSpec {
     pub max_history_turns: u32,
 }
 
+/// Where an image given with the query comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageSource {
+    /// A URL the model fetches.
+    Url(String),
+    /// Inline bytes.
+    Data {
+        /// MIME type, e.g. `image/png`.
+        mime_type: String,
+        /// The image.
+        bytes: Vec<u8>,
+    },
+}
+
+/// An image given with the query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputImage {
+    /// The image.
+    pub source: ImageSource,
+    /// `low` or `high`.
+    pub detail: String,
+}
+
+impl InputImage {
+    /// The image as a prompt part; inline bytes become a `data:` URL.
+    pub fn content_part(&self) -> crate::llm::ContentPart {
+        use base64::Engine as _;
+        let url = match &self.source {
+            ImageSource::Url(url) => url.clone(),
+            ImageSource::Data { mime_type, bytes } => format!(
+                "data:{mime_type};base64,{}",
+                base64::engine::general_purpose::STANDARD.encode(bytes)
+            ),
+        };
+        crate::llm::ContentPart::Image {
+            url,
+            detail: self.detail.clone(),
+        }
+    }
+}
+
 /// A caller's idempotency key with a digest of the request it came with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Idempotency {
@@ -83,6 +124,8 @@ pub struct RunSpec {
     pub user: String,
     /// The agent.
     pub agent: AgentSpec,
+    /// Images given with the query.
+    pub files: Vec<InputImage>,
     /// Makes retries safe: the same key and request follow the first run.
     pub idempotency: Option<Idempotency>,
     /// The caller's deadline; when it passes the run is cancelled.
@@ -122,6 +165,15 @@ impl RunSpec {
                 format!("must be at most {MAX_KEY_LEN} bytes"),
             ));
         }
+        if let Some(missing) = instruction_variables(&self.agent.instruction)
+            .into_iter()
+            .find(|name| !self.inputs.contains_key(*name))
+        {
+            return Err(FieldError::new(
+                format!("inputs.{missing}"),
+                "is required by the instruction",
+            ));
+        }
         for (index, tool) in self.agent.tools.iter().enumerate() {
             if tool.provider.is_empty() || tool.name.is_empty() {
                 return Err(FieldError::new(
@@ -133,14 +185,47 @@ impl RunSpec {
         Ok(self)
     }
 
-    /// The instruction with `{{name}}` replaced by the inputs.
+    /// The instruction with each `{{name}}` replaced by its input.
     pub fn filled_instruction(&self) -> String {
-        let mut text = self.agent.instruction.clone();
-        for (name, value) in &self.inputs {
-            text = text.replace(&format!("{{{{{name}}}}}"), value);
+        let template = self.agent.instruction.as_str();
+        let mut out = String::with_capacity(template.len());
+        let mut rest = template;
+        while let Some(start) = rest.find("{{") {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 2..];
+            let Some(end) = after.find("}}") else {
+                out.push_str(&rest[start..]);
+                return out;
+            };
+            match self.inputs.get(after[..end].trim()) {
+                Some(value) => out.push_str(value),
+                None => out.push_str(&rest[start..start + end + 4]),
+            }
+            rest = &after[end + 2..];
         }
-        text
+        out.push_str(rest);
+        out
     }
+}
+
+/// The `{{name}}` variables a template uses (names of letters, digits, `_` and `-`).
+pub fn instruction_variables(template: &str) -> Vec<&str> {
+    let mut names = Vec::new();
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else { break };
+        let name = after[..end].trim();
+        let valid = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_alphanumeric() || c == '_' || c == '-');
+        if valid && !names.contains(&name) {
+            names.push(name);
+        }
+        rest = &after[end + 2..];
+    }
+    names
 }
 
 #[cfg(test)]
@@ -156,6 +241,7 @@ mod tests {
             user: String::new(),
             idempotency: None,
             deadline: None,
+            files: vec![],
             agent: AgentSpec {
                 model: ModelSpec {
                     provider: "openai".into(),
@@ -198,6 +284,20 @@ mod tests {
             spec().validated().unwrap().agent.max_iteration,
             DEFAULT_MAX_ITERATION
         );
+    }
+
+    #[test]
+    fn a_variable_the_instruction_uses_must_be_given() {
+        let mut s = spec();
+        s.agent.instruction =
+            "Help {{ name }} with {{topic}}; {{topic}} again; {{not a var}}".into();
+        s.inputs.insert("name".into(), "Ada".into());
+        assert_eq!(
+            s.clone().validated().unwrap_err().to_string(),
+            "inputs.topic is required by the instruction"
+        );
+        s.inputs.insert("topic".into(), "maths".into());
+        assert!(s.validated().is_ok());
     }
 
     #[test]

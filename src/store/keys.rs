@@ -4,7 +4,7 @@
 use crate::domain::{ConversationId, MessageId, Tenant};
 
 /// `tenant \0`: the prefix shared by all of a tenant's keys.
-fn tenant_prefix(tenant: &Tenant, extra: usize) -> Vec<u8> {
+pub fn tenant_prefix(tenant: &Tenant, extra: usize) -> Vec<u8> {
     let mut key = Vec::with_capacity(tenant.as_str().len() + 1 + extra);
     key.extend_from_slice(tenant.as_str().as_bytes());
     key.push(0);

@@ -18,6 +18,13 @@ pub enum Inserted {
     KeyTaken(IdempotencyRecord),
 }
 
+fn remove_prefix(tree: &sled::Tree, prefix: &[u8]) -> Result<(), StoreError> {
+    for key in tree.scan_prefix(prefix).keys() {
+        tree.remove(key?)?;
+    }
+    Ok(())
+}
+
 fn transaction_error(err: TransactionError<StoreError>) -> StoreError {
     match err {
         TransactionError::Abort(err) => err,
@@ -152,6 +159,57 @@ impl Store {
             }
         }
         Ok(out)
+    }
+
+    /// Deletes a conversation with all its messages, thoughts, events and idempotency keys;
+    /// returns the deleted messages' ids, or `None` when there is no such conversation.
+    pub fn delete_conversation(
+        &self,
+        tenant: &Tenant,
+        id: ConversationId,
+    ) -> Result<Option<Vec<MessageId>>, StoreError> {
+        if self
+            .conversations
+            .remove(keys::conversation(tenant, id))?
+            .is_none()
+        {
+            return Ok(None);
+        }
+        let mut deleted = Vec::new();
+        for entry in self
+            .conversation_messages
+            .scan_prefix(keys::conversation_messages(tenant, id))
+        {
+            let (index_key, value) = entry?;
+            self.conversation_messages.remove(index_key)?;
+            if let Ok(bytes) = <[u8; 16]>::try_from(value.as_ref()) {
+                deleted.push(MessageId(uuid::Uuid::from_bytes(bytes)));
+            }
+        }
+        for message in &deleted {
+            let key = keys::message(tenant, *message);
+            self.messages.remove(&key)?;
+            self.running.remove(&key)?;
+            remove_prefix(&self.thoughts, &keys::message_children(tenant, *message))?;
+            remove_prefix(&self.events, &keys::message_children(tenant, *message))?;
+        }
+        self.forget_idempotency(tenant, &deleted)?;
+        Ok(Some(deleted))
+    }
+
+    fn forget_idempotency(
+        &self,
+        tenant: &Tenant,
+        messages: &[MessageId],
+    ) -> Result<(), StoreError> {
+        for entry in self.idempotency.scan_prefix(keys::tenant_prefix(tenant, 0)) {
+            let (key, value) = entry?;
+            let record: IdempotencyRecord = decode("idempotency", &value)?;
+            if messages.contains(&record.message_id) {
+                self.idempotency.remove(key)?;
+            }
+        }
+        Ok(())
     }
 
     /// Marks every message a previous process left running as interrupted. Called once at

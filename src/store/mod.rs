@@ -72,11 +72,42 @@ impl Store {
         self.flusher.flush().await
     }
 
+    /// Names every record whose key or value contains `needle`, as `tree: key`. A
+    /// diagnostic for checking that deleted data is really gone; it reads everything.
+    pub fn find_bytes(&self, needle: &[u8]) -> Result<Vec<String>, StoreError> {
+        let trees = [
+            ("conversations", &self.conversations),
+            ("messages", &self.messages),
+            ("conversation_messages", &self.conversation_messages),
+            ("thoughts", &self.thoughts),
+            ("events", &self.events),
+            ("running", &self.running),
+            ("idempotency", &self.idempotency),
+        ];
+        let mut found = Vec::new();
+        for (name, tree) in trees {
+            for entry in tree.iter() {
+                let (key, value) = entry?;
+                if contains(&key, needle) || contains(&value, needle) {
+                    found.push(format!("{name}: {}", String::from_utf8_lossy(&key)));
+                }
+            }
+        }
+        Ok(found)
+    }
+
     /// A number larger than any this database handed out before, across restarts; never 0,
     /// so 0 can mean "before the first" in scans.
     pub fn next_id(&self) -> Result<u64, StoreError> {
         Ok(self.db.generate_id()? + 1)
     }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty()
+        && haystack
+            .windows(needle.len())
+            .any(|window| window == needle)
 }
 
 #[derive(Serialize)]

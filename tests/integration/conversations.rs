@@ -1,10 +1,17 @@
 //! A conversation keeps its turns: later runs send the earlier ones to the model.
 
+use agent_runner::api::convert::json_to_struct;
+use agent_runner::llm::Tokenizer;
 use agent_runner::pb;
-use serde_json::Value;
+use agent_runner::pb::run_event::Event;
+use agent_runner::store::Store;
+use serde_json::{json, Value};
+use tonic::Code;
 
 use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
-use crate::server::{end_of, run_request, run_to_end, TestServer};
+use crate::server::{
+    end_of, run_request, run_to_end, TestServer, SMALL_WINDOW_MODEL, VISION_MODEL,
+};
 
 fn roles(request: &Value) -> Vec<String> {
     request["messages"]
@@ -143,5 +150,204 @@ async fn react_turns_replay_as_collapsed_scratchpads() {
     assert!(
         collapsed.ends_with("Observation: 9\n\nFinal Answer: 9"),
         "{collapsed}"
+    );
+}
+
+/// With a small context window the oldest turns are dropped whole: the request the model
+/// receives fits `window − max_tokens` as counted by the same tokenizer, it holds the
+/// newest turns, and `started` reports what was left out.
+#[tokio::test]
+async fn the_oldest_turns_are_dropped_to_fit_the_context_window() {
+    let llm = FakeOpenAi::start(vec![]).await;
+    llm.repeat(Reply::text(
+        &["A fairly short answer to that question."],
+        (1, 1),
+    ));
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut client = server.agents().await;
+    let ask = |query: String, conversation_id: String| {
+        let mut request = run_request(&query, &[]);
+        request.conversation_id = conversation_id;
+        let model = request.agent.as_mut().unwrap().model.as_mut().unwrap();
+        model.name = SMALL_WINDOW_MODEL.to_owned();
+        model.parameters = Some(json_to_struct(
+            json!({"max_tokens": 60}).as_object().unwrap(),
+        ));
+        request
+    };
+    let first = run_to_end(
+        &mut client,
+        ask(
+            format!("turn 0: {}", "tell me more ".repeat(12)),
+            String::new(),
+        ),
+    )
+    .await;
+    let conversation_id = first[0].conversation_id.clone();
+    for turn in 1..6 {
+        run_to_end(
+            &mut client,
+            ask(
+                format!("turn {turn}: {}", "tell me more ".repeat(12)),
+                conversation_id.clone(),
+            ),
+        )
+        .await;
+    }
+    let last = run_to_end(
+        &mut client,
+        ask("the final question".into(), conversation_id),
+    )
+    .await;
+
+    let Some(Event::Started(started)) = &last[0].event else {
+        panic!("no started event")
+    };
+    assert!(started.history_turns_dropped > 0, "{started:?}");
+    assert!(started.history_tokens_dropped > 0);
+    assert_eq!(started.history_turns + started.history_turns_dropped, 6);
+    let request = llm.requests().pop().unwrap();
+    let tokens = Tokenizer::Cl100kBase.count_body(&request) as u64;
+    assert!(tokens + 60 <= 400, "the request needs {tokens} tokens");
+    let users: Vec<String> = request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(users.len() as u32, started.history_turns + 1);
+    assert!(
+        users[0].starts_with(&format!("turn {}:", started.history_turns_dropped)),
+        "{users:?}"
+    );
+    assert_eq!(users.last().unwrap(), "the final question");
+}
+
+/// An image reaches a vision model as an image part in round 1 and as `[image]` in round 2;
+/// a model without vision gets the query alone.
+#[tokio::test]
+async fn images_reach_vision_models_and_are_flattened_in_later_rounds() {
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(
+            &[],
+            vec![ScriptedCall::new(
+                "v",
+                "eval_expression",
+                &["{\"expression\": \"1\"}"],
+            )],
+            (1, 1),
+        ),
+        Reply::text(&["A cat."], (1, 1)),
+        Reply::text(&["I cannot see it."], (1, 1)),
+    ])
+    .await;
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut client = server.agents().await;
+    let image = pb::InputFile {
+        source: Some(pb::input_file::Source::Data(vec![0x89, b'P', b'N', b'G'])),
+        mime_type: "image/png".into(),
+        detail: pb::ImageDetail::High as i32,
+    };
+    let mut request = run_request("What is this?", &[("maths", "eval_expression")]);
+    request.files.push(image);
+    request.agent.as_mut().unwrap().model.as_mut().unwrap().name = VISION_MODEL.to_owned();
+    run_to_end(&mut client, request.clone()).await;
+    request.agent.as_mut().unwrap().model.as_mut().unwrap().name =
+        crate::server::STREAMING_MODEL.to_owned();
+    run_to_end(&mut client, request).await;
+
+    let requests = llm.requests();
+    let user = |i: usize| requests[i]["messages"][1]["content"].clone();
+    let first = user(0);
+    assert_eq!(first[0]["type"], "image_url");
+    assert_eq!(
+        first[0]["image_url"]["url"],
+        "data:image/png;base64,iVBORw=="
+    );
+    assert_eq!(first[0]["image_url"]["detail"], "high");
+    assert_eq!(first[1], json!({"type": "text", "text": "What is this?"}));
+    assert_eq!(user(1), json!("[image]\nWhat is this?"));
+    assert_eq!(user(2), json!("What is this?"));
+}
+
+/// After `DeleteConversation` nothing of the conversation is left in the store, and its ids
+/// answer NOT_FOUND.
+#[tokio::test]
+async fn deleting_a_conversation_leaves_nothing_behind() {
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(
+            &[],
+            vec![ScriptedCall::new(
+                "d",
+                "eval_expression",
+                &["{\"expression\": \"3\"}"],
+            )],
+            (1, 1),
+        ),
+        Reply::text(&["3"], (1, 1)),
+        Reply::text(&["Kept."], (1, 1)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(&llm.base_url(), dir.path()).await;
+    let mut client = server.agents().await;
+    let mut doomed = run_request("delete me", &[("maths", "eval_expression")]);
+    doomed.idempotency_key = "doomed-key".into();
+    let deleted = run_to_end(&mut client, doomed).await;
+    let kept = run_to_end(&mut client, run_request("keep me", &[])).await;
+    let conversation_id = deleted[0].conversation_id.clone();
+    let message_id = deleted[0].message_id.clone();
+
+    client
+        .delete_conversation(pb::DeleteConversationRequest {
+            conversation_id: conversation_id.clone(),
+        })
+        .await
+        .unwrap();
+
+    let status = client
+        .get_message(pb::GetMessageRequest {
+            message_id: message_id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+    let status = client
+        .list_messages(pb::ListMessagesRequest {
+            conversation_id: conversation_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+    let status = client
+        .delete_conversation(pb::DeleteConversationRequest {
+            conversation_id: conversation_id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+    server.stop().await;
+
+    let store = Store::open(&dir.path().join("")).unwrap();
+    for id in [&conversation_id, &message_id] {
+        let uuid: uuid::Uuid = id.parse().unwrap();
+        assert_eq!(
+            store.find_bytes(uuid.as_bytes()).unwrap(),
+            Vec::<String>::new(),
+            "bytes of {id}"
+        );
+        assert_eq!(
+            store.find_bytes(id.as_bytes()).unwrap(),
+            Vec::<String>::new(),
+            "text of {id}"
+        );
+    }
+    assert!(store.find_bytes(b"doomed-key").unwrap().is_empty());
+    let survivor: uuid::Uuid = kept[0].message_id.parse().unwrap();
+    assert!(
+        !store.find_bytes(survivor.as_bytes()).unwrap().is_empty(),
+        "other conversations stay"
     );
 }

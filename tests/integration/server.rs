@@ -22,6 +22,10 @@ pub const STREAMING_MODEL: &str = "fc-model";
 pub const BLOCKING_MODEL: &str = "blocking-model";
 /// A model configured with no features at all, so auto-selection picks chain of thought.
 pub const PLAIN_MODEL: &str = "plain-model";
+/// A model with a 400-token context window, for history budget tests.
+pub const SMALL_WINDOW_MODEL: &str = "small-window";
+/// A model that can see images.
+pub const VISION_MODEL: &str = "vision-model";
 /// The same LLM server behind a one-second first-byte timeout.
 pub const IMPATIENT_PROVIDER: &str = "impatient";
 
@@ -71,6 +75,14 @@ pub fn config_toml(llm_base_url: &str, data_dir: &Path) -> String {
         [[providers.{PROVIDER}.models]]
         name = "{PLAIN_MODEL}"
         features = []
+
+        [[providers.{PROVIDER}.models]]
+        name = "{SMALL_WINDOW_MODEL}"
+        context_window = 400
+
+        [[providers.{PROVIDER}.models]]
+        name = "{VISION_MODEL}"
+        features = ["tool-call", "multi-tool-call", "stream-tool-call", "vision"]
 
         [providers.{IMPATIENT_PROVIDER}]
         base_url = "{llm_base_url}"

@@ -54,6 +54,22 @@ async fn invalid_runs_are_refused_naming_the_field() {
             "agent.tools[0].name: unknown tool \"teleport\" of provider \"time\"",
         ),
         (
+            Box::new(|r| r.agent.as_mut().unwrap().instruction = "Help {{name}} today.".into()),
+            Code::InvalidArgument,
+            "inputs.name is required by the instruction",
+        ),
+        (
+            Box::new(|r| {
+                r.files.push(pb::InputFile {
+                    source: Some(pb::input_file::Source::Data(vec![1, 2, 3])),
+                    mime_type: "application/pdf".into(),
+                    detail: 0,
+                })
+            }),
+            Code::InvalidArgument,
+            "files[0].mime_type must be an image type; only images are supported",
+        ),
+        (
             Box::new(|r| r.conversation_id = "0190e7a5-0000-7000-8000-000000000000".into()),
             Code::NotFound,
             "conversation 0190e7a5-0000-7000-8000-000000000000 not found",

@@ -11,7 +11,9 @@ use super::parse_id;
 use crate::api::status::invalid;
 use crate::domain::{StrategyKind, Tenant};
 use crate::pb;
-use crate::runner::{AgentSpec, Idempotency, ModelMode, ModelSpec, RunSpec};
+use crate::runner::{
+    AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelSpec, RunSpec,
+};
 use crate::tools::ToolRef;
 
 /// Converts and validates a run request for `tenant`, with the caller's deadline.
@@ -33,7 +35,6 @@ pub fn run_spec(
         // How the transport treats a dropped stream; it does not change what runs.
         cancel_on_disconnect: _,
     } = request;
-    reject_unsupported("files", files.is_empty())?;
     reject_unsupported("client_tools", client_tools.is_empty())?;
     let conversation_id = if conversation_id.is_empty() {
         None
@@ -48,6 +49,11 @@ pub fn run_spec(
         inputs: inputs.into_iter().collect(),
         user,
         agent: agent_spec(agent)?,
+        files: files
+            .into_iter()
+            .enumerate()
+            .map(|(index, file)| input_image(index, file))
+            .collect::<Result<_, _>>()?,
         idempotency,
         deadline,
     };
@@ -78,6 +84,62 @@ fn reject_unsupported(field: &str, absent: bool) -> Result<(), Status> {
     } else {
         Err(invalid(field, "is not supported by this server yet"))
     }
+}
+
+/// Largest inline image accepted.
+const MAX_IMAGE_BYTES: usize = 20 * 1024 * 1024;
+
+fn input_image(index: usize, file: pb::InputFile) -> Result<InputImage, Status> {
+    let pb::InputFile {
+        source,
+        mime_type,
+        detail,
+    } = file;
+    let field = |name: &str| format!("files[{index}].{name}");
+    let detail = match pb::ImageDetail::try_from(detail) {
+        Ok(pb::ImageDetail::Unspecified | pb::ImageDetail::Low) => "low",
+        Ok(pb::ImageDetail::High) => "high",
+        Err(_) => {
+            return Err(invalid(
+                &field("detail"),
+                &format!("has unknown value {detail}"),
+            ))
+        }
+    };
+    if !mime_type.is_empty() && !mime_type.starts_with("image/") {
+        return Err(invalid(
+            &field("mime_type"),
+            "must be an image type; only images are supported",
+        ));
+    }
+    let source = match source {
+        Some(pb::input_file::Source::Url(url)) => {
+            let known = ["http://", "https://", "data:image/"]
+                .iter()
+                .any(|p| url.starts_with(p));
+            if !known {
+                return Err(invalid(
+                    &field("url"),
+                    "must be an http(s) or data:image/ URL",
+                ));
+            }
+            ImageSource::Url(url)
+        }
+        Some(pb::input_file::Source::Data(bytes)) => {
+            if mime_type.is_empty() {
+                return Err(invalid(&field("mime_type"), "is required with inline data"));
+            }
+            if bytes.len() > MAX_IMAGE_BYTES {
+                return Err(invalid(&field("data"), "is larger than 20 MiB"));
+            }
+            ImageSource::Data { mime_type, bytes }
+        }
+        None => return Err(invalid(&format!("files[{index}]"), "needs a url or data")),
+    };
+    Ok(InputImage {
+        source,
+        detail: detail.to_owned(),
+    })
 }
 
 fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {

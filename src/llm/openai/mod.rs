@@ -9,4 +9,5 @@ mod wire;
 
 pub use client::OpenAiClient;
 pub use stream::ToolCallAccumulator;
+pub use wire::request_body;
 pub use wire::{FunctionDelta, ToolCallDelta};

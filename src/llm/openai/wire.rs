@@ -17,8 +17,8 @@ const RESERVED_KEYS: [&str; 7] = [
     "user",
 ];
 
-/// The JSON body for `request`, streamed or not.
-pub(crate) fn request_body(request: &ChatRequest, stream: bool) -> Value {
+/// The JSON body for `request`, streamed or not: what goes on the wire.
+pub fn request_body(request: &ChatRequest, stream: bool) -> Value {
     let mut body: Map<String, Value> = request
         .parameters
         .iter()

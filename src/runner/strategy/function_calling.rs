@@ -1,6 +1,6 @@
 //! Function calling: tools offered natively, calls read from the model's `tool_calls`.
 
-use super::{ModelStep, PromptContext, RoundRecord, Strategy, TurnReader};
+use super::{user_message, ModelStep, PromptContext, RoundRecord, Strategy, TurnReader};
 use crate::domain::StrategyKind;
 use crate::llm::{ChatMessage, ChatRequest, ToolSpec, TurnEnd};
 use crate::tools::engine::OfferedTool;
@@ -36,7 +36,7 @@ impl Strategy for FunctionCalling {
                 });
             }
         }
-        messages.push(ChatMessage::user_text(context.query.clone()));
+        messages.push(user_message(context, !rounds.is_empty()));
         push_rounds(&mut messages, rounds);
         ChatRequest {
             model: context.model.clone(),
@@ -105,7 +105,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::llm::ToolCallRequest;
+    use crate::llm::{ContentPart, ToolCallRequest};
 
     fn context() -> PromptContext {
         PromptContext {
@@ -116,6 +116,7 @@ mod tests {
             parameters: serde_json::Map::new(),
             stop: vec![],
             user: String::new(),
+            files: vec![],
         }
     }
 
@@ -144,5 +145,29 @@ mod tests {
             matches!(&request.messages[4], ChatMessage::Tool { tool_call_id, content } if tool_call_id == "b" && content == "11:00")
         );
         assert_eq!(request.tools.len(), 1);
+    }
+
+    #[test]
+    fn images_go_with_the_first_round_and_are_flattened_after() {
+        let mut ctx = context();
+        ctx.files = vec![ContentPart::Image {
+            url: "https://example.test/cat.png".into(),
+            detail: "low".into(),
+        }];
+        let first = FunctionCalling.build_request(&ctx, &[], &[]);
+        let ChatMessage::User { content } = &first.messages[1] else {
+            panic!("no user message")
+        };
+        assert_eq!(content.len(), 2);
+        assert!(matches!(&content[0], ContentPart::Image { .. }));
+        let round = RoundRecord {
+            text: String::new(),
+            calls: vec![],
+        };
+        let later = FunctionCalling.build_request(&ctx, &[round], &[]);
+        assert_eq!(
+            later.messages[1],
+            ChatMessage::user_text("[image]\nWhat time is it?")
+        );
     }
 }

@@ -9,7 +9,7 @@ pub use function_calling::FunctionCalling;
 pub use react::{scratchpad, ChainOfThought, CHAT_TEMPLATE, COMPLETION_TEMPLATE, OBSERVATION_STOP};
 
 use crate::domain::StrategyKind;
-use crate::llm::{ChatRequest, ToolCallRequest, TurnEnd};
+use crate::llm::{ChatMessage, ChatRequest, ContentPart, ToolCallRequest, TurnEnd};
 use crate::tools::engine::OfferedTool;
 
 /// What every prompt of a run is built from.
@@ -29,6 +29,26 @@ pub struct PromptContext {
     pub stop: Vec<String>,
     /// The end user.
     pub user: String,
+    /// Images sent with the query (only for models that can see them).
+    pub files: Vec<ContentPart>,
+}
+
+/// The user's message: the images then the query, or (flattened, for later rounds of
+/// function calling) one text where each image is `[image]`.
+pub fn user_message(context: &PromptContext, flatten: bool) -> ChatMessage {
+    if context.files.is_empty() {
+        return ChatMessage::user_text(context.query.clone());
+    }
+    if flatten {
+        let mut lines: Vec<&str> = context.files.iter().map(|_| "[image]").collect();
+        lines.push(&context.query);
+        return ChatMessage::user_text(lines.join("\n"));
+    }
+    let mut content = context.files.clone();
+    content.push(ContentPart::Text {
+        text: context.query.clone(),
+    });
+    ChatMessage::User { content }
 }
 
 /// An earlier turn of the conversation.

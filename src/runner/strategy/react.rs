@@ -125,7 +125,7 @@ impl ChainOfThought {
                 tool_calls: Vec::new(),
             });
         }
-        messages.push(ChatMessage::user_text(context.query.clone()));
+        messages.push(super::user_message(context, false));
         if !rounds.is_empty() {
             messages.push(ChatMessage::Assistant {
                 content: scratchpad(rounds),

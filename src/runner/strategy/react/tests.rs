@@ -12,6 +12,7 @@ fn context() -> PromptContext {
         parameters: serde_json::Map::new(),
         stop: vec!["\n\nUser:".into()],
         user: String::new(),
+        files: vec![],
     }
 }
 

@@ -1,0 +1,194 @@
+//! Fitting a round's prompt into the model's context window: history is cut whole turns at
+//! a time, oldest first, to `context_window − max_tokens − current prompt`; when the
+//! current prompt alone leaves too little room, `max_tokens` is lowered (never below 16).
+
+use serde_json::{Map, Value};
+
+use super::strategy::PromptContext;
+use crate::llm::{ChatRequest, ModelInfo, Tokenizer};
+
+/// The fewest tokens left for the answer before the run gives up.
+pub const MIN_ANSWER_TOKENS: u64 = 16;
+
+/// What fitting removed from the history.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Trim {
+    /// Whole turns dropped.
+    pub turns: u32,
+    /// Their tokens.
+    pub tokens: u64,
+}
+
+/// The prompt does not fit even without history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the prompt needs {prompt} tokens, leaving fewer than {MIN_ANSWER_TOKENS} for the answer in the model's {window}-token context window")]
+pub struct Overflow {
+    /// Tokens of the prompt without history.
+    pub prompt: u64,
+    /// The model's context window.
+    pub window: u64,
+}
+
+/// Builds the request for `context`, first cutting its history (for good: later rounds keep
+/// the cut) and lowering its `max_tokens` when needed.
+pub fn fit(
+    context: &mut PromptContext,
+    model: &ModelInfo,
+    build: impl Fn(&PromptContext) -> ChatRequest,
+) -> Result<(ChatRequest, Trim), Overflow> {
+    let request = build(context);
+    let Some(window) = model.context_window.map(u64::from) else {
+        return Ok((request, Trim::default()));
+    };
+    let reserve = reserved_answer_tokens(&context.parameters);
+    if Tokenizer::upper_bound(&request) as u64 + reserve <= window {
+        return Ok((request, Trim::default()));
+    }
+    let tokenizer = model.tokenizer;
+    let count = |request: &ChatRequest| tokenizer.count_request(request) as u64;
+    let mut used = count(&request);
+    let mut trim = Trim::default();
+    if used + reserve > window && !context.history.is_empty() {
+        trim = cut_history(
+            context,
+            &build,
+            &count,
+            used,
+            window.saturating_sub(reserve),
+        );
+        used = count(&build(context));
+    }
+    if used + reserve > window {
+        if used + MIN_ANSWER_TOKENS > window {
+            return Err(Overflow {
+                prompt: used,
+                window,
+            });
+        }
+        lower_max_tokens(&mut context.parameters, window - used);
+    }
+    Ok((build(context), trim))
+}
+
+/// Drops the oldest turns until the prompt fits `budget`; turn sizes are measured once.
+fn cut_history(
+    context: &mut PromptContext,
+    build: &impl Fn(&PromptContext) -> ChatRequest,
+    count: &impl Fn(&ChatRequest) -> u64,
+    mut used: u64,
+    budget: u64,
+) -> Trim {
+    let mut probe = context.clone();
+    probe.history.clear();
+    let base = count(&build(&probe));
+    let sizes: Vec<u64> = context
+        .history
+        .iter()
+        .map(|turn| {
+            probe.history = vec![turn.clone()];
+            count(&build(&probe)).saturating_sub(base)
+        })
+        .collect();
+    let mut trim = Trim::default();
+    let mut dropped = 0;
+    while used > budget && dropped < sizes.len() {
+        used = used.saturating_sub(sizes[dropped]);
+        trim.tokens += sizes[dropped];
+        dropped += 1;
+    }
+    context.history.drain(..dropped);
+    trim.turns = u32::try_from(dropped).unwrap_or(u32::MAX);
+    trim
+}
+
+/// The `max_tokens` (or `max_completion_tokens`) the caller set, else nothing reserved.
+fn reserved_answer_tokens(parameters: &Map<String, Value>) -> u64 {
+    ["max_tokens", "max_completion_tokens"]
+        .iter()
+        .find_map(|key| parameters.get(*key).and_then(Value::as_u64))
+        .unwrap_or(0)
+}
+
+fn lower_max_tokens(parameters: &mut Map<String, Value>, available: u64) {
+    let key = if parameters.contains_key("max_completion_tokens") {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
+    };
+    parameters.insert(key.to_owned(), Value::from(available));
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::llm::{ChatMessage, ModelEntry};
+    use crate::runner::strategy::{FunctionCalling, PastTurn, Strategy};
+
+    fn model(window: u32) -> ModelInfo {
+        let mut entry = ModelEntry::unlisted("gpt-4o");
+        entry.context_window = Some(window);
+        ModelInfo::from(&entry)
+    }
+
+    fn context(turns: usize, max_tokens: u64) -> PromptContext {
+        PromptContext {
+            model: "gpt-4o".into(),
+            instruction: "Be brief.".into(),
+            history: (0..turns)
+                .map(|i| PastTurn {
+                    query: format!("question {i} {}", "word ".repeat(40)),
+                    rounds: vec![],
+                    answer: format!("answer {i} {}", "word ".repeat(40)),
+                })
+                .collect(),
+            query: "the current question".into(),
+            parameters: json!({"max_tokens": max_tokens})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+            stop: vec![],
+            user: String::new(),
+            files: vec![],
+        }
+    }
+
+    fn build(context: &PromptContext) -> ChatRequest {
+        FunctionCalling.build_request(context, &[], &[])
+    }
+
+    #[test]
+    fn oldest_turns_are_dropped_whole_until_the_prompt_fits() {
+        let mut ctx = context(10, 100);
+        let (request, trim) = fit(&mut ctx, &model(600), build).unwrap();
+        let used = Tokenizer::O200kBase.count_request(&request) as u64;
+        assert!(used + 100 <= 600, "{used}");
+        assert!(trim.turns > 0 && trim.turns < 10, "{trim:?}");
+        assert_eq!(ctx.history.len(), 10 - trim.turns as usize);
+        assert!(ctx.history[0]
+            .query
+            .starts_with(&format!("question {}", trim.turns)));
+        let first = &request.messages[1];
+        assert_eq!(first, &ChatMessage::user_text(ctx.history[0].query.clone()));
+    }
+
+    #[test]
+    fn a_prompt_that_fits_is_left_alone() {
+        let mut ctx = context(3, 100);
+        let (_, trim) = fit(&mut ctx, &model(100_000), build).unwrap();
+        assert_eq!(trim, Trim::default());
+        assert_eq!(ctx.history.len(), 3);
+    }
+
+    #[test]
+    fn max_tokens_is_lowered_when_the_prompt_alone_is_too_big_and_fails_below_16() {
+        let mut ctx = context(0, 1000);
+        let used = Tokenizer::O200kBase.count_request(&build(&ctx)) as u64;
+        fit(&mut ctx, &model(u32::try_from(used + 50).unwrap()), build).unwrap();
+        assert_eq!(ctx.parameters["max_tokens"], json!(50));
+        let mut tight = context(0, 1000);
+        let err = fit(&mut tight, &model(u32::try_from(used + 10).unwrap()), build).unwrap_err();
+        assert_eq!(err.prompt, used);
+    }
+}
