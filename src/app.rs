@@ -116,7 +116,11 @@ pub async fn serve(
         stopping.cancel_all();
     };
     router
-        .serve_with_incoming_shutdown(TcpIncoming::from(listener), on_shutdown)
+        // Events are small frames sent as they happen; Nagle's algorithm would hold them back.
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            on_shutdown,
+        )
         .await?;
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     if !runner.shut_down(grace).await {

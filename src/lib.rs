@@ -8,6 +8,7 @@
 //! - [`store`]: persistence in embedded sled; the only code that touches it.
 //! - [`domain`]: plain data shared by all of the above.
 //! - [`app`] wires them together; [`config`] says how.
+//! - [`mock_llm`]: a scripted OpenAI-compatible server for benchmarks and tests.
 
 pub mod api;
 pub mod app;
@@ -15,6 +16,7 @@ pub mod config;
 pub mod domain;
 pub mod events;
 pub mod llm;
+pub mod mock_llm;
 pub mod runner;
 pub mod store;
 #[cfg(any(test, feature = "test-utils"))]

@@ -148,19 +148,17 @@ impl AgentRun {
             strategy.build_request(c, &[], first_tools)
         });
         let trim = fitted.as_ref().map(|(_, trim)| *trim).unwrap_or_default();
-        self.emitter
-            .emit(RunEvent::Started {
-                strategy: self.strategy.kind(),
-                provider: self.model.provider.clone(),
-                model: self.model.info.name.clone(),
-                max_iteration: self.spec.agent.max_iteration,
-                history: HistoryReport {
-                    kept_turns: u32::try_from(context.history.len()).unwrap_or(u32::MAX),
-                    dropped_turns: trim.turns,
-                    dropped_tokens: trim.tokens,
-                },
-            })
-            .await?;
+        self.emitter.emit(RunEvent::Started {
+            strategy: self.strategy.kind(),
+            provider: self.model.provider.clone(),
+            model: self.model.info.name.clone(),
+            max_iteration: self.spec.agent.max_iteration,
+            history: HistoryReport {
+                kept_turns: u32::try_from(context.history.len()).unwrap_or(u32::MAX),
+                dropped_turns: trim.turns,
+                dropped_tokens: trim.tokens,
+            },
+        })?;
         fitted.map_err(overflow)?;
         log_trim(trim);
         let mut rounds = Vec::new();
@@ -228,9 +226,7 @@ impl AgentRun {
         let thought = Thought::begin(self.message.id, position);
         self.store.put_thought(&self.spec.tenant, &thought)?;
         self.current = Some(thought.clone());
-        self.emitter
-            .emit(RunEvent::Thought(Box::new(thought)))
-            .await?;
+        self.emitter.emit(RunEvent::Thought(Box::new(thought)))?;
 
         let strategy = &self.strategy;
         let (request, trim) = budget::fit(context, &self.model.info, |c| {
@@ -347,9 +343,7 @@ impl AgentRun {
         let separate = new_line && !self.streamed.is_empty() && !self.streamed.ends_with('\n');
         let piece = if separate { format!("\n{text}") } else { text };
         self.streamed.push_str(&piece);
-        self.emitter
-            .emit(RunEvent::AnswerDelta { text: piece })
-            .await?;
+        self.emitter.emit(RunEvent::AnswerDelta { text: piece })?;
         Ok(())
     }
 
@@ -395,9 +389,7 @@ impl AgentRun {
             .collect();
         let snapshot = thought.clone();
         self.store.put_thought(&self.spec.tenant, &snapshot)?;
-        self.emitter
-            .emit(RunEvent::Thought(Box::new(snapshot)))
-            .await?;
+        self.emitter.emit(RunEvent::Thought(Box::new(snapshot)))?;
         Ok(())
     }
 
@@ -408,13 +400,11 @@ impl AgentRun {
             return Ok(Vec::new());
         };
         for call in &thought.tool_calls {
-            self.emitter
-                .emit(RunEvent::ToolStarted {
-                    thought_id: thought.id,
-                    position: thought.position,
-                    call: call.clone(),
-                })
-                .await?;
+            self.emitter.emit(RunEvent::ToolStarted {
+                thought_id: thought.id,
+                position: thought.position,
+                call: call.clone(),
+            })?;
         }
         let requests: Vec<ToolCallRequest> = thought
             .tool_calls
@@ -445,8 +435,7 @@ impl AgentRun {
         }
         let thought = self.current.clone().unwrap_or(thought);
         self.emitter
-            .emit(RunEvent::Thought(Box::new(thought.clone())))
-            .await?;
+            .emit(RunEvent::Thought(Box::new(thought.clone())))?;
         Ok(thought
             .tool_calls
             .into_iter()
@@ -471,13 +460,11 @@ impl AgentRun {
         let (thought_id, position) = (thought.id, thought.position);
         let snapshot = thought.clone();
         self.store.put_thought(&self.spec.tenant, &snapshot)?;
-        self.emitter
-            .emit(RunEvent::ToolFinished {
-                thought_id,
-                position,
-                call,
-            })
-            .await?;
+        self.emitter.emit(RunEvent::ToolFinished {
+            thought_id,
+            position,
+            call,
+        })?;
         Ok(())
     }
 
@@ -520,9 +507,12 @@ impl AgentRun {
             }
         };
         tracing::info!(status = ?self.message.status, iterations = self.message.iterations, "run ended");
-        self.store
-            .update_message(&self.spec.tenant, &self.message)?;
-        self.emitter.emit(event).await
+        let recorded = self
+            .store
+            .update_message(&self.spec.tenant, &self.message)
+            .and_then(|()| self.emitter.emit(event));
+        self.emitter.close().await;
+        recorded
     }
 }
 

@@ -1,8 +1,16 @@
-//! Publishes a run's events in order: numbered, stored and flushed, then broadcast to
-//! whoever follows the run. A client never holds a run back, and never sees an event that
-//! a crash could lose.
+//! Publishes a run's events in order: numbered and stored at once, then broadcast to
+//! whoever follows the run as soon as a flush has made them durable. A client never holds a
+//! run back, and never sees an event that a crash could lose.
+//!
+//! The run does not wait for flushes: a publisher task takes every event stored since its
+//! last flush, flushes once, and broadcasts them all. A burst of events (a thought, its tool
+//! calls, a run of answer deltas) costs one flush instead of one each.
 
-use tokio::sync::broadcast;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{broadcast, mpsc};
+use tokio::task::JoinHandle;
 
 use crate::domain::{ConversationId, MessageId, Tenant};
 use crate::events::{EventEnvelope, RunEvent};
@@ -15,32 +23,38 @@ pub struct Emitter {
     conversation_id: ConversationId,
     message_id: MessageId,
     seq: u64,
-    events: broadcast::Sender<EventEnvelope>,
+    /// Stored events waiting for their flush; unbounded because the publisher drains it in
+    /// batches and the run produces at most as fast as its model streams.
+    stored: mpsc::UnboundedSender<EventEnvelope>,
+    publisher: JoinHandle<()>,
 }
 
 impl Emitter {
-    /// An emitter for one message.
+    /// An emitter for one message; its publisher broadcasts on `events`.
     pub fn new(
         store: Store,
         tenant: Tenant,
         conversation_id: ConversationId,
         message_id: MessageId,
         events: broadcast::Sender<EventEnvelope>,
+        durable: Arc<AtomicU64>,
     ) -> Self {
+        let (stored, queue) = mpsc::unbounded_channel();
+        let publisher = tokio::spawn(publish(store.clone(), queue, events, durable));
         Self {
             store,
             tenant,
             conversation_id,
             message_id,
             seq: 0,
-            events,
+            stored,
+            publisher,
         }
     }
 
-    /// Stores the event, makes it durable (with every record written before it), then
-    /// publishes it. Every event is flushed, answer deltas included: a client may resume
-    /// from any event it saw, so each must survive a crash.
-    pub async fn emit(&mut self, event: RunEvent) -> Result<(), StoreError> {
+    /// Numbers and stores the event; it is broadcast once durable. Every event is made
+    /// durable, answer deltas included: a client may resume from any event it saw.
+    pub fn emit(&mut self, event: RunEvent) -> Result<(), StoreError> {
         self.seq += 1;
         let envelope = EventEnvelope {
             seq: self.seq,
@@ -50,9 +64,38 @@ impl Emitter {
             event,
         };
         self.store.put_event(&self.tenant, &envelope)?;
-        self.store.flush().await?;
-        // No follower is not an error: the events are stored for Attach.
-        let _ = self.events.send(envelope);
+        // The publisher only stops when this emitter is dropped or a flush failed; in both
+        // cases there is no one left to tell.
+        let _ = self.stored.send(envelope);
         Ok(())
+    }
+
+    /// Waits until every emitted event is durable and broadcast.
+    pub async fn close(self) {
+        drop(self.stored);
+        let _ = self.publisher.await;
+    }
+}
+
+/// Flushes and broadcasts stored events in batches until the emitter is closed.
+async fn publish(
+    store: Store,
+    mut queue: mpsc::UnboundedReceiver<EventEnvelope>,
+    events: broadcast::Sender<EventEnvelope>,
+    durable: Arc<AtomicU64>,
+) {
+    let mut batch = Vec::new();
+    while queue.recv_many(&mut batch, usize::MAX).await > 0 {
+        if let Err(err) = store.flush().await {
+            tracing::error!(error = %err, "cannot make events durable; they are not sent");
+            return;
+        }
+        if let Some(last) = batch.last() {
+            durable.fetch_max(last.seq, Ordering::SeqCst);
+        }
+        for envelope in batch.drain(..) {
+            // No follower is not an error: the events are stored for Attach.
+            let _ = events.send(envelope);
+        }
     }
 }

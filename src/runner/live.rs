@@ -7,7 +7,8 @@
 //! not taken) it reads the missing ones back from the store. Clients never hold a run back.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -25,6 +26,14 @@ pub struct LiveRun {
     pub cancel: CancellationToken,
     /// Publishes the run's events once they are durable.
     pub events: broadcast::Sender<EventEnvelope>,
+    /// The highest `seq` made durable so far: stored events above it may not be sent yet.
+    pub durable: Arc<AtomicU64>,
+}
+
+/// A live run's channel and durability mark, as a follower needs them.
+pub struct Subscription {
+    events: broadcast::Receiver<EventEnvelope>,
+    durable: Arc<AtomicU64>,
 }
 
 /// Every run in progress, by message.
@@ -61,13 +70,19 @@ impl LiveRuns {
             .cloned()
     }
 
-    /// A receiver of the live events of `id`, if it runs.
-    pub fn subscribe(
-        &self,
-        tenant: &Tenant,
-        id: MessageId,
-    ) -> Option<broadcast::Receiver<EventEnvelope>> {
-        self.get(tenant, id).map(|run| run.events.subscribe())
+    /// A subscription to the live events of `id`, if it runs.
+    pub fn subscribe(&self, tenant: &Tenant, id: MessageId) -> Option<Subscription> {
+        self.get(tenant, id).map(|run| run.subscribe())
+    }
+}
+
+impl LiveRun {
+    /// A new subscription to this run's events.
+    pub fn subscribe(&self) -> Subscription {
+        Subscription {
+            events: self.events.subscribe(),
+            durable: Arc::clone(&self.durable),
+        }
     }
 }
 
@@ -78,7 +93,7 @@ pub fn follow(
     tenant: Tenant,
     message: MessageId,
     after_seq: u64,
-    live: Option<broadcast::Receiver<EventEnvelope>>,
+    live: Option<Subscription>,
     buffer: usize,
 ) -> mpsc::Receiver<EventEnvelope> {
     let (tx, rx) = mpsc::channel(buffer.max(1));
@@ -87,6 +102,7 @@ pub fn follow(
         tenant,
         message,
         last: after_seq,
+        durable: live.as_ref().map(|l| Arc::clone(&l.durable)),
         tx,
     };
     tokio::spawn(async move {
@@ -102,6 +118,8 @@ struct Follower {
     tenant: Tenant,
     message: MessageId,
     last: u64,
+    /// For a live run, how far its stored events are durable; a finished run's all are.
+    durable: Option<Arc<AtomicU64>>,
     tx: mpsc::Sender<EventEnvelope>,
 }
 
@@ -112,14 +130,14 @@ enum Flow {
 }
 
 impl Follower {
-    async fn run(
-        mut self,
-        live: Option<broadcast::Receiver<EventEnvelope>>,
-    ) -> Result<(), StoreError> {
+    async fn run(mut self, live: Option<Subscription>) -> Result<(), StoreError> {
         if let Flow::Stop = self.replay().await? {
             return Ok(());
         }
-        let Some(mut live) = live else {
+        let Some(Subscription {
+            events: mut live, ..
+        }) = live
+        else {
             return Ok(());
         };
         loop {
@@ -142,12 +160,16 @@ impl Follower {
         }
     }
 
-    /// Sends every stored event after the last one sent.
+    /// Sends every stored, durable event after the last one sent.
     async fn replay(&mut self) -> Result<Flow, StoreError> {
-        for event in self
+        let limit = self
+            .durable
+            .as_ref()
+            .map_or(u64::MAX, |d| d.load(Ordering::SeqCst));
+        let stored = self
             .store
-            .list_events(&self.tenant, self.message, self.last)?
-        {
+            .list_events(&self.tenant, self.message, self.last)?;
+        for event in stored.into_iter().take_while(|e| e.seq <= limit) {
             if let Flow::Stop = self.send(event).await {
                 return Ok(Flow::Stop);
             }

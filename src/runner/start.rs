@@ -138,16 +138,17 @@ impl Runner {
         message: Message,
         cancel: CancellationToken,
     ) -> RunHandle {
-        let (events, first_follower) = broadcast::channel(self.settings.event_buffer.max(1));
+        let (events, _) = broadcast::channel(self.settings.event_buffer.max(1));
         let tenant = spec.tenant.clone();
-        self.live.insert(
-            message.id,
-            LiveRun {
-                tenant: tenant.clone(),
-                cancel: cancel.clone(),
-                events: events.clone(),
-            },
-        );
+        let live_run = LiveRun {
+            tenant: tenant.clone(),
+            cancel: cancel.clone(),
+            events: events.clone(),
+            durable: Arc::default(),
+        };
+        let first_follower = live_run.subscribe();
+        let durable = Arc::clone(&live_run.durable);
+        self.live.insert(message.id, live_run);
         let conversation_id = prepared.conversation_id;
         let emitter = Emitter::new(
             self.store.clone(),
@@ -155,6 +156,7 @@ impl Runner {
             conversation_id,
             message.id,
             events,
+            durable,
         );
         let handle = RunHandle {
             message_id: message.id,

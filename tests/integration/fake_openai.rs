@@ -10,11 +10,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_runner::mock_llm;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use futures::StreamExt as _;
 use serde_json::{json, Value};
@@ -113,6 +115,9 @@ impl FakeOpenAi {
             .with_state(Arc::clone(&script));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let listener = listener.tap_io(|stream| {
+            let _ = stream.set_nodelay(true);
+        });
         tokio::spawn(async move { axum::serve(listener, app).await });
         Self { addr, script }
     }
@@ -180,58 +185,26 @@ fn error_response(status: u16, message: &str) -> Response {
     (status, Json(body)).into_response()
 }
 
-fn chunk(model: &str, delta: Value, finish: Option<&str>) -> String {
-    let chunk = json!({
-        "id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1, "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
-    });
-    format!("data: {chunk}\n\n")
-}
-
-/// The SSE frames of a turn, with a keep-alive comment and CRLF framing mixed in, as real
-/// servers do.
+/// The frames of a turn, built by the same code the benchmark's mock server uses.
 fn stream_frames(
     model: &str,
     text: &[&str],
     calls: &[ScriptedCall],
     usage: (u64, u64),
 ) -> Vec<String> {
-    let mut frames = vec![chunk(
-        model,
-        json!({"role": "assistant", "content": ""}),
-        None,
-    )];
-    frames.extend(
-        text.iter()
-            .map(|piece| chunk(model, json!({"content": piece}), None)),
-    );
-    frames.push(": keep-alive\r\n\r\n".to_owned());
-    for (index, call) in calls.iter().enumerate() {
-        frames.push(chunk(
-            model,
-            json!({"tool_calls": [{"index": index, "id": call.id, "type": "function",
-                                   "function": {"name": call.name, "arguments": ""}}]}),
-            None,
-        ));
-        for piece in &call.argument_chunks {
-            frames.push(chunk(
-                model,
-                json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}),
-                None,
-            ));
-        }
-    }
-    let finish = if calls.is_empty() {
-        "stop"
-    } else {
-        "tool_calls"
-    };
-    frames.push(chunk(model, json!({}), Some(finish)));
-    let usage = json!({"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1, "model": model,
-        "choices": [], "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1, "total_tokens": usage.0 + usage.1}});
-    frames.push(format!("data: {usage}\r\n\r\n"));
-    frames.push("data: [DONE]\n\n".to_owned());
-    frames
+    let calls: Vec<mock_llm::ScriptedCall> = calls
+        .iter()
+        .map(|call| mock_llm::ScriptedCall {
+            id: call.id.to_owned(),
+            name: call.name.to_owned(),
+            argument_chunks: call
+                .argument_chunks
+                .iter()
+                .map(|c| (*c).to_owned())
+                .collect(),
+        })
+        .collect();
+    mock_llm::sse_frames(model, text, &calls, usage)
 }
 
 fn sse(frames: Vec<String>, break_connection: bool) -> Response {

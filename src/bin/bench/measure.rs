@@ -1,0 +1,327 @@
+//! One benchmark case: start the processes, measure the floor, drive the load, summarize.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_runner::pb;
+use agent_runner::pb::agent_service_client::AgentServiceClient;
+use agent_runner::pb::run_event::Event;
+use futures::StreamExt;
+use serde::Serialize;
+use serde_json::{json, Value};
+use tonic::transport::Channel;
+
+use crate::processes::{memory_kib, start_mock, start_service};
+
+/// Concurrent streams per gRPC connection.
+const STREAMS_PER_CONNECTION: usize = 100;
+
+/// A workload.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub name: &'static str,
+    pub concurrency: usize,
+    pub runs: usize,
+    pub ttft: Duration,
+    pub chunk_delay: Duration,
+}
+
+/// What one case measured. Times in milliseconds, memory in MiB / KiB.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub case: String,
+    pub concurrency: usize,
+    pub runs: usize,
+    pub errors: usize,
+    pub runs_per_sec: f64,
+    pub latency_p50_ms: f64,
+    pub latency_p99_ms: f64,
+    pub ttft_p50_ms: f64,
+    pub ttft_p99_ms: f64,
+    pub floor_latency_p50_ms: f64,
+    pub floor_ttft_p50_ms: f64,
+    pub overhead_per_round_p50_ms: f64,
+    pub overhead_per_round_p99_ms: f64,
+    pub idle_rss_mib: f64,
+    pub peak_rss_mib: f64,
+    pub rss_per_run_kib: f64,
+}
+
+struct RunResult {
+    latency: Duration,
+    ttft: Option<Duration>,
+    tool_time: Duration,
+    ok: bool,
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn sorted(mut values: Vec<f64>) -> Vec<f64> {
+    values.sort_by(f64::total_cmp);
+    values
+}
+
+/// Runs one case from fresh processes.
+pub async fn run_case(case: Case) -> anyhow::Result<Report> {
+    let dir = std::env::temp_dir().join(format!(
+        "agent-runner-bench-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&dir)?;
+    let report = run_in(&case, &dir).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    report
+}
+
+async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
+    let mock = start_mock(case.ttft, case.chunk_delay).await?;
+    let service = start_service(dir, mock.addr).await?;
+    let samples = if case.ttft.is_zero() { 200 } else { 3 };
+    let (floor_latency, floor_ttft) = direct_floor(mock.addr, samples).await?;
+    let channels = connect(service.addr, case.concurrency).await?;
+    warm_up(&channels[0]).await;
+    let (idle_rss, _) = memory_kib(service.pid());
+    let peak = Arc::new(AtomicU64::new(idle_rss));
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = tokio::spawn(sample_memory(
+        service.pid(),
+        Arc::clone(&peak),
+        Arc::clone(&sampling),
+    ));
+    let started = Instant::now();
+    let results = drive(&channels, case).await;
+    let elapsed = started.elapsed();
+    sampling.store(false, Ordering::SeqCst);
+    let _ = sampler.await;
+    let (_, hwm) = memory_kib(service.pid());
+    let peak_rss = peak.load(Ordering::SeqCst).max(hwm);
+    Ok(summarize(
+        case,
+        &results,
+        elapsed,
+        floor_latency,
+        floor_ttft,
+        idle_rss,
+        peak_rss,
+    ))
+}
+
+fn summarize(
+    case: &Case,
+    results: &[RunResult],
+    elapsed: Duration,
+    floor_latency: f64,
+    floor_ttft: f64,
+    idle_rss: u64,
+    peak_rss: u64,
+) -> Report {
+    let ok: Vec<&RunResult> = results.iter().filter(|r| r.ok).collect();
+    let latency = sorted(ok.iter().map(|r| millis(r.latency)).collect());
+    let ttft = sorted(ok.iter().filter_map(|r| r.ttft).map(millis).collect());
+    let overhead = sorted(
+        ok.iter()
+            .map(|r| (millis(r.latency) - floor_latency - millis(r.tool_time)) / 2.0)
+            .collect(),
+    );
+    Report {
+        case: case.name.to_owned(),
+        concurrency: case.concurrency,
+        runs: results.len(),
+        errors: results.len() - ok.len(),
+        runs_per_sec: ok.len() as f64 / elapsed.as_secs_f64(),
+        latency_p50_ms: percentile(&latency, 50.0),
+        latency_p99_ms: percentile(&latency, 99.0),
+        ttft_p50_ms: percentile(&ttft, 50.0),
+        ttft_p99_ms: percentile(&ttft, 99.0),
+        floor_latency_p50_ms: floor_latency,
+        floor_ttft_p50_ms: floor_ttft,
+        overhead_per_round_p50_ms: percentile(&overhead, 50.0),
+        overhead_per_round_p99_ms: percentile(&overhead, 99.0),
+        idle_rss_mib: idle_rss as f64 / 1024.0,
+        peak_rss_mib: peak_rss as f64 / 1024.0,
+        rss_per_run_kib: peak_rss.saturating_sub(idle_rss) as f64 / case.concurrency as f64,
+    }
+}
+
+async fn connect(addr: SocketAddr, concurrency: usize) -> anyhow::Result<Vec<Channel>> {
+    let count = concurrency.div_ceil(STREAMS_PER_CONNECTION).max(1);
+    let mut channels = Vec::with_capacity(count);
+    for _ in 0..count {
+        channels.push(
+            Channel::from_shared(format!("http://{addr}"))?
+                .connect()
+                .await?,
+        );
+    }
+    Ok(channels)
+}
+
+fn request() -> pb::RunRequest {
+    pb::RunRequest {
+        query: "What time is it?".into(),
+        agent: Some(pb::AgentConfig {
+            model: Some(pb::ModelConfig {
+                provider: "mock".into(),
+                name: "bench-model".into(),
+                ..Default::default()
+            }),
+            tools: vec![pb::AgentTool {
+                provider: "time".into(),
+                name: "current_time".into(),
+                parameters: None,
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+async fn warm_up(channel: &Channel) {
+    for _ in 0..3 {
+        one_run(AgentServiceClient::new(channel.clone())).await;
+    }
+}
+
+async fn one_run(mut client: AgentServiceClient<Channel>) -> RunResult {
+    let started = Instant::now();
+    let mut result = RunResult {
+        latency: Duration::ZERO,
+        ttft: None,
+        tool_time: Duration::ZERO,
+        ok: false,
+    };
+    let Ok(response) = client.run(request()).await else {
+        return result;
+    };
+    let mut stream = response.into_inner();
+    while let Ok(Some(event)) = stream.message().await {
+        match event.event {
+            Some(Event::Delta(_)) if result.ttft.is_none() => result.ttft = Some(started.elapsed()),
+            Some(Event::ToolFinished(finished)) => {
+                let cost = finished
+                    .tool_call
+                    .and_then(|c| c.meta)
+                    .map_or(0.0, |m| m.time_cost);
+                result.tool_time += Duration::from_secs_f64(cost.max(0.0));
+            }
+            Some(Event::End(end)) => result.ok = end.finish_reason == pb::FinishReason::Stop as i32,
+            _ => {}
+        }
+    }
+    result.latency = started.elapsed();
+    result
+}
+
+async fn drive(channels: &[Channel], case: &Case) -> Vec<RunResult> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let workers = (0..case.concurrency).map(|worker| {
+        let channel = channels[worker / STREAMS_PER_CONNECTION % channels.len()].clone();
+        let next = Arc::clone(&next);
+        let runs = case.runs;
+        tokio::spawn(async move {
+            let mut results = Vec::new();
+            while next.fetch_add(1, Ordering::SeqCst) < runs {
+                results.push(one_run(AgentServiceClient::new(channel.clone())).await);
+            }
+            results
+        })
+    });
+    let mut all = Vec::with_capacity(case.runs);
+    for worker in futures::future::join_all(workers).await {
+        all.extend(worker.unwrap_or_default());
+    }
+    all
+}
+
+async fn sample_memory(pid: u32, peak: Arc<AtomicU64>, running: Arc<AtomicBool>) {
+    while running.load(Ordering::SeqCst) {
+        let (rss, _) = memory_kib(pid);
+        peak.fetch_max(rss, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The same two model calls made directly: median full duration, and median time until
+/// the second call's first answer chunk.
+async fn direct_floor(llm: SocketAddr, samples: usize) -> anyhow::Result<(f64, f64)> {
+    let http = reqwest::Client::new();
+    let url = format!("http://{llm}/v1/chat/completions");
+    let tool = json!({"type": "function", "function": {"name": "current_time", "description": "time",
+        "parameters": {"type": "object", "properties": {}}}});
+    let first = json!({"model": "bench-model", "stream": true, "stream_options": {"include_usage": true},
+        "messages": [{"role": "user", "content": "What time is it?"}], "tools": [tool]});
+    let second = json!({"model": "bench-model", "stream": true, "stream_options": {"include_usage": true},
+        "messages": [{"role": "user", "content": "What time is it?"},
+                     {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function",
+                      "function": {"name": "current_time", "arguments": "{}"}}]},
+                     {"role": "tool", "tool_call_id": "c", "content": "12:00"}], "tools": [tool]});
+    let mut totals = Vec::new();
+    let mut firsts = Vec::new();
+    for _ in 0..samples {
+        let started = Instant::now();
+        read_stream(&http, &url, &first).await?;
+        let (first_chunk, _) = read_stream(&http, &url, &second).await?;
+        totals.push(millis(started.elapsed()));
+        firsts.push(millis(first_chunk.duration_since(started)));
+    }
+    Ok((
+        percentile(&sorted(totals), 50.0),
+        percentile(&sorted(firsts), 50.0),
+    ))
+}
+
+/// Reads a streamed answer; returns when its first content chunk and its end arrived.
+async fn read_stream(
+    http: &reqwest::Client,
+    url: &str,
+    body: &Value,
+) -> anyhow::Result<(Instant, Instant)> {
+    let response = http.post(url).json(body).send().await?;
+    let mut bytes = response.bytes_stream();
+    let mut first = None;
+    while let Some(chunk) = bytes.next().await {
+        let chunk = chunk?;
+        let needle = b"\"content\":\"w";
+        if first.is_none() && chunk.windows(needle.len()).any(|w| w == needle) {
+            first = Some(Instant::now());
+        }
+    }
+    let end = Instant::now();
+    Ok((first.unwrap_or(end), end))
+}
+
+/// The median repeat of a case, by throughput.
+pub fn median_report(mut reports: Vec<Report>) -> Report {
+    reports.sort_by(|a, b| a.runs_per_sec.total_cmp(&b.runs_per_sec));
+    let middle = reports.len() / 2;
+    reports.swap_remove(middle)
+}
+
+pub fn print_table(reports: &[Report]) {
+    println!(
+        "{:<11} {:>6} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9} {:>10}",
+        "case", "C", "runs", "errors", "runs/s", "lat p50", "lat p99", "ttft p50", "ttft p99",
+        "floor ttft", "floor lat", "ovh p50", "ovh p99", "peak MiB", "KiB/run"
+    );
+    for r in reports {
+        println!(
+            "{:<11} {:>6} {:>6} {:>7} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>10.2} {:>10.2} {:>9.3} {:>9.3} {:>9.1} {:>10.1}",
+            r.case, r.concurrency, r.runs, r.errors, r.runs_per_sec, r.latency_p50_ms, r.latency_p99_ms,
+            r.ttft_p50_ms, r.ttft_p99_ms, r.floor_ttft_p50_ms, r.floor_latency_p50_ms,
+            r.overhead_per_round_p50_ms, r.overhead_per_round_p99_ms, r.peak_rss_mib, r.rss_per_run_kib
+        );
+    }
+    println!("(times in ms; ovh = orchestration overhead per round: (run latency − direct two-call floor − tool time) / 2)");
+}

@@ -1,0 +1,121 @@
+//! The service and the scripted LLM as child processes, so the service's memory is its own.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::Context;
+use tonic::transport::Channel;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+/// A child process killed when dropped.
+pub struct Process {
+    child: Child,
+    /// Where it listens.
+    pub addr: SocketAddr,
+}
+
+impl Process {
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn sibling(name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let dir = exe
+        .parent()
+        .context("the benchmark binary has no directory")?;
+    let path = dir.join(name);
+    anyhow::ensure!(
+        path.exists(),
+        "{} not found; build with `cargo build --release --bins`",
+        path.display()
+    );
+    Ok(path)
+}
+
+fn free_addr() -> anyhow::Result<SocketAddr> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+/// Starts the scripted LLM with delays.
+pub async fn start_mock(ttft: Duration, chunk_delay: Duration) -> anyhow::Result<Process> {
+    let addr = free_addr()?;
+    let child = Command::new(sibling("agent-runner-mock-llm")?)
+        .args(["--listen", &addr.to_string()])
+        .args(["--ttft-ms", &ttft.as_millis().to_string()])
+        .args(["--chunk-delay-ms", &chunk_delay.as_millis().to_string()])
+        .stdout(Stdio::null())
+        .spawn()?;
+    let process = Process { child, addr };
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            return Ok(process);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    anyhow::bail!("the mock LLM did not start")
+}
+
+/// Starts the service on `dir` with the mock LLM as provider `mock`.
+pub async fn start_service(dir: &Path, llm: SocketAddr) -> anyhow::Result<Process> {
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ndata_dir = \"{}\"\nshutdown_grace_secs = 5\n\n[providers.mock]\nbase_url = \"http://{llm}/v1\"\nfirst_byte_timeout_secs = 60\n",
+            dir.join("data").display()
+        ),
+    )?;
+    let addr = free_addr()?;
+    let child = Command::new(sibling("agent-runner")?)
+        .args(["serve", "--listen", &addr.to_string(), "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .spawn()?;
+    let process = Process { child, addr };
+    for _ in 0..400 {
+        if let Ok(channel) = Channel::from_shared(format!("http://{addr}"))?
+            .connect()
+            .await
+        {
+            let request = HealthCheckRequest {
+                service: "agentrunner.v1.AgentService".into(),
+            };
+            if let Ok(response) = HealthClient::new(channel).check(request).await {
+                if response.into_inner().status == ServingStatus::Serving as i32 {
+                    return Ok(process);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    anyhow::bail!("the service did not become healthy")
+}
+
+/// Resident and peak resident memory of a process, in KiB.
+pub fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|line| line.starts_with(name))
+            .and_then(|line| line.split_whitespace().nth(1))
+            .and_then(|kib| kib.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
