@@ -8,11 +8,12 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 
+use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::llm::{ChatModel, LlmError, ModelEntry, ModelRegistry};
 use crate::runner::Runner;
 use crate::store::{Store, StoreError};
-use crate::tools::{Provider, RegistryError, ToolRegistry};
+use crate::tools::{Provider, ProviderSettings, RegistryError, ToolRegistry};
 
 /// Additions to what the configuration describes; how tests plug in scripted models and
 /// deterministic tools while serving the real API.
@@ -86,8 +87,18 @@ pub async fn serve(
     }
     let tools = Arc::new(ToolRegistry::with_builtins()?);
     for provider in extensions.tool_providers {
-        tools.register(provider);
+        tools.register_builtin(provider);
     }
+    let catalog = Catalog::new(
+        store.clone(),
+        Arc::clone(&tools),
+        ProviderSettings {
+            max_output_bytes: config.runner.tool_output_limit_bytes,
+        },
+        reqwest::Client::new(),
+    );
+    let loaded = catalog.load()?;
+    tracing::info!(providers = loaded, "registered tool providers loaded");
     let settings = config.runner.settings();
     let runner = Runner::new(
         store.clone(),
@@ -100,6 +111,7 @@ pub async fn serve(
     let router = crate::api::router(
         runner.clone(),
         store.clone(),
+        catalog,
         tools,
         settings.tool_timeout,
         health,

@@ -121,6 +121,9 @@ fn default_tool_concurrency() -> usize {
 fn default_event_buffer() -> usize {
     64
 }
+fn default_tool_output_limit() -> usize {
+    16 * 1024
+}
 
 /// `[runner]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -135,6 +138,10 @@ pub struct RunnerConfig {
     /// Events buffered per run for a slow client.
     #[serde(default = "default_event_buffer")]
     pub event_buffer: usize,
+    /// Longest observation an API or knowledge tool returns; longer ones are cut with a
+    /// marker saying so.
+    #[serde(default = "default_tool_output_limit")]
+    pub tool_output_limit_bytes: usize,
 }
 
 impl Default for RunnerConfig {
@@ -143,6 +150,7 @@ impl Default for RunnerConfig {
             tool_timeout_secs: default_tool_timeout(),
             tool_concurrency: default_tool_concurrency(),
             event_buffer: default_event_buffer(),
+            tool_output_limit_bytes: default_tool_output_limit(),
         }
     }
 }

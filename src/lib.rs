@@ -5,6 +5,7 @@
 //! - [`runner`]: the agent loop, one driver parameterised by strategy; emits [`events`].
 //! - [`llm`]: chat model clients (OpenAI-compatible first) behind one trait.
 //! - [`tools`]: the tool registry, the tool engine and the built-in tools.
+//! - [`catalog`]: providers a tenant registers, persisted and live.
 //! - [`store`]: persistence in embedded sled; the only code that touches it.
 //! - [`domain`]: plain data shared by all of the above.
 //! - [`app`] wires them together; [`config`] says how.
@@ -12,6 +13,7 @@
 
 pub mod api;
 pub mod app;
+pub mod catalog;
 pub mod config;
 pub mod domain;
 pub mod events;

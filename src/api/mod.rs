@@ -18,6 +18,7 @@ use tonic::transport::Server;
 use tonic::{Request, Status};
 use tonic_health::server::HealthReporter;
 
+use crate::catalog::Catalog;
 use crate::domain::Tenant;
 use crate::pb;
 use crate::pb::agent_service_server::AgentServiceServer;
@@ -86,6 +87,7 @@ pub struct RouterError(#[from] tonic_reflection::server::Error);
 pub fn router(
     runner: Runner,
     store: Store,
+    catalog: Catalog,
     tools: Arc<ToolRegistry>,
     tool_timeout: Duration,
     health: tonic_health::pb::health_server::HealthServer<
@@ -103,6 +105,7 @@ pub fn router(
         .add_service(reflection().build_v1alpha()?)
         .add_service(AgentServiceServer::new(AgentApi::new(runner, store)))
         .add_service(ToolRegistryServer::new(ToolRegistryApi::new(
+            catalog,
             tools,
             tool_timeout,
         ))))

@@ -2,6 +2,7 @@
 
 use tonic::{Code, Status};
 
+use crate::catalog::CatalogError;
 use crate::domain::{ErrorKind, FieldError};
 use crate::llm::LlmError;
 use crate::runner::RunError;
@@ -24,7 +25,7 @@ macro_rules! classified {
     )*};
 }
 
-classified!(RunError, StoreError, ToolSetError, LlmError);
+classified!(RunError, StoreError, ToolSetError, LlmError, CatalogError);
 
 impl Classified for FieldError {
     fn kind(&self) -> ErrorKind {

@@ -5,67 +5,30 @@ use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
-use super::convert::{json_to_struct, struct_to_json};
+use super::convert::json::struct_to_json;
+use super::convert::provider::{descriptor, provider, provider_record};
 use super::status::{from_error, invalid};
+use super::tenant_of;
+use crate::catalog::{Catalog, CatalogError};
 use crate::pb;
 use crate::pb::tool_registry_server::ToolRegistry as ToolRegistryService;
-use crate::runner::RunError;
-use crate::tools::{Provider, ProviderKind, ToolDescriptor, ToolRef, ToolRegistry, ToolSet};
+use crate::tools::{ToolRef, ToolRegistry, ToolSet};
 
 /// Implements `ToolRegistry`.
 pub struct ToolRegistryApi {
+    catalog: Catalog,
     tools: Arc<ToolRegistry>,
     timeout: Duration,
 }
 
 impl ToolRegistryApi {
-    /// Handlers over `tools`; `timeout` bounds `InvokeTool` as it bounds agent calls.
-    pub fn new(tools: Arc<ToolRegistry>, timeout: Duration) -> Self {
-        Self { tools, timeout }
-    }
-}
-
-fn kind(kind: ProviderKind) -> pb::ProviderKind {
-    match kind {
-        ProviderKind::Builtin => pb::ProviderKind::Builtin,
-        ProviderKind::Api => pb::ProviderKind::Api,
-        ProviderKind::Knowledge => pb::ProviderKind::Knowledge,
-        ProviderKind::Mcp => pb::ProviderKind::Mcp,
-    }
-}
-
-fn descriptor(tool: &ToolDescriptor) -> pb::ToolDescriptor {
-    pb::ToolDescriptor {
-        provider: tool.provider.clone(),
-        name: tool.name.clone(),
-        description: tool.description.clone(),
-        parameters_schema: tool.parameters.as_object().map(json_to_struct),
-    }
-}
-
-fn provider(provider: &Provider) -> pb::ToolProvider {
-    pb::ToolProvider {
-        name: provider.name.clone(),
-        kind: kind(provider.kind).into(),
-        description: provider.description.clone(),
-        tools: provider
-            .tools
-            .values()
-            .map(|t| descriptor(t.tool.descriptor()))
-            .collect(),
-        source: None,
-        credentials: Default::default(),
-        credential_keys: Vec::new(),
-    }
-}
-
-impl ToolRegistryApi {
-    fn find(&self, name: &str) -> Result<Arc<Provider>, Status> {
-        self.tools
-            .snapshot()
-            .get(name)
-            .cloned()
-            .ok_or_else(|| from_error(RunError::not_found("tool provider", name)))
+    /// Handlers over the catalog; `timeout` bounds `InvokeTool` as it bounds agent calls.
+    pub fn new(catalog: Catalog, tools: Arc<ToolRegistry>, timeout: Duration) -> Self {
+        Self {
+            catalog,
+            tools,
+            timeout,
+        }
     }
 }
 
@@ -73,57 +36,74 @@ impl ToolRegistryApi {
 impl ToolRegistryService for ToolRegistryApi {
     async fn create_provider(
         &self,
-        _: Request<pb::CreateProviderRequest>,
+        request: Request<pb::CreateProviderRequest>,
     ) -> Result<Response<pb::ToolProvider>, Status> {
-        Err(Status::unimplemented(
-            "CreateProvider is not available in this build",
-        ))
+        let tenant = tenant_of(&request)?;
+        let pb::CreateProviderRequest { provider: given } = request.into_inner();
+        let record = provider_record(given.ok_or_else(|| invalid("provider", "is required"))?)?;
+        let entry = self
+            .catalog
+            .create(&tenant, record)
+            .await
+            .map_err(from_error)?;
+        Ok(Response::new(provider(&entry)))
     }
 
     async fn get_provider(
         &self,
         request: Request<pb::GetProviderRequest>,
     ) -> Result<Response<pb::ToolProvider>, Status> {
+        let tenant = tenant_of(&request)?;
         let pb::GetProviderRequest { name } = request.into_inner();
-        let found = self.find(&name)?;
-        Ok(Response::new(provider(&found)))
+        let entry = self.catalog.get(&tenant, &name).map_err(from_error)?;
+        Ok(Response::new(provider(&entry)))
     }
 
     async fn list_providers(
         &self,
-        _: Request<pb::ListProvidersRequest>,
+        request: Request<pb::ListProvidersRequest>,
     ) -> Result<Response<pb::ListProvidersResponse>, Status> {
-        let providers = self
-            .tools
-            .snapshot()
-            .values()
-            .map(|p| provider(p))
-            .collect();
-        Ok(Response::new(pb::ListProvidersResponse { providers }))
+        let tenant = tenant_of(&request)?;
+        let entries = self.catalog.list(&tenant).map_err(from_error)?;
+        Ok(Response::new(pb::ListProvidersResponse {
+            providers: entries.iter().map(provider).collect(),
+        }))
     }
 
     async fn delete_provider(
         &self,
-        _: Request<pb::DeleteProviderRequest>,
+        request: Request<pb::DeleteProviderRequest>,
     ) -> Result<Response<pb::DeleteProviderResponse>, Status> {
-        Err(Status::unimplemented(
-            "DeleteProvider is not available in this build",
-        ))
+        let tenant = tenant_of(&request)?;
+        let pb::DeleteProviderRequest { name } = request.into_inner();
+        self.catalog
+            .delete(&tenant, &name)
+            .await
+            .map_err(from_error)?;
+        Ok(Response::new(pb::DeleteProviderResponse {}))
     }
 
     async fn list_tools(
         &self,
         request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
-        let pb::ListToolsRequest { provider } = request.into_inner();
-        let providers: Vec<Arc<Provider>> = if provider.is_empty() {
-            self.tools.snapshot().values().cloned().collect()
+        let tenant = tenant_of(&request)?;
+        let pb::ListToolsRequest { provider: name } = request.into_inner();
+        let entries = if name.is_empty() {
+            self.catalog.list(&tenant)
         } else {
-            vec![self.find(&provider)?]
-        };
-        let tools = providers
+            self.catalog.get(&tenant, &name).map(|entry| vec![entry])
+        }
+        .map_err(from_error)?;
+        let tools = entries
             .iter()
-            .flat_map(|p| p.tools.values().map(|t| descriptor(t.tool.descriptor())))
+            .flat_map(|entry| {
+                entry
+                    .provider
+                    .tools
+                    .values()
+                    .map(|t| descriptor(t.tool.descriptor()))
+            })
             .collect();
         Ok(Response::new(pb::ListToolsResponse { tools }))
     }
@@ -132,28 +112,26 @@ impl ToolRegistryService for ToolRegistryApi {
         &self,
         request: Request<pb::InvokeToolRequest>,
     ) -> Result<Response<pb::InvokeToolResponse>, Status> {
+        let tenant = tenant_of(&request)?;
         let pb::InvokeToolRequest {
-            provider,
+            provider: provider_name,
             name,
             arguments,
             parameters,
         } = request.into_inner();
-        if provider.is_empty() {
+        if provider_name.is_empty() {
             return Err(invalid("provider", "is required"));
         }
         if name.is_empty() {
             return Err(invalid("name", "is required"));
         }
         let tool = ToolRef {
-            provider,
+            provider: provider_name.clone(),
             name: name.clone(),
             preset: parameters.map(struct_to_json).unwrap_or_default(),
         };
-        let set = ToolSet::bind(&self.tools.snapshot(), &[tool]).map_err(|err| {
-            let text = err.to_string();
-            let reason = text.split_once(": ").map_or(text.as_str(), |(_, r)| r);
-            Status::not_found(reason.to_owned())
-        })?;
+        let set = ToolSet::bind(&self.tools.snapshot(&tenant), &[tool])
+            .map_err(|_| from_error(CatalogError::NotFound(format!("{provider_name}/{name}"))))?;
         let invocation = set.invoke(&name, &arguments, self.timeout).await;
         Ok(Response::new(pb::InvokeToolResponse {
             observation: invocation.observation,

@@ -6,6 +6,7 @@
 mod error;
 mod ids;
 mod message;
+mod provider;
 mod thought;
 mod usage;
 
@@ -14,6 +15,7 @@ pub use ids::{ConversationId, MessageId, Tenant, ThoughtId};
 pub use message::{
     Conversation, FinishReason, IdempotencyRecord, Message, MessageStatus, RunFailure, StrategyKind,
 };
+pub use provider::{ProviderKind, ProviderRecord, ProviderSource};
 pub use thought::{Thought, ToolCallRecord, ToolInvokeMeta};
 pub use usage::{Pricing, TokenUsage, Usage};
 

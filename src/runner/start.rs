@@ -109,7 +109,7 @@ impl Runner {
             .models
             .resolve(&spec.agent.model.provider, &spec.agent.model.name)?;
         let strategy = choose_strategy(&spec.agent, &model.info)?;
-        let tools = ToolSet::bind(&self.tools.snapshot(), &spec.agent.tools)?;
+        let tools = ToolSet::bind(&self.tools.snapshot(&spec.tenant), &spec.agent.tools)?;
         let new_conversation = self.conversation_for(spec)?;
         let conversation_id = match (&new_conversation, spec.conversation_id) {
             (Some(conversation), _) => conversation.id,

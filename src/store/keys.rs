@@ -56,7 +56,7 @@ pub fn event(tenant: &Tenant, id: MessageId, seq: u64) -> Vec<u8> {
     key
 }
 
-/// Key of an idempotency record.
+/// Key of a record named by a string within a tenant: an idempotency key or a provider.
 pub fn idempotency(tenant: &Tenant, key: &str) -> Vec<u8> {
     let mut out = tenant_prefix(tenant, key.len());
     out.extend_from_slice(key.as_bytes());

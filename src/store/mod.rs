@@ -35,6 +35,8 @@ pub struct Store {
     running: sled::Tree,
     /// Idempotency keys of runs, by tenant and key.
     idempotency: sled::Tree,
+    /// Registered tool providers, by tenant and name.
+    providers: sled::Tree,
     flusher: flusher::Flusher,
 }
 
@@ -59,6 +61,7 @@ impl Store {
             events: db.open_tree("events")?,
             running: db.open_tree("running")?,
             idempotency: db.open_tree("idempotency")?,
+            providers: db.open_tree("providers")?,
             flusher: flusher::Flusher::start(db.clone())?,
             db,
         })
@@ -83,6 +86,7 @@ impl Store {
             ("events", &self.events),
             ("running", &self.running),
             ("idempotency", &self.idempotency),
+            ("providers", &self.providers),
         ];
         let mut found = Vec::new();
         for (name, tree) in trees {

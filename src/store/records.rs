@@ -1,7 +1,7 @@
 //! Thoughts and events: the per-message records, keyed so scans come out in order.
 
 use super::{encode, keys, scan, Store, StoreError};
-use crate::domain::{MessageId, Tenant, Thought};
+use crate::domain::{MessageId, ProviderRecord, Tenant, Thought};
 use crate::events::EventEnvelope;
 
 impl Store {
@@ -23,6 +23,52 @@ impl Store {
             "thoughts",
             &keys::message_children(tenant, message),
         )
+    }
+
+    /// Writes (or replaces) a tenant's provider definition.
+    pub fn put_provider(&self, tenant: &Tenant, record: &ProviderRecord) -> Result<(), StoreError> {
+        self.providers.insert(
+            keys::idempotency(tenant, &record.name),
+            encode("providers", record)?,
+        )?;
+        Ok(())
+    }
+
+    /// A tenant's provider definition.
+    pub fn get_provider(
+        &self,
+        tenant: &Tenant,
+        name: &str,
+    ) -> Result<Option<ProviderRecord>, StoreError> {
+        self.providers
+            .get(keys::idempotency(tenant, name))?
+            .map(|bytes| super::decode("providers", &bytes))
+            .transpose()
+    }
+
+    /// Deletes a tenant's provider definition; returns whether it existed.
+    pub fn delete_provider(&self, tenant: &Tenant, name: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .providers
+            .remove(keys::idempotency(tenant, name))?
+            .is_some())
+    }
+
+    /// Every stored provider of every tenant, for start-up.
+    pub fn all_providers(&self) -> Result<Vec<(Tenant, ProviderRecord)>, StoreError> {
+        let mut out = Vec::new();
+        for entry in self.providers.iter() {
+            let (key, value) = entry?;
+            let tenant = key
+                .iter()
+                .position(|b| *b == 0)
+                .and_then(|end| std::str::from_utf8(&key[..end]).ok())
+                .and_then(Tenant::parse);
+            if let Some(tenant) = tenant {
+                out.push((tenant, super::decode("providers", &value)?));
+            }
+        }
+        Ok(out)
     }
 
     /// Appends an event to its message's log.

@@ -8,44 +8,23 @@
 pub mod builtin;
 pub mod engine;
 mod error;
+pub mod http_api;
+pub mod knowledge;
+pub mod providers;
 mod registry;
 
 use std::future::Future;
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use engine::{Invocation, ToolRef, ToolSet, ToolSetError};
 pub use error::{RegistryError, ToolError};
+pub use providers::{ProviderError, ProviderSettings};
 pub use registry::{Provider, RegisteredTool, ToolRegistry, ToolSnapshot};
 
-/// Where a provider's tools come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProviderKind {
-    /// Shipped with the service.
-    Builtin,
-    /// Operations of an HTTP API from an OpenAPI document.
-    Api,
-    /// A knowledge base behind the External Knowledge API.
-    Knowledge,
-    /// Tools of an MCP server.
-    Mcp,
-}
-
-impl ProviderKind {
-    /// The name used in `tool_config.tool_provider_type`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Builtin => "builtin",
-            Self::Api => "api",
-            Self::Knowledge => "knowledge",
-            Self::Mcp => "mcp",
-        }
-    }
-}
+pub use crate::domain::ProviderKind;
 
 /// What the model is told about a tool.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,9 +1,10 @@
 //! The providers and their tools, shared by every run.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use super::{ErasedTool, ProviderKind, RegistryError};
+use crate::domain::Tenant;
 
 /// A tool with its argument validator compiled once, at registration.
 #[derive(Clone)]
@@ -65,17 +66,24 @@ impl Provider {
     }
 }
 
-/// An immutable view of the registry, taken once per run so a provider deleted mid-run
-/// cannot pull a tool from under it.
+/// An immutable view of the providers a tenant can use, taken once per run so a provider
+/// deleted mid-run cannot pull a tool from under it.
 pub type ToolSnapshot = Arc<BTreeMap<String, Arc<Provider>>>;
 
-/// Every provider, by name.
+/// Built-in providers, shared by every tenant, and each tenant's registered ones.
 ///
-/// Copy-on-write behind a `std` `RwLock`: reads (one per run) clone an `Arc` and never wait
-/// on a writer for long, and the lock is never held across an await.
+/// Copy-on-write behind `std` `RwLock`s: reads (one per run) clone `Arc`s and never wait on
+/// a writer for long, and no lock is held across an await.
 #[derive(Default)]
 pub struct ToolRegistry {
-    providers: RwLock<ToolSnapshot>,
+    builtins: RwLock<ToolSnapshot>,
+    tenants: RwLock<HashMap<Tenant, ToolSnapshot>>,
+}
+
+fn with_inserted(map: &ToolSnapshot, provider: Provider) -> ToolSnapshot {
+    let mut next = (**map).clone();
+    next.insert(provider.name.clone(), Arc::new(provider));
+    Arc::new(next)
 }
 
 impl ToolRegistry {
@@ -83,28 +91,66 @@ impl ToolRegistry {
     pub fn with_builtins() -> Result<Self, RegistryError> {
         let registry = Self::default();
         for provider in super::builtin::providers()? {
-            registry.register(provider);
+            registry.register_builtin(provider);
         }
         Ok(registry)
     }
 
-    /// Adds or replaces a provider.
-    pub fn register(&self, provider: Provider) {
-        let mut guard = self
-            .providers
+    /// Adds (or replaces) a provider every tenant sees.
+    pub fn register_builtin(&self, provider: Provider) {
+        let mut builtins = self
+            .builtins
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut next = (**guard).clone();
-        next.insert(provider.name.clone(), Arc::new(provider));
-        *guard = Arc::new(next);
+            .unwrap_or_else(PoisonError::into_inner);
+        *builtins = with_inserted(&builtins, provider);
     }
 
-    /// The providers as they are now.
-    pub fn snapshot(&self) -> ToolSnapshot {
-        let guard = self
-            .providers
+    /// Whether `name` is a built-in provider (which cannot be created over or deleted).
+    pub fn is_builtin(&self, name: &str) -> bool {
+        self.builtins
             .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Arc::clone(&guard)
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(name)
+    }
+
+    /// Adds (or replaces) a tenant's provider.
+    pub fn register(&self, tenant: &Tenant, provider: Provider) {
+        let mut tenants = self.tenants.write().unwrap_or_else(PoisonError::into_inner);
+        let current = tenants.get(tenant).cloned().unwrap_or_default();
+        tenants.insert(tenant.clone(), with_inserted(&current, provider));
+    }
+
+    /// Removes a tenant's provider; returns whether it was there.
+    pub fn remove(&self, tenant: &Tenant, name: &str) -> bool {
+        let mut tenants = self.tenants.write().unwrap_or_else(PoisonError::into_inner);
+        let Some(current) = tenants.get(tenant) else {
+            return false;
+        };
+        if !current.contains_key(name) {
+            return false;
+        }
+        let mut next = (**current).clone();
+        next.remove(name);
+        tenants.insert(tenant.clone(), Arc::new(next));
+        true
+    }
+
+    /// The providers `tenant` can use now: the built-in ones and its own.
+    pub fn snapshot(&self, tenant: &Tenant) -> ToolSnapshot {
+        let builtins = Arc::clone(&self.builtins.read().unwrap_or_else(PoisonError::into_inner));
+        let own = self
+            .tenants
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(tenant)
+            .cloned();
+        match own {
+            Some(own) if !own.is_empty() => {
+                let mut merged = (*builtins).clone();
+                merged.extend(own.iter().map(|(k, v)| (k.clone(), Arc::clone(v))));
+                Arc::new(merged)
+            }
+            Some(_) | None => builtins,
+        }
     }
 }

@@ -19,4 +19,5 @@ mod run_control;
 mod run_function_calling;
 mod run_react;
 mod server;
+mod tool_providers;
 mod validation;

@@ -2,7 +2,8 @@
 //! field by field, so a new proto field is a compile error here until it is handled.
 
 mod event;
-mod json;
+pub mod json;
+pub mod provider;
 mod record;
 mod run;
 

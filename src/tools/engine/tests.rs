@@ -8,7 +8,7 @@ use crate::tools::ToolRegistry;
 
 fn set(refs: &[(&str, &str, Value)]) -> ToolSet {
     let registry = ToolRegistry::with_builtins().unwrap();
-    registry.register(testing_provider().unwrap());
+    registry.register_builtin(testing_provider().unwrap());
     let refs: Vec<ToolRef> = refs
         .iter()
         .map(|(provider, name, preset)| ToolRef {
@@ -17,7 +17,11 @@ fn set(refs: &[(&str, &str, Value)]) -> ToolSet {
             preset: preset.as_object().cloned().unwrap_or_default(),
         })
         .collect();
-    ToolSet::bind(&registry.snapshot(), &refs).unwrap()
+    ToolSet::bind(
+        &registry.snapshot(&crate::domain::Tenant::default_tenant()),
+        &refs,
+    )
+    .unwrap()
 }
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -113,7 +117,7 @@ fn configuration_errors_name_the_entry() {
         preset: Map::new(),
     };
     let err = ToolSet::bind(
-        &registry.snapshot(),
+        &registry.snapshot(&crate::domain::Tenant::default_tenant()),
         &[bad("time", "current_time"), bad("nope", "x")],
     )
     .err()
@@ -122,9 +126,12 @@ fn configuration_errors_name_the_entry() {
         err.to_string(),
         "agent.tools[1].provider: unknown tool provider \"nope\""
     );
-    let err = ToolSet::bind(&registry.snapshot(), &[bad("time", "tomorrow")])
-        .err()
-        .unwrap();
+    let err = ToolSet::bind(
+        &registry.snapshot(&crate::domain::Tenant::default_tenant()),
+        &[bad("time", "tomorrow")],
+    )
+    .err()
+    .unwrap();
     assert_eq!(
         err.to_string(),
         "agent.tools[0].name: unknown tool \"tomorrow\" of provider \"time\""

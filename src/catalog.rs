@@ -1,0 +1,167 @@
+//! The tool catalog: providers a tenant registers, persisted in the store and live in the
+//! registry. Built-in providers are listed with them but cannot be created over or deleted.
+
+use std::sync::Arc;
+
+use crate::domain::{ErrorKind, FieldError, ProviderRecord, Tenant};
+use crate::store::{Store, StoreError};
+use crate::tools::providers::{self, ProviderError, ProviderSettings};
+use crate::tools::{Provider, ToolRegistry};
+
+/// Why a catalog request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// A field is invalid.
+    #[error(transparent)]
+    InvalidField(#[from] FieldError),
+    /// The definition cannot become tools.
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    /// The name is taken.
+    #[error("provider {0:?} already exists")]
+    Exists(String),
+    /// No such provider.
+    #[error("tool provider {0} not found")]
+    NotFound(String),
+    /// Built-in providers are fixed.
+    #[error("provider {0:?} is built in and cannot be changed or deleted")]
+    Builtin(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl CatalogError {
+    /// The class of failure, for the API layer's mapping.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::InvalidField(_) => ErrorKind::InvalidArgument,
+            Self::Provider(err) => err.kind(),
+            Self::Exists(_) => ErrorKind::AlreadyExists,
+            Self::NotFound(_) => ErrorKind::NotFound,
+            Self::Builtin(_) => ErrorKind::FailedPrecondition,
+            Self::Store(err) => err.kind(),
+        }
+    }
+}
+
+/// A provider as the catalog shows it: its tools, and its definition unless built in.
+#[derive(Clone)]
+pub struct Entry {
+    /// The live provider.
+    pub provider: Arc<Provider>,
+    /// Its stored definition; `None` for built-in providers.
+    pub record: Option<ProviderRecord>,
+}
+
+/// Registered providers.
+#[derive(Clone)]
+pub struct Catalog {
+    store: Store,
+    registry: Arc<ToolRegistry>,
+    settings: ProviderSettings,
+    http: reqwest::Client,
+}
+
+/// Provider names are also tool names (knowledge tools) and must suit every model API.
+fn check_name(name: &str) -> Result<(), FieldError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(FieldError::new(
+            "provider.name",
+            "must be 1 to 64 letters, digits, `_` or `-`",
+        ))
+    }
+}
+
+impl Catalog {
+    /// A catalog over `store` feeding `registry`.
+    pub fn new(
+        store: Store,
+        registry: Arc<ToolRegistry>,
+        settings: ProviderSettings,
+        http: reqwest::Client,
+    ) -> Self {
+        Self {
+            store,
+            registry,
+            settings,
+            http,
+        }
+    }
+
+    /// Registers every stored provider; one that no longer builds is logged and skipped.
+    pub fn load(&self) -> Result<usize, StoreError> {
+        let mut loaded = 0;
+        for (tenant, record) in self.store.all_providers()? {
+            match providers::build(&record, &self.settings, &self.http) {
+                Ok(provider) => {
+                    self.registry.register(&tenant, provider);
+                    loaded += 1;
+                }
+                Err(err) => {
+                    tracing::warn!(%tenant, provider = %record.name, error = %err, "skipping a stored provider")
+                }
+            }
+        }
+        Ok(loaded)
+    }
+
+    /// Validates, builds, stores and registers a new provider.
+    pub async fn create(
+        &self,
+        tenant: &Tenant,
+        record: ProviderRecord,
+    ) -> Result<Entry, CatalogError> {
+        check_name(&record.name)?;
+        if self.registry.is_builtin(&record.name) {
+            return Err(CatalogError::Builtin(record.name));
+        }
+        if self.store.get_provider(tenant, &record.name)?.is_some() {
+            return Err(CatalogError::Exists(record.name));
+        }
+        let provider = providers::build(&record, &self.settings, &self.http)?;
+        self.store.put_provider(tenant, &record)?;
+        self.store.flush().await?;
+        self.registry.register(tenant, provider);
+        self.get(tenant, &record.name)
+    }
+
+    /// One provider the tenant can use.
+    pub fn get(&self, tenant: &Tenant, name: &str) -> Result<Entry, CatalogError> {
+        let provider = self
+            .registry
+            .snapshot(tenant)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| CatalogError::NotFound(name.to_owned()))?;
+        let record = self.store.get_provider(tenant, name)?;
+        Ok(Entry { provider, record })
+    }
+
+    /// Every provider the tenant can use, built-in ones included.
+    pub fn list(&self, tenant: &Tenant) -> Result<Vec<Entry>, CatalogError> {
+        let snapshot = self.registry.snapshot(tenant);
+        snapshot.keys().map(|name| self.get(tenant, name)).collect()
+    }
+
+    /// Deletes a tenant's provider. Runs already started keep their tools; new runs that
+    /// name its tools are refused.
+    pub async fn delete(&self, tenant: &Tenant, name: &str) -> Result<(), CatalogError> {
+        if self.registry.is_builtin(name) {
+            return Err(CatalogError::Builtin(name.to_owned()));
+        }
+        if !self.store.delete_provider(tenant, name)? {
+            return Err(CatalogError::NotFound(name.to_owned()));
+        }
+        self.store.flush().await?;
+        self.registry.remove(tenant, name);
+        Ok(())
+    }
+}

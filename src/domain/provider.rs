@@ -1,0 +1,84 @@
+//! Tool providers a tenant registers: where their tools come from and how to reach them.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Where a provider's tools come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// Shipped with the service.
+    Builtin,
+    /// Operations of an HTTP API from an OpenAPI document.
+    Api,
+    /// A knowledge base behind the External Knowledge API.
+    Knowledge,
+    /// Tools of an MCP server.
+    Mcp,
+}
+
+impl ProviderKind {
+    /// The name used in `tool_config.tool_provider_type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Builtin => "builtin",
+            Self::Api => "api",
+            Self::Knowledge => "knowledge",
+            Self::Mcp => "mcp",
+        }
+    }
+}
+
+/// The definition a provider was created from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ProviderSource {
+    /// An OpenAPI 3 document (JSON or YAML) and an optional server URL override.
+    OpenApi {
+        /// The document text.
+        spec: String,
+        /// Overrides the document's first server.
+        server_url: String,
+    },
+    /// An External Knowledge API endpoint and the knowledge base to search.
+    Knowledge {
+        /// Base URL; `/retrieval` is appended.
+        endpoint: String,
+        /// The knowledge base.
+        knowledge_id: String,
+        /// Passages to retrieve.
+        top_k: u32,
+        /// Lowest score kept.
+        score_threshold: f64,
+    },
+    /// An MCP server over streamable HTTP.
+    Mcp {
+        /// The server's URL.
+        url: String,
+    },
+}
+
+/// A registered provider as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProviderRecord {
+    /// Unique name within the tenant.
+    pub name: String,
+    /// What the provider offers, for people.
+    pub description: String,
+    /// Where its tools come from.
+    pub source: ProviderSource,
+    /// Secrets used when calling it; never returned to callers.
+    pub credentials: BTreeMap<String, String>,
+}
+
+impl ProviderRecord {
+    /// The kind its source implies.
+    pub fn kind(&self) -> ProviderKind {
+        match self.source {
+            ProviderSource::OpenApi { .. } => ProviderKind::Api,
+            ProviderSource::Knowledge { .. } => ProviderKind::Knowledge,
+            ProviderSource::Mcp { .. } => ProviderKind::Mcp,
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! API providers: each operation of an OpenAPI document becomes a tool that calls the API
+//! over HTTP. The response (text or JSON) is the observation, cut at a size limit with a
+//! marker; a non-2xx answer is a failure whose observation carries the status.
+
+pub mod openapi;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use self::openapi::{ApiKeyScheme, Body, Location, Operation};
+use super::{ErasedTool, ToolDescriptor, ToolError, ToolOutput};
+
+/// How calls authenticate, from the provider's credentials.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// No credentials.
+    None,
+    /// An API key in a header or the query string.
+    ApiKey {
+        /// Header or query.
+        location: Location,
+        /// Header or parameter name.
+        name: String,
+        /// The key.
+        value: String,
+    },
+    /// `Authorization: Bearer <token>`.
+    Bearer(String),
+    /// HTTP basic authentication.
+    Basic {
+        /// User name.
+        username: String,
+        /// Password.
+        password: String,
+    },
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Auth::None => f.write_str("None"),
+            Auth::ApiKey { name, .. } => write!(f, "ApiKey({name}: ***)"),
+            Auth::Bearer(_) => f.write_str("Bearer(***)"),
+            Auth::Basic { username, .. } => write!(f, "Basic({username}: ***)"),
+        }
+    }
+}
+
+/// Credential keys an API provider understands.
+pub const CREDENTIAL_KEYS: [&str; 6] = [
+    "api_key",
+    "api_key_header",
+    "api_key_query",
+    "bearer_token",
+    "username",
+    "password",
+];
+
+impl Auth {
+    /// Reads credentials: `api_key` (placed by `api_key_header` / `api_key_query`, else by
+    /// the document's `apiKey` scheme, else in `X-API-Key`), `bearer_token`, or
+    /// `username` and `password`.
+    pub fn from_credentials(
+        credentials: &BTreeMap<String, String>,
+        scheme: Option<&ApiKeyScheme>,
+    ) -> Self {
+        if let Some(value) = credentials.get("api_key") {
+            let (location, name) = if let Some(name) = credentials.get("api_key_header") {
+                (Location::Header, name.clone())
+            } else if let Some(name) = credentials.get("api_key_query") {
+                (Location::Query, name.clone())
+            } else if let Some(scheme) = scheme {
+                (scheme.location, scheme.name.clone())
+            } else {
+                (Location::Header, "X-API-Key".to_owned())
+            };
+            return Auth::ApiKey {
+                location,
+                name,
+                value: value.clone(),
+            };
+        }
+        if let Some(token) = credentials.get("bearer_token") {
+            return Auth::Bearer(token.clone());
+        }
+        match (credentials.get("username"), credentials.get("password")) {
+            (Some(username), password) => Auth::Basic {
+                username: username.clone(),
+                password: password.cloned().unwrap_or_default(),
+            },
+            (None, _) => Auth::None,
+        }
+    }
+}
+
+/// Settings shared by a provider's operations.
+#[derive(Debug, Clone)]
+pub struct ApiSettings {
+    /// The API's base URL.
+    pub base_url: String,
+    /// How to authenticate.
+    pub auth: Auth,
+    /// Longest observation, in bytes.
+    pub max_output_bytes: usize,
+}
+
+/// One operation as a tool.
+pub struct OperationTool {
+    descriptor: ToolDescriptor,
+    operation: Operation,
+    settings: Arc<ApiSettings>,
+    http: reqwest::Client,
+}
+
+impl OperationTool {
+    /// The tool for `operation` of provider `provider`.
+    pub fn new(
+        provider: &str,
+        operation: Operation,
+        settings: Arc<ApiSettings>,
+        http: reqwest::Client,
+    ) -> Self {
+        let descriptor = ToolDescriptor {
+            provider: provider.to_owned(),
+            name: operation.name.clone(),
+            description: operation.description.clone(),
+            parameters: operation.schema.clone(),
+        };
+        Self {
+            descriptor,
+            operation,
+            settings,
+            http,
+        }
+    }
+
+    fn url(&self, args: &Map<String, Value>) -> Result<reqwest::Url, ToolError> {
+        let mut url = reqwest::Url::parse(&self.settings.base_url).map_err(|err| {
+            ToolError::Failed(format!(
+                "bad server URL {:?}: {err}",
+                self.settings.base_url
+            ))
+        })?;
+        {
+            let mut segments = url
+                .path_segments_mut()
+                .map_err(|()| ToolError::Failed("the server URL cannot have a path".to_owned()))?;
+            segments.pop_if_empty();
+            for segment in self.operation.path.split('/').filter(|s| !s.is_empty()) {
+                match segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+                    Some(name) => segments.push(&text_of(args.get(name).unwrap_or(&Value::Null))),
+                    None => segments.push(segment),
+                };
+            }
+        }
+        for parameter in self.parameters(Location::Query) {
+            if let Some(value) = args.get(&parameter) {
+                url.query_pairs_mut()
+                    .append_pair(&parameter, &text_of(value));
+            }
+        }
+        if let Auth::ApiKey {
+            location: Location::Query,
+            name,
+            value,
+        } = &self.settings.auth
+        {
+            url.query_pairs_mut().append_pair(name, value);
+        }
+        Ok(url)
+    }
+
+    fn parameters(&self, location: Location) -> Vec<String> {
+        self.operation
+            .parameters
+            .iter()
+            .filter(|p| p.location == location)
+            .map(|p| p.name.clone())
+            .collect()
+    }
+
+    fn request(&self, args: &Map<String, Value>) -> Result<reqwest::RequestBuilder, ToolError> {
+        let method = reqwest::Method::from_bytes(self.operation.method.as_bytes())
+            .map_err(|_| ToolError::Failed(format!("unknown method {}", self.operation.method)))?;
+        let mut request = self.http.request(method, self.url(args)?);
+        for name in self.parameters(Location::Header) {
+            if let Some(value) = args.get(&name) {
+                request = request.header(name.as_str(), text_of(value));
+            }
+        }
+        request = match &self.settings.auth {
+            Auth::ApiKey {
+                location: Location::Header,
+                name,
+                value,
+            } => request.header(name.as_str(), value),
+            Auth::Bearer(token) => request.bearer_auth(token),
+            Auth::Basic { username, password } => request.basic_auth(username, Some(password)),
+            Auth::ApiKey { .. } | Auth::None => request,
+        };
+        match &self.operation.body {
+            Some(Body::Properties(names)) => {
+                let body: Map<String, Value> = names
+                    .iter()
+                    .filter_map(|n| args.get(n).map(|v| (n.clone(), v.clone())))
+                    .collect();
+                Ok(request.json(&body))
+            }
+            Some(Body::Whole) => Ok(request.json(args.get("body").unwrap_or(&Value::Null))),
+            None => Ok(request),
+        }
+    }
+}
+
+/// A value as text for a URL or header: strings as they are, anything else as JSON.
+fn text_of(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Null => String::new(),
+        Value::Bool(_) | Value::Number(_) | Value::Array(_) | Value::Object(_) => value.to_string(),
+    }
+}
+
+/// Cuts `text` to at most `limit` bytes (at a character boundary), saying so.
+pub fn truncate_output(text: String, limit: usize) -> String {
+    if text.len() <= limit {
+        return text;
+    }
+    let mut cut = limit;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!(
+        "{}\n[output truncated: {cut} of {} bytes shown]",
+        &text[..cut],
+        text.len()
+    )
+}
+
+#[async_trait::async_trait]
+impl ErasedTool for OperationTool {
+    fn descriptor(&self) -> &ToolDescriptor {
+        &self.descriptor
+    }
+
+    async fn call(&self, arguments: Map<String, Value>) -> Result<ToolOutput, ToolError> {
+        let response = self
+            .request(&arguments)?
+            .send()
+            .await
+            .map_err(|err| ToolError::Failed(format!("request failed: {err}")))?;
+        let status = response.status();
+        let text = response
+            .text()
+            .await
+            .map_err(|err| ToolError::Failed(format!("reading the response failed: {err}")))?;
+        let text = truncate_output(text, self.settings.max_output_bytes);
+        if status.is_success() {
+            Ok(ToolOutput { text })
+        } else {
+            Err(ToolError::Failed(format!("HTTP {status}: {text}")))
+        }
+    }
+}
+
+/// The tools of an API document.
+pub fn operation_tools(
+    provider: &str,
+    operations: Vec<Operation>,
+    settings: ApiSettings,
+    http: &reqwest::Client,
+) -> Vec<Arc<dyn ErasedTool>> {
+    let settings = Arc::new(settings);
+    operations
+        .into_iter()
+        .map(|op| {
+            Arc::new(OperationTool::new(
+                provider,
+                op,
+                Arc::clone(&settings),
+                http.clone(),
+            )) as Arc<dyn ErasedTool>
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_output_is_cut_with_a_marker() {
+        let cut = truncate_output("é".repeat(10), 5);
+        assert_eq!(cut, "éé\n[output truncated: 4 of 20 bytes shown]");
+        assert_eq!(truncate_output("short".into(), 10), "short");
+    }
+
+    #[test]
+    fn credentials_pick_the_documented_api_key_place() {
+        let scheme = ApiKeyScheme {
+            location: Location::Query,
+            name: "key".into(),
+        };
+        let creds = BTreeMap::from([("api_key".to_owned(), "s3cret".to_owned())]);
+        assert_eq!(
+            Auth::from_credentials(&creds, Some(&scheme)),
+            Auth::ApiKey {
+                location: Location::Query,
+                name: "key".into(),
+                value: "s3cret".into()
+            }
+        );
+        assert!(!format!("{:?}", Auth::from_credentials(&creds, None)).contains("s3cret"));
+    }
+}

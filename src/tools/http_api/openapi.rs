@@ -1,0 +1,372 @@
+//! OpenAPI 3.0 and 3.1 documents (JSON or YAML) to operations with JSON Schema arguments.
+//!
+//! The document is read as a JSON value and walked directly: 3.1 schemas are JSON Schema
+//! already and 3.0 schemas nearly are, so they pass through with their local `$ref`s
+//! inlined. Typed OpenAPI models cover 3.0 only, which is why this does not use one.
+
+use serde_json::{json, Map, Value};
+
+/// How deep `$ref`s are followed before a recursive schema is cut to "any value".
+const MAX_REF_DEPTH: usize = 16;
+const METHODS: [&str; 8] = [
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
+
+/// A document that cannot become tools, saying where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// Neither JSON nor YAML.
+    #[error("is neither JSON nor YAML: {0}")]
+    Syntax(String),
+    /// No `openapi: 3.x` field.
+    #[error("is not an OpenAPI 3 document (it needs an `openapi: 3.x` field)")]
+    NotOpenApi,
+    /// No operation under `paths`.
+    #[error("has no operations under `paths`")]
+    NoOperations,
+    /// A `$ref` that points nowhere (or outside the document).
+    #[error("has a $ref {reference:?} at {at} that does not resolve")]
+    UnresolvedRef {
+        /// The reference.
+        reference: String,
+        /// Where it was found, as a path into the document.
+        at: String,
+    },
+}
+
+/// Where a parameter goes in the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Location {
+    /// A `{name}` segment of the path.
+    Path,
+    /// A query-string pair.
+    Query,
+    /// A request header.
+    Header,
+}
+
+/// A parameter of an operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parameter {
+    /// Its name (also the argument's name).
+    pub name: String,
+    /// Where it goes.
+    pub location: Location,
+}
+
+/// How the JSON request body is built from the arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// An object body whose properties are top-level arguments.
+    Properties(Vec<String>),
+    /// Any other body, given as the `body` argument.
+    Whole,
+}
+
+/// One callable operation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Operation {
+    /// Tool name: the `operationId`, else method and path.
+    pub name: String,
+    /// Summary and description, for the model.
+    pub description: String,
+    /// Upper-case HTTP method.
+    pub method: String,
+    /// Path template, e.g. `/pets/{id}`.
+    pub path: String,
+    /// Path, query and header parameters.
+    pub parameters: Vec<Parameter>,
+    /// The JSON body, if the operation takes one.
+    pub body: Option<Body>,
+    /// JSON Schema of the tool's arguments.
+    pub schema: Value,
+}
+
+/// Where an API key goes, from the document's `apiKey` security scheme.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeyScheme {
+    /// `header` or `query`.
+    pub location: Location,
+    /// The header or query parameter name.
+    pub name: String,
+}
+
+/// What a document offers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiDocument {
+    /// The API's title and description.
+    pub description: String,
+    /// Its first server URL, if absolute.
+    pub server_url: Option<String>,
+    /// Its first `apiKey` security scheme.
+    pub api_key: Option<ApiKeyScheme>,
+    /// Every operation.
+    pub operations: Vec<Operation>,
+}
+
+/// Parses and converts a document.
+pub fn parse(text: &str) -> Result<ApiDocument, SpecError> {
+    let doc: Value = match serde_json::from_str(text) {
+        Ok(doc) => doc,
+        Err(_) => {
+            serde_yaml_ng::from_str(text).map_err(|err| SpecError::Syntax(err.to_string()))?
+        }
+    };
+    let version = doc
+        .get("openapi")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if !version.starts_with("3.") {
+        return Err(SpecError::NotOpenApi);
+    }
+    let operations = operations(&doc)?;
+    if operations.is_empty() {
+        return Err(SpecError::NoOperations);
+    }
+    let info = &doc["info"];
+    let description = [info["title"].as_str(), info["description"].as_str()]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(": ");
+    Ok(ApiDocument {
+        description,
+        server_url: doc["servers"][0]["url"]
+            .as_str()
+            .filter(|url| url.starts_with("http://") || url.starts_with("https://"))
+            .map(str::to_owned),
+        api_key: api_key_scheme(&doc),
+        operations,
+    })
+}
+
+fn operations(doc: &Value) -> Result<Vec<Operation>, SpecError> {
+    let Some(paths) = doc.get("paths").and_then(Value::as_object) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (path, item) in paths {
+        let at = format!("paths.{path}");
+        let item = resolve(doc, item, &at, 0)?;
+        let shared = item
+            .get("parameters")
+            .cloned()
+            .unwrap_or(Value::Array(vec![]));
+        for method in METHODS {
+            if let Some(op) = item.get(method) {
+                out.push(operation(
+                    doc,
+                    path,
+                    method,
+                    op,
+                    &shared,
+                    &format!("{at}.{method}"),
+                )?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn operation(
+    doc: &Value,
+    path: &str,
+    method: &str,
+    op: &Value,
+    shared: &Value,
+    at: &str,
+) -> Result<Operation, SpecError> {
+    let mut properties = Map::new();
+    let mut required = Vec::new();
+    let mut parameters = Vec::new();
+    let all = shared
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(op["parameters"].as_array().into_iter().flatten());
+    for (index, parameter) in all.enumerate() {
+        let parameter = resolve(doc, parameter, &format!("{at}.parameters[{index}]"), 0)?;
+        let Some((name, location)) = parameter_place(&parameter) else {
+            continue;
+        };
+        let mut schema = resolve(
+            doc,
+            &parameter["schema"],
+            &format!("{at}.parameters[{index}].schema"),
+            0,
+        )?;
+        if schema.is_null() {
+            schema = json!({"type": "string"});
+        }
+        if let (Some(text), Some(map)) = (parameter["description"].as_str(), schema.as_object_mut())
+        {
+            map.entry("description").or_insert_with(|| json!(text));
+        }
+        if location == Location::Path || parameter["required"].as_bool() == Some(true) {
+            required.push(json!(name));
+        }
+        properties.insert(name.clone(), schema);
+        parameters.retain(|p: &Parameter| p.name != name);
+        parameters.push(Parameter { name, location });
+    }
+    let body = request_body(doc, op, at, &mut properties, &mut required)?;
+    let description = [op["summary"].as_str(), op["description"].as_str()]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("\n");
+    Ok(Operation {
+        name: tool_name(op["operationId"].as_str(), method, path),
+        description: if description.is_empty() {
+            format!("{} {path}", method.to_uppercase())
+        } else {
+            description
+        },
+        method: method.to_uppercase(),
+        path: path.to_owned(),
+        parameters,
+        body,
+        schema: json!({"type": "object", "properties": properties, "required": required}),
+    })
+}
+
+fn parameter_place(parameter: &Value) -> Option<(String, Location)> {
+    let name = parameter["name"].as_str()?.to_owned();
+    let location = match parameter["in"].as_str()? {
+        "path" => Location::Path,
+        "query" => Location::Query,
+        "header" => Location::Header,
+        _ => return None,
+    };
+    Some((name, location))
+}
+
+/// Adds the JSON body's arguments: an object's properties at top level, anything else as
+/// `body`.
+fn request_body(
+    doc: &Value,
+    op: &Value,
+    at: &str,
+    properties: &mut Map<String, Value>,
+    required: &mut Vec<Value>,
+) -> Result<Option<Body>, SpecError> {
+    let Some(body) = op.get("requestBody") else {
+        return Ok(None);
+    };
+    let body = resolve(doc, body, &format!("{at}.requestBody"), 0)?;
+    let content = &body["content"];
+    let Some(media) = content.get("application/json").or_else(|| {
+        content
+            .as_object()
+            .and_then(|m| m.iter().find(|(k, _)| k.contains("json")).map(|(_, v)| v))
+    }) else {
+        return Ok(None);
+    };
+    let schema = resolve(
+        doc,
+        &media["schema"],
+        &format!("{at}.requestBody.schema"),
+        0,
+    )?;
+    let body_required = body["required"].as_bool() == Some(true);
+    match schema.get("properties").and_then(Value::as_object) {
+        Some(fields) if schema["type"] == "object" || schema.get("type").is_none() => {
+            let names: Vec<String> = fields.keys().cloned().collect();
+            for (name, field) in fields {
+                properties
+                    .entry(name.clone())
+                    .or_insert_with(|| field.clone());
+            }
+            if body_required {
+                required.extend(schema["required"].as_array().cloned().unwrap_or_default());
+            }
+            Ok(Some(Body::Properties(names)))
+        }
+        _ => {
+            properties.insert("body".to_owned(), schema);
+            if body_required {
+                required.push(json!("body"));
+            }
+            Ok(Some(Body::Whole))
+        }
+    }
+}
+
+/// Inlines local `$ref`s in `value`, recursively.
+fn resolve(doc: &Value, value: &Value, at: &str, depth: usize) -> Result<Value, SpecError> {
+    match value {
+        Value::Object(map) => {
+            if let Some(reference) = map.get("$ref").and_then(Value::as_str) {
+                if depth >= MAX_REF_DEPTH {
+                    return Ok(json!({}));
+                }
+                let target = reference
+                    .strip_prefix('#')
+                    .and_then(|pointer| doc.pointer(pointer))
+                    .ok_or_else(|| SpecError::UnresolvedRef {
+                        reference: reference.to_owned(),
+                        at: at.to_owned(),
+                    })?;
+                return resolve(doc, target, reference, depth + 1);
+            }
+            let mut out = Map::new();
+            for (key, item) in map {
+                out.insert(
+                    key.clone(),
+                    resolve(doc, item, &format!("{at}.{key}"), depth)?,
+                );
+            }
+            Ok(Value::Object(out))
+        }
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| resolve(doc, item, &format!("{at}[{i}]"), depth))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Array),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => Ok(value.clone()),
+    }
+}
+
+fn api_key_scheme(doc: &Value) -> Option<ApiKeyScheme> {
+    let schemes = doc.pointer("/components/securitySchemes")?.as_object()?;
+    schemes.values().find_map(|scheme| {
+        if scheme["type"] != "apiKey" {
+            return None;
+        }
+        let location = match scheme["in"].as_str()? {
+            "header" => Location::Header,
+            "query" => Location::Query,
+            _ => return None,
+        };
+        Some(ApiKeyScheme {
+            location,
+            name: scheme["name"].as_str()?.to_owned(),
+        })
+    })
+}
+
+/// A name models accept: letters, digits, `_` and `-`, at most 64 characters.
+fn tool_name(operation_id: Option<&str>, method: &str, path: &str) -> String {
+    let raw = match operation_id {
+        Some(id) if !id.trim().is_empty() => id.to_owned(),
+        _ => format!("{method}_{path}"),
+    };
+    let mut name: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    while name.contains("__") {
+        name = name.replace("__", "_");
+    }
+    name.trim_matches('_').chars().take(64).collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,116 @@
+use serde_json::json;
+
+use super::*;
+
+const PETS: &str = r#"
+openapi: 3.0.3
+info:
+  title: Pets
+  description: A pet store
+servers:
+  - url: http://127.0.0.1:9/api
+components:
+  securitySchemes:
+    key:
+      type: apiKey
+      in: header
+      name: X-Pet-Key
+  schemas:
+    NewPet:
+      type: object
+      required: [name]
+      properties:
+        name: {type: string, description: The pet's name}
+        tag: {$ref: '#/components/schemas/Tag'}
+    Tag:
+      type: string
+      enum: [cat, dog]
+paths:
+  /pets/{petId}:
+    parameters:
+      - {name: petId, in: path, schema: {type: integer}, description: Which pet}
+    get:
+      operationId: showPet
+      summary: Show one pet
+      parameters:
+        - {name: verbose, in: query, schema: {type: boolean}}
+  /pets:
+    post:
+      summary: Add a pet
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: {$ref: '#/components/schemas/NewPet'}
+"#;
+
+#[test]
+fn a_yaml_document_becomes_one_tool_per_operation() {
+    let doc = parse(PETS).unwrap();
+    assert_eq!(doc.description, "Pets: A pet store");
+    assert_eq!(doc.server_url.as_deref(), Some("http://127.0.0.1:9/api"));
+    assert_eq!(
+        doc.api_key,
+        Some(ApiKeyScheme {
+            location: Location::Header,
+            name: "X-Pet-Key".into()
+        })
+    );
+    let names: Vec<&str> = doc.operations.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(names, vec!["post_pets", "showPet"]);
+
+    let show = &doc.operations[1];
+    assert_eq!(show.method, "GET");
+    assert_eq!(show.description, "Show one pet");
+    assert_eq!(
+        show.schema["properties"]["petId"],
+        json!({"type": "integer", "description": "Which pet"})
+    );
+    assert_eq!(show.schema["required"], json!(["petId"]));
+    assert_eq!(show.parameters.len(), 2);
+
+    let add = &doc.operations[0];
+    assert_eq!(
+        add.body,
+        Some(Body::Properties(vec!["name".into(), "tag".into()]))
+    );
+    assert_eq!(
+        add.schema["properties"]["tag"],
+        json!({"type": "string", "enum": ["cat", "dog"]})
+    );
+    assert_eq!(add.schema["required"], json!(["name"]));
+}
+
+#[test]
+fn json_documents_and_openapi_3_1_parse_too() {
+    let doc = json!({"openapi": "3.1.0", "info": {"title": "T"}, "paths": {"/x": {"get": {"operationId": "getX"}}}});
+    let parsed = parse(&doc.to_string()).unwrap();
+    assert_eq!(parsed.operations[0].name, "getX");
+}
+
+#[test]
+fn bad_documents_say_what_is_wrong_and_where() {
+    assert_eq!(
+        parse("swagger: '2.0'\npaths: {}"),
+        Err(SpecError::NotOpenApi)
+    );
+    assert_eq!(
+        parse("openapi: 3.0.0\npaths: {}"),
+        Err(SpecError::NoOperations)
+    );
+    assert!(matches!(parse("{ not: [json"), Err(SpecError::Syntax(_))));
+    let dangling = "openapi: 3.0.0\npaths:\n  /a:\n    post:\n      requestBody:\n        content:\n          application/json:\n            schema: {$ref: '#/components/schemas/Missing'}\n";
+    assert_eq!(
+        parse(dangling),
+        Err(SpecError::UnresolvedRef {
+            reference: "#/components/schemas/Missing".into(),
+            at: "paths./a.post.requestBody.content.application/json.schema".into(),
+        })
+    );
+}
+
+#[test]
+fn recursive_schemas_are_cut_instead_of_looping() {
+    let doc = "openapi: 3.0.0\ncomponents:\n  schemas:\n    Node: {type: object, properties: {next: {$ref: '#/components/schemas/Node'}}}\npaths:\n  /n:\n    post:\n      requestBody:\n        content:\n          application/json:\n            schema: {$ref: '#/components/schemas/Node'}\n";
+    assert!(parse(doc).is_ok());
+}

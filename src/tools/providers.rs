@@ -1,0 +1,99 @@
+//! Building a registered provider's tools from its stored definition.
+
+use std::sync::Arc;
+
+use super::http_api::{self, openapi, ApiSettings, Auth};
+use super::knowledge::{KnowledgeSettings, KnowledgeTool};
+use super::{ErasedTool, Provider, RegistryError};
+use crate::domain::{ErrorKind, ProviderRecord, ProviderSource};
+
+/// A provider definition that cannot be turned into tools.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// The OpenAPI document is unusable.
+    #[error("provider.source.openapi.spec {0}")]
+    Spec(#[from] openapi::SpecError),
+    /// No absolute server URL in the request or the document.
+    #[error(
+        "provider.source.openapi.server_url is required: the document names no absolute server URL"
+    )]
+    NoServerUrl,
+    /// A tool's schema does not compile.
+    #[error("provider.source: {0}")]
+    Schema(#[from] RegistryError),
+    /// The kind cannot be built here yet.
+    #[error("provider.source: {0}")]
+    Unsupported(&'static str),
+}
+
+impl ProviderError {
+    /// Every failure is in the definition the caller gave.
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::InvalidArgument
+    }
+}
+
+/// Limits shared by the tools of registered providers.
+#[derive(Debug, Clone)]
+pub struct ProviderSettings {
+    /// Longest observation a tool returns, in bytes.
+    pub max_output_bytes: usize,
+}
+
+/// The provider a stored definition describes.
+pub fn build(
+    record: &ProviderRecord,
+    settings: &ProviderSettings,
+    http: &reqwest::Client,
+) -> Result<Provider, ProviderError> {
+    let (description, tools): (String, Vec<Arc<dyn ErasedTool>>) = match &record.source {
+        ProviderSource::OpenApi { spec, server_url } => {
+            let document = openapi::parse(spec)?;
+            let base_url = Some(server_url.clone())
+                .filter(|url| !url.is_empty())
+                .or(document.server_url.clone())
+                .ok_or(ProviderError::NoServerUrl)?;
+            let api = ApiSettings {
+                base_url,
+                auth: Auth::from_credentials(&record.credentials, document.api_key.as_ref()),
+                max_output_bytes: settings.max_output_bytes,
+            };
+            let tools = http_api::operation_tools(&record.name, document.operations, api, http);
+            (document.description, tools)
+        }
+        ProviderSource::Knowledge {
+            endpoint,
+            knowledge_id,
+            top_k,
+            score_threshold,
+        } => {
+            let knowledge = KnowledgeSettings {
+                endpoint: endpoint.clone(),
+                knowledge_id: knowledge_id.clone(),
+                top_k: *top_k,
+                score_threshold: *score_threshold,
+                api_key: record.credentials.get("api_key").cloned(),
+                max_output_bytes: settings.max_output_bytes,
+            };
+            let tool =
+                KnowledgeTool::new(&record.name, &record.description, knowledge, http.clone());
+            (String::new(), vec![Arc::new(tool) as Arc<dyn ErasedTool>])
+        }
+        ProviderSource::Mcp { .. } => {
+            return Err(ProviderError::Unsupported(
+                "MCP providers are not available in this build yet",
+            ))
+        }
+    };
+    let description = if record.description.is_empty() {
+        description
+    } else {
+        record.description.clone()
+    };
+    Ok(Provider::new(
+        &record.name,
+        record.kind(),
+        &description,
+        tools,
+    )?)
+}
