@@ -121,6 +121,9 @@ fn default_tool_concurrency() -> usize {
 fn default_event_buffer() -> usize {
     64
 }
+fn default_client_tool_timeout() -> u64 {
+    600
+}
 fn default_tool_output_limit() -> usize {
     16 * 1024
 }
@@ -138,6 +141,9 @@ pub struct RunnerConfig {
     /// Events buffered per run for a slow client.
     #[serde(default = "default_event_buffer")]
     pub event_buffer: usize,
+    /// Seconds a run waits for the results of client-executed tools.
+    #[serde(default = "default_client_tool_timeout")]
+    pub client_tool_timeout_secs: u64,
     /// Longest observation an API or knowledge tool returns; longer ones are cut with a
     /// marker saying so.
     #[serde(default = "default_tool_output_limit")]
@@ -151,6 +157,7 @@ impl Default for RunnerConfig {
             tool_concurrency: default_tool_concurrency(),
             event_buffer: default_event_buffer(),
             tool_output_limit_bytes: default_tool_output_limit(),
+            client_tool_timeout_secs: default_client_tool_timeout(),
         }
     }
 }
@@ -162,6 +169,7 @@ impl RunnerConfig {
             tool_timeout: Duration::from_secs(self.tool_timeout_secs),
             tool_concurrency: self.tool_concurrency,
             event_buffer: self.event_buffer,
+            client_tool_timeout: Duration::from_secs(self.client_tool_timeout_secs),
         }
     }
 }

@@ -52,6 +52,13 @@ pub enum RunEvent {
         /// The call with its observation and meta.
         call: ToolCallRecord,
     },
+    /// The caller must run these tools and submit their results.
+    ToolCallsRequired {
+        /// The round's thought id.
+        thought_id: ThoughtId,
+        /// The calls, without observations.
+        calls: Vec<ToolCallRecord>,
+    },
     /// The run ended normally.
     MessageEnd {
         /// The whole answer.

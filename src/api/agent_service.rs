@@ -12,7 +12,7 @@ use super::{deadline_of, tenant_of};
 use crate::domain::{ConversationId, MessageId};
 use crate::pb;
 use crate::pb::agent_service_server::AgentService;
-use crate::runner::{RunError, Runner};
+use crate::runner::{ClientOutput, RunError, Runner};
 use crate::store::Store;
 
 /// Largest page `ListMessages` returns.
@@ -91,11 +91,32 @@ impl AgentService for AgentApi {
 
     async fn submit_tool_outputs(
         &self,
-        _: Request<pb::SubmitToolOutputsRequest>,
+        request: Request<pb::SubmitToolOutputsRequest>,
     ) -> Result<Response<pb::SubmitToolOutputsResponse>, Status> {
-        Err(Status::unimplemented(
-            "SubmitToolOutputs is not available in this build",
-        ))
+        let tenant = tenant_of(&request)?;
+        let pb::SubmitToolOutputsRequest {
+            message_id,
+            outputs,
+        } = request.into_inner();
+        let id: MessageId = parse_id("message_id", &message_id)?;
+        let outputs = outputs
+            .into_iter()
+            .map(
+                |pb::ToolOutput {
+                     tool_call_id,
+                     output,
+                     error,
+                 }| ClientOutput {
+                    tool_call_id,
+                    output,
+                    error,
+                },
+            )
+            .collect();
+        self.runner
+            .submit_tool_outputs(&tenant, id, outputs)
+            .map_err(from_error)?;
+        Ok(Response::new(pb::SubmitToolOutputsResponse {}))
     }
 
     async fn get_message(

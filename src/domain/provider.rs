@@ -16,6 +16,8 @@ pub enum ProviderKind {
     Knowledge,
     /// Tools of an MCP server.
     Mcp,
+    /// Tools the caller of a run executes itself.
+    Client,
 }
 
 impl ProviderKind {
@@ -26,6 +28,7 @@ impl ProviderKind {
             Self::Api => "api",
             Self::Knowledge => "knowledge",
             Self::Mcp => "mcp",
+            Self::Client => "client",
         }
     }
 }

@@ -33,7 +33,7 @@ use crate::tools::engine::OfferedTool;
 use crate::tools::ToolSet;
 
 /// Why the loop stopped early.
-enum Halt {
+pub(super) enum Halt {
     /// The run's token fired (caller, client gone, or shutdown).
     Cancelled,
     /// Something failed; recorded on the message.
@@ -94,6 +94,10 @@ pub(super) struct AgentRun {
     pub streamed: String,
     /// The final answer, once a turn gave one explicitly.
     pub answer: Option<String>,
+    /// Where `SubmitToolOutputs` finds the client calls this run waits for.
+    pub client_slot: super::client_tools::PendingSlot,
+    /// When the current wait for client outputs began.
+    pub waiting_since: Option<tokio::time::Instant>,
 }
 
 fn overflow(err: budget::Overflow) -> Halt {
@@ -406,18 +410,27 @@ impl AgentRun {
                 call: call.clone(),
             })?;
         }
-        let requests: Vec<ToolCallRequest> = thought
+        type Indexed<'a> = Vec<(usize, &'a ToolCallRecord)>;
+        let (client, server): (Indexed<'_>, Indexed<'_>) = thought
             .tool_calls
             .iter()
-            .map(|call| ToolCallRequest {
-                id: call.id.clone(),
-                name: call.name.clone(),
-                arguments: call.arguments.clone(),
+            .enumerate()
+            .partition(|(_, call)| self.tools.is_client(&call.name));
+        let client: Vec<usize> = client.into_iter().map(|(index, _)| index).collect();
+        let requests: Vec<(usize, ToolCallRequest)> = server
+            .into_iter()
+            .map(|(index, call)| {
+                let request = ToolCallRequest {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                };
+                (index, request)
             })
             .collect();
         let tools = Arc::clone(&self.tools);
         let timeout = self.settings.tool_timeout;
-        let mut results = futures::stream::iter(requests.into_iter().enumerate())
+        let mut results = futures::stream::iter(requests)
             .map(|(index, call)| {
                 let tools = Arc::clone(&tools);
                 let span = tracing::info_span!("tool", name = %call.name, call_id = %call.id);
@@ -433,6 +446,8 @@ impl AgentRun {
         while let Some((index, invocation)) = or_cancel(&self.cancel, results.next()).await? {
             self.record_observation(index, invocation).await?;
         }
+        drop(results);
+        self.run_client_calls(client).await?;
         let thought = self.current.clone().unwrap_or(thought);
         self.emitter
             .emit(RunEvent::Thought(Box::new(thought.clone())))?;
@@ -443,7 +458,7 @@ impl AgentRun {
             .collect())
     }
 
-    async fn record_observation(
+    pub(super) async fn record_observation(
         &mut self,
         index: usize,
         invocation: crate::tools::Invocation,

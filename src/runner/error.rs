@@ -47,6 +47,9 @@ pub enum RunError {
         /// The conversation.
         id: String,
     },
+    /// The message is not waiting for client tool outputs.
+    #[error("the message is not waiting for tool outputs")]
+    NotWaiting,
     /// An idempotency key came back with a different request.
     #[error("idempotency_key was already used with a different request")]
     KeyReused,
@@ -76,6 +79,7 @@ impl RunError {
             Self::Store(err) => err.kind(),
             Self::NotRunning { .. } => ErrorKind::FailedPrecondition,
             Self::KeyReused => ErrorKind::AlreadyExists,
+            Self::NotWaiting => ErrorKind::FailedPrecondition,
             Self::ConversationBusy { .. } => ErrorKind::FailedPrecondition,
             Self::ShuttingDown => ErrorKind::Unavailable,
         }

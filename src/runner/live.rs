@@ -28,6 +28,8 @@ pub struct LiveRun {
     pub events: broadcast::Sender<EventEnvelope>,
     /// The highest `seq` made durable so far: stored events above it may not be sent yet.
     pub durable: Arc<AtomicU64>,
+    /// Client tool calls the run waits for.
+    pub client_slot: super::client_tools::PendingSlot,
 }
 
 /// A live run's channel and durability mark, as a follower needs them.

@@ -7,6 +7,7 @@
 
 mod agent_loop;
 mod budget;
+mod client_tools;
 mod emitter;
 mod error;
 mod history;
@@ -22,6 +23,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use client_tools::ClientOutput;
 pub use error::RunError;
 pub use spec::{
     AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelSpec, RunSpec,
@@ -45,6 +47,8 @@ pub struct RunnerSettings {
     pub tool_concurrency: usize,
     /// Events buffered per run and per follower.
     pub event_buffer: usize,
+    /// Longest a run waits for the results of client-executed tools.
+    pub client_tool_timeout: Duration,
 }
 
 impl Default for RunnerSettings {
@@ -53,6 +57,7 @@ impl Default for RunnerSettings {
             tool_timeout: Duration::from_secs(30),
             tool_concurrency: 8,
             event_buffer: 64,
+            client_tool_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -166,6 +171,22 @@ impl Runner {
         self.store.delete_conversation(tenant, id)?;
         self.store.flush().await?;
         Ok(())
+    }
+
+    /// Delivers the results of client-executed tools to the run waiting for them.
+    pub fn submit_tool_outputs(
+        &self,
+        tenant: &Tenant,
+        message_id: MessageId,
+        outputs: Vec<ClientOutput>,
+    ) -> Result<(), RunError> {
+        match self.live.get(tenant, message_id) {
+            Some(run) => client_tools::deliver(&run.client_slot, outputs),
+            None if self.store.get_message(tenant, message_id)?.is_some() => {
+                Err(RunError::NotWaiting)
+            }
+            None => Err(RunError::not_found("message", message_id)),
+        }
     }
 
     /// Stops a running message and waits (briefly) until it has recorded its end; returns

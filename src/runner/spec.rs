@@ -126,6 +126,8 @@ pub struct RunSpec {
     pub agent: AgentSpec,
     /// Images given with the query.
     pub files: Vec<InputImage>,
+    /// Tools the caller runs itself.
+    pub client_tools: Vec<crate::tools::ClientToolSpec>,
     /// Makes retries safe: the same key and request follow the first run.
     pub idempotency: Option<Idempotency>,
     /// The caller's deadline; when it passes the run is cancelled.
@@ -242,6 +244,7 @@ mod tests {
             idempotency: None,
             deadline: None,
             files: vec![],
+            client_tools: vec![],
             agent: AgentSpec {
                 model: ModelSpec {
                     provider: "openai".into(),

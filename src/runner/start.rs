@@ -109,7 +109,8 @@ impl Runner {
             .models
             .resolve(&spec.agent.model.provider, &spec.agent.model.name)?;
         let strategy = choose_strategy(&spec.agent, &model.info)?;
-        let tools = ToolSet::bind(&self.tools.snapshot(&spec.tenant), &spec.agent.tools)?;
+        let mut tools = ToolSet::bind(&self.tools.snapshot(&spec.tenant), &spec.agent.tools)?;
+        tools.add_client_tools(&spec.client_tools)?;
         let new_conversation = self.conversation_for(spec)?;
         let conversation_id = match (&new_conversation, spec.conversation_id) {
             (Some(conversation), _) => conversation.id,
@@ -145,7 +146,9 @@ impl Runner {
             cancel: cancel.clone(),
             events: events.clone(),
             durable: Arc::default(),
+            client_slot: Arc::default(),
         };
+        let client_slot = Arc::clone(&live_run.client_slot);
         let first_follower = live_run.subscribe();
         let durable = Arc::clone(&live_run.durable);
         self.live.insert(message.id, live_run);
@@ -198,6 +201,8 @@ impl Runner {
             current: None,
             streamed: String::new(),
             answer: None,
+            client_slot,
+            waiting_since: None,
         };
         self.tracker.spawn(run.drive().instrument(span));
         handle

@@ -48,6 +48,22 @@ pub enum ToolSetError {
         /// Tool asked for.
         name: String,
     },
+    /// A client tool's schema does not compile.
+    #[error("client_tools[{index}].parameters_schema: {reason}")]
+    ClientSchema {
+        /// Position in the request's list.
+        index: usize,
+        /// What the schema compiler said.
+        reason: String,
+    },
+    /// A client tool's name is unusable or taken.
+    #[error("client_tools[{index}].name: {reason}")]
+    ClientName {
+        /// Position in the request's list.
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
     /// Two configured tools share a name, so the model could not tell them apart.
     #[error("agent.tools[{index}].name: tool name {name:?} is configured twice")]
     DuplicateName {
@@ -69,7 +85,44 @@ struct Bound {
     provider: Arc<Provider>,
     tool: RegisteredTool,
     preset: Map<String, Value>,
+    /// Run by the caller, not here.
+    client: bool,
 }
+
+/// A tool the caller of a run executes itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientToolSpec {
+    /// Name the model calls it by.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON Schema of its arguments.
+    pub parameters: Value,
+}
+
+/// Stands in for a client tool in the set; the loop hands its calls to the caller.
+struct ClientTool {
+    descriptor: super::ToolDescriptor,
+}
+
+#[async_trait::async_trait]
+impl super::ErasedTool for ClientTool {
+    fn descriptor(&self) -> &super::ToolDescriptor {
+        &self.descriptor
+    }
+
+    async fn call(
+        &self,
+        _arguments: Map<String, Value>,
+    ) -> Result<super::ToolOutput, super::ToolError> {
+        Err(super::ToolError::Failed(
+            "client tools are run by the caller".to_owned(),
+        ))
+    }
+}
+
+/// Name of the pseudo-provider of client tools.
+pub const CLIENT_PROVIDER: &str = "client";
 
 /// The tools of one run, bound to their presets, by the name the model calls them.
 #[derive(Default)]
@@ -132,9 +185,131 @@ impl ToolSet {
                 provider: Arc::clone(provider),
                 tool: tool.clone(),
                 preset: tool_ref.preset.clone(),
+                client: false,
             });
         }
         Ok(set)
+    }
+
+    /// Adds the caller's own tools; their names must not clash with the run's other tools.
+    pub fn add_client_tools(&mut self, specs: &[ClientToolSpec]) -> Result<(), ToolSetError> {
+        if specs.is_empty() {
+            return Ok(());
+        }
+        let mut tools = Vec::new();
+        for (index, spec) in specs.iter().enumerate() {
+            let valid = !spec.name.is_empty()
+                && spec.name.len() <= 64
+                && spec
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            if !valid {
+                let reason = "must be 1 to 64 letters, digits, `_` or `-`".to_owned();
+                return Err(ToolSetError::ClientName { index, reason });
+            }
+            if self.by_name.contains_key(&spec.name)
+                || specs[..index].iter().any(|s| s.name == spec.name)
+            {
+                let reason = format!(
+                    "tool name {:?} is already used by another tool of the run",
+                    spec.name
+                );
+                return Err(ToolSetError::ClientName { index, reason });
+            }
+            tools.push(Arc::new(ClientTool {
+                descriptor: super::ToolDescriptor {
+                    provider: CLIENT_PROVIDER.to_owned(),
+                    name: spec.name.clone(),
+                    description: spec.description.clone(),
+                    parameters: spec.parameters.clone(),
+                },
+            }) as Arc<dyn super::ErasedTool>);
+        }
+        let provider = Provider::new(CLIENT_PROVIDER, super::ProviderKind::Client, "", tools)
+            .map_err(|err| {
+                let index = specs
+                    .iter()
+                    .position(|s| err.to_string().contains(&s.name))
+                    .unwrap_or(0);
+                ToolSetError::ClientSchema {
+                    index,
+                    reason: err.to_string(),
+                }
+            })?;
+        let provider = Arc::new(provider);
+        for spec in specs {
+            if let Some(tool) = provider.tools.get(&spec.name) {
+                self.by_name.insert(spec.name.clone(), self.tools.len());
+                self.tools.push(Bound {
+                    provider: Arc::clone(&provider),
+                    tool: tool.clone(),
+                    preset: Map::new(),
+                    client: true,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the caller runs the tool the model calls `name`.
+    pub fn is_client(&self, name: &str) -> bool {
+        self.by_name
+            .get(name)
+            .is_some_and(|i| self.tools[*i].client)
+    }
+
+    /// Checks a client tool call's arguments as the engine checks any call's; the failure
+    /// is the observation the model gets instead of asking the caller.
+    pub fn check_client_call(&self, name: &str, arguments: &str) -> Result<(), Invocation> {
+        let Some(bound) = self.by_name.get(name).map(|i| &self.tools[*i]) else {
+            return Err(failure(
+                String::new(),
+                format!("there is not a tool named {name}"),
+                0.0,
+                Map::new(),
+            ));
+        };
+        prepare_arguments(bound, arguments)
+            .map(drop)
+            .map_err(|reason| {
+                let text = format!(
+                    "tool parameters validation error: {reason}, please check your tool parameters"
+                );
+                failure(bound.provider.name.clone(), text, 0.0, tool_config(bound))
+            })
+    }
+
+    /// The outcome of a client tool call from what the caller submitted.
+    pub fn client_result(
+        &self,
+        name: &str,
+        output: String,
+        error: Option<String>,
+        time_cost: f64,
+    ) -> Invocation {
+        let config = self
+            .by_name
+            .get(name)
+            .map(|i| tool_config(&self.tools[*i]))
+            .unwrap_or_default();
+        match error.filter(|e| !e.is_empty()) {
+            Some(error) => failure(
+                CLIENT_PROVIDER.to_owned(),
+                format!("tool invoke error: {error}"),
+                time_cost,
+                config,
+            ),
+            None => Invocation {
+                provider: CLIENT_PROVIDER.to_owned(),
+                observation: output,
+                meta: ToolInvokeMeta {
+                    time_cost,
+                    error: None,
+                    tool_config: config,
+                },
+            },
+        }
     }
 
     /// Whether the run has no tools.

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-pub use engine::{Invocation, ToolRef, ToolSet, ToolSetError};
+pub use engine::{ClientToolSpec, Invocation, ToolRef, ToolSet, ToolSetError};
 pub use error::{RegistryError, ToolError};
 pub use providers::{ProviderError, ProviderSettings};
 pub use registry::{Provider, RegisteredTool, ToolRegistry, ToolSnapshot};

@@ -9,6 +9,7 @@
     clippy::wildcard_enum_match_arm
 )]
 
+mod client_tools;
 mod conversations;
 mod fake_openai;
 mod llm_failures;

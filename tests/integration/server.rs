@@ -55,6 +55,7 @@ pub fn config_toml(llm_base_url: &str, data_dir: &Path) -> String {
 
         [runner]
         tool_timeout_secs = 5
+        client_tool_timeout_secs = 2
 
         [providers.{PROVIDER}]
         base_url = "{llm_base_url}"

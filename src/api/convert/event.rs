@@ -55,6 +55,12 @@ fn event(event: RunEvent) -> Event {
             position,
             tool_call: Some(call.into()),
         }),
+        RunEvent::ToolCallsRequired { thought_id, calls } => {
+            Event::ToolCallsRequired(pb::ToolCallsRequired {
+                thought_id: thought_id.to_string(),
+                tool_calls: calls.into_iter().map(Into::into).collect(),
+            })
+        }
         RunEvent::MessageEnd {
             answer,
             usage,

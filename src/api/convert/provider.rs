@@ -102,6 +102,8 @@ pub fn kind(kind: ProviderKind) -> pb::ProviderKind {
         ProviderKind::Api => pb::ProviderKind::Api,
         ProviderKind::Knowledge => pb::ProviderKind::Knowledge,
         ProviderKind::Mcp => pb::ProviderKind::Mcp,
+        // Client tools belong to a run, never to a listed provider.
+        ProviderKind::Client => pb::ProviderKind::Unspecified,
     }
 }
 

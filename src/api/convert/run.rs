@@ -14,7 +14,7 @@ use crate::pb;
 use crate::runner::{
     AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelSpec, RunSpec,
 };
-use crate::tools::ToolRef;
+use crate::tools::{ClientToolSpec, ToolRef};
 
 /// Converts and validates a run request for `tenant`, with the caller's deadline.
 pub fn run_spec(
@@ -35,7 +35,6 @@ pub fn run_spec(
         // How the transport treats a dropped stream; it does not change what runs.
         cancel_on_disconnect: _,
     } = request;
-    reject_unsupported("client_tools", client_tools.is_empty())?;
     let conversation_id = if conversation_id.is_empty() {
         None
     } else {
@@ -56,6 +55,7 @@ pub fn run_spec(
             .collect::<Result<_, _>>()?,
         idempotency,
         deadline,
+        client_tools: client_tools.into_iter().map(client_tool).collect(),
     };
     spec.validated().map_err(crate::api::status::from_error)
 }
@@ -74,16 +74,6 @@ fn idempotency(request: &pb::RunRequest) -> Option<Idempotency> {
         key: request.idempotency_key.clone(),
         fingerprint: digest.iter().map(|byte| format!("{byte:02x}")).collect(),
     })
-}
-
-/// Fields of the contract whose feature this build does not have yet: refusing them is
-/// better than silently running without them.
-fn reject_unsupported(field: &str, absent: bool) -> Result<(), Status> {
-    if absent {
-        Ok(())
-    } else {
-        Err(invalid(field, "is not supported by this server yet"))
-    }
 }
 
 /// Largest inline image accepted.
@@ -140,6 +130,23 @@ fn input_image(index: usize, file: pb::InputFile) -> Result<InputImage, Status> 
         source,
         detail: detail.to_owned(),
     })
+}
+
+fn client_tool(tool: pb::ClientTool) -> ClientToolSpec {
+    let pb::ClientTool {
+        name,
+        description,
+        parameters_schema,
+    } = tool;
+    let parameters = parameters_schema.map_or_else(
+        || serde_json::json!({"type": "object", "properties": {}}),
+        |schema| serde_json::Value::Object(struct_to_json(schema)),
+    );
+    ClientToolSpec {
+        name,
+        description,
+        parameters,
+    }
 }
 
 fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {
