@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{
-    ConversationId, FinishReason, MessageId, RunFailure, StrategyKind, Thought, ThoughtId,
-    ToolCallRecord, Usage,
+    ConversationId, FileRecord, FinishReason, MessageId, RunFailure, StrategyKind, Thought,
+    ThoughtId, ToolCallRecord, Usage,
 };
 
 /// What happened in a run. Every variant is a snapshot taken when the event was produced, so
@@ -52,6 +52,8 @@ pub enum RunEvent {
         /// The call with its observation and meta.
         call: ToolCallRecord,
     },
+    /// A tool produced a file for the user; it is stored with the message.
+    File(FileRecord),
     /// The caller must run these tools and submit their results.
     ToolCallsRequired {
         /// The round's thought id.

@@ -9,7 +9,7 @@ use super::convert::{parse_id, run_spec};
 use super::status::from_error;
 use super::stream::RunEventStream;
 use super::{deadline_of, tenant_of};
-use crate::domain::{ConversationId, MessageId};
+use crate::domain::{ConversationId, FileId, MessageId};
 use crate::pb;
 use crate::pb::agent_service_server::AgentService;
 use crate::runner::{ClientOutput, RunError, Runner};
@@ -192,6 +192,31 @@ impl AgentService for AgentApi {
         let thoughts = self.store.list_thoughts(&tenant, id).map_err(from_error)?;
         Ok(Response::new(pb::ListThoughtsResponse {
             thoughts: thoughts.into_iter().map(Into::into).collect(),
+        }))
+    }
+
+    async fn get_file(
+        &self,
+        request: Request<pb::GetFileRequest>,
+    ) -> Result<Response<pb::File>, Status> {
+        let tenant = tenant_of(&request)?;
+        let pb::GetFileRequest { file_id } = request.into_inner();
+        let id: FileId = parse_id("file_id", &file_id)?;
+        let (record, data) = self
+            .store
+            .get_file(&tenant, id)
+            .map_err(from_error)?
+            .ok_or_else(|| from_error(RunError::not_found("file", id)))?;
+        Ok(Response::new(pb::File {
+            id: record.id.to_string(),
+            message_id: record.message_id.to_string(),
+            name: record.name.clone(),
+            mime_type: record.mime_type.clone(),
+            r#type: record.kind().to_owned(),
+            size: record.size,
+            url: record.url,
+            data,
+            created_at: Some(super::convert::timestamp(record.created_at)),
         }))
     }
 

@@ -58,6 +58,10 @@ uuid_id!(
     /// Identifies one round (thought record) of an agent run.
     ThoughtId
 );
+uuid_id!(
+    /// Identifies a file a tool produced.
+    FileId
+);
 
 /// The owner of a set of records; every store key starts with it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -4,6 +4,7 @@
 //! each other in these types.
 
 mod error;
+mod file;
 mod ids;
 mod message;
 mod provider;
@@ -11,7 +12,8 @@ mod thought;
 mod usage;
 
 pub use error::{ErrorKind, FieldError};
-pub use ids::{ConversationId, MessageId, Tenant, ThoughtId};
+pub use file::FileRecord;
+pub use ids::{ConversationId, FileId, MessageId, Tenant, ThoughtId};
 pub use message::{
     Conversation, FinishReason, IdempotencyRecord, Message, MessageStatus, RunFailure, StrategyKind,
 };

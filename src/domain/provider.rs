@@ -73,6 +73,9 @@ pub struct ProviderRecord {
     pub source: ProviderSource,
     /// Secrets used when calling it; never returned to callers.
     pub credentials: BTreeMap<String, String>,
+    /// Seconds a successful result is reused for the same tool and arguments; 0 disables.
+    #[serde(default)]
+    pub cache_ttl_secs: u64,
 }
 
 impl ProviderRecord {

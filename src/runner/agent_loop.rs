@@ -22,7 +22,8 @@ use super::strategy::{
 };
 use super::{InputImage, RunSpec, RunnerSettings};
 use crate::domain::{
-    FinishReason, Message, MessageStatus, RunFailure, Thought, ToolCallRecord, Usage,
+    FileId, FileRecord, FinishReason, Message, MessageStatus, RunFailure, Thought, ToolCallRecord,
+    Usage,
 };
 use crate::events::{HistoryReport, RunEvent};
 use crate::llm::{
@@ -30,7 +31,7 @@ use crate::llm::{
 };
 use crate::store::{Store, StoreError};
 use crate::tools::engine::OfferedTool;
-use crate::tools::ToolSet;
+use crate::tools::{FileContent, ToolFile, ToolSet};
 
 /// Why the loop stopped early.
 pub(super) enum Halt {
@@ -463,6 +464,7 @@ impl AgentRun {
         index: usize,
         invocation: crate::tools::Invocation,
     ) -> Result<(), Halt> {
+        let files = self.store_files(&invocation.files)?;
         let Some(thought) = self.current.as_mut() else {
             return Ok(());
         };
@@ -472,6 +474,9 @@ impl AgentRun {
         call.observation = Some(invocation.observation);
         call.meta = Some(invocation.meta);
         let call = call.clone();
+        thought
+            .file_ids
+            .extend(files.iter().map(|f| f.id.to_string()));
         let (thought_id, position) = (thought.id, thought.position);
         let snapshot = thought.clone();
         self.store.put_thought(&self.spec.tenant, &snapshot)?;
@@ -481,6 +486,30 @@ impl AgentRun {
             call,
         })?;
         Ok(())
+    }
+
+    /// Stores the files a tool produced and announces each; returns their records.
+    fn store_files(&mut self, files: &[ToolFile]) -> Result<Vec<FileRecord>, Halt> {
+        let mut records = Vec::with_capacity(files.len());
+        for file in files {
+            let (bytes, url) = match &file.content {
+                FileContent::Bytes(bytes) => (Some(bytes.as_slice()), String::new()),
+                FileContent::Url(url) => (None, url.clone()),
+            };
+            let record = FileRecord {
+                id: FileId::new(),
+                message_id: self.message.id,
+                name: file.name.clone(),
+                mime_type: file.mime_type.clone(),
+                size: bytes.map_or(0, |b| b.len() as u64),
+                url,
+                created_at: crate::domain::now(),
+            };
+            self.store.put_file(&self.spec.tenant, &record, bytes)?;
+            self.emitter.emit(RunEvent::File(record.clone()))?;
+            records.push(record);
+        }
+        Ok(records)
     }
 
     /// Writes the message's final state, then sends the last event.

@@ -98,7 +98,7 @@ impl AgentRun {
             };
             match self.tools.check_client_call(&call.name, &call.arguments) {
                 Ok(()) => waiting.push((index, call)),
-                Err(invocation) => self.record_observation(index, invocation).await?,
+                Err(invocation) => self.record_observation(index, *invocation).await?,
             }
         }
         if waiting.is_empty() {

@@ -1,7 +1,7 @@
 //! Key layout. Every key starts with the tenant and a NUL separator; ids follow as raw bytes
 //! and counters as big-endian integers, so a prefix scan yields records in creation order.
 
-use crate::domain::{ConversationId, MessageId, Tenant};
+use crate::domain::{ConversationId, FileId, MessageId, Tenant};
 
 /// `tenant \0`: the prefix shared by all of a tenant's keys.
 pub fn tenant_prefix(tenant: &Tenant, extra: usize) -> Vec<u8> {
@@ -53,6 +53,13 @@ pub fn thought(tenant: &Tenant, id: MessageId, position: u32) -> Vec<u8> {
 pub fn event(tenant: &Tenant, id: MessageId, seq: u64) -> Vec<u8> {
     let mut key = message(tenant, id);
     key.extend_from_slice(&seq.to_be_bytes());
+    key
+}
+
+/// Key of a file.
+pub fn file(tenant: &Tenant, id: FileId) -> Vec<u8> {
+    let mut key = tenant_prefix(tenant, 16);
+    key.extend_from_slice(id.as_bytes());
     key
 }
 

@@ -187,6 +187,13 @@ impl Store {
             }
         }
         for message in &deleted {
+            let files: Vec<_> = self
+                .list_thoughts(tenant, *message)?
+                .into_iter()
+                .flat_map(|thought| thought.file_ids)
+                .filter_map(|id| id.parse().ok())
+                .collect();
+            self.delete_files(tenant, &files)?;
             let key = keys::message(tenant, *message);
             self.messages.remove(&key)?;
             self.running.remove(&key)?;

@@ -37,6 +37,10 @@ pub struct Store {
     idempotency: sled::Tree,
     /// Registered tool providers, by tenant and name.
     providers: sled::Tree,
+    /// Files tools produced, by tenant and file id.
+    files: sled::Tree,
+    /// Their bytes, apart so listing records never reads them.
+    file_data: sled::Tree,
     flusher: flusher::Flusher,
 }
 
@@ -62,6 +66,8 @@ impl Store {
             running: db.open_tree("running")?,
             idempotency: db.open_tree("idempotency")?,
             providers: db.open_tree("providers")?,
+            files: db.open_tree("files")?,
+            file_data: db.open_tree("file_data")?,
             flusher: flusher::Flusher::start(db.clone())?,
             db,
         })
@@ -87,6 +93,8 @@ impl Store {
             ("running", &self.running),
             ("idempotency", &self.idempotency),
             ("providers", &self.providers),
+            ("files", &self.files),
+            ("file_data", &self.file_data),
         ];
         let mut found = Vec::new();
         for (name, tree) in trees {

@@ -1,7 +1,7 @@
 //! Thoughts and events: the per-message records, keyed so scans come out in order.
 
 use super::{encode, keys, scan, Store, StoreError};
-use crate::domain::{MessageId, ProviderRecord, Tenant, Thought};
+use crate::domain::{FileId, FileRecord, MessageId, ProviderRecord, Tenant, Thought};
 use crate::events::EventEnvelope;
 
 impl Store {
@@ -23,6 +23,49 @@ impl Store {
             "thoughts",
             &keys::message_children(tenant, message),
         )
+    }
+
+    /// Stores a file a tool produced, with its bytes when it has them.
+    pub fn put_file(
+        &self,
+        tenant: &Tenant,
+        record: &FileRecord,
+        bytes: Option<&[u8]>,
+    ) -> Result<(), StoreError> {
+        let key = keys::file(tenant, record.id);
+        if let Some(bytes) = bytes {
+            self.file_data.insert(&key, bytes)?;
+        }
+        self.files.insert(key, encode("files", record)?)?;
+        Ok(())
+    }
+
+    /// A file with its bytes (empty for a file that is only a URL).
+    pub fn get_file(
+        &self,
+        tenant: &Tenant,
+        id: FileId,
+    ) -> Result<Option<(FileRecord, Vec<u8>)>, StoreError> {
+        let key = keys::file(tenant, id);
+        let Some(record) = self.files.get(&key)? else {
+            return Ok(None);
+        };
+        let bytes = self
+            .file_data
+            .get(&key)?
+            .map(|b| b.to_vec())
+            .unwrap_or_default();
+        Ok(Some((super::decode("files", &record)?, bytes)))
+    }
+
+    /// Deletes files by id.
+    pub fn delete_files(&self, tenant: &Tenant, ids: &[FileId]) -> Result<(), StoreError> {
+        for id in ids {
+            let key = keys::file(tenant, *id);
+            self.files.remove(&key)?;
+            self.file_data.remove(&key)?;
+        }
+        Ok(())
     }
 
     /// Writes (or replaces) a tenant's provider definition.

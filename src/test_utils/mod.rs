@@ -9,7 +9,8 @@ use serde_json::{json, Map, Value};
 use tokio::sync::Barrier;
 
 use crate::tools::{
-    ErasedTool, Provider, ProviderKind, RegistryError, ToolDescriptor, ToolError, ToolOutput,
+    ErasedTool, FileContent, Provider, ProviderKind, RegistryError, ToolDescriptor, ToolError,
+    ToolFile, ToolOutput,
 };
 
 /// Name of the provider that [`testing_provider`] builds.
@@ -81,7 +82,33 @@ impl ErasedTool for FailingTool {
     }
 }
 
-/// A provider named `testing` with `sleep`, `rendezvous` (two parties) and `fail`.
+/// Returns a small PNG-like file and says so.
+pub struct ChartTool {
+    descriptor: ToolDescriptor,
+}
+
+/// The bytes [`ChartTool`] returns.
+pub const CHART_BYTES: &[u8] = b"\x89PNG\r\n\x1a\nchart";
+
+#[async_trait::async_trait]
+impl ErasedTool for ChartTool {
+    fn descriptor(&self) -> &ToolDescriptor {
+        &self.descriptor
+    }
+
+    async fn call(&self, _arguments: Map<String, Value>) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput {
+            text: "chart.png has been sent to the user".to_owned(),
+            files: vec![ToolFile {
+                name: "chart.png".to_owned(),
+                mime_type: "image/png".to_owned(),
+                content: FileContent::Bytes(CHART_BYTES.to_vec()),
+            }],
+        })
+    }
+}
+
+/// A provider named `testing` with `sleep`, `rendezvous` (two parties), `fail` and `chart`.
 pub fn testing_provider() -> Result<Provider, RegistryError> {
     let tools: Vec<Arc<dyn ErasedTool>> = vec![
         Arc::new(SleepTool {
@@ -98,6 +125,13 @@ pub fn testing_provider() -> Result<Provider, RegistryError> {
                 json!({"type": "object", "properties": {}}),
             ),
             barrier: Barrier::new(2),
+        }),
+        Arc::new(ChartTool {
+            descriptor: descriptor(
+                "chart",
+                "Draws a chart",
+                json!({"type": "object", "properties": {}}),
+            ),
         }),
         Arc::new(FailingTool {
             descriptor: descriptor(

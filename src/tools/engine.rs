@@ -140,6 +140,8 @@ pub struct Invocation {
     pub observation: String,
     /// Timing, error and configuration.
     pub meta: ToolInvokeMeta,
+    /// Files the tool produced.
+    pub files: Vec<super::ToolFile>,
 }
 
 /// What the model is offered for one tool: its schema without the preset parameters.
@@ -261,14 +263,14 @@ impl ToolSet {
 
     /// Checks a client tool call's arguments as the engine checks any call's; the failure
     /// is the observation the model gets instead of asking the caller.
-    pub fn check_client_call(&self, name: &str, arguments: &str) -> Result<(), Invocation> {
+    pub fn check_client_call(&self, name: &str, arguments: &str) -> Result<(), Box<Invocation>> {
         let Some(bound) = self.by_name.get(name).map(|i| &self.tools[*i]) else {
-            return Err(failure(
+            return Err(Box::new(failure(
                 String::new(),
                 format!("there is not a tool named {name}"),
                 0.0,
                 Map::new(),
-            ));
+            )));
         };
         prepare_arguments(bound, arguments)
             .map(drop)
@@ -276,7 +278,12 @@ impl ToolSet {
                 let text = format!(
                     "tool parameters validation error: {reason}, please check your tool parameters"
                 );
-                failure(bound.provider.name.clone(), text, 0.0, tool_config(bound))
+                Box::new(failure(
+                    bound.provider.name.clone(),
+                    text,
+                    0.0,
+                    tool_config(bound),
+                ))
             })
     }
 
@@ -302,6 +309,7 @@ impl ToolSet {
             ),
             None => Invocation {
                 provider: CLIENT_PROVIDER.to_owned(),
+                files: Vec::new(),
                 observation: output,
                 meta: ToolInvokeMeta {
                     time_cost,
@@ -369,6 +377,7 @@ impl ToolSet {
         match result {
             Ok(Ok(output)) => Invocation {
                 provider,
+                files: output.files,
                 observation: output.text,
                 meta: ToolInvokeMeta {
                     time_cost,
@@ -403,6 +412,7 @@ fn failure(
 ) -> Invocation {
     Invocation {
         provider,
+        files: Vec::new(),
         meta: ToolInvokeMeta {
             time_cost,
             error: Some(text.clone()),

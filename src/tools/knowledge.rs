@@ -143,12 +143,11 @@ impl ErasedTool for KnowledgeTool {
         let retrieval: Retrieval = serde_json::from_str(&text).map_err(|err| {
             ToolError::Failed(format!("the knowledge answer is not a records list: {err}"))
         })?;
-        Ok(ToolOutput {
-            text: truncate_output(
-                render(&retrieval.records, query),
-                self.settings.max_output_bytes,
-            ),
-        })
+        Ok(truncate_output(
+            render(&retrieval.records, query),
+            self.settings.max_output_bytes,
+        )
+        .into())
     }
 }
 

@@ -6,6 +6,7 @@
 //! directly. This room knows neither tonic nor sled.
 
 pub mod builtin;
+pub mod cache;
 pub mod engine;
 mod error;
 pub mod http_api;
@@ -44,12 +45,37 @@ pub struct ToolDescriptor {
 pub struct ToolOutput {
     /// The observation text the model sees.
     pub text: String,
+    /// Files for the user (an image, a report …), announced and stored with the message.
+    pub files: Vec<ToolFile>,
 }
 
 impl From<String> for ToolOutput {
     fn from(text: String) -> Self {
-        Self { text }
+        Self {
+            text,
+            files: Vec::new(),
+        }
     }
+}
+
+/// A file a tool produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolFile {
+    /// A name for people.
+    pub name: String,
+    /// MIME type.
+    pub mime_type: String,
+    /// The bytes, or where they are.
+    pub content: FileContent,
+}
+
+/// A file's content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileContent {
+    /// The bytes, stored by the service.
+    Bytes(Vec<u8>),
+    /// A URL the client fetches.
+    Url(String),
 }
 
 /// A tool as the registry stores it: any implementation, called with JSON arguments that

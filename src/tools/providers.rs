@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::cache::CachedTool;
 use super::http_api::{self, openapi, ApiSettings, Auth};
 use super::knowledge::{KnowledgeSettings, KnowledgeTool};
 use super::{ErasedTool, Provider, RegistryError};
@@ -84,6 +85,15 @@ pub fn build(
                 "MCP providers are not available in this build yet",
             ))
         }
+    };
+    let tools = if record.cache_ttl_secs > 0 {
+        let ttl = std::time::Duration::from_secs(record.cache_ttl_secs);
+        tools
+            .into_iter()
+            .map(|tool| Arc::new(CachedTool::new(tool, ttl)) as Arc<dyn ErasedTool>)
+            .collect()
+    } else {
+        tools
     };
     let description = if record.description.is_empty() {
         description

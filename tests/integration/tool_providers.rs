@@ -380,3 +380,105 @@ async fn a_knowledge_provider_searches_the_external_knowledge_api() {
     );
     assert!(failed.meta.unwrap().error.contains("index offline"));
 }
+
+/// A provider with a cache TTL answers the same call again from its cache: the service is
+/// asked once.
+#[tokio::test]
+async fn cached_providers_reuse_results_for_equal_calls() {
+    let (pets, seen) = pet_service().await;
+    let call = |id| vec![ScriptedCall::new(id, "showPet", &["{\"petId\": 7}"])];
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(&[], call("c1"), (1, 1)),
+        Reply::calls(&[], call("c2"), (1, 1)),
+        Reply::text(&["Rex, twice."], (1, 1)),
+    ])
+    .await;
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut provider = api_provider("pets", pets_spec(pets));
+    provider.cache_ttl_secs = 60;
+    let created = server
+        .tools()
+        .await
+        .create_provider(pb::CreateProviderRequest {
+            provider: Some(provider),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(created.cache_ttl_secs, 60);
+
+    let events = run_to_end(
+        &mut server.agents().await,
+        run_request("Pet 7, twice", &[("pets", "showPet")]),
+    )
+    .await;
+
+    let thoughts = final_thoughts(&events);
+    assert_eq!(
+        thoughts[0].tool_calls[0].observation,
+        thoughts[1].tool_calls[0].observation
+    );
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "the second call came from the cache"
+    );
+}
+
+/// A file a tool returns is announced with a `file` event, listed on the thought, readable
+/// with GetFile, and gone with its conversation.
+#[tokio::test]
+async fn files_from_tools_are_announced_stored_and_deleted_with_the_conversation() {
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(&[], vec![ScriptedCall::new("f", "chart", &["{}"])], (1, 1)),
+        Reply::text(&["Here is your chart."], (1, 1)),
+    ])
+    .await;
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut client = server.agents().await;
+
+    let events = run_to_end(
+        &mut client,
+        run_request("Chart it", &[("testing", "chart")]),
+    )
+    .await;
+
+    let file = events
+        .iter()
+        .find_map(|e| match &e.event {
+            Some(pb::run_event::Event::File(file)) => Some(file.clone()),
+            _ => None,
+        })
+        .expect("a file event");
+    assert_eq!(
+        (
+            file.r#type.as_str(),
+            file.mime_type.as_str(),
+            file.belongs_to.as_str()
+        ),
+        ("image", "image/png", "assistant")
+    );
+    assert_eq!(final_thoughts(&events)[0].file_ids, vec![file.id.clone()]);
+    let stored = client
+        .get_file(pb::GetFileRequest {
+            file_id: file.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stored.data, agent_runner::test_utils::CHART_BYTES);
+    assert_eq!(stored.name, "chart.png");
+    assert_eq!(stored.message_id, events[0].message_id);
+
+    client
+        .delete_conversation(pb::DeleteConversationRequest {
+            conversation_id: events[0].conversation_id.clone(),
+        })
+        .await
+        .unwrap();
+    let gone = client
+        .get_file(pb::GetFileRequest { file_id: file.id })
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code(), Code::NotFound);
+}

@@ -55,6 +55,13 @@ fn event(event: RunEvent) -> Event {
             position,
             tool_call: Some(call.into()),
         }),
+        RunEvent::File(file) => Event::File(pb::MessageFile {
+            id: file.id.to_string(),
+            r#type: file.kind().to_owned(),
+            url: file.url,
+            mime_type: file.mime_type,
+            belongs_to: "assistant".to_owned(),
+        }),
         RunEvent::ToolCallsRequired { thought_id, calls } => {
             Event::ToolCallsRequired(pb::ToolCallsRequired {
                 thought_id: thought_id.to_string(),

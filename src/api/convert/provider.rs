@@ -24,6 +24,7 @@ pub fn provider_record(provider: pb::ToolProvider) -> Result<ProviderRecord, Sta
         credentials,
         // Output only.
         credential_keys: _,
+        cache_ttl_secs,
     } = provider;
     let source = provider_source(source)?;
     let record = ProviderRecord {
@@ -31,6 +32,7 @@ pub fn provider_record(provider: pb::ToolProvider) -> Result<ProviderRecord, Sta
         description,
         source,
         credentials: credentials.into_iter().collect(),
+        cache_ttl_secs: u64::from(cache_ttl_secs),
     };
     check_kind(kind, record.kind())?;
     Ok(record)
@@ -161,5 +163,9 @@ pub fn provider(entry: &Entry) -> pb::ToolProvider {
             .as_ref()
             .map(|r| r.credentials.keys().cloned().collect())
             .unwrap_or_default(),
+        cache_ttl_secs: entry
+            .record
+            .as_ref()
+            .map_or(0, |r| u32::try_from(r.cache_ttl_secs).unwrap_or(u32::MAX)),
     }
 }

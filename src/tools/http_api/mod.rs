@@ -239,6 +239,39 @@ pub fn truncate_output(text: String, limit: usize) -> String {
     )
 }
 
+impl OperationTool {
+    /// A binary answer goes to the user as a file; the model is told it was sent.
+    fn file_output(&self, mime_type: String, bytes: Vec<u8>) -> ToolOutput {
+        let name = format!(
+            "{}.{}",
+            self.operation.name,
+            mime_type.rsplit('/').next().unwrap_or("bin")
+        );
+        ToolOutput {
+            text: format!(
+                "The tool returned a file, {name} ({mime_type}, {} bytes); it has been sent to the user.",
+                bytes.len()
+            ),
+            files: vec![super::ToolFile {
+                name,
+                mime_type,
+                content: super::FileContent::Bytes(bytes),
+            }],
+        }
+    }
+}
+
+/// Whether a response is a file rather than text the model can read.
+fn is_binary(mime_type: &str) -> bool {
+    let textual = mime_type.is_empty()
+        || mime_type.starts_with("text/")
+        || mime_type.contains("json")
+        || mime_type.contains("xml")
+        || mime_type.contains("yaml")
+        || mime_type == "application/x-www-form-urlencoded";
+    !textual
+}
+
 #[async_trait::async_trait]
 impl ErasedTool for OperationTool {
     fn descriptor(&self) -> &ToolDescriptor {
@@ -252,13 +285,25 @@ impl ErasedTool for OperationTool {
             .await
             .map_err(|err| ToolError::Failed(format!("request failed: {err}")))?;
         let status = response.status();
-        let text = response
-            .text()
+        let mime_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.split(';').next().unwrap_or_default().trim().to_owned())
+            .unwrap_or_default();
+        let bytes = response
+            .bytes()
             .await
             .map_err(|err| ToolError::Failed(format!("reading the response failed: {err}")))?;
-        let text = truncate_output(text, self.settings.max_output_bytes);
+        if status.is_success() && is_binary(&mime_type) {
+            return Ok(self.file_output(mime_type, bytes.to_vec()));
+        }
+        let text = truncate_output(
+            String::from_utf8_lossy(&bytes).into_owned(),
+            self.settings.max_output_bytes,
+        );
         if status.is_success() {
-            Ok(ToolOutput { text })
+            Ok(text.into())
         } else {
             Err(ToolError::Failed(format!("HTTP {status}: {text}")))
         }
