@@ -126,11 +126,29 @@ impl Catalog {
         if self.store.get_provider(tenant, &record.name)?.is_some() {
             return Err(CatalogError::Exists(record.name));
         }
+        let record = providers::discover(record, &self.settings).await?;
         let provider = providers::build(&record, &self.settings, &self.http)?;
         self.store.put_provider(tenant, &record)?;
         self.store.flush().await?;
         self.registry.register(tenant, provider);
         self.get(tenant, &record.name)
+    }
+
+    /// Reads a registered provider's tools again (an MCP server's list may have changed).
+    pub async fn refresh(&self, tenant: &Tenant, name: &str) -> Result<Entry, CatalogError> {
+        if self.registry.is_builtin(name) {
+            return self.get(tenant, name);
+        }
+        let record = self
+            .store
+            .get_provider(tenant, name)?
+            .ok_or_else(|| CatalogError::NotFound(name.to_owned()))?;
+        let record = providers::discover(record, &self.settings).await?;
+        let provider = providers::build(&record, &self.settings, &self.http)?;
+        self.store.put_provider(tenant, &record)?;
+        self.store.flush().await?;
+        self.registry.register(tenant, provider);
+        self.get(tenant, name)
     }
 
     /// One provider the tenant can use.

@@ -108,6 +108,20 @@ impl ToolRegistryService for ToolRegistryApi {
         Ok(Response::new(pb::ListToolsResponse { tools }))
     }
 
+    async fn refresh_provider(
+        &self,
+        request: Request<pb::RefreshProviderRequest>,
+    ) -> Result<Response<pb::ToolProvider>, Status> {
+        let tenant = tenant_of(&request)?;
+        let pb::RefreshProviderRequest { name } = request.into_inner();
+        let entry = self
+            .catalog
+            .refresh(&tenant, &name)
+            .await
+            .map_err(from_error)?;
+        Ok(Response::new(provider(&entry)))
+    }
+
     async fn invoke_tool(
         &self,
         request: Request<pb::InvokeToolRequest>,

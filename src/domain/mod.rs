@@ -17,7 +17,7 @@ pub use ids::{ConversationId, FileId, MessageId, Tenant, ThoughtId};
 pub use message::{
     Conversation, FinishReason, IdempotencyRecord, Message, MessageStatus, RunFailure, StrategyKind,
 };
-pub use provider::{ProviderKind, ProviderRecord, ProviderSource};
+pub use provider::{McpToolDef, ProviderKind, ProviderRecord, ProviderSource};
 pub use thought::{Thought, ToolCallRecord, ToolInvokeMeta};
 pub use usage::{Pricing, TokenUsage, Usage};
 

@@ -76,6 +76,20 @@ pub struct ProviderRecord {
     /// Seconds a successful result is reused for the same tool and arguments; 0 disables.
     #[serde(default)]
     pub cache_ttl_secs: u64,
+    /// An MCP server's tools as last listed (on create or refresh).
+    #[serde(default)]
+    pub mcp_tools: Vec<McpToolDef>,
+}
+
+/// A tool an MCP server offers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpToolDef {
+    /// Its name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON Schema of its input.
+    pub input_schema: serde_json::Value,
 }
 
 impl ProviderRecord {

@@ -11,6 +11,7 @@ pub mod engine;
 mod error;
 pub mod http_api;
 pub mod knowledge;
+pub mod mcp;
 pub mod providers;
 mod registry;
 

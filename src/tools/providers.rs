@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::cache::CachedTool;
 use super::http_api::{self, openapi, ApiSettings, Auth};
 use super::knowledge::{KnowledgeSettings, KnowledgeTool};
+use super::mcp::{McpConnection, McpTool};
 use super::{ErasedTool, Provider, RegistryError};
 use crate::domain::{ErrorKind, ProviderRecord, ProviderSource};
 
@@ -22,15 +23,18 @@ pub enum ProviderError {
     /// A tool's schema does not compile.
     #[error("provider.source: {0}")]
     Schema(#[from] RegistryError),
-    /// The kind cannot be built here yet.
-    #[error("provider.source: {0}")]
-    Unsupported(&'static str),
+    /// The MCP server could not be reached or listed.
+    #[error("provider.source.mcp.url: {0}")]
+    Mcp(String),
 }
 
 impl ProviderError {
-    /// Every failure is in the definition the caller gave.
+    /// Failures of the definition are the caller's; an unreachable server may come back.
     pub fn kind(&self) -> ErrorKind {
-        ErrorKind::InvalidArgument
+        match self {
+            Self::Spec(_) | Self::NoServerUrl | Self::Schema(_) => ErrorKind::InvalidArgument,
+            Self::Mcp(_) => ErrorKind::FailedPrecondition,
+        }
     }
 }
 
@@ -39,6 +43,28 @@ impl ProviderError {
 pub struct ProviderSettings {
     /// Longest observation a tool returns, in bytes.
     pub max_output_bytes: usize,
+}
+
+/// Reads what a definition needs from outside before it is stored: an MCP server's tools.
+pub async fn discover(
+    mut record: ProviderRecord,
+    settings: &ProviderSettings,
+) -> Result<ProviderRecord, ProviderError> {
+    if let ProviderSource::Mcp { url } = &record.source {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(ProviderError::Mcp("must be an http(s) URL".to_owned()));
+        }
+        let connection = McpConnection::new(
+            url,
+            record.credentials.get("bearer_token").cloned(),
+            settings.max_output_bytes,
+        );
+        record.mcp_tools = connection
+            .list_tools()
+            .await
+            .map_err(|err| ProviderError::Mcp(err.to_string()))?;
+    }
+    Ok(record)
 }
 
 /// The provider a stored definition describes.
@@ -80,10 +106,21 @@ pub fn build(
                 KnowledgeTool::new(&record.name, &record.description, knowledge, http.clone());
             (String::new(), vec![Arc::new(tool) as Arc<dyn ErasedTool>])
         }
-        ProviderSource::Mcp { .. } => {
-            return Err(ProviderError::Unsupported(
-                "MCP providers are not available in this build yet",
-            ))
+        ProviderSource::Mcp { url } => {
+            let connection = Arc::new(McpConnection::new(
+                url,
+                record.credentials.get("bearer_token").cloned(),
+                settings.max_output_bytes,
+            ));
+            let tools = record
+                .mcp_tools
+                .iter()
+                .map(|def| {
+                    Arc::new(McpTool::new(&record.name, def, Arc::clone(&connection)))
+                        as Arc<dyn ErasedTool>
+                })
+                .collect();
+            (String::new(), tools)
         }
     };
     let tools = if record.cache_ttl_secs > 0 {

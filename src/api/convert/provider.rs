@@ -33,6 +33,7 @@ pub fn provider_record(provider: pb::ToolProvider) -> Result<ProviderRecord, Sta
         source,
         credentials: credentials.into_iter().collect(),
         cache_ttl_secs: u64::from(cache_ttl_secs),
+        mcp_tools: Vec::new(),
     };
     check_kind(kind, record.kind())?;
     Ok(record)

@@ -1,0 +1,179 @@
+//! MCP providers: the tools of an MCP server reached over streamable HTTP with the official
+//! Rust SDK (rmcp). The tool list is read when the provider is created or refreshed and
+//! stored with it; the session is opened on first use and reopened once if it broke.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, ContentBlock, Implementation,
+};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::ServiceExt;
+use serde_json::{Map, Value};
+use tokio::sync::Mutex;
+
+use super::http_api::truncate_output;
+use super::{ErasedTool, ToolDescriptor, ToolError, ToolOutput};
+use crate::domain::McpToolDef;
+
+type Session = RunningService<RoleClient, ClientConfig>;
+
+/// A lazily opened session with one MCP server, shared by the provider's tools.
+pub struct McpConnection {
+    url: String,
+    bearer: Option<String>,
+    max_output_bytes: usize,
+    /// A tokio mutex: opening a session awaits, and callers must not open two at once.
+    session: Mutex<Option<Arc<Session>>>,
+}
+
+impl McpConnection {
+    /// A connection to the server at `url`, with an optional bearer token.
+    pub fn new(url: &str, bearer: Option<String>, max_output_bytes: usize) -> Self {
+        Self {
+            url: url.to_owned(),
+            bearer,
+            max_output_bytes,
+            session: Mutex::new(None),
+        }
+    }
+
+    async fn open(&self) -> Result<Arc<Session>, ToolError> {
+        let mut slot = self.session.lock().await;
+        if let Some(session) = slot.as_ref() {
+            return Ok(Arc::clone(session));
+        }
+        let mut config = StreamableHttpClientTransportConfig::with_uri(self.url.as_str());
+        if let Some(token) = &self.bearer {
+            config = config.auth_header(token.clone());
+        }
+        let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+        let info = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("agent-runner", env!("CARGO_PKG_VERSION")),
+        );
+        let session = info.serve(transport).await.map_err(|err| {
+            ToolError::Failed(format!(
+                "cannot reach the MCP server at {}: {err}",
+                self.url
+            ))
+        })?;
+        let session = Arc::new(session);
+        *slot = Some(Arc::clone(&session));
+        Ok(session)
+    }
+
+    async fn forget(&self) {
+        self.session.lock().await.take();
+    }
+
+    /// The server's tools, with their input schemas.
+    pub async fn list_tools(&self) -> Result<Vec<McpToolDef>, ToolError> {
+        let session = self.open().await?;
+        let tools = match session.list_all_tools().await {
+            Ok(tools) => tools,
+            Err(err) => {
+                self.forget().await;
+                return Err(ToolError::Failed(format!(
+                    "listing the MCP server's tools failed: {err}"
+                )));
+            }
+        };
+        Ok(tools
+            .into_iter()
+            .map(|tool| McpToolDef {
+                name: tool.name.to_string(),
+                description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
+                input_schema: Value::Object((*tool.input_schema).clone()),
+            })
+            .collect())
+    }
+
+    /// Calls a tool; a broken session is reopened once.
+    pub async fn call(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+    ) -> Result<ToolOutput, ToolError> {
+        let params = CallToolRequestParams::new(name.to_owned()).with_arguments(arguments);
+        let session = self.open().await?;
+        let result = match session.call_tool(params.clone()).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.forget().await;
+                let session = self.open().await?;
+                session
+                    .call_tool(params)
+                    .await
+                    .map_err(|err| ToolError::Failed(format!("the MCP call failed: {err}")))?
+            }
+        };
+        let mut text = render(&result.content);
+        if text.is_empty() {
+            if let Some(structured) = &result.structured_content {
+                text = structured.to_string();
+            }
+        }
+        let text = truncate_output(text, self.max_output_bytes);
+        if result.is_error == Some(true) {
+            Err(ToolError::Failed(text))
+        } else {
+            Ok(text.into())
+        }
+    }
+}
+
+/// Content blocks as observation text; what the model cannot read is named, not dropped.
+#[allow(clippy::wildcard_enum_match_arm)]
+fn render(content: &[ContentBlock]) -> String {
+    content
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Text(text) => text.text.clone(),
+            ContentBlock::Image(image) => format!("[image: {}]", image.mime_type),
+            ContentBlock::Audio(audio) => format!("[audio: {}]", audio.mime_type),
+            ContentBlock::Resource(resource) => serde_json::to_value(&resource.resource)
+                .ok()
+                .and_then(|v| v.get("text").and_then(Value::as_str).map(str::to_owned))
+                .unwrap_or_else(|| "[resource]".to_owned()),
+            ContentBlock::ResourceLink(link) => format!("[resource: {}]", link.uri),
+            // The enum is non-exhaustive: kinds added later are named, not dropped.
+            _ => "[unsupported content]".to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One tool of an MCP server.
+pub struct McpTool {
+    descriptor: ToolDescriptor,
+    connection: Arc<McpConnection>,
+}
+
+impl McpTool {
+    /// The tool `def` of provider `provider`, called through `connection`.
+    pub fn new(provider: &str, def: &McpToolDef, connection: Arc<McpConnection>) -> Self {
+        Self {
+            descriptor: ToolDescriptor {
+                provider: provider.to_owned(),
+                name: def.name.clone(),
+                description: def.description.clone(),
+                parameters: def.input_schema.clone(),
+            },
+            connection,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ErasedTool for McpTool {
+    fn descriptor(&self) -> &ToolDescriptor {
+        &self.descriptor
+    }
+
+    async fn call(&self, arguments: Map<String, Value>) -> Result<ToolOutput, ToolError> {
+        self.connection.call(&self.descriptor.name, arguments).await
+    }
+}
