@@ -256,3 +256,33 @@ async fn a_passed_deadline_cancels_the_run() {
     }
     assert_eq!(status, pb::MessageStatus::Cancelled as i32);
 }
+
+/// With `cancel_on_disconnect`, dropping the stream cancels the run.
+#[tokio::test]
+async fn cancel_on_disconnect_stops_the_run_when_the_client_leaves() {
+    let llm = FakeOpenAi::start(vec![Reply::Stall(vec!["Working"])]).await;
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut client = server.agents().await;
+    let mut request = run_request("leave early", &[]);
+    request.cancel_on_disconnect = true;
+    let mut stream = client.run(request).await.unwrap().into_inner();
+    let seen = read_until_delta(&mut stream).await;
+    drop(stream);
+
+    let mut status = pb::MessageStatus::Running as i32;
+    for _ in 0..100 {
+        status = client
+            .get_message(pb::GetMessageRequest {
+                message_id: seen[0].message_id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        if status != pb::MessageStatus::Running as i32 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status, pb::MessageStatus::Cancelled as i32);
+}
