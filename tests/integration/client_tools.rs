@@ -8,7 +8,7 @@ use serde_json::json;
 use tonic::Code;
 
 use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
-use crate::server::{end_of, final_thoughts, run_request, TestServer};
+use crate::server::{end_of, final_thoughts, message, run_request, TestServer};
 
 fn order_lookup() -> pb::ClientTool {
     pb::ClientTool {
@@ -20,20 +20,6 @@ fn order_lookup() -> pb::ClientTool {
                 .unwrap(),
         )),
     }
-}
-
-async fn status_of(
-    client: &mut pb::agent_service_client::AgentServiceClient<tonic::transport::Channel>,
-    id: &str,
-) -> i32 {
-    client
-        .get_message(pb::GetMessageRequest {
-            message_id: id.into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .status
 }
 
 /// A round that calls a server tool and a client tool: the stream sends
@@ -84,7 +70,7 @@ async fn a_client_tool_round_trip_resumes_the_run() {
     assert_eq!(required.tool_calls[0].id, "cli");
     assert_eq!(required.tool_calls[0].arguments, "{\"order_id\": \"A1\"}");
     assert_eq!(
-        status_of(&mut client, &message_id).await,
+        message(&mut client, message_id.clone()).await.status,
         pb::MessageStatus::WaitingToolOutputs as i32
     );
 
@@ -126,7 +112,7 @@ async fn a_client_tool_round_trip_resumes_the_run() {
 
     assert_eq!(end_of(&events).answer, "Order A1 has shipped.");
     assert_eq!(
-        status_of(&mut client, &message_id).await,
+        message(&mut client, message_id.clone()).await.status,
         pb::MessageStatus::Completed as i32
     );
     let calls = &final_thoughts(&events)[0].tool_calls;
@@ -190,7 +176,9 @@ async fn an_unanswered_client_tool_times_out() {
         other => panic!("expected a timeout error, got {other:?}"),
     }
     assert_eq!(
-        status_of(&mut client, &events[0].message_id).await,
+        message(&mut client, events[0].message_id.clone())
+            .await
+            .status,
         pb::MessageStatus::Failed as i32
     );
 }

@@ -1,17 +1,11 @@
 //! A failing LLM ends the run with an error event and loses nothing already written.
 
 use agent_runner::pb;
-use agent_runner::pb::run_event::Event;
 
 use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
-use crate::server::{kinds, run_request, run_to_end, TestServer, IMPATIENT_PROVIDER};
-
-fn last_error(events: &[pb::RunEvent]) -> pb::RunError {
-    match kinds(events).last() {
-        Some(Event::Error(error)) => error.clone(),
-        other => panic!("the last event is not an error: {other:?}"),
-    }
-}
+use crate::server::{
+    last_error, message, run_request, run_to_end, thoughts, TestServer, IMPATIENT_PROVIDER,
+};
 
 /// An LLM answering 500 ends the run with an `error` event carrying the provider's message;
 /// the message is FAILED and its first (empty) thought is kept.
@@ -36,13 +30,7 @@ async fn a_server_error_from_the_llm_fails_the_message() {
     );
     assert!(error.usage.is_some());
     let message_id = events[0].message_id.clone();
-    let message = client
-        .get_message(pb::GetMessageRequest {
-            message_id: message_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let message = message(&mut client, message_id.clone()).await;
     assert_eq!(message.status, pb::MessageStatus::Failed as i32);
     assert_eq!(message.error.unwrap().code, "llm_server_error");
     let thoughts = client
@@ -81,21 +69,10 @@ async fn a_dropped_stream_keeps_the_thoughts_written_so_far() {
 
     assert_eq!(last_error(&events).code, "llm_stream_error");
     let message_id = events[0].message_id.clone();
-    let message = client
-        .get_message(pb::GetMessageRequest {
-            message_id: message_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let message = message(&mut client, message_id.clone()).await;
     assert_eq!(message.status, pb::MessageStatus::Failed as i32);
     assert_eq!(message.usage.unwrap().total_tokens, 6);
-    let thoughts = client
-        .list_thoughts(pb::ListThoughtsRequest { message_id })
-        .await
-        .unwrap()
-        .into_inner()
-        .thoughts;
+    let thoughts = thoughts(&mut client, message_id).await;
     assert_eq!(thoughts.len(), 2);
     assert_eq!(thoughts[0].tool_calls[0].observation, "42");
     assert_eq!(thoughts[1].answer, "The answer is");

@@ -7,7 +7,7 @@ use agent_runner::pb;
 use agent_runner::store::Store;
 
 use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
-use crate::server::{run_request, run_to_end, TestServer};
+use crate::server::{message, run_request, run_to_end, TestServer};
 
 /// After a restart on the same data directory, `GetMessage`, `ListMessages` and
 /// `ListThoughts` return exactly what they returned before.
@@ -45,13 +45,7 @@ async fn records_read_back_the_same_after_a_restart() {
         |mut client: pb::agent_service_client::AgentServiceClient<tonic::transport::Channel>,
          message_id: String,
          conversation_id: String| async move {
-            let message = client
-                .get_message(pb::GetMessageRequest {
-                    message_id: message_id.clone(),
-                })
-                .await
-                .unwrap()
-                .into_inner();
+            let message = message(&mut client, message_id.clone()).await;
             let messages = client
                 .list_messages(pb::ListMessagesRequest {
                     conversation_id,
@@ -182,13 +176,7 @@ async fn messages_left_running_by_a_crash_become_interrupted() {
 
     let server = TestServer::start_in("http://127.0.0.1:9/v1", dir.path()).await;
     let mut client = server.agents().await;
-    let message = client
-        .get_message(pb::GetMessageRequest {
-            message_id: message_id.to_string(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let message = message(&mut client, message_id.to_string()).await;
 
     assert_eq!(message.status, pb::MessageStatus::Interrupted as i32);
     assert_eq!(message.error.unwrap().code, "interrupted");
@@ -236,15 +224,7 @@ async fn shutdown_interrupts_a_running_message() {
         other => panic!("expected a shutdown error, got {other:?}"),
     }
     let restarted = TestServer::start_in(&llm.base_url(), dir.path()).await;
-    let message = restarted
-        .agents()
-        .await
-        .get_message(pb::GetMessageRequest {
-            message_id: events[0].message_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let message = message(&mut restarted.agents().await, events[0].message_id.clone()).await;
     assert_eq!(message.status, pb::MessageStatus::Interrupted as i32);
     assert_eq!(message.answer, "Thinking");
     restarted.stop().await;

@@ -14,7 +14,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
-use crate::server::{config_toml, run_request};
+use crate::server::{config_toml, message, read_until_delta, run_request};
 
 struct Service {
     child: Child,
@@ -84,18 +84,6 @@ fn wait_for_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     None
 }
 
-async fn events_until_delta(stream: &mut tonic::Streaming<pb::RunEvent>) -> Vec<pb::RunEvent> {
-    let mut events = Vec::new();
-    while let Some(event) = stream.message().await.unwrap() {
-        let delta = matches!(event.event, Some(Event::Delta(_)));
-        events.push(event);
-        if delta {
-            break;
-        }
-    }
-    events
-}
-
 /// After `kill -9` mid-run and a restart, every event the client had received is still
 /// readable, byte for byte, and the message is INTERRUPTED.
 #[tokio::test]
@@ -121,8 +109,8 @@ async fn sigkill_loses_no_event_a_client_received() {
         .await
         .unwrap()
         .into_inner();
-    let mut received = events_until_delta(&mut stream).await;
-    received.extend(events_until_delta(&mut stream).await);
+    let mut received = read_until_delta(&mut stream).await;
+    received.extend(read_until_delta(&mut stream).await);
 
     first.child.kill().unwrap();
     first.child.wait().unwrap();
@@ -148,13 +136,7 @@ async fn sigkill_loses_no_event_a_client_received() {
         "the run got as far as round 2: {received:?}"
     );
     assert_eq!(&stored[..received.len()], &received[..]);
-    let message = client
-        .get_message(pb::GetMessageRequest {
-            message_id: message_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let message = message(&mut client, message_id.clone()).await;
     assert_eq!(message.status, pb::MessageStatus::Interrupted as i32);
     let thoughts = client
         .list_thoughts(pb::ListThoughtsRequest { message_id })
@@ -177,7 +159,7 @@ async fn sigterm_ends_running_messages_and_exits_cleanly() {
         .await
         .unwrap()
         .into_inner();
-    events_until_delta(&mut stream).await;
+    read_until_delta(&mut stream).await;
 
     let pid = service.child.id().to_string();
     assert!(Command::new("kill")

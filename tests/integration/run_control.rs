@@ -3,31 +3,13 @@
 use std::time::Duration;
 
 use agent_runner::pb;
-use agent_runner::pb::run_event::Event;
 use tonic::Code;
 
 use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
-use crate::server::{end_of, run_request, run_to_end, TestServer};
-
-async fn read_until_delta(stream: &mut tonic::Streaming<pb::RunEvent>) -> Vec<pb::RunEvent> {
-    let mut events = Vec::new();
-    while let Some(event) = stream.message().await.unwrap() {
-        let delta = matches!(event.event, Some(Event::Delta(_)));
-        events.push(event);
-        if delta {
-            return events;
-        }
-    }
-    panic!("the stream ended before any delta: {events:?}");
-}
-
-async fn read_rest(stream: &mut tonic::Streaming<pb::RunEvent>) -> Vec<pb::RunEvent> {
-    let mut events = Vec::new();
-    while let Some(event) = stream.message().await.unwrap() {
-        events.push(event);
-    }
-    events
-}
+use crate::server::{
+    end_of, message, read_rest, read_until_delta, run_request, run_to_end, settled_status,
+    TestServer,
+};
 
 /// Cancel during a stalled LLM stream: the stream ends promptly with `end{CANCELLED}`, the
 /// LLM server sees its connection closed, and the usage of the finished round is kept.
@@ -80,13 +62,7 @@ async fn cancel_stops_a_stalled_llm_stream_and_keeps_what_was_done() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(llm.closed_stalls(), 1, "the LLM connection was closed");
-    let message = client
-        .get_message(pb::GetMessageRequest {
-            message_id: message_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let message = message(&mut client, message_id.clone()).await;
     assert_eq!(message.status, pb::MessageStatus::Cancelled as i32);
     assert_eq!(message.usage.unwrap().total_tokens, 6);
     assert_eq!(message.answer, "Partial");
@@ -239,21 +215,7 @@ async fn a_passed_deadline_cancels_the_run() {
         }
     }
 
-    let mut status = pb::MessageStatus::Running as i32;
-    for _ in 0..100 {
-        status = client
-            .get_message(pb::GetMessageRequest {
-                message_id: first.message_id.clone(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .status;
-        if status != pb::MessageStatus::Running as i32 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let status = settled_status(&mut client, &first.message_id).await;
     assert_eq!(status, pb::MessageStatus::Cancelled as i32);
 }
 
@@ -269,20 +231,6 @@ async fn cancel_on_disconnect_stops_the_run_when_the_client_leaves() {
     let seen = read_until_delta(&mut stream).await;
     drop(stream);
 
-    let mut status = pb::MessageStatus::Running as i32;
-    for _ in 0..100 {
-        status = client
-            .get_message(pb::GetMessageRequest {
-                message_id: seen[0].message_id.clone(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .status;
-        if status != pb::MessageStatus::Running as i32 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let status = settled_status(&mut client, &seen[0].message_id).await;
     assert_eq!(status, pb::MessageStatus::Cancelled as i32);
 }

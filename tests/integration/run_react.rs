@@ -6,7 +6,8 @@ use serde_json::Value;
 
 use crate::fake_openai::{FakeOpenAi, Reply};
 use crate::server::{
-    end_of, kinds, run_request, run_to_end, streamed_text, TestServer, PLAIN_MODEL,
+    end_of, kinds, message, run_request, run_to_end, streamed_text, thoughts, TestServer,
+    PLAIN_MODEL,
 };
 
 fn react_script() -> Vec<Reply> {
@@ -96,21 +97,10 @@ async fn a_chat_mode_react_run_uses_the_tool_and_answers() {
     assert_eq!(second[3]["content"], "continue");
 
     let message_id = events[0].message_id.clone();
-    let message = client
-        .get_message(pb::GetMessageRequest {
-            message_id: message_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let message = message(&mut client, message_id.clone()).await;
     assert_eq!(message.answer, "It is 42.");
     assert_eq!(message.strategy, pb::Strategy::ChainOfThought as i32);
-    let thoughts = client
-        .list_thoughts(pb::ListThoughtsRequest { message_id })
-        .await
-        .unwrap()
-        .into_inner()
-        .thoughts;
+    let thoughts = thoughts(&mut client, message_id).await;
     assert_eq!(thoughts.len(), 2);
     assert_eq!(thoughts[0].thought, "I should calculate.");
     assert_eq!(thoughts[0].tool_calls.len(), 1);
@@ -178,13 +168,7 @@ async fn models_without_tool_calls_run_react_and_a_plain_reply_is_the_answer() {
     );
     assert_eq!(end_of(&events).answer, "Paris is the capital.");
     assert!(llm.requests()[0].get("tools").is_none());
-    let message = client
-        .get_message(pb::GetMessageRequest {
-            message_id: events[0].message_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let message = message(&mut client, events[0].message_id.clone()).await;
     assert_eq!(message.answer, "Paris is the capital.");
     assert_eq!(message.strategy, pb::Strategy::ChainOfThought as i32);
 }

@@ -238,3 +238,72 @@ pub fn final_thoughts(events: &[pb::RunEvent]) -> Vec<pb::AgentThought> {
     }
     thoughts
 }
+
+/// The generated client of the agent service.
+pub type Agents = AgentServiceClient<Channel>;
+
+/// `GetMessage`, unwrapped.
+pub async fn message(client: &mut Agents, message_id: impl Into<String>) -> pb::Message {
+    client
+        .get_message(pb::GetMessageRequest {
+            message_id: message_id.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// `ListThoughts`, unwrapped.
+pub async fn thoughts(client: &mut Agents, message_id: impl Into<String>) -> Vec<pb::AgentThought> {
+    client
+        .list_thoughts(pb::ListThoughtsRequest {
+            message_id: message_id.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .thoughts
+}
+
+/// The message's status once it is no longer RUNNING (polled for up to two seconds).
+pub async fn settled_status(client: &mut Agents, message_id: &str) -> i32 {
+    let mut status = pb::MessageStatus::Running as i32;
+    for _ in 0..100 {
+        status = message(client, message_id).await.status;
+        if status != pb::MessageStatus::Running as i32 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    status
+}
+
+/// The stream's `error` event, which must be the last.
+pub fn last_error(events: &[pb::RunEvent]) -> pb::RunError {
+    match events.last().and_then(|e| e.event.clone()) {
+        Some(pb::run_event::Event::Error(error)) => error,
+        other => panic!("the last event is not an error: {other:?}"),
+    }
+}
+
+/// Reads events up to and including the first answer delta.
+pub async fn read_until_delta(stream: &mut tonic::Streaming<pb::RunEvent>) -> Vec<pb::RunEvent> {
+    let mut events = Vec::new();
+    while let Some(event) = stream.message().await.unwrap() {
+        let delta = matches!(event.event, Some(pb::run_event::Event::Delta(_)));
+        events.push(event);
+        if delta {
+            return events;
+        }
+    }
+    panic!("the stream ended before any delta: {events:?}");
+}
+
+/// Reads the rest of a stream.
+pub async fn read_rest(stream: &mut tonic::Streaming<pb::RunEvent>) -> Vec<pb::RunEvent> {
+    let mut events = Vec::new();
+    while let Some(event) = stream.message().await.unwrap() {
+        events.push(event);
+    }
+    events
+}

@@ -19,8 +19,10 @@ use crate::tools::engine::OfferedTool;
 /// The stop word that ends a ReAct turn before the model invents a tool result.
 pub const OBSERVATION_STOP: &str = "Observation";
 
-/// The default prompt for chat models.
-pub const CHAT_TEMPLATE: &str = r#"{{instruction}}
+/// The prompt body both modes share, as a literal so both constants can be built from it.
+macro_rules! react_body {
+    () => {
+        r#"{{instruction}}
 
 You can use tools to answer. Each tool is described below as JSON with its name, what it does, and the JSON Schema of its input:
 {{tools}}
@@ -41,34 +43,18 @@ Action:
 {"action": "Final Answer", "action_input": "<your complete answer for the user>"}
 ```
 
-Valid actions are "Final Answer" and: {{tool_names}}. Write one JSON blob per reply and nothing after it."#;
+Valid actions are "Final Answer" and: {{tool_names}}. Write one JSON blob per reply and nothing after it."#
+    };
+}
+
+/// The default prompt for chat models.
+pub const CHAT_TEMPLATE: &str = react_body!();
 
 /// The default prompt for completion models: the chat prompt followed by the transcript.
-pub const COMPLETION_TEMPLATE: &str = r#"{{instruction}}
-
-You can use tools to answer. Each tool is described below as JSON with its name, what it does, and the JSON Schema of its input:
-{{tools}}
-
-To use a tool, write a short thought, then exactly one action as a JSON blob in a fenced code block, and stop:
-
-Thought: what you need to find out and why
-Action:
-```json
-{"action": "<tool name>", "action_input": {<the tool's input>}}
-```
-
-The tool's result comes back to you as "Observation: ...". Think, act and observe as often as you need. When you can answer, reply:
-
-Thought: I can answer now
-Action:
-```json
-{"action": "Final Answer", "action_input": "<your complete answer for the user>"}
-```
-
-Valid actions are "Final Answer" and: {{tool_names}}. Write one JSON blob per reply and nothing after it.
-
-{{historic_messages}}Question: {{query}}
-{{agent_scratchpad}}Thought:"#;
+pub const COMPLETION_TEMPLATE: &str = concat!(
+    react_body!(),
+    "\n\n{{historic_messages}}Question: {{query}}\n{{agent_scratchpad}}Thought:"
+);
 
 /// The chain-of-thought strategy.
 #[derive(Debug, Clone)]
