@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -27,7 +27,8 @@ use crate::domain::{
 };
 use crate::events::{HistoryReport, RunEvent};
 use crate::llm::{
-    ChatChunk, ChatRequest, ContentPart, Feature, LlmError, ResolvedModel, ToolCallRequest, TurnEnd,
+    ChatChunk, ChatRequest, ChatStream, ContentPart, Feature, LlmError, ResolvedModel,
+    ToolCallRequest, TurnEnd,
 };
 use crate::store::{Store, StoreError};
 use crate::tools::engine::OfferedTool;
@@ -115,6 +116,22 @@ fn log_trim(trim: budget::Trim) {
             tokens = trim.tokens,
             "history cut to fit the context window"
         );
+    }
+}
+
+/// Appends to `text` every text chunk that has already arrived, so a burst of chunks
+/// becomes one delta event (and one stored record) instead of many. Returns the first
+/// item that is not ready text, if one was taken.
+fn coalesce(
+    stream: &mut ChatStream,
+    text: &mut String,
+) -> Option<Option<Result<ChatChunk, LlmError>>> {
+    loop {
+        match stream.next().now_or_never() {
+            Some(Some(Ok(ChatChunk::Text(more)))) => text.push_str(&more),
+            Some(other) => return Some(other),
+            None => return None,
+        }
     }
 }
 
@@ -309,9 +326,17 @@ impl AgentRun {
     ) -> Result<TurnEnd, Halt> {
         let client = Arc::clone(&self.model.client);
         let mut stream = or_cancel(&self.cancel, client.stream(request)).await??;
+        let mut next = None;
         loop {
-            match or_cancel(&self.cancel, stream.next()).await? {
-                Some(Ok(ChatChunk::Text(text))) => self.show(reader, &text).await?,
+            let item = match next.take() {
+                Some(item) => item,
+                None => or_cancel(&self.cancel, stream.next()).await?,
+            };
+            match item {
+                Some(Ok(ChatChunk::Text(mut text))) => {
+                    next = coalesce(&mut stream, &mut text);
+                    self.show(reader, &text).await?;
+                }
                 Some(Ok(ChatChunk::Finished(end))) => return Ok(end),
                 Some(Err(err)) => return Err(err.into()),
                 None => {
