@@ -61,7 +61,10 @@ pub fn open_store(config: &Config) -> Result<Store, AppError> {
         path: dir.clone(),
         source,
     })?;
-    let store = Store::open(dir)?;
+    let store = Store::open_with_cache(
+        dir,
+        config.server.store_cache_mb.saturating_mul(1024 * 1024),
+    )?;
     let interrupted = store.interrupt_unfinished()?;
     if interrupted > 0 {
         tracing::warn!(

@@ -82,6 +82,9 @@ fn default_data_dir() -> PathBuf {
 fn default_grace() -> u64 {
     30
 }
+fn default_store_cache_mb() -> u64 {
+    crate::store::DEFAULT_CACHE_BYTES / (1024 * 1024)
+}
 
 /// `[server]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -99,6 +102,9 @@ pub struct ServerConfig {
     /// Log format.
     #[serde(default)]
     pub log_format: LogFormat,
+    /// MiB of database pages kept in memory.
+    #[serde(default = "default_store_cache_mb")]
+    pub store_cache_mb: u64,
 }
 
 impl Default for ServerConfig {
@@ -108,6 +114,7 @@ impl Default for ServerConfig {
             data_dir: default_data_dir(),
             shutdown_grace_secs: default_grace(),
             log_format: LogFormat::default(),
+            store_cache_mb: default_store_cache_mb(),
         }
     }
 }

@@ -19,6 +19,10 @@ use serde::{Deserialize, Serialize};
 pub use error::StoreError;
 pub use messages::Inserted;
 
+/// Page cache when the configuration does not say. sled's own default (1 GiB) lets the
+/// cache grow with everything written; runs mostly read back their own recent records.
+pub const DEFAULT_CACHE_BYTES: u64 = 16 * 1024 * 1024;
+
 /// Schema version written into every value.
 const SCHEMA_VERSION: u32 = 1;
 
@@ -45,9 +49,18 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (or creates) the database under `path`.
+    /// Opens (or creates) the database under `path` with the default page cache.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let db = sled::Config::new().path(path).open()?;
+        Self::open_with_cache(path, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens (or creates) the database under `path`, keeping at most `cache_bytes` of
+    /// pages in memory.
+    pub fn open_with_cache(path: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
+        let db = sled::Config::new()
+            .path(path)
+            .cache_capacity(cache_bytes)
+            .open()?;
         Self::from_db(db)
     }
 
