@@ -180,7 +180,7 @@ impl AgentRun {
                 dropped_turns: trim.turns,
                 dropped_tokens: trim.tokens,
             },
-        })?;
+        });
         fitted.map_err(overflow)?;
         log_trim(trim);
         let mut rounds = Vec::new();
@@ -248,7 +248,7 @@ impl AgentRun {
         let thought = Thought::begin(self.message.id, position);
         self.store.put_thought(&self.spec.tenant, &thought)?;
         self.current = Some(thought.clone());
-        self.emitter.emit(RunEvent::Thought(Box::new(thought)))?;
+        self.emitter.emit(RunEvent::Thought(Box::new(thought)));
 
         let strategy = &self.strategy;
         let (request, trim) = budget::fit(context, &self.model.info, |c| {
@@ -373,7 +373,7 @@ impl AgentRun {
         let separate = new_line && !self.streamed.is_empty() && !self.streamed.ends_with('\n');
         let piece = if separate { format!("\n{text}") } else { text };
         self.streamed.push_str(&piece);
-        self.emitter.emit(RunEvent::AnswerDelta { text: piece })?;
+        self.emitter.emit(RunEvent::AnswerDelta { text: piece });
         Ok(())
     }
 
@@ -419,7 +419,7 @@ impl AgentRun {
             .collect();
         let snapshot = thought.clone();
         self.store.put_thought(&self.spec.tenant, &snapshot)?;
-        self.emitter.emit(RunEvent::Thought(Box::new(snapshot)))?;
+        self.emitter.emit(RunEvent::Thought(Box::new(snapshot)));
         Ok(())
     }
 
@@ -434,7 +434,7 @@ impl AgentRun {
                 thought_id: thought.id,
                 position: thought.position,
                 call: call.clone(),
-            })?;
+            });
         }
         type Indexed<'a> = Vec<(usize, &'a ToolCallRecord)>;
         let (client, server): (Indexed<'_>, Indexed<'_>) = thought
@@ -476,7 +476,7 @@ impl AgentRun {
         self.run_client_calls(client).await?;
         let thought = self.current.clone().unwrap_or(thought);
         self.emitter
-            .emit(RunEvent::Thought(Box::new(thought.clone())))?;
+            .emit(RunEvent::Thought(Box::new(thought.clone())));
         Ok(thought
             .tool_calls
             .into_iter()
@@ -509,7 +509,7 @@ impl AgentRun {
             thought_id,
             position,
             call,
-        })?;
+        });
         Ok(())
     }
 
@@ -531,7 +531,7 @@ impl AgentRun {
                 created_at: crate::domain::now(),
             };
             self.store.put_file(&self.spec.tenant, &record, bytes)?;
-            self.emitter.emit(RunEvent::File(record.clone()))?;
+            self.emitter.emit(RunEvent::File(record.clone()));
             records.push(record);
         }
         Ok(records)
@@ -576,10 +576,10 @@ impl AgentRun {
             }
         };
         tracing::info!(status = ?self.message.status, iterations = self.message.iterations, "run ended");
-        let recorded = self
-            .store
-            .update_message(&self.spec.tenant, &self.message)
-            .and_then(|()| self.emitter.emit(event));
+        let recorded = self.store.update_message(&self.spec.tenant, &self.message);
+        if recorded.is_ok() {
+            self.emitter.emit(event);
+        }
         self.emitter.close().await;
         recorded
     }

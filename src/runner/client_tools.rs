@@ -132,7 +132,7 @@ impl AgentRun {
         self.set_status(MessageStatus::WaitingToolOutputs)?;
         let thought_id = self.current.as_ref().map(|t| t.id).unwrap_or_default();
         self.emitter
-            .emit(RunEvent::ToolCallsRequired { thought_id, calls })?;
+            .emit(RunEvent::ToolCallsRequired { thought_id, calls });
         self.waiting_since = Some(tokio::time::Instant::now());
         let limit = self.settings.client_tool_timeout;
         let outcome = tokio::select! {

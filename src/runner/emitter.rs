@@ -2,15 +2,16 @@
 //! whoever follows the run as soon as a flush has made them durable. A client never holds a
 //! run back, and never sees an event that a crash could lose.
 //!
-//! The run does not wait for flushes: a publisher task takes every event stored since its
-//! last flush, flushes once, and broadcasts them all. A burst of events (a thought, its tool
-//! calls, a run of answer deltas) costs one flush instead of one each.
+//! The run does not wait for writes: a publisher task takes every event emitted since its
+//! last batch, stores them as one record, flushes once, and broadcasts them all. A burst of
+//! events (a thought, its tool calls, a run of answer deltas) costs one write and one flush.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::domain::{ConversationId, MessageId, Tenant};
 use crate::events::{EventEnvelope, RunEvent};
@@ -18,8 +19,6 @@ use crate::store::{Store, StoreError};
 
 /// The run's side of its event stream.
 pub struct Emitter {
-    store: Store,
-    tenant: Tenant,
     conversation_id: ConversationId,
     message_id: MessageId,
     seq: u64,
@@ -30,7 +29,9 @@ pub struct Emitter {
 }
 
 impl Emitter {
-    /// An emitter for one message; its publisher broadcasts on `events`.
+    /// An emitter for one message; its publisher stores events in `store` and broadcasts
+    /// them on `events`. A storage failure cancels the run through `cancel`, since nothing
+    /// it does could be announced any more.
     pub fn new(
         store: Store,
         tenant: Tenant,
@@ -38,12 +39,18 @@ impl Emitter {
         message_id: MessageId,
         events: broadcast::Sender<EventEnvelope>,
         durable: Arc<AtomicU64>,
+        cancel: CancellationToken,
     ) -> Self {
         let (stored, queue) = mpsc::unbounded_channel();
-        let publisher = tokio::spawn(publish(store.clone(), queue, events, durable));
-        Self {
+        let publisher = Publisher {
             store,
             tenant,
+            events,
+            durable,
+            cancel,
+        };
+        let publisher = tokio::spawn(publisher.run(queue));
+        Self {
             conversation_id,
             message_id,
             seq: 0,
@@ -52,9 +59,10 @@ impl Emitter {
         }
     }
 
-    /// Numbers and stores the event; it is broadcast once durable. Every event is made
-    /// durable, answer deltas included: a client may resume from any event it saw.
-    pub fn emit(&mut self, event: RunEvent) -> Result<(), StoreError> {
+    /// Numbers the event and hands it to the publisher, which stores it with the rest of its
+    /// burst and broadcasts it once durable. Every event is made durable, answer deltas
+    /// included: a client may resume from any event it saw.
+    pub fn emit(&mut self, event: RunEvent) {
         self.seq += 1;
         let envelope = EventEnvelope {
             seq: self.seq,
@@ -63,11 +71,9 @@ impl Emitter {
             created_at: crate::domain::now(),
             event,
         };
-        self.store.put_event(&self.tenant, &envelope)?;
-        // The publisher only stops when this emitter is dropped or a flush failed; in both
+        // The publisher only stops when this emitter is dropped or storage failed; in both
         // cases there is no one left to tell.
         let _ = self.stored.send(envelope);
-        Ok(())
     }
 
     /// Waits until every emitted event is durable and broadcast.
@@ -77,25 +83,36 @@ impl Emitter {
     }
 }
 
-/// Flushes and broadcasts stored events in batches until the emitter is closed.
-async fn publish(
+/// Stores, flushes and broadcasts emitted events in batches until the emitter is closed.
+struct Publisher {
     store: Store,
-    mut queue: mpsc::UnboundedReceiver<EventEnvelope>,
+    tenant: Tenant,
     events: broadcast::Sender<EventEnvelope>,
     durable: Arc<AtomicU64>,
-) {
-    let mut batch = Vec::new();
-    while queue.recv_many(&mut batch, usize::MAX).await > 0 {
-        if let Err(err) = store.flush().await {
-            tracing::error!(error = %err, "cannot make events durable; they are not sent");
-            return;
+    cancel: CancellationToken,
+}
+
+impl Publisher {
+    async fn run(self, mut queue: mpsc::UnboundedReceiver<EventEnvelope>) {
+        let mut batch = Vec::new();
+        while queue.recv_many(&mut batch, usize::MAX).await > 0 {
+            if let Err(err) = self.persist(&batch).await {
+                tracing::error!(error = %err, "cannot make events durable; the run stops");
+                self.cancel.cancel();
+                return;
+            }
+            if let Some(last) = batch.last() {
+                self.durable.fetch_max(last.seq, Ordering::SeqCst);
+            }
+            for envelope in batch.drain(..) {
+                // No follower is not an error: the events are stored for Attach.
+                let _ = self.events.send(envelope);
+            }
         }
-        if let Some(last) = batch.last() {
-            durable.fetch_max(last.seq, Ordering::SeqCst);
-        }
-        for envelope in batch.drain(..) {
-            // No follower is not an error: the events are stored for Attach.
-            let _ = events.send(envelope);
-        }
+    }
+
+    async fn persist(&self, batch: &[EventEnvelope]) -> Result<(), StoreError> {
+        self.store.put_events(&self.tenant, batch)?;
+        self.store.flush().await
     }
 }

@@ -160,6 +160,7 @@ impl Runner {
             message.id,
             events,
             durable,
+            cancel.clone(),
         );
         let handle = RunHandle {
             message_id: message.id,

@@ -114,10 +114,14 @@ impl Store {
         Ok(out)
     }
 
-    /// Appends an event to its message's log.
-    pub fn put_event(&self, tenant: &Tenant, event: &EventEnvelope) -> Result<(), StoreError> {
-        let key = keys::event(tenant, event.message_id, event.seq);
-        self.events.insert(key, encode("events", event)?)?;
+    /// Appends a batch of one message's consecutive events as one record, keyed by its
+    /// first `seq`: a burst of events costs one write.
+    pub fn put_events(&self, tenant: &Tenant, events: &[EventEnvelope]) -> Result<(), StoreError> {
+        let Some(first) = events.first() else {
+            return Ok(());
+        };
+        let key = keys::event(tenant, first.message_id, first.seq);
+        self.events.insert(key, encode("events", &events)?)?;
         Ok(())
     }
 
@@ -128,16 +132,15 @@ impl Store {
         message: MessageId,
         after_seq: u64,
     ) -> Result<Vec<EventEnvelope>, StoreError> {
-        let prefix = keys::message_children(tenant, message);
-        let start = keys::event(tenant, message, after_seq.saturating_add(1));
-        self.events
-            .range(start..)
-            .take_while(|entry| {
-                entry
-                    .as_ref()
-                    .map_or(true, |(key, _)| key.starts_with(&prefix))
-            })
-            .map(|entry| super::decode("events", &entry?.1))
-            .collect()
+        let batches: Vec<Vec<EventEnvelope>> = scan(
+            &self.events,
+            "events",
+            &keys::message_children(tenant, message),
+        )?;
+        Ok(batches
+            .into_iter()
+            .flatten()
+            .filter(|event| event.seq > after_seq)
+            .collect())
     }
 }
