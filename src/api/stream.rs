@@ -5,25 +5,23 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use futures::Stream;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::DropGuard;
 use tonic::Status;
 
-use crate::events::EventEnvelope;
 use crate::pb;
+use crate::runner::EventStream;
 
 /// Streams a run's events as protobuf; with a guard, dropping it cancels the run.
 pub struct RunEventStream {
-    events: ReceiverStream<EventEnvelope>,
+    events: EventStream,
     _cancel_on_drop: Option<DropGuard>,
 }
 
 impl RunEventStream {
     /// Wraps a follower's receiver, optionally with the guard of the run's token.
-    pub fn new(events: mpsc::Receiver<EventEnvelope>, cancel_on_drop: Option<DropGuard>) -> Self {
+    pub fn new(events: EventStream, cancel_on_drop: Option<DropGuard>) -> Self {
         Self {
-            events: ReceiverStream::new(events),
+            events,
             _cancel_on_drop: cancel_on_drop,
         }
     }
@@ -33,7 +31,8 @@ impl Stream for RunEventStream {
     type Item = Result<pb::RunEvent, Status>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        Pin::new(&mut self.events)
+        self.events
+            .as_mut()
             .poll_next(cx)
             .map(|event| event.map(|event| Ok(pb::RunEvent::from(event))))
     }

@@ -10,12 +10,16 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{broadcast, mpsc};
+use std::collections::VecDeque;
+use std::pin::Pin;
+
+use futures::Stream;
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{MessageId, Tenant};
 use crate::events::EventEnvelope;
-use crate::store::{Store, StoreError};
+use crate::store::Store;
 
 /// A run in progress.
 #[derive(Clone)]
@@ -88,104 +92,108 @@ impl LiveRun {
     }
 }
 
-/// Streams the events of a message after `after_seq` into a new channel: stored ones, then
-/// live ones from `live` until the last event. The task ends when the client goes away.
+/// A message's events in `seq` order, as a client receives them.
+pub type EventStream = Pin<Box<dyn Stream<Item = EventEnvelope> + Send>>;
+
+/// The events of a message after `after_seq`: stored ones, then live ones from `live` until
+/// the last event. Pulled by the client's response stream, so nothing runs once it is
+/// dropped and no task sits between the run and the client.
 pub fn follow(
     store: Store,
     tenant: Tenant,
     message: MessageId,
     after_seq: u64,
     live: Option<Subscription>,
-    buffer: usize,
-) -> mpsc::Receiver<EventEnvelope> {
-    let (tx, rx) = mpsc::channel(buffer.max(1));
+) -> EventStream {
+    let (durable, live) = match live {
+        Some(Subscription { events, durable }) => (Some(durable), Some(events)),
+        None => (None, None),
+    };
     let follower = Follower {
         store,
         tenant,
         message,
         last: after_seq,
-        durable: live.as_ref().map(|l| Arc::clone(&l.durable)),
-        tx,
+        durable,
+        live,
+        pending: VecDeque::new(),
+        replayed: false,
+        done: false,
     };
-    tokio::spawn(async move {
-        if let Err(err) = follower.run(live).await {
-            tracing::error!(error = %err, "cannot replay stored events");
-        }
-    });
-    rx
+    Box::pin(futures::stream::unfold(
+        follower,
+        |mut follower| async move {
+            let event = follower.next().await?;
+            Some((event, follower))
+        },
+    ))
 }
 
 struct Follower {
     store: Store,
     tenant: Tenant,
     message: MessageId,
+    /// The last `seq` handed out.
     last: u64,
     /// For a live run, how far its stored events are durable; a finished run's all are.
     durable: Option<Arc<AtomicU64>>,
-    tx: mpsc::Sender<EventEnvelope>,
-}
-
-/// Whether to keep following.
-enum Flow {
-    Continue,
-    Stop,
+    live: Option<broadcast::Receiver<EventEnvelope>>,
+    /// Events read back from the store, not yet handed out.
+    pending: VecDeque<EventEnvelope>,
+    replayed: bool,
+    done: bool,
 }
 
 impl Follower {
-    async fn run(mut self, live: Option<Subscription>) -> Result<(), StoreError> {
-        if let Flow::Stop = self.replay().await? {
-            return Ok(());
-        }
-        let Some(Subscription {
-            events: mut live, ..
-        }) = live
-        else {
-            return Ok(());
-        };
+    /// The next event, or `None` after the last one (or when the run ended unrecorded).
+    async fn next(&mut self) -> Option<EventEnvelope> {
         loop {
-            let received = tokio::select! {
-                _ = self.tx.closed() => return Ok(()),
-                received = live.recv() => received,
+            if self.done {
+                return None;
+            }
+            if let Some(event) = self.pending.pop_front() {
+                self.last = event.seq;
+                self.done = event.event.is_terminal();
+                return Some(event);
+            }
+            if !self.replayed {
+                self.replayed = true;
+                self.refill();
+                continue;
+            }
+            let Some(live) = self.live.as_mut() else {
+                self.done = true;
+                continue;
             };
-            let flow = match received {
-                Ok(event) if event.seq <= self.last => Flow::Continue,
-                Ok(event) if event.seq == self.last + 1 => self.send(event).await,
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.replay().await?,
+            match live.recv().await {
+                Ok(event) if event.seq <= self.last => {}
+                Ok(event) if event.seq == self.last + 1 => self.pending.push_back(event),
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.refill(),
                 Err(broadcast::error::RecvError::Closed) => {
-                    self.replay().await?;
-                    Flow::Stop
+                    self.live = None;
+                    self.refill();
                 }
-            };
-            if let Flow::Stop = flow {
-                return Ok(());
             }
         }
     }
 
-    /// Sends every stored, durable event after the last one sent.
-    async fn replay(&mut self) -> Result<Flow, StoreError> {
+    /// Queues every stored, durable event after the last one handed out.
+    fn refill(&mut self) {
         let limit = self
             .durable
             .as_ref()
             .map_or(u64::MAX, |d| d.load(Ordering::SeqCst));
-        let stored = self
+        match self
             .store
-            .list_events(&self.tenant, self.message, self.last)?;
-        for event in stored.into_iter().take_while(|e| e.seq <= limit) {
-            if let Flow::Stop = self.send(event).await {
-                return Ok(Flow::Stop);
+            .list_events(&self.tenant, self.message, self.last)
+        {
+            Ok(stored) => {
+                self.pending = stored.into_iter().take_while(|e| e.seq <= limit).collect();
             }
-        }
-        Ok(Flow::Continue)
-    }
-
-    async fn send(&mut self, event: EventEnvelope) -> Flow {
-        self.last = event.seq;
-        let terminal = event.event.is_terminal();
-        if self.tx.send(event).await.is_err() || terminal {
-            Flow::Stop
-        } else {
-            Flow::Continue
+            Err(err) => {
+                tracing::error!(error = %err, "cannot replay stored events");
+                self.done = true;
+            }
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The agent runner: validates a run, writes its message, and drives the agent loop in a
-//! task of its own. Clients follow a run's events through [`live::follow`]: stored ones first,
+//! task of its own. Clients follow a run's events through [`EventStream`]s: stored ones first,
 //! then live ones, so a dropped connection can re-attach without gaps.
 //!
 //! The runner knows neither tonic nor sled: it reads models from [`crate::llm`], tools from
@@ -19,19 +19,19 @@ pub mod strategy;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use client_tools::ClientOutput;
 pub use error::RunError;
+pub use live::EventStream;
 pub use spec::{
     AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelSpec, RunSpec,
     DEFAULT_MAX_ITERATION, MAX_ITERATION_LIMIT,
 };
 
 use crate::domain::{ConversationId, FieldError, MessageId, MessageStatus, StrategyKind, Tenant};
-use crate::events::EventEnvelope;
 use crate::llm::{Feature, ModelInfo, ModelRegistry};
 use crate::store::Store;
 use crate::tools::ToolRegistry;
@@ -63,14 +63,13 @@ impl Default for RunnerSettings {
 }
 
 /// A started (or, for an idempotent retry, already running) run: its ids and its events.
-#[derive(Debug)]
 pub struct RunHandle {
     /// The message.
     pub message_id: MessageId,
     /// Its conversation.
     pub conversation_id: ConversationId,
     /// Events in `seq` order from the first; closes after the last one.
-    pub events: mpsc::Receiver<EventEnvelope>,
+    pub events: EventStream,
 }
 
 /// How long `Cancel` waits for a run to record its end before answering.
@@ -136,7 +135,7 @@ impl Runner {
         tenant: &Tenant,
         message_id: MessageId,
         after_seq: u64,
-    ) -> Result<mpsc::Receiver<EventEnvelope>, RunError> {
+    ) -> Result<EventStream, RunError> {
         let live = self.live.subscribe(tenant, message_id);
         if live.is_none() && self.store.get_message(tenant, message_id)?.is_none() {
             return Err(RunError::not_found("message", message_id));
@@ -147,7 +146,6 @@ impl Runner {
             message_id,
             after_seq,
             live,
-            self.settings.event_buffer,
         ))
     }
 

@@ -171,7 +171,6 @@ impl Runner {
                 message.id,
                 0,
                 Some(first_follower),
-                self.settings.event_buffer,
             ),
         };
         if let Some(deadline) = spec.deadline {
