@@ -145,7 +145,8 @@ pub struct RunnerConfig {
     /// Tool calls of one round that run at once.
     #[serde(default = "default_tool_concurrency")]
     pub tool_concurrency: usize,
-    /// Events buffered per run for a slow client.
+    /// Live events kept per run for clients that fall behind; a client further behind reads
+    /// the rest back from the store.
     #[serde(default = "default_event_buffer")]
     pub event_buffer: usize,
     /// Seconds a run waits for the results of client-executed tools.

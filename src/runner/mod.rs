@@ -45,7 +45,7 @@ pub struct RunnerSettings {
     pub tool_timeout: Duration,
     /// Tool calls of one round that run at once.
     pub tool_concurrency: usize,
-    /// Events buffered per run and per follower.
+    /// Live events kept per run for clients that fall behind (the rest come from the store).
     pub event_buffer: usize,
     /// Longest a run waits for the results of client-executed tools.
     pub client_tool_timeout: Duration,
