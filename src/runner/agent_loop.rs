@@ -259,7 +259,7 @@ impl AgentRun {
         let step = self.call_model(&request, tools).await?;
         self.message.iterations = position;
         let calls = step.calls.clone();
-        self.record_turn(step).await?;
+        self.record_turn(step)?;
         if calls.is_empty() {
             self.current = None;
             return Ok(RoundEnd::Answered);
@@ -301,11 +301,11 @@ impl AgentRun {
             let turn = or_cancel(&self.cancel, client.complete(request))
                 .instrument(span)
                 .await??;
-            self.show(reader.as_mut(), &turn.text).await?;
+            self.show(reader.as_mut(), &turn.text)?;
             turn.end
         };
         let held_back = reader.flush();
-        self.stream_text(held_back).await?;
+        self.stream_text(held_back)?;
         let tokens = end.usage.unwrap_or_default();
         let usage = self
             .model
@@ -335,7 +335,7 @@ impl AgentRun {
             match item {
                 Some(Ok(ChatChunk::Text(mut text))) => {
                     next = coalesce(&mut stream, &mut text);
-                    self.show(reader, &text).await?;
+                    self.show(reader, &text)?;
                 }
                 Some(Ok(ChatChunk::Finished(end))) => return Ok(end),
                 Some(Err(err)) => return Err(err.into()),
@@ -350,14 +350,14 @@ impl AgentRun {
     }
 
     /// Streams what the reader lets the user see of `text`.
-    async fn show(&mut self, reader: &mut dyn TurnReader, text: &str) -> Result<(), Halt> {
+    fn show(&mut self, reader: &mut dyn TurnReader, text: &str) -> Result<(), Halt> {
         let visible = reader.push(text);
-        self.stream_text(visible).await
+        self.stream_text(visible)
     }
 
     /// Sends visible text as a delta and keeps it as the round's text so far. A round's
     /// first piece goes on a new line after earlier rounds' text.
-    async fn stream_text(&mut self, visible: String) -> Result<(), Halt> {
+    fn stream_text(&mut self, visible: String) -> Result<(), Halt> {
         if visible.is_empty() {
             return Ok(());
         }
@@ -366,10 +366,10 @@ impl AgentRun {
             thought.thought.push_str(&visible);
             thought.answer.push_str(&visible);
         }
-        self.send_delta(visible, first_of_round).await
+        self.send_delta(visible, first_of_round)
     }
 
-    async fn send_delta(&mut self, text: String, new_line: bool) -> Result<(), Halt> {
+    fn send_delta(&mut self, text: String, new_line: bool) -> Result<(), Halt> {
         let separate = new_line && !self.streamed.is_empty() && !self.streamed.ends_with('\n');
         let piece = if separate { format!("\n{text}") } else { text };
         self.streamed.push_str(&piece);
@@ -378,18 +378,18 @@ impl AgentRun {
     }
 
     /// Takes a turn's explicit answer, sending it if the user has not seen it yet.
-    async fn accept_answer(&mut self, answer: FinalAnswer) -> Result<(), Halt> {
+    fn accept_answer(&mut self, answer: FinalAnswer) -> Result<(), Halt> {
         if !answer.streamed && !answer.text.is_empty() {
-            self.send_delta(answer.text.clone(), true).await?;
+            self.send_delta(answer.text.clone(), true)?;
         }
         self.answer = Some(answer.text);
         Ok(())
     }
 
     /// Stores the round's text and calls, then announces them.
-    async fn record_turn(&mut self, step: ModelStep) -> Result<(), Halt> {
+    fn record_turn(&mut self, step: ModelStep) -> Result<(), Halt> {
         if let Some(answer) = step.final_answer.clone() {
-            self.accept_answer(answer).await?;
+            self.accept_answer(answer)?;
         }
         let answer_is_stream = self.strategy.streamed_text_is_answer();
         let Some(thought) = self.current.as_mut() else {
@@ -470,7 +470,7 @@ impl AgentRun {
             })
             .buffer_unordered(self.settings.tool_concurrency.max(1));
         while let Some((index, invocation)) = or_cancel(&self.cancel, results.next()).await? {
-            self.record_observation(index, invocation).await?;
+            self.record_observation(index, invocation)?;
         }
         drop(results);
         self.run_client_calls(client).await?;
@@ -484,7 +484,7 @@ impl AgentRun {
             .collect())
     }
 
-    pub(super) async fn record_observation(
+    pub(super) fn record_observation(
         &mut self,
         index: usize,
         invocation: crate::tools::Invocation,
@@ -503,8 +503,7 @@ impl AgentRun {
             .file_ids
             .extend(files.iter().map(|f| f.id.to_string()));
         let (thought_id, position) = (thought.id, thought.position);
-        let snapshot = thought.clone();
-        self.store.put_thought(&self.spec.tenant, &snapshot)?;
+        self.store.put_thought(&self.spec.tenant, thought)?;
         self.emitter.emit(RunEvent::ToolFinished {
             thought_id,
             position,

@@ -98,7 +98,7 @@ impl AgentRun {
             };
             match self.tools.check_client_call(&call.name, &call.arguments) {
                 Ok(()) => waiting.push((index, call)),
-                Err(invocation) => self.record_observation(index, *invocation).await?,
+                Err(invocation) => self.record_observation(index, *invocation)?,
             }
         }
         if waiting.is_empty() {
@@ -114,7 +114,7 @@ impl AgentRun {
             let output = outputs.iter().find(|o| o.tool_call_id == call.id).cloned();
             let (text, error) = output.map_or((String::new(), None), |o| (o.output, Some(o.error)));
             let invocation = self.tools.client_result(&call.name, text, error, waited);
-            self.record_observation(index, invocation).await?;
+            self.record_observation(index, invocation)?;
         }
         Ok(())
     }

@@ -320,11 +320,6 @@ impl ToolSet {
         }
     }
 
-    /// Whether the run has no tools.
-    pub fn is_empty(&self) -> bool {
-        self.tools.is_empty()
-    }
-
     /// The tools as the model is offered them, in configured order.
     pub fn offered(&self) -> Vec<OfferedTool> {
         self.tools

@@ -81,11 +81,6 @@ impl ToolCallAccumulator {
         &mut self.slots[position]
     }
 
-    /// Whether any call has begun.
-    pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
-    }
-
     /// The merged calls in the order they began.
     pub fn finish(self) -> Vec<ToolCallRequest> {
         self.slots

@@ -2,7 +2,7 @@
 
 use super::{user_message, ModelStep, PromptContext, RoundRecord, Strategy, TurnReader};
 use crate::domain::StrategyKind;
-use crate::llm::{ChatMessage, ChatRequest, ToolSpec, TurnEnd};
+use crate::llm::{ChatMessage, ChatRequest, TurnEnd};
 use crate::tools::engine::OfferedTool;
 
 /// The function-calling strategy.
@@ -38,21 +38,7 @@ impl Strategy for FunctionCalling {
         }
         messages.push(user_message(context, !rounds.is_empty()));
         push_rounds(&mut messages, rounds);
-        ChatRequest {
-            model: context.model.clone(),
-            messages,
-            tools: tools
-                .iter()
-                .map(|tool| ToolSpec {
-                    name: tool.name.clone(),
-                    description: tool.description.clone(),
-                    parameters: tool.parameters.clone(),
-                })
-                .collect(),
-            stop: context.stop.clone(),
-            parameters: context.parameters.clone(),
-            user: Some(context.user.clone()).filter(|u| !u.is_empty()),
-        }
+        context.request(messages, tools, context.stop.clone())
     }
 
     fn reader(&self, _tools: &[OfferedTool]) -> Box<dyn TurnReader> {

@@ -9,7 +9,7 @@ pub use function_calling::FunctionCalling;
 pub use react::{scratchpad, ChainOfThought, CHAT_TEMPLATE, COMPLETION_TEMPLATE, OBSERVATION_STOP};
 
 use crate::domain::StrategyKind;
-use crate::llm::{ChatMessage, ChatRequest, ContentPart, ToolCallRequest, TurnEnd};
+use crate::llm::{ChatMessage, ChatRequest, ContentPart, ToolCallRequest, ToolSpec, TurnEnd};
 use crate::tools::engine::OfferedTool;
 
 /// What every prompt of a run is built from.
@@ -31,6 +31,33 @@ pub struct PromptContext {
     pub user: String,
     /// Images sent with the query (only for models that can see them).
     pub files: Vec<ContentPart>,
+}
+
+impl PromptContext {
+    /// A request for this context's model with `messages`, offering `tools` natively and
+    /// stopping at `stop`.
+    pub fn request(
+        &self,
+        messages: Vec<ChatMessage>,
+        tools: &[OfferedTool],
+        stop: Vec<String>,
+    ) -> ChatRequest {
+        ChatRequest {
+            model: self.model.clone(),
+            messages,
+            tools: tools
+                .iter()
+                .map(|tool| ToolSpec {
+                    name: tool.name.clone(),
+                    description: tool.description.clone(),
+                    parameters: tool.parameters.clone(),
+                })
+                .collect(),
+            stop,
+            parameters: self.parameters.clone(),
+            user: Some(self.user.clone()).filter(|u| !u.is_empty()),
+        }
+    }
 }
 
 /// The user's message: the images then the query, or (flattened, for later rounds of

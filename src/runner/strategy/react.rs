@@ -201,14 +201,7 @@ impl Strategy for ChainOfThought {
         if !stop.iter().any(|s| s == OBSERVATION_STOP) {
             stop.push(OBSERVATION_STOP.to_owned());
         }
-        ChatRequest {
-            model: context.model.clone(),
-            messages,
-            tools: Vec::new(),
-            stop,
-            parameters: context.parameters.clone(),
-            user: Some(context.user.clone()).filter(|u| !u.is_empty()),
-        }
+        context.request(messages, &[], stop)
     }
 
     fn reader(&self, tools: &[OfferedTool]) -> Box<dyn TurnReader> {
