@@ -64,17 +64,23 @@ pub fn file(tenant: &Tenant, id: FileId) -> Vec<u8> {
 }
 
 /// Key of a record named by a string within a tenant: an idempotency key or a provider.
-pub fn idempotency(tenant: &Tenant, key: &str) -> Vec<u8> {
+pub fn named(tenant: &Tenant, key: &str) -> Vec<u8> {
     let mut out = tenant_prefix(tenant, key.len());
     out.extend_from_slice(key.as_bytes());
     out
 }
 
-/// Splits a key written by [`message`] back into tenant and id.
-pub fn parse_message(key: &[u8]) -> Option<(Tenant, MessageId)> {
+/// The tenant a key starts with, and the rest of the key.
+pub fn split_tenant(key: &[u8]) -> Option<(Tenant, &[u8])> {
     let split = key.iter().position(|b| *b == 0)?;
     let tenant = Tenant::parse(std::str::from_utf8(&key[..split]).ok()?)?;
-    let bytes: [u8; 16] = key.get(split + 1..)?.try_into().ok()?;
+    Some((tenant, key.get(split + 1..)?))
+}
+
+/// Splits a key written by [`message`] back into tenant and id.
+pub fn parse_message(key: &[u8]) -> Option<(Tenant, MessageId)> {
+    let (tenant, rest) = split_tenant(key)?;
+    let bytes: [u8; 16] = rest.try_into().ok()?;
     Some((tenant, MessageId(uuid::Uuid::from_bytes(bytes))))
 }
 

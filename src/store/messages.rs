@@ -52,7 +52,7 @@ impl Store {
         key: &str,
     ) -> Result<Option<IdempotencyRecord>, StoreError> {
         self.idempotency
-            .get(keys::idempotency(tenant, key))?
+            .get(keys::named(tenant, key))?
             .map(|bytes| decode("idempotency", &bytes))
             .transpose()
     }
@@ -72,7 +72,7 @@ impl Store {
             .transpose()?;
         let idempotency = idempotency
             .map(|(key, record)| {
-                encode("idempotency", record).map(|v| (keys::idempotency(tenant, key), v))
+                encode("idempotency", record).map(|v| (keys::named(tenant, key), v))
             })
             .transpose()?;
         let message_key = keys::message(tenant, message.id);

@@ -71,7 +71,7 @@ impl Store {
     /// Writes (or replaces) a tenant's provider definition.
     pub fn put_provider(&self, tenant: &Tenant, record: &ProviderRecord) -> Result<(), StoreError> {
         self.providers.insert(
-            keys::idempotency(tenant, &record.name),
+            keys::named(tenant, &record.name),
             encode("providers", record)?,
         )?;
         Ok(())
@@ -84,17 +84,14 @@ impl Store {
         name: &str,
     ) -> Result<Option<ProviderRecord>, StoreError> {
         self.providers
-            .get(keys::idempotency(tenant, name))?
+            .get(keys::named(tenant, name))?
             .map(|bytes| super::decode("providers", &bytes))
             .transpose()
     }
 
     /// Deletes a tenant's provider definition; returns whether it existed.
     pub fn delete_provider(&self, tenant: &Tenant, name: &str) -> Result<bool, StoreError> {
-        Ok(self
-            .providers
-            .remove(keys::idempotency(tenant, name))?
-            .is_some())
+        Ok(self.providers.remove(keys::named(tenant, name))?.is_some())
     }
 
     /// Every stored provider of every tenant, for start-up.
@@ -102,12 +99,7 @@ impl Store {
         let mut out = Vec::new();
         for entry in self.providers.iter() {
             let (key, value) = entry?;
-            let tenant = key
-                .iter()
-                .position(|b| *b == 0)
-                .and_then(|end| std::str::from_utf8(&key[..end]).ok())
-                .and_then(Tenant::parse);
-            if let Some(tenant) = tenant {
+            if let Some((tenant, _)) = keys::split_tenant(&key) {
                 out.push((tenant, super::decode("providers", &value)?));
             }
         }
