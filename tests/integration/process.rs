@@ -19,6 +19,8 @@ use crate::server::{config_toml, message, read_until_delta, run_request};
 struct Service {
     child: Child,
     addr: SocketAddr,
+    /// The process's log, for failure messages.
+    log: std::path::PathBuf,
 }
 
 impl Drop for Service {
@@ -38,15 +40,16 @@ async fn spawn_service(dir: &Path, llm: &FakeOpenAi) -> Service {
     let config = dir.join("config.toml");
     std::fs::write(&config, config_toml(&llm.base_url(), &dir.join("data"))).unwrap();
     let addr = free_port();
+    let log = dir.join(format!("service-{}.log", addr.port()));
     let child = Command::new(env!("CARGO_BIN_EXE_agent-runner"))
         .args(["serve", "--listen", &addr.to_string(), "--config"])
         .arg(&config)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", "info")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let service = Service { child, addr };
+    let service = Service { child, addr, log };
     for _ in 0..200 {
         if let Ok(channel) = Channel::from_shared(format!("http://{addr}"))
             .unwrap()
@@ -73,13 +76,16 @@ async fn client(service: &Service) -> AgentServiceClient<Channel> {
         .unwrap()
 }
 
-fn wait_for_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+/// Waits for the process to exit. It sleeps on the test's runtime rather than blocking it:
+/// the client's connection lives there and must answer the server's graceful-shutdown
+/// handshake (an HTTP/2 ping), or the server would wait for it.
+async fn wait_for_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     let started = Instant::now();
     while started.elapsed() < limit {
         if let Some(status) = child.try_wait().unwrap() {
             return Some(status);
         }
-        std::thread::sleep(Duration::from_millis(20));
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     None
 }
@@ -171,7 +177,7 @@ async fn sigterm_ends_running_messages_and_exits_cleanly() {
     while let Ok(Some(event)) = stream.message().await {
         rest.push(event);
     }
-    let status = wait_for_exit(&mut service.child, Duration::from_secs(10));
+    let status = wait_for_exit(&mut service.child, Duration::from_secs(10)).await;
 
     match rest.last().and_then(|e| e.event.clone()) {
         Some(Event::Error(error)) => assert_eq!(error.code, "shutdown"),
@@ -179,6 +185,7 @@ async fn sigterm_ends_running_messages_and_exits_cleanly() {
     }
     assert!(
         status.is_some_and(|s| s.success()),
-        "exit status: {status:?}"
+        "exit status: {status:?}; service log:\n{}",
+        std::fs::read_to_string(&service.log).unwrap_or_default()
     );
 }
