@@ -23,6 +23,13 @@ pub use messages::Inserted;
 /// cache grow with everything written; runs mostly read back their own recent records.
 pub const DEFAULT_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 
+/// Attempts, 50 ms apart, to take a directory whose lock is still held.
+const LOCK_RETRIES: u32 = 60;
+
+fn is_lock_held(err: &std::io::Error) -> bool {
+    err.to_string().contains("could not acquire lock")
+}
+
 /// Schema version written into every value.
 const SCHEMA_VERSION: u32 = 1;
 
@@ -56,12 +63,23 @@ impl Store {
 
     /// Opens (or creates) the database under `path`, keeping at most `cache_bytes` of
     /// pages in memory.
+    ///
+    /// A process that held the directory may still be releasing its file lock (sled's
+    /// background threads close the file a moment after the last handle goes), so a held
+    /// lock is retried for up to three seconds before it counts as an error.
     pub fn open_with_cache(path: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
-        let db = sled::Config::new()
-            .path(path)
-            .cache_capacity(cache_bytes)
-            .open()?;
-        Self::from_db(db)
+        let config = sled::Config::new().path(path).cache_capacity(cache_bytes);
+        let mut attempts = 0;
+        loop {
+            match config.open() {
+                Ok(db) => return Self::from_db(db),
+                Err(sled::Error::Io(err)) if is_lock_held(&err) && attempts < LOCK_RETRIES => {
+                    attempts += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
     }
 
     /// Opens a throw-away database that lives in memory; for tests and benchmarks.
