@@ -116,7 +116,10 @@ pub async fn serve(
         store.clone(),
         catalog,
         tools,
-        settings.tool_timeout,
+        crate::api::ApiSettings {
+            tool_timeout: settings.tool_timeout,
+            max_request_bytes: config.server.max_request_bytes,
+        },
         health,
     )?;
     crate::api::set_serving(&reporter).await;

@@ -82,6 +82,9 @@ fn default_data_dir() -> PathBuf {
 fn default_grace() -> u64 {
     30
 }
+fn default_max_request_bytes() -> usize {
+    4 * 1024 * 1024
+}
 fn default_store_cache_mb() -> u64 {
     crate::store::DEFAULT_CACHE_BYTES / (1024 * 1024)
 }
@@ -105,6 +108,10 @@ pub struct ServerConfig {
     /// MiB of database pages kept in memory.
     #[serde(default = "default_store_cache_mb")]
     pub store_cache_mb: u64,
+    /// Largest request message accepted; larger ones are refused with
+    /// `RESOURCE_EXHAUSTED` before they are read.
+    #[serde(default = "default_max_request_bytes")]
+    pub max_request_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -115,6 +122,7 @@ impl Default for ServerConfig {
             shutdown_grace_secs: default_grace(),
             log_format: LogFormat::default(),
             store_cache_mb: default_store_cache_mb(),
+            max_request_bytes: default_max_request_bytes(),
         }
     }
 }
@@ -277,6 +285,9 @@ impl Config {
             field: field.to_owned(),
             reason: reason.to_owned(),
         };
+        if self.server.max_request_bytes < 1024 {
+            return Err(invalid("server.max_request_bytes", "must be at least 1024"));
+        }
         if self.runner.tool_timeout_secs == 0 {
             return Err(invalid("runner.tool_timeout_secs", "must be at least 1"));
         }

@@ -78,6 +78,9 @@ pub enum RunEvent {
         failure: RunFailure,
         /// Usage of the rounds made before the failure.
         usage: Usage,
+        /// LLM calls made, the failed one included.
+        #[serde(default)]
+        iterations: u32,
     },
 }
 

@@ -6,6 +6,7 @@
 
 pub mod agent_service;
 pub mod convert;
+pub mod decode_status;
 pub mod status;
 pub mod stream;
 pub mod tool_registry_service;
@@ -17,6 +18,8 @@ use tonic::transport::server::Router;
 use tonic::transport::Server;
 use tonic::{Request, Status};
 use tonic_health::server::HealthReporter;
+use tower::layer::util::{Identity, Stack};
+use tower::util::MapResponseLayer;
 
 use crate::catalog::Catalog;
 use crate::domain::Tenant;
@@ -83,30 +86,50 @@ pub async fn set_not_serving(reporter: &HealthReporter) {
 #[error("could not build the reflection service: {0}")]
 pub struct RouterError(#[from] tonic_reflection::server::Error);
 
+/// The assembled server: our services, health and reflection behind the layer that gives
+/// undecodable requests their proper status.
+pub type ApiRouter = Router<Stack<MapResponseLayer<ReclassifyFn>, Identity>>;
+
+/// The response mapping of [`decode_status::reclassify`], as a nameable type.
+pub type ReclassifyFn = fn(http::Response<tonic::body::Body>) -> http::Response<tonic::body::Body>;
+
+/// Transport settings of the API.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiSettings {
+    /// Longest a directly invoked tool may take.
+    pub tool_timeout: Duration,
+    /// Largest request message accepted; larger ones are `RESOURCE_EXHAUSTED`.
+    pub max_request_bytes: usize,
+}
+
 /// Our services, health and reflection (v1 and v1alpha, since grpcurl 1.8 speaks v1alpha).
 pub fn router(
     runner: Runner,
     store: Store,
     catalog: Catalog,
     tools: Arc<ToolRegistry>,
-    tool_timeout: Duration,
+    settings: ApiSettings,
     health: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
-) -> Result<Router, RouterError> {
+) -> Result<ApiRouter, RouterError> {
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
+    let limit = settings.max_request_bytes;
+    let reclassify: ReclassifyFn = decode_status::reclassify;
     Ok(Server::builder()
+        .layer(MapResponseLayer::new(reclassify))
         .add_service(health)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
-        .add_service(AgentServiceServer::new(AgentApi::new(runner, store)))
-        .add_service(ToolRegistryServer::new(ToolRegistryApi::new(
-            catalog,
-            tools,
-            tool_timeout,
-        ))))
+        .add_service(
+            AgentServiceServer::new(AgentApi::new(runner, store)).max_decoding_message_size(limit),
+        )
+        .add_service(
+            ToolRegistryServer::new(ToolRegistryApi::new(catalog, tools, settings.tool_timeout))
+                .max_decoding_message_size(limit),
+        ))
 }

@@ -12,14 +12,29 @@ pub struct TokenUsage {
     pub completion_tokens: u64,
     /// Their sum, as the provider reported it.
     pub total_tokens: u64,
+    /// Counted by us with the model's tokenizer because the provider reported nothing; a
+    /// sum is estimated when any of its parts is.
+    #[serde(default)]
+    pub estimated: bool,
 }
 
 impl TokenUsage {
+    /// Counts the provider did not report, taken with our tokenizer.
+    pub fn estimated(prompt_tokens: u64, completion_tokens: u64) -> Self {
+        Self {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+            estimated: true,
+        }
+    }
+
     /// Adds another call's counts to these.
     pub fn add(&mut self, other: TokenUsage) {
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
         self.total_tokens += other.total_tokens;
+        self.estimated |= other.estimated;
     }
 }
 
@@ -118,6 +133,7 @@ mod tests {
             prompt_tokens: 1234,
             completion_tokens: 56,
             total_tokens: 1290,
+            estimated: false,
         };
         let usage = pricing.usage(tokens, 0.5);
         assert_eq!(usage.prompt_price.to_string(), "0.003085");
@@ -136,6 +152,7 @@ mod tests {
             prompt_tokens: 10,
             completion_tokens: 5,
             total_tokens: 15,
+            estimated: false,
         };
         let mut total = pricing.usage(one, 0.1);
         total.add(&pricing.usage(one, 0.2));
@@ -147,12 +164,16 @@ mod tests {
                     TokenUsage {
                         prompt_tokens: 20,
                         completion_tokens: 10,
-                        total_tokens: 30
+                        total_tokens: 30,
+                        estimated: false,
                     },
                     0.0
                 )
                 .total_price
         );
         assert_eq!(total.currency, "EUR");
+        assert!(!total.tokens.estimated);
+        total.add(&pricing.usage(TokenUsage::estimated(1, 1), 0.0));
+        assert!(total.tokens.estimated);
     }
 }

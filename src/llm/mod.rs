@@ -124,6 +124,9 @@ pub struct ToolCallRequest {
 pub enum ChatChunk {
     /// Answer text.
     Text(String),
+    /// Token counts as the provider reported them. Sent as soon as they are known, so a
+    /// stream that fails afterwards (some gateways send usage, then an error) keeps them.
+    Usage(TokenUsage),
     /// The turn is complete; always the last item of a successful stream.
     Finished(TurnEnd),
 }
@@ -133,8 +136,6 @@ pub enum ChatChunk {
 pub struct TurnEnd {
     /// Tool calls with their argument deltas merged.
     pub tool_calls: Vec<ToolCallRequest>,
-    /// Token counts, when the provider reported them.
-    pub usage: Option<TokenUsage>,
     /// The provider's finish reason (`stop`, `tool_calls`, `length` …).
     pub finish_reason: Option<String>,
 }
@@ -144,6 +145,8 @@ pub struct TurnEnd {
 pub struct ChatTurn {
     /// Answer text.
     pub text: String,
+    /// Token counts, when the provider reported them.
+    pub usage: Option<TokenUsage>,
     /// Everything known at the end of the turn.
     pub end: TurnEnd,
 }

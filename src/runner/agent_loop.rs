@@ -22,8 +22,8 @@ use super::strategy::{
 };
 use super::{InputImage, RunSpec, RunnerSettings};
 use crate::domain::{
-    FileId, FileRecord, FinishReason, Message, MessageStatus, RunFailure, Thought, ToolCallRecord,
-    Usage,
+    FileId, FileRecord, FinishReason, Message, MessageStatus, RunFailure, Thought, TokenUsage,
+    ToolCallRecord, Usage,
 };
 use crate::events::{HistoryReport, RunEvent};
 use crate::llm::{
@@ -70,6 +70,27 @@ enum RoundEnd {
     Answered,
     /// The last round still asked for tools.
     LimitReached,
+}
+
+/// What one model call produced, for its usage record.
+#[derive(Default)]
+struct Tally {
+    /// The provider accepted the request and began to answer, so its tokens count.
+    answered: bool,
+    /// Counts the provider reported.
+    reported: Option<TokenUsage>,
+    /// Everything the model wrote, hidden parts and tool calls included.
+    written: String,
+}
+
+impl Tally {
+    /// Adds the turn's tool calls to what the model wrote.
+    fn calls(&mut self, end: &TurnEnd) {
+        for call in &end.tool_calls {
+            self.written.push_str(&call.name);
+            self.written.push_str(&call.arguments);
+        }
+    }
 }
 
 /// One run in progress. Owned by its task.
@@ -191,8 +212,9 @@ impl AgentRun {
                 &offered
             };
             let span = tracing::info_span!("round", position);
+            let last = position == max_rounds;
             let end = self
-                .round(position, &mut context, &mut rounds, tools)
+                .round(position, last, &mut context, &mut rounds, tools)
                 .instrument(span)
                 .await?;
             match end {
@@ -241,6 +263,7 @@ impl AgentRun {
     async fn round(
         &mut self,
         position: u32,
+        last: bool,
         context: &mut PromptContext,
         rounds: &mut Vec<RoundRecord>,
         tools: &[OfferedTool],
@@ -256,15 +279,18 @@ impl AgentRun {
         })
         .map_err(overflow)?;
         log_trim(trim);
-        let step = self.call_model(&request, tools).await?;
         self.message.iterations = position;
+        let step = self.call_model(&request, tools).await?;
         let calls = step.calls.clone();
         self.record_turn(step)?;
         if calls.is_empty() {
             self.current = None;
             return Ok(RoundEnd::Answered);
         }
-        if tools.is_empty() {
+        // Only the last round ends on a tool call. Earlier, a call of a tool the agent does
+        // not offer (some models call tools they were never given) is an unknown tool: its
+        // observation says so and the loop goes on.
+        if last {
             self.current = None;
             return Ok(RoundEnd::LimitReached);
         }
@@ -283,6 +309,7 @@ impl AgentRun {
     }
 
     /// Calls the model, streaming visible text as answer deltas, and returns its decision.
+    /// The round's usage is recorded whatever the outcome, once the model began to answer.
     async fn call_model(
         &mut self,
         request: &ChatRequest,
@@ -290,23 +317,41 @@ impl AgentRun {
     ) -> Result<ModelStep, Halt> {
         let started = Instant::now();
         let mut reader = self.strategy.reader(tools);
+        let mut tally = Tally::default();
         let streaming = self.model.info.has(Feature::StreamToolCall) || request.tools.is_empty();
         let span = tracing::info_span!("llm", model = %request.model, streaming);
-        let end = if streaming {
-            self.read_stream(request, reader.as_mut())
+        let outcome = if streaming {
+            self.read_stream(request, reader.as_mut(), &mut tally)
                 .instrument(span)
-                .await?
+                .await
         } else {
-            let client = Arc::clone(&self.model.client);
-            let turn = or_cancel(&self.cancel, client.complete(request))
+            self.read_whole(request, reader.as_mut(), &mut tally)
                 .instrument(span)
-                .await??;
-            self.show(reader.as_mut(), &turn.text)?;
-            turn.end
+                .await
         };
+        if let Ok(end) = &outcome {
+            tally.calls(end);
+        }
+        self.record_usage(request, &tally, started);
+        let end = outcome?;
         let held_back = reader.flush();
         self.stream_text(held_back)?;
-        let tokens = end.usage.unwrap_or_default();
+        Ok(reader.finish(end))
+    }
+
+    /// Adds a round's usage to the run and its thought: as the provider reported it, or
+    /// counted with the model's tokenizer when it reported nothing.
+    fn record_usage(&mut self, request: &ChatRequest, tally: &Tally, started: Instant) {
+        if !tally.answered {
+            return;
+        }
+        let tokens = tally.reported.unwrap_or_else(|| {
+            let tokenizer = self.model.info.tokenizer;
+            TokenUsage::estimated(
+                tokenizer.count_request(request) as u64,
+                tokenizer.count_text(&tally.written) as u64,
+            )
+        });
         let usage = self
             .model
             .info
@@ -316,16 +361,32 @@ impl AgentRun {
         if let Some(thought) = self.current.as_mut() {
             thought.usage = Some(usage);
         }
-        Ok(reader.finish(end))
+    }
+
+    async fn read_whole(
+        &mut self,
+        request: &ChatRequest,
+        reader: &mut dyn TurnReader,
+        tally: &mut Tally,
+    ) -> Result<TurnEnd, Halt> {
+        let client = Arc::clone(&self.model.client);
+        let turn = or_cancel(&self.cancel, client.complete(request)).await??;
+        tally.answered = true;
+        tally.reported = turn.usage;
+        tally.written.push_str(&turn.text);
+        self.show(reader, &turn.text)?;
+        Ok(turn.end)
     }
 
     async fn read_stream(
         &mut self,
         request: &ChatRequest,
         reader: &mut dyn TurnReader,
+        tally: &mut Tally,
     ) -> Result<TurnEnd, Halt> {
         let client = Arc::clone(&self.model.client);
         let mut stream = or_cancel(&self.cancel, client.stream(request)).await??;
+        tally.answered = true;
         let mut next = None;
         loop {
             let item = match next.take() {
@@ -335,8 +396,10 @@ impl AgentRun {
             match item {
                 Some(Ok(ChatChunk::Text(mut text))) => {
                     next = coalesce(&mut stream, &mut text);
+                    tally.written.push_str(&text);
                     self.show(reader, &text)?;
                 }
+                Some(Ok(ChatChunk::Usage(usage))) => tally.reported = Some(usage),
                 Some(Ok(ChatChunk::Finished(end))) => return Ok(end),
                 Some(Err(err)) => return Err(err.into()),
                 None => {
@@ -602,5 +665,6 @@ fn fail(message: &mut Message, code: &str, text: &str) -> RunEvent {
     RunEvent::Error {
         failure,
         usage: message.usage.clone(),
+        iterations: message.iterations,
     }
 }

@@ -61,6 +61,18 @@ pub enum Reply {
     },
     /// An HTTP error with an OpenAI-style error body.
     Error { status: u16, message: &'static str },
+    /// A streamed turn with no usage chunk at all, as llama.cpp and some gateways send.
+    NoUsage {
+        text: Vec<&'static str>,
+        calls: Vec<ScriptedCall>,
+    },
+    /// Streams the text pieces and a usage chunk, then an error chunk in place of the finish
+    /// (as OpenRouter does when the upstream provider fails mid-answer).
+    UsageThenError {
+        text: Vec<&'static str>,
+        usage: (u64, u64),
+        message: &'static str,
+    },
     /// A non-streamed `chat.completion`.
     Completion {
         text: &'static str,
@@ -95,6 +107,9 @@ struct Script {
     /// Answered once the script is used up, for models that never stop.
     repeat: Option<Reply>,
     requests: Vec<Value>,
+    /// Answer 500 to an assistant message with `"content": null` beside tool calls, as
+    /// llama.cpp's server (llama-cpp-python 0.3) does.
+    reject_null_content: bool,
 }
 
 /// The running server.
@@ -132,6 +147,11 @@ impl FakeOpenAi {
         self.script.lock().unwrap().repeat = Some(reply);
     }
 
+    /// Refuse `"content": null` beside tool calls the way llama.cpp's server does.
+    pub fn reject_null_content(&self) {
+        self.script.lock().unwrap().reject_null_content = true;
+    }
+
     /// How many stalled streams the client has hung up on.
     pub fn closed_stalls(&self) -> usize {
         self.script
@@ -154,6 +174,9 @@ async fn completions(
     let (reply, closed_stalls) = {
         let mut script = script.lock().unwrap();
         script.requests.push(body.clone());
+        if script.reject_null_content && has_null_content_beside_tool_calls(&body) {
+            return error_response(500, "Internal Server Error");
+        }
         let reply = script.replies.pop_front().or_else(|| script.repeat.clone());
         (reply, Arc::clone(&script.closed_stalls))
     };
@@ -172,11 +195,38 @@ async fn completions(
         Some(Reply::Slow { text, delay_ms }) => {
             paced_sse(stream_frames(&model, &text, &[], (2, 2)), delay_ms)
         }
+        Some(Reply::NoUsage { text, calls }) => {
+            let mut frames = stream_frames(&model, &text, &calls, (0, 0));
+            frames.remove(frames.len() - 2);
+            sse(frames, false)
+        }
+        Some(Reply::UsageThenError {
+            text,
+            usage,
+            message,
+        }) => {
+            let frames = stream_frames(&model, &text, &[], usage);
+            let mut head = frames[..text.len() + 1].to_vec();
+            head.push(frames[frames.len() - 2].clone());
+            let error = json!({"id": "gen-1", "object": "chat.completion.chunk", "model": model,
+                "error": {"code": 502, "message": message},
+                "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "error"}]});
+            head.push(format!("data: {error}\n\n"));
+            sse(head, false)
+        }
         Some(Reply::DropAfter(text)) => sse(
             stream_frames(&model, &text, &[], (0, 0))[..text.len() + 1].to_vec(),
             true,
         ),
     }
+}
+
+fn has_null_content_beside_tool_calls(body: &Value) -> bool {
+    body["messages"].as_array().is_some_and(|messages| {
+        messages
+            .iter()
+            .any(|m| m.get("tool_calls").is_some() && m.get("content") == Some(&Value::Null))
+    })
 }
 
 fn error_response(status: u16, message: &str) -> Response {

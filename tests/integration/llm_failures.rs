@@ -71,7 +71,9 @@ async fn a_dropped_stream_keeps_the_thoughts_written_so_far() {
     let message_id = events[0].message_id.clone();
     let message = message(&mut client, message_id.clone()).await;
     assert_eq!(message.status, pb::MessageStatus::Failed as i32);
-    assert_eq!(message.usage.unwrap().total_tokens, 6);
+    // Round 1 reported 6 tokens; the broken round 2 reported none, so it is counted by us.
+    let usage = message.usage.unwrap();
+    assert!(usage.estimated && usage.total_tokens > 6, "{usage:?}");
     let thoughts = thoughts(&mut client, message_id).await;
     assert_eq!(thoughts.len(), 2);
     assert_eq!(thoughts[0].tool_calls[0].observation, "42");

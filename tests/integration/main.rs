@@ -13,6 +13,7 @@ mod client_tools;
 mod conversations;
 mod fake_openai;
 mod llm_failures;
+mod loop_correctness;
 mod mcp;
 mod operations;
 mod persistence;

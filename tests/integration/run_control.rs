@@ -64,7 +64,9 @@ async fn cancel_stops_a_stalled_llm_stream_and_keeps_what_was_done() {
     assert_eq!(llm.closed_stalls(), 1, "the LLM connection was closed");
     let message = message(&mut client, message_id.clone()).await;
     assert_eq!(message.status, pb::MessageStatus::Cancelled as i32);
-    assert_eq!(message.usage.unwrap().total_tokens, 6);
+    // Round 1 reported 6 tokens; the cancelled round reported none, so it is counted by us.
+    let usage = message.usage.unwrap();
+    assert!(usage.estimated && usage.total_tokens > 6, "{usage:?}");
     assert_eq!(message.answer, "Partial");
 
     let again = client

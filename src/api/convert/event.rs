@@ -79,8 +79,13 @@ fn event(event: RunEvent) -> Event {
             finish_reason: finish_reason(reason).into(),
             iterations,
         }),
-        RunEvent::Error { failure, usage } => Event::Error(pb::RunError {
+        RunEvent::Error {
+            failure,
+            usage,
+            iterations,
+        } => Event::Error(pb::RunError {
             usage: Some(usage.into()),
+            iterations,
             ..failure.into()
         }),
     }

@@ -19,6 +19,7 @@ impl From<Usage> for pb::Usage {
             total_price: usage.total_price.to_string(),
             currency: usage.currency,
             latency: usage.latency,
+            estimated: usage.tokens.estimated,
         }
     }
 }
@@ -68,6 +69,7 @@ impl From<RunFailure> for pb::RunError {
             code: failure.code,
             message: failure.message,
             usage: None,
+            iterations: 0,
         }
     }
 }
@@ -110,7 +112,10 @@ impl From<Message> for pb::Message {
             answer: message.answer,
             status: message_status(message.status).into(),
             usage: Some(message.usage.into()),
-            error: message.error.map(Into::into),
+            error: message.error.map(|failure| pb::RunError {
+                iterations: message.iterations,
+                ..failure.into()
+            }),
             user: message.user,
             created_at: Some(timestamp(message.created_at)),
             updated_at: Some(timestamp(message.updated_at)),

@@ -162,6 +162,7 @@ impl ChatModel for OpenAiClient {
         let choice = completion.choices.into_iter().next().unwrap_or_default();
         Ok(ChatTurn {
             text: choice.message.content.unwrap_or_default(),
+            usage: completion.usage.map(Into::into),
             end: TurnEnd {
                 tool_calls: choice
                     .message
@@ -169,7 +170,6 @@ impl ChatModel for OpenAiClient {
                     .into_iter()
                     .map(|call| call.into_request())
                     .collect(),
-                usage: completion.usage.map(Into::into),
                 finish_reason: choice.finish_reason,
             },
         })

@@ -1,12 +1,12 @@
 //! Server-sent events to [`ChatChunk`]s: text as it arrives, tool calls merged at the end.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
 
 use super::wire::{error_message, Chunk, ToolCallDelta};
-use crate::domain::TokenUsage;
 use crate::llm::{ChatChunk, ChatStream, LlmError, ToolCallRequest, TurnEnd};
 
 /// A call id for servers that do not send one.
@@ -98,41 +98,32 @@ impl ToolCallAccumulator {
     }
 }
 
-/// What one SSE payload contributed.
-enum Fed {
-    Text(String),
-    Nothing,
-    Done,
-}
-
 /// Turn state accumulated over the chunks of one response.
 #[derive(Default)]
 struct TurnState {
     calls: ToolCallAccumulator,
-    usage: Option<TokenUsage>,
     finish_reason: Option<String>,
 }
 
 impl TurnState {
-    fn feed(&mut self, data: &str) -> Result<Fed, LlmError> {
+    /// Reads one SSE payload, queueing the chunks it carries; returns whether it was the
+    /// `[DONE]` mark. Usage is queued before an error of the same payload is returned, so
+    /// the caller keeps counts the provider reported before failing.
+    fn feed(
+        &mut self,
+        data: &str,
+        out: &mut VecDeque<Result<ChatChunk, LlmError>>,
+    ) -> Result<bool, LlmError> {
         let data = data.trim();
         if data.is_empty() {
-            return Ok(Fed::Nothing);
+            return Ok(false);
         }
         if data == "[DONE]" {
-            return Ok(Fed::Done);
+            return Ok(true);
         }
         let chunk: Chunk = serde_json::from_str(data).map_err(|err| LlmError::Decode {
             message: format!("bad stream chunk ({err}): {}", truncate(data, 200)),
         })?;
-        if let Some(error) = chunk.error {
-            return Err(LlmError::Stream {
-                message: error_message(&error),
-            });
-        }
-        if let Some(usage) = chunk.usage {
-            self.usage = Some(usage.into());
-        }
         let mut text = String::new();
         for choice in chunk.choices {
             if let Some(reason) = choice.finish_reason {
@@ -144,17 +135,23 @@ impl TurnState {
             }
             text.push_str(delta.content.as_deref().unwrap_or_default());
         }
-        Ok(if text.is_empty() {
-            Fed::Nothing
-        } else {
-            Fed::Text(text)
-        })
+        if !text.is_empty() {
+            out.push_back(Ok(ChatChunk::Text(text)));
+        }
+        if let Some(usage) = chunk.usage {
+            out.push_back(Ok(ChatChunk::Usage(usage.into())));
+        }
+        match chunk.error {
+            Some(error) => Err(LlmError::Stream {
+                message: error_message(&error),
+            }),
+            None => Ok(false),
+        }
     }
 
     fn end(self) -> TurnEnd {
         TurnEnd {
             tool_calls: self.calls.finish(),
-            usage: self.usage,
             finish_reason: self.finish_reason,
         }
     }
@@ -192,7 +189,10 @@ type EventStream = std::pin::Pin<
 
 struct Reader {
     events: EventStream,
+    /// `None` once the turn has ended or failed.
     state: Option<TurnState>,
+    /// Items read but not yet handed out; the last may be the error that ended the turn.
+    queue: VecDeque<Result<ChatChunk, LlmError>>,
     first_byte: Option<Duration>,
 }
 
@@ -219,37 +219,47 @@ impl Reader {
     /// The next chunk for the caller, or `None` once the turn has ended.
     async fn next_chunk(&mut self) -> Option<Result<ChatChunk, LlmError>> {
         loop {
-            self.state.as_ref()?;
-            let event = match self.next_event().await {
-                Ok(Some(Ok(event))) => event,
-                Ok(Some(Err(err))) => return self.fail(stream_error(err)),
-                Ok(None) => {
-                    let state = self.state.take()?;
-                    return Some(state.end_at_eof().map(ChatChunk::Finished));
-                }
-                Err(err) => return self.fail(err),
-            };
-            if event.event == "error" {
-                return self.fail(LlmError::Stream {
-                    message: event.data,
-                });
+            if let Some(item) = self.queue.pop_front() {
+                return Some(item);
             }
-            let state = self.state.as_mut()?;
-            match state.feed(&event.data) {
-                Ok(Fed::Text(text)) => return Some(Ok(ChatChunk::Text(text))),
-                Ok(Fed::Nothing) => continue,
-                Ok(Fed::Done) => {
-                    let state = self.state.take()?;
-                    return Some(Ok(ChatChunk::Finished(state.end())));
+            self.state.as_ref()?;
+            match self.next_event().await {
+                Ok(Some(Ok(event))) => self.take(event),
+                Ok(Some(Err(err))) => self.fail(stream_error(err)),
+                Ok(None) => {
+                    if let Some(state) = self.state.take() {
+                        self.queue
+                            .push_back(state.end_at_eof().map(ChatChunk::Finished));
+                    }
                 }
-                Err(err) => return self.fail(err),
+                Err(err) => self.fail(err),
             }
         }
     }
 
-    fn fail(&mut self, err: LlmError) -> Option<Result<ChatChunk, LlmError>> {
+    fn take(&mut self, event: eventsource_stream::Event) {
+        if event.event == "error" {
+            return self.fail(LlmError::Stream {
+                message: event.data,
+            });
+        }
+        let Some(state) = self.state.as_mut() else {
+            return;
+        };
+        match state.feed(&event.data, &mut self.queue) {
+            Ok(false) => {}
+            Ok(true) => {
+                if let Some(state) = self.state.take() {
+                    self.queue.push_back(Ok(ChatChunk::Finished(state.end())));
+                }
+            }
+            Err(err) => self.fail(err),
+        }
+    }
+
+    fn fail(&mut self, err: LlmError) {
         self.state = None;
-        Some(Err(err))
+        self.queue.push_back(Err(err));
     }
 }
 
@@ -271,6 +281,7 @@ pub(crate) fn chat_stream(response: reqwest::Response, first_byte: Duration) -> 
     let reader = Reader {
         events: Box::pin(response.bytes_stream().eventsource()),
         state: Some(TurnState::default()),
+        queue: VecDeque::new(),
         first_byte: Some(first_byte),
     };
     Box::pin(futures::stream::unfold(reader, |mut reader| async move {
@@ -373,35 +384,54 @@ mod tests {
         assert_eq!(calls[0].2, "{}");
     }
 
-    #[test]
-    fn error_objects_in_the_stream_are_errors() {
-        let mut state = TurnState::default();
-        let err = state
-            .feed(r#"{"error":{"message":"overloaded","type":"server_error"}}"#)
-            .err()
-            .map(|e| e.to_string());
-        assert_eq!(err.as_deref(), Some("the LLM stream failed: overloaded"));
+    fn fed(state: &mut TurnState, data: &str) -> (Vec<ChatChunk>, Result<bool, String>) {
+        let mut out = VecDeque::new();
+        let result = state.feed(data, &mut out).map_err(|e| e.to_string());
+        let chunks = out.into_iter().map(Result::unwrap).collect();
+        (chunks, result)
     }
 
     #[test]
-    fn usage_in_a_chunk_with_empty_choices_is_kept() {
+    fn error_objects_in_the_stream_are_errors() {
         let mut state = TurnState::default();
-        assert!(matches!(
-            state.feed(r#"{"choices":[{"delta":{"content":"hi","reasoning_content":"hmm"},"finish_reason":"stop"}]}"#),
-            Ok(Fed::Text(t)) if t == "hi"
-        ));
-        assert!(matches!(
-            state.feed(r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}"#),
-            Ok(Fed::Nothing)
-        ));
-        let end = state.end_at_eof().unwrap();
-        assert_eq!(end.usage.unwrap().total_tokens, 5);
+        let (_, result) = fed(
+            &mut state,
+            r#"{"error":{"message":"overloaded","type":"server_error"}}"#,
+        );
+        assert_eq!(result, Err("the LLM stream failed: overloaded".to_owned()));
+    }
+
+    #[test]
+    fn usage_in_a_chunk_with_empty_choices_is_passed_on() {
+        let mut state = TurnState::default();
+        let (chunks, _) = fed(
+            &mut state,
+            r#"{"choices":[{"delta":{"content":"hi","reasoning_content":"hmm"},"finish_reason":"stop"}]}"#,
+        );
+        assert_eq!(chunks, vec![ChatChunk::Text("hi".into())]);
+        let (chunks, _) = fed(
+            &mut state,
+            r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}"#,
+        );
+        assert!(matches!(&chunks[..], [ChatChunk::Usage(u)] if u.total_tokens == 5));
+        assert!(state.end_at_eof().is_ok());
+    }
+
+    #[test]
+    fn usage_sent_with_an_error_is_kept_before_the_error() {
+        let mut state = TurnState::default();
+        let (chunks, result) = fed(
+            &mut state,
+            r#"{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":1},"error":{"message":"upstream gone"}}"#,
+        );
+        assert!(matches!(&chunks[..], [ChatChunk::Usage(u)] if u.total_tokens == 8));
+        assert!(result.is_err());
     }
 
     #[test]
     fn a_stream_cut_before_any_finish_reason_is_an_error() {
         let mut state = TurnState::default();
-        let _ = state.feed(r#"{"choices":[{"delta":{"content":"par"}}]}"#);
+        let _ = fed(&mut state, r#"{"choices":[{"delta":{"content":"par"}}]}"#);
         assert!(state.end_at_eof().is_err());
     }
 }

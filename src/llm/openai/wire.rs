@@ -73,11 +73,8 @@ fn message_json(message: &ChatMessage) -> Value {
                            "function": {"name": call.name, "arguments": call.arguments}})
                 })
                 .collect();
-            let content = if content.is_empty() {
-                Value::Null
-            } else {
-                json!(content)
-            };
+            // An empty string, not `null`: llama.cpp's server answers 500 to a null content
+            // beside tool calls, and OpenAI, vLLM, Ollama and DeepSeek accept both.
             json!({"role": "assistant", "content": content, "tool_calls": calls})
         }
         ChatMessage::Tool {
@@ -178,6 +175,7 @@ impl From<WireUsage> for TokenUsage {
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
             total_tokens: total,
+            estimated: false,
         }
     }
 }

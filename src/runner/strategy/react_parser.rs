@@ -2,7 +2,8 @@
 //!
 //! It reads one character at a time and keeps all state across chunks, so any chunking of
 //! the same text gives the same result. It recognises actions written as a fenced JSON block
-//! (with or without a language tag), as bare JSON, or as a list of several actions; strips
+//! (a fence of three or more backticks or tildes, with or without a language tag), as bare
+//! JSON, or as a list of several actions; strips
 //! `Thought:`, `Action:` and `Final Answer:` prefixes at word starts, case-insensitively;
 //! removes `<think>…</think>` blocks; and ignores everything after the first action, so a
 //! model that ignores its stop word cannot inject a fake observation. Brace matching is
@@ -123,14 +124,74 @@ impl ThinkFilter {
 enum Mode {
     /// Ordinary text.
     Text,
-    /// Inside a ``` fence; the buffer holds it from the opening backticks on.
-    Fence(String),
+    /// Inside a code fence; the buffer holds it from the opening fence on.
+    Fence(Fence),
     /// Inside bare JSON; the buffer holds it from its first bracket.
     Json(JsonScan),
     /// Saw `[`; waiting to see whether a JSON object follows.
     MaybeList(String),
     /// An action was read; everything else is ignored.
     Done,
+}
+
+/// An open code fence: per CommonMark, a run of three or more backticks (or tildes) opens
+/// it and a run of the same character, at least as long, closes it, so a fence of four
+/// backticks may quote a fence of three.
+#[derive(Debug)]
+struct Fence {
+    /// The fence from its opening run on.
+    buffer: String,
+    /// `` ` `` or `~`.
+    marker: char,
+    /// Length of the opening run.
+    width: usize,
+}
+
+impl Fence {
+    fn open(marker: char, width: usize) -> Self {
+        Self {
+            buffer: marker.to_string().repeat(width),
+            marker,
+            width,
+        }
+    }
+
+    /// The text between the opening run and a closing run of the same width; `None`
+    /// until both are there.
+    fn inner(&self) -> Option<&str> {
+        let end = self.buffer.len().checked_sub(self.width)?;
+        self.buffer.get(self.width..end)
+    }
+
+    /// Whether the buffer ends with a run that closes the fence: for a JSON body only once
+    /// the JSON is complete (a fence inside a JSON string does not end it), otherwise at once.
+    fn is_closed(&self) -> bool {
+        let closing = self.marker.to_string().repeat(self.width);
+        if self.buffer.len() < 2 * self.width || !self.buffer.ends_with(&closing) {
+            return false;
+        }
+        let Some(inner) = self.inner() else {
+            return false;
+        };
+        let body = strip_language_tag(inner).trim_start();
+        if body.starts_with('{') || body.starts_with('[') {
+            let scan = JsonScan::of(body);
+            scan.depth == 0 && !scan.in_string
+        } else {
+            true
+        }
+    }
+
+    /// The actions of a closed fence.
+    fn actions(&self) -> Option<Vec<Action>> {
+        parse_actions(strip_language_tag(self.inner()?))
+    }
+
+    /// The actions of a fence the stream ended in (the stop word may have cut the closing
+    /// run): everything after the opening run is the body.
+    fn actions_at_end(&self) -> Option<Vec<Action>> {
+        parse_actions(strip_language_tag(self.buffer.get(self.width..)?))
+    }
 }
 
 /// String-aware bracket matching over a JSON text.
@@ -179,8 +240,9 @@ impl JsonScan {
 pub struct ReactParser {
     think: ThinkFilter,
     mode: Mode,
-    /// Consecutive backticks seen in text mode, not yet decided on.
-    backticks: usize,
+    /// A run of backticks or tildes seen in text mode, not yet decided on: the character and
+    /// how many.
+    fence_run: Option<(char, usize)>,
     /// A possible prefix being matched, as written.
     prefix: String,
     /// Spaces after a stripped prefix are dropped.
@@ -204,7 +266,7 @@ impl ReactParser {
         Self {
             think: ThinkFilter::default(),
             mode: Mode::Text,
-            backticks: 0,
+            fence_run: None,
             prefix: String::new(),
             after_prefix: false,
             last: None,
@@ -237,11 +299,11 @@ impl ReactParser {
             self.hide(hidden);
         }
         passed.chars().for_each(|c| self.step(c));
-        self.flush_backticks();
+        self.flush_fence_run();
         let prefix = std::mem::take(&mut self.prefix);
         self.text.push_str(&prefix);
         match std::mem::replace(&mut self.mode, Mode::Text) {
-            Mode::Fence(buffer) => self.close_fence_at_end(buffer),
+            Mode::Fence(fence) => self.close_fence_at_end(fence),
             Mode::Json(scan) => self.settle_blob(scan.text),
             Mode::MaybeList(buffer) => self.text.push_str(&buffer),
             Mode::Text => {}
@@ -273,12 +335,12 @@ impl ReactParser {
         match &mut self.mode {
             Mode::Done => self.hide(c.to_string()),
             Mode::Text => self.step_text(c),
-            Mode::Fence(buffer) => {
-                buffer.push(c);
-                if buffer.len() >= 6 && buffer.ends_with("```") && fence_is_closed(buffer) {
-                    let buffer = std::mem::take(buffer);
-                    self.mode = Mode::Text;
-                    self.settle_fence(buffer);
+            Mode::Fence(fence) => {
+                fence.buffer.push(c);
+                if fence.is_closed() {
+                    if let Mode::Fence(fence) = std::mem::replace(&mut self.mode, Mode::Text) {
+                        self.settle_fence(fence);
+                    }
                 }
             }
             Mode::Json(scan) => {
@@ -315,15 +377,23 @@ impl ReactParser {
             return;
         }
         self.after_prefix = false;
-        if c == '`' {
-            self.backticks += 1;
-            if self.backticks == 3 {
-                self.backticks = 0;
-                self.mode = Mode::Fence("```".to_owned());
+        if c == '`' || c == '~' {
+            match &mut self.fence_run {
+                Some((marker, count)) if *marker == c => *count += 1,
+                _ => {
+                    self.flush_fence_run();
+                    self.fence_run = Some((c, 1));
+                }
             }
             return;
         }
-        self.flush_backticks();
+        if let Some((marker, width @ 3..)) = self.fence_run {
+            self.fence_run = None;
+            self.mode = Mode::Fence(Fence::open(marker, width));
+            self.step(c);
+            return;
+        }
+        self.flush_fence_run();
         match c {
             '{' => self.mode = Mode::Json(JsonScan::of("{")),
             '[' => self.mode = Mode::MaybeList("[".to_owned()),
@@ -341,9 +411,12 @@ impl ReactParser {
         self.last.is_none_or(char::is_whitespace)
     }
 
-    fn flush_backticks(&mut self) {
-        for _ in 0..std::mem::take(&mut self.backticks) {
-            self.show('`');
+    /// Shows a run of fence characters that did not open a fence.
+    fn flush_fence_run(&mut self) {
+        if let Some((marker, count)) = self.fence_run.take() {
+            for _ in 0..count {
+                self.show(marker);
+            }
         }
     }
 
@@ -372,23 +445,22 @@ impl ReactParser {
         false
     }
 
-    fn settle_fence(&mut self, buffer: String) {
-        match fence_actions(&buffer) {
-            Some(actions) => self.emit_actions(actions, buffer),
+    fn settle_fence(&mut self, fence: Fence) {
+        match fence.actions() {
+            Some(actions) => self.emit_actions(actions, fence.buffer),
             None => {
-                self.text.push_str(&buffer);
-                self.last = Some('`');
+                self.text.push_str(&fence.buffer);
+                self.last = Some(fence.marker);
             }
         }
     }
 
     /// At the end of the stream, a fence whose JSON is complete still counts (the stop word
-    /// may have cut the closing backticks); anything else is shown as written.
-    fn close_fence_at_end(&mut self, buffer: String) {
-        let body = strip_language_tag(&buffer[3..]);
-        match parse_actions(body) {
-            Some(actions) => self.emit_actions(actions, buffer),
-            None => self.text.push_str(&buffer),
+    /// may have cut the closing run); anything else is shown as written.
+    fn close_fence_at_end(&mut self, fence: Fence) {
+        match fence.actions_at_end() {
+            Some(actions) => self.emit_actions(actions, fence.buffer),
+            None => self.text.push_str(&fence.buffer),
         }
     }
 
@@ -414,19 +486,6 @@ fn starts_prefix(c: char) -> bool {
     PREFIXES.iter().any(|p| p.starts_with(lower))
 }
 
-/// Whether the backticks that end `buffer` close the fence: for a JSON body only once the
-/// JSON is complete (a fence inside a JSON string does not end it), otherwise at once.
-fn fence_is_closed(buffer: &str) -> bool {
-    let inner = &buffer[3..buffer.len() - 3];
-    let body = strip_language_tag(inner).trim_start();
-    if body.starts_with('{') || body.starts_with('[') {
-        let scan = JsonScan::of(body);
-        scan.depth == 0 && !scan.in_string
-    } else {
-        true
-    }
-}
-
 /// The body of a fence without its language tag (`json`, `JSON`, …) line.
 fn strip_language_tag(inner: &str) -> &str {
     let first_line_end = inner.find('\n').unwrap_or(inner.len());
@@ -441,11 +500,6 @@ fn strip_language_tag(inner: &str) -> &str {
     } else {
         inner
     }
-}
-
-fn fence_actions(buffer: &str) -> Option<Vec<Action>> {
-    let inner = buffer.get(3..buffer.len().saturating_sub(3))?;
-    parse_actions(strip_language_tag(inner))
 }
 
 /// Reads one or more actions from JSON text; `None` when it is not an action.

@@ -118,6 +118,42 @@ fn cases() -> Vec<Case> {
             actions: vec![action("a", json!({}))],
         },
         Case {
+            name: "a fence of four backticks",
+            input: "Thought: run it\nAction:\n````json\n{\"action\": \"a\", \"action_input\": {\"q\": 1}}\n````",
+            shown: "run it\n\n",
+            actions: vec![action("a", json!({"q": 1}))],
+        },
+        Case {
+            name: "a fence of four backticks quoting a fence of three in a non-JSON body is text",
+            input: "````\nuse ```json\nfor code\n````\nthen",
+            shown: "````\nuse ```json\nfor code\n````\nthen",
+            actions: vec![],
+        },
+        Case {
+            name: "a four-backtick fence whose action input quotes a three-backtick fence",
+            input: "````json\n{\"action\": \"run\", \"action_input\": \"```py\\nx\\n```\"}\n````",
+            shown: "",
+            actions: vec![action("run", json!("```py\nx\n```"))],
+        },
+        Case {
+            name: "a fence of tildes",
+            input: "Action:\n~~~json\n{\"action\": \"a\", \"action_input\": {}}\n~~~",
+            shown: "\n",
+            actions: vec![action("a", json!({}))],
+        },
+        Case {
+            name: "a five-backtick fence cut by the stop word before its closing run",
+            input: "`````\n{\"action\": \"a\", \"action_input\": {}}\n",
+            shown: "",
+            actions: vec![action("a", json!({}))],
+        },
+        Case {
+            name: "two backticks and a tilde are text",
+            input: "use ``x`` or ~y",
+            shown: "use ``x`` or ~y",
+            actions: vec![],
+        },
+        Case {
             name: "upper-case tag and a one-element list",
             input: "```JSON\n[{\"action\": \"a\", \"action_input\": \"q\"}]\n```",
             shown: "",
