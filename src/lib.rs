@@ -2,22 +2,24 @@
 //!
 //! # Layout
 //! - [`api`]: the only code that knows tonic and protobuf; thin handlers over the core.
-//! - [`runner`]: the agent loop, one driver parameterised by strategy; emits [`events`].
+//! - [`runner`]: the agent loop, one driver parameterised by strategy; emits
+//!   [`domain::RunEvent`]s.
 //! - [`llm`]: chat model clients (OpenAI-compatible first) behind one trait.
 //! - [`tools`]: the tool registry, the tool engine and the built-in tools.
 //! - [`catalog`]: providers a tenant registers, persisted and live.
 //! - [`store`]: persistence in embedded sled; the only code that touches it.
 //! - [`domain`]: plain data shared by all of the above.
 //! - [`app`] wires them together; [`config`] says how.
-//! - [`mock_llm`]: a scripted OpenAI-compatible server for benchmarks and tests.
+//! - `mock_llm` (feature `mock-llm`): a scripted OpenAI-compatible server for benchmarks
+//!   and tests.
 
 pub mod api;
 pub mod app;
 pub mod catalog;
 pub mod config;
 pub mod domain;
-pub mod events;
 pub mod llm;
+#[cfg(feature = "mock-llm")]
 pub mod mock_llm;
 pub mod runner;
 pub mod store;

@@ -1,9 +1,11 @@
-//! Plain data shared by every room: ids, messages, thoughts, usage and the error taxonomy.
+//! Plain data shared by every room: ids, messages, thoughts, usage, run events and the error
+//! taxonomy.
 //!
 //! Nothing here performs I/O or knows about tonic, sled or reqwest; the other rooms speak to
 //! each other in these types.
 
 mod error;
+mod events;
 mod file;
 mod ids;
 mod message;
@@ -12,6 +14,7 @@ mod thought;
 mod usage;
 
 pub use error::{ErrorKind, FieldError};
+pub use events::{EventEnvelope, HistoryReport, RunEvent};
 pub use file::FileRecord;
 pub use ids::{ConversationId, FileId, MessageId, Tenant, ThoughtId};
 pub use message::{

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 pub use error::LlmError;
 pub use registry::{
-    Feature, ModelEntry, ModelInfo, ModelLookupError, ModelRegistry, ProviderConfig, ProviderKind,
+    Feature, ModelEntry, ModelInfo, ModelLookupError, ModelRegistry, ProviderApi, ProviderConfig,
     ResolvedModel, Secret,
 };
 pub use tokens::Tokenizer;
@@ -140,26 +140,17 @@ pub struct TurnEnd {
     pub finish_reason: Option<String>,
 }
 
-/// A whole model turn, from the non-streaming path.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ChatTurn {
-    /// Answer text.
-    pub text: String,
-    /// Token counts, when the provider reported them.
-    pub usage: Option<TokenUsage>,
-    /// Everything known at the end of the turn.
-    pub end: TurnEnd,
-}
-
 /// A streamed model turn. Dropping it closes the connection.
 pub type ChatStream = Pin<Box<dyn Stream<Item = Result<ChatChunk, LlmError>> + Send>>;
 
 /// A chat model reachable over some provider API.
+///
+/// One interface for every model: a provider that cannot stream a turn (some cannot stream
+/// tool calls) answers it whole and yields it as one stream. Which way to call is the
+/// client's business, not the loop's.
 #[async_trait::async_trait]
 pub trait ChatModel: Send + Sync {
-    /// Runs one turn and returns it whole; for models that cannot stream tool calls.
-    async fn complete(&self, request: &ChatRequest) -> Result<ChatTurn, LlmError>;
-
-    /// Runs one turn as a stream of text pieces ending in [`ChatChunk::Finished`].
+    /// Runs one turn as a stream of text pieces and usage, ending in
+    /// [`ChatChunk::Finished`].
     async fn stream(&self, request: &ChatRequest) -> Result<ChatStream, LlmError>;
 }

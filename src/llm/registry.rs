@@ -34,10 +34,10 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// Which wire protocol a provider speaks.
+/// Which wire protocol an LLM provider speaks (the `kind` key of its configuration).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ProviderKind {
+pub enum ProviderApi {
     /// OpenAI-compatible Chat Completions (OpenAI, vLLM, Ollama, llama.cpp, DeepSeek …).
     #[default]
     Openai,
@@ -126,7 +126,7 @@ fn default_idle_timeout() -> u64 {
 pub struct ProviderConfig {
     /// Wire protocol.
     #[serde(default)]
-    pub kind: ProviderKind,
+    pub kind: ProviderApi,
     /// API base, e.g. `https://api.openai.com/v1`.
     pub base_url: String,
     /// API key given inline.
@@ -157,7 +157,7 @@ impl ProviderConfig {
     /// are: `OPENAI_BASE_URL` (default `https://api.openai.com/v1`) and `OPENAI_API_KEY`.
     pub fn openai_from_env() -> Self {
         Self {
-            kind: ProviderKind::Openai,
+            kind: ProviderApi::Openai,
             base_url: std::env::var("OPENAI_BASE_URL")
                 .unwrap_or_else(|_| "https://api.openai.com/v1".to_owned()),
             api_key: None,

@@ -1,19 +1,24 @@
-//! The agent runner: validates a run, writes its message, and drives the agent loop in a
-//! task of its own. Clients follow a run's events through [`EventStream`]s: stored ones first,
-//! then live ones, so a dropped connection can re-attach without gaps.
+//! The agent runner: the facade over runs. It starts a run (preparing it, writing its
+//! message, and handing it to the task that owns it to the end), and lets callers follow,
+//! cancel, answer and delete what runs leave behind.
+//!
+//! - [`prepare`](self::prepare): resolving a run before anything is written.
+//! - [`run`](self::run): the task that owns one run, its state, and how it records and ends.
+//! - [`live`](self::live): runs in progress as the outside reaches them: registry, events,
+//!   followers, the client-tool mailbox.
+//! - [`strategy`]: how prompts are built and turns read, and which strategy a run gets.
 //!
 //! The runner knows neither tonic nor sled: it reads models from [`crate::llm`], tools from
 //! [`crate::tools`] and persists through [`Store`]'s record API.
 
-mod agent_loop;
 mod budget;
-mod client_tools;
-mod emitter;
 mod error;
 mod history;
 mod live;
+mod prepare;
+mod run;
+mod settings;
 mod spec;
-mod start;
 pub mod strategy;
 
 use std::sync::Arc;
@@ -22,45 +27,23 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
-pub use client_tools::ClientOutput;
 pub use error::RunError;
-pub use live::EventStream;
+pub use live::{ClientOutput, EventStream};
+pub use settings::RunnerSettings;
 pub use spec::{
     AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelSpec, RunSpec,
     DEFAULT_MAX_ITERATION, MAX_ITERATION_LIMIT,
 };
 
-use crate::domain::{ConversationId, FieldError, MessageId, MessageStatus, StrategyKind, Tenant};
-use crate::llm::{Feature, ModelInfo, ModelRegistry};
-use crate::store::Store;
+use crate::domain::{ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus, Tenant};
+use crate::llm::ModelRegistry;
+use crate::store::{Inserted, Store};
 use crate::tools::ToolRegistry;
-use live::LiveRuns;
-use strategy::{ChainOfThought, FunctionCalling, Strategy};
-
-/// Tunables of the loop, from the server configuration.
-#[derive(Debug, Clone)]
-pub struct RunnerSettings {
-    /// Longest a single tool call may take before it becomes a timeout observation.
-    pub tool_timeout: Duration,
-    /// Tool calls of one round that run at once.
-    pub tool_concurrency: usize,
-    /// Live events kept per run for clients that fall behind (the rest come from the store).
-    pub event_buffer: usize,
-    /// Longest a run waits for the results of client-executed tools.
-    pub client_tool_timeout: Duration,
-}
-
-impl Default for RunnerSettings {
-    fn default() -> Self {
-        Self {
-            tool_timeout: Duration::from_secs(30),
-            tool_concurrency: 8,
-            event_buffer: 64,
-            client_tool_timeout: Duration::from_secs(600),
-        }
-    }
-}
+use live::{Emitter, LiveRun, LiveRuns, Mailbox};
+use prepare::Prepared;
+use run::{Control, Recorder, RunTask};
 
 /// A started (or, for an idempotent retry, already running) run: its ids and its events.
 pub struct RunHandle {
@@ -88,6 +71,9 @@ pub struct Runner {
     /// Lets shutdown wait for runs to record how they ended.
     tracker: TaskTracker,
 }
+
+// Runs are started, followed and stopped here; everything else a run does happens in its
+// own task (`run::RunTask`).
 
 impl Runner {
     /// A runner over these stores and registries.
@@ -179,7 +165,7 @@ impl Runner {
         outputs: Vec<ClientOutput>,
     ) -> Result<(), RunError> {
         match self.live.get(tenant, message_id) {
-            Some(run) => client_tools::deliver(&run.client_slot, outputs),
+            Some(run) => run.mailbox.deliver(outputs),
             None if self.store.get_message(tenant, message_id)?.is_some() => {
                 Err(RunError::NotWaiting)
             }
@@ -224,98 +210,128 @@ impl Runner {
     }
 }
 
-/// The requested strategy, or (unspecified) function calling when the model has native
-/// tool calls and runs in chat mode, else chain of thought.
-fn choose_strategy(agent: &AgentSpec, model: &ModelInfo) -> Result<Box<dyn Strategy>, RunError> {
-    let mode = agent.model.mode;
-    let native = model.has(Feature::ToolCall) || model.has(Feature::MultiToolCall);
-    let kind = agent
-        .strategy
-        .unwrap_or(if native && mode == ModelMode::Chat {
-            StrategyKind::FunctionCalling
-        } else {
-            StrategyKind::ChainOfThought
-        });
-    match (kind, mode) {
-        (StrategyKind::FunctionCalling, ModelMode::Chat) => Ok(Box::new(FunctionCalling)),
-        (StrategyKind::FunctionCalling, ModelMode::Completion) => {
-            Err(RunError::InvalidField(FieldError::new(
-                "agent.model.mode",
-                "COMPLETION needs the chain-of-thought strategy",
-            )))
+impl Runner {
+    /// Validates `spec`, writes the message as running and starts the run. A retry with
+    /// the idempotency key and request of an earlier run follows that run instead.
+    pub async fn start(
+        &self,
+        spec: RunSpec,
+        cancel: CancellationToken,
+    ) -> Result<RunHandle, RunError> {
+        if self.shutdown.is_cancelled() {
+            return Err(RunError::ShuttingDown);
         }
-        (StrategyKind::ChainOfThought, mode) => {
-            Ok(Box::new(ChainOfThought::new(mode, &agent.react_prompt)))
+        let spec = spec.validated()?;
+        if let Some(record) = prepare::earlier_run(&self.store, &spec)? {
+            return self.follow_retry(&spec, &record);
         }
+        let prepared = prepare::prepare(&self.store, &self.models, &self.tools, &spec)?;
+        let message = prepare::new_message(&self.store, &spec, &prepared)?;
+        if let Inserted::KeyTaken(record) =
+            prepare::insert_message(&self.store, &spec, &prepared, &message)?
+        {
+            return self.follow_retry(&spec, &record);
+        }
+        self.store.flush().await?;
+        Ok(self.launch(spec, prepared, message, cancel))
+    }
+
+    /// Follows the earlier run of a retried request from its first event; a different
+    /// request under the same key is refused.
+    fn follow_retry(
+        &self,
+        spec: &RunSpec,
+        record: &IdempotencyRecord,
+    ) -> Result<RunHandle, RunError> {
+        let same = spec
+            .idempotency
+            .as_ref()
+            .is_some_and(|i| i.fingerprint == record.fingerprint);
+        if !same {
+            return Err(RunError::KeyReused);
+        }
+        let message = self
+            .store
+            .get_message(&spec.tenant, record.message_id)?
+            .ok_or_else(|| RunError::not_found("message", record.message_id))?;
+        Ok(RunHandle {
+            message_id: message.id,
+            conversation_id: message.conversation_id,
+            events: self.attach(&spec.tenant, message.id, 0)?,
+        })
+    }
+
+    /// Registers the run as live, subscribes its first follower, and hands the run to its
+    /// own task.
+    fn launch(
+        &self,
+        spec: RunSpec,
+        prepared: Prepared,
+        message: Message,
+        cancel: CancellationToken,
+    ) -> RunHandle {
+        let (events, _) = broadcast::channel(self.settings.event_buffer.max(1));
+        let tenant = spec.tenant.clone();
+        let live_run = LiveRun {
+            tenant: tenant.clone(),
+            cancel: cancel.clone(),
+            events: events.clone(),
+            durable: Arc::default(),
+            mailbox: Mailbox::default(),
+        };
+        let first_follower = live_run.subscribe();
+        let durable = Arc::clone(&live_run.durable);
+        let mailbox = live_run.mailbox.clone();
+        let registration = self.live.register(message.id, live_run);
+        let conversation_id = prepared.conversation_id;
+        let emitter = Emitter::new(
+            self.store.clone(),
+            tenant.clone(),
+            conversation_id,
+            message.id,
+            events,
+            durable,
+            cancel.clone(),
+        );
+        let handle = RunHandle {
+            message_id: message.id,
+            conversation_id,
+            events: live::follow(
+                self.store.clone(),
+                tenant.clone(),
+                message.id,
+                0,
+                Some(first_follower),
+            ),
+        };
+        if let Some(deadline) = spec.deadline {
+            cancel_after(cancel.clone(), deadline);
+        }
+        let span = tracing::info_span!("run", message_id = %message.id, conversation_id = %conversation_id);
+        let task = RunTask::new(
+            spec,
+            message,
+            prepared.agent,
+            self.settings.clone(),
+            Recorder::new(self.store.clone(), tenant, emitter),
+            Control {
+                cancel,
+                shutdown: self.shutdown.clone(),
+                mailbox,
+                registration,
+            },
+        );
+        self.tracker.spawn(task.drive().instrument(span));
+        handle
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::llm::ModelEntry;
-
-    fn model(features: &[Feature]) -> ModelInfo {
-        let mut entry = ModelEntry::unlisted("m");
-        entry.features = features.to_vec();
-        ModelInfo::from(&entry)
-    }
-
-    fn chosen(
-        strategy: Option<StrategyKind>,
-        mode: ModelMode,
-        features: &[Feature],
-    ) -> Result<StrategyKind, String> {
-        let agent = AgentSpec {
-            strategy,
-            model: ModelSpec {
-                mode,
-                ..ModelSpec::default()
-            },
-            ..AgentSpec::default()
-        };
-        choose_strategy(&agent, &model(features))
-            .map(|s| s.kind())
-            .map_err(|e| e.to_string())
-    }
-
-    #[test]
-    fn unspecified_strategy_follows_the_model_features() {
-        use Feature::*;
-        use StrategyKind::*;
-        assert_eq!(
-            chosen(None, ModelMode::Chat, &[ToolCall]),
-            Ok(FunctionCalling)
-        );
-        assert_eq!(
-            chosen(None, ModelMode::Chat, &[MultiToolCall]),
-            Ok(FunctionCalling)
-        );
-        assert_eq!(chosen(None, ModelMode::Chat, &[]), Ok(ChainOfThought));
-        assert_eq!(
-            chosen(None, ModelMode::Chat, &[StreamToolCall, Vision]),
-            Ok(ChainOfThought)
-        );
-        assert_eq!(
-            chosen(None, ModelMode::Completion, &[ToolCall]),
-            Ok(ChainOfThought)
-        );
-    }
-
-    #[test]
-    fn an_explicit_strategy_wins_unless_the_mode_cannot_run_it() {
-        use StrategyKind::*;
-        assert_eq!(
-            chosen(Some(ChainOfThought), ModelMode::Chat, &[Feature::ToolCall]),
-            Ok(ChainOfThought)
-        );
-        assert_eq!(
-            chosen(Some(FunctionCalling), ModelMode::Chat, &[]),
-            Ok(FunctionCalling)
-        );
-        assert_eq!(
-            chosen(Some(FunctionCalling), ModelMode::Completion, &[]),
-            Err("agent.model.mode COMPLETION needs the chain-of-thought strategy".to_owned())
-        );
-    }
+/// Cancels `cancel` once `deadline` has passed, unless it fired before.
+fn cancel_after(cancel: CancellationToken, deadline: Duration) {
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = tokio::time::sleep(deadline) => cancel.cancel(),
+        }
+    });
 }

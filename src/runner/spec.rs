@@ -135,6 +135,23 @@ pub struct RunSpec {
 }
 
 impl RunSpec {
+    /// A run of `query` for `tenant` in a new conversation, with everything else empty:
+    /// the start of a spec built in code (tests, embedders).
+    pub fn new(tenant: Tenant, query: impl Into<String>) -> Self {
+        Self {
+            tenant,
+            conversation_id: None,
+            query: query.into(),
+            inputs: BTreeMap::new(),
+            user: String::new(),
+            agent: AgentSpec::default(),
+            files: Vec::new(),
+            client_tools: Vec::new(),
+            idempotency: None,
+            deadline: None,
+        }
+    }
+
     /// Checks every field a run depends on; `max_iteration` 0 becomes the default.
     pub fn validated(mut self) -> Result<Self, FieldError> {
         if self.query.trim().is_empty() {

@@ -1,8 +1,8 @@
 //! Thoughts and events: the per-message records, keyed so scans come out in order.
 
 use super::{encode, keys, scan, Store, StoreError};
+use crate::domain::EventEnvelope;
 use crate::domain::{FileId, FileRecord, MessageId, ProviderRecord, Tenant, Thought};
-use crate::events::EventEnvelope;
 
 impl Store {
     /// Writes (or overwrites) a thought record.

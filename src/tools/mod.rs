@@ -7,13 +7,15 @@
 
 pub mod builtin;
 pub mod cache;
-pub mod engine;
+mod client;
 mod error;
 pub mod http_api;
 pub mod knowledge;
 pub mod mcp;
+pub mod observation;
 pub mod providers;
 mod registry;
+mod toolset;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -21,10 +23,11 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-pub use engine::{ClientToolSpec, Invocation, ToolRef, ToolSet, ToolSetError};
+pub use client::{ClientToolSpec, CLIENT_PROVIDER};
 pub use error::{RegistryError, ToolError};
 pub use providers::{ProviderError, ProviderSettings};
 pub use registry::{Provider, RegisteredTool, ToolRegistry, ToolSnapshot};
+pub use toolset::{Invocation, OfferedTool, ToolRef, ToolSet, ToolSetError};
 
 pub use crate::domain::ProviderKind;
 

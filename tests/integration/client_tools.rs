@@ -7,8 +7,8 @@ use agent_runner::pb::run_event::Event;
 use serde_json::json;
 use tonic::Code;
 
-use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
-use crate::server::{end_of, final_thoughts, message, run_request, TestServer};
+use crate::support::{end_of, final_thoughts, message, run_request, TestServer};
+use crate::support::{start, FakeOpenAi, Reply, ScriptedCall};
 
 fn order_lookup() -> pb::ClientTool {
     pb::ClientTool {
@@ -27,7 +27,7 @@ fn order_lookup() -> pb::ClientTool {
 /// refused, and the right outputs resume the run to COMPLETED with both results recorded.
 #[tokio::test]
 async fn a_client_tool_round_trip_resumes_the_run() {
-    let llm = FakeOpenAi::start(vec![
+    let (llm, _server, mut client) = start(vec![
         Reply::calls(
             &[],
             vec![
@@ -40,8 +40,6 @@ async fn a_client_tool_round_trip_resumes_the_run() {
         Reply::text(&["Order A1 has shipped."], (1, 1)),
     ])
     .await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
     let mut request = run_request("Where is order A1?", &[("maths", "eval_expression")]);
     request.client_tools.push(order_lookup());
     let mut stream = client.run(request).await.unwrap().into_inner();
@@ -154,7 +152,7 @@ async fn a_client_tool_round_trip_resumes_the_run() {
 /// A caller that never submits ends the run with an error once the wait times out.
 #[tokio::test]
 async fn an_unanswered_client_tool_times_out() {
-    let llm = FakeOpenAi::start(vec![Reply::calls(
+    let (_llm, _server, mut client) = start(vec![Reply::calls(
         &[],
         vec![ScriptedCall::new(
             "cli",
@@ -164,12 +162,10 @@ async fn an_unanswered_client_tool_times_out() {
         (1, 1),
     )])
     .await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
     let mut request = run_request("Where is order B2?", &[]);
     request.client_tools.push(order_lookup());
 
-    let events = crate::server::run_to_end(&mut client, request).await;
+    let events = crate::support::run_to_end(&mut client, request).await;
 
     match events.last().and_then(|e| e.event.clone()) {
         Some(Event::Error(error)) => assert_eq!(error.code, "client_tool_timeout"),

@@ -8,10 +8,11 @@ use agent_runner::store::Store;
 use serde_json::{json, Value};
 use tonic::Code;
 
-use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
-use crate::server::{
+use crate::support::RunRequestExt;
+use crate::support::{
     end_of, run_request, run_to_end, TestServer, SMALL_WINDOW_MODEL, VISION_MODEL,
 };
+use crate::support::{start, FakeOpenAi, Reply, ScriptedCall};
 
 fn roles(request: &Value) -> Vec<String> {
     request["messages"]
@@ -26,7 +27,7 @@ fn roles(request: &Value) -> Vec<String> {
 /// call and its result under the same call id, before the new query.
 #[tokio::test]
 async fn function_calling_turns_replay_earlier_tool_calls_under_their_ids() {
-    let llm = FakeOpenAi::start(vec![
+    let (llm, _server, mut client) = start(vec![
         Reply::calls(
             &[],
             vec![ScriptedCall::new(
@@ -41,8 +42,6 @@ async fn function_calling_turns_replay_earlier_tool_calls_under_their_ids() {
         Reply::text(&["Yes, 4."], (1, 1)),
     ])
     .await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
     let first = run_to_end(
         &mut client,
         run_request("What is 2+2?", &[("maths", "eval_expression")]),
@@ -96,9 +95,8 @@ async fn memory_max_turns_keeps_the_newest_turns() {
     let first = run_to_end(&mut client, run_request("one", &[])).await;
     let conversation_id = first[0].conversation_id.clone();
     for query in ["two", "three"] {
-        let mut request = run_request(query, &[]);
+        let mut request = run_request(query, &[]).memory_turns(1);
         request.conversation_id = conversation_id.clone();
-        request.agent.as_mut().unwrap().memory = Some(pb::MemoryConfig { max_turns: 1 });
         run_to_end(&mut client, request).await;
     }
 
@@ -117,16 +115,13 @@ async fn memory_max_turns_keeps_the_newest_turns() {
 /// its tool rounds as scratchpad text, then its final answer.
 #[tokio::test]
 async fn react_turns_replay_as_collapsed_scratchpads() {
-    let llm = FakeOpenAi::start(vec![
+    let (llm, _server, mut client) = start(vec![
         Reply::text(&["Thought: compute\nAction: {\"action\": \"eval_expression\", \"action_input\": {\"expression\": \"3*3\"}}"], (1, 1)),
         Reply::text(&["Final Answer: 9"], (1, 1)),
         Reply::text(&["Final Answer: You asked for 3*3."], (1, 1)),
-    ])
-    .await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
-    let mut request = run_request("3*3?", &[("maths", "eval_expression")]);
-    request.agent.as_mut().unwrap().strategy = pb::Strategy::ChainOfThought as i32;
+    ]).await;
+    let mut request =
+        run_request("3*3?", &[("maths", "eval_expression")]).strategy(pb::Strategy::ChainOfThought);
     let first = run_to_end(&mut client, request.clone()).await;
     assert_eq!(end_of(&first).answer, "9");
     request.conversation_id = first[0].conversation_id.clone();
@@ -166,11 +161,9 @@ async fn the_oldest_turns_are_dropped_to_fit_the_context_window() {
     let server = TestServer::start(&llm.base_url()).await;
     let mut client = server.agents().await;
     let ask = |query: String, conversation_id: String| {
-        let mut request = run_request(&query, &[]);
+        let mut request = run_request(&query, &[]).model(SMALL_WINDOW_MODEL);
         request.conversation_id = conversation_id;
-        let model = request.agent.as_mut().unwrap().model.as_mut().unwrap();
-        model.name = SMALL_WINDOW_MODEL.to_owned();
-        model.parameters = Some(json_to_struct(
+        request.model_mut().parameters = Some(json_to_struct(
             json!({"max_tokens": 60}).as_object().unwrap(),
         ));
         request
@@ -228,7 +221,7 @@ async fn the_oldest_turns_are_dropped_to_fit_the_context_window() {
 /// a model without vision gets the query alone.
 #[tokio::test]
 async fn images_reach_vision_models_and_are_flattened_in_later_rounds() {
-    let llm = FakeOpenAi::start(vec![
+    let (llm, _server, mut client) = start(vec![
         Reply::calls(
             &[],
             vec![ScriptedCall::new(
@@ -242,8 +235,6 @@ async fn images_reach_vision_models_and_are_flattened_in_later_rounds() {
         Reply::text(&["I cannot see it."], (1, 1)),
     ])
     .await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
     let image = pb::InputFile {
         source: Some(pb::input_file::Source::Data(vec![0x89, b'P', b'N', b'G'])),
         mime_type: "image/png".into(),
@@ -251,11 +242,8 @@ async fn images_reach_vision_models_and_are_flattened_in_later_rounds() {
     };
     let mut request = run_request("What is this?", &[("maths", "eval_expression")]);
     request.files.push(image);
-    request.agent.as_mut().unwrap().model.as_mut().unwrap().name = VISION_MODEL.to_owned();
-    run_to_end(&mut client, request.clone()).await;
-    request.agent.as_mut().unwrap().model.as_mut().unwrap().name =
-        crate::server::STREAMING_MODEL.to_owned();
-    run_to_end(&mut client, request).await;
+    run_to_end(&mut client, request.clone().model(VISION_MODEL)).await;
+    run_to_end(&mut client, request.model(crate::support::STREAMING_MODEL)).await;
 
     let requests = llm.requests();
     let user = |i: usize| requests[i]["messages"][1]["content"].clone();

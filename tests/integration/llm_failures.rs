@@ -2,22 +2,19 @@
 
 use agent_runner::pb;
 
-use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
-use crate::server::{
-    last_error, message, run_request, run_to_end, thoughts, TestServer, IMPATIENT_PROVIDER,
-};
+use crate::support::RunRequestExt;
+use crate::support::{last_error, message, run_request, run_to_end, thoughts, IMPATIENT_PROVIDER};
+use crate::support::{start, Reply, ScriptedCall};
 
 /// An LLM answering 500 ends the run with an `error` event carrying the provider's message;
 /// the message is FAILED and its first (empty) thought is kept.
 #[tokio::test]
 async fn a_server_error_from_the_llm_fails_the_message() {
-    let llm = FakeOpenAi::start(vec![Reply::Error {
+    let (_llm, _server, mut client) = start(vec![Reply::Error {
         status: 500,
         message: "model overloaded",
     }])
     .await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
 
     let events = run_to_end(&mut client, run_request("hi", &[])).await;
 
@@ -45,7 +42,7 @@ async fn a_server_error_from_the_llm_fails_the_message() {
 /// thought with its tool result and round 2's partial text are still readable.
 #[tokio::test]
 async fn a_dropped_stream_keeps_the_thoughts_written_so_far() {
-    let llm = FakeOpenAi::start(vec![
+    let (_llm, _server, mut client) = start(vec![
         Reply::calls(
             &[],
             vec![ScriptedCall::new(
@@ -58,8 +55,6 @@ async fn a_dropped_stream_keeps_the_thoughts_written_so_far() {
         Reply::DropAfter(vec!["The answer", " is"]),
     ])
     .await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
 
     let events = run_to_end(
         &mut client,
@@ -84,18 +79,8 @@ async fn a_dropped_stream_keeps_the_thoughts_written_so_far() {
 /// the provider's first-byte timeout; the run fails with `llm_timeout` instead of hanging.
 #[tokio::test]
 async fn a_silent_llm_hits_the_first_byte_timeout() {
-    let llm = FakeOpenAi::start(vec![Reply::Stall(vec![])]).await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
-    let mut request = run_request("hello?", &[]);
-    request
-        .agent
-        .as_mut()
-        .unwrap()
-        .model
-        .as_mut()
-        .unwrap()
-        .provider = IMPATIENT_PROVIDER.into();
+    let (_llm, _server, mut client) = start(vec![Reply::Stall(vec![])]).await;
+    let request = run_request("hello?", &[]).provider(IMPATIENT_PROVIDER);
 
     let events = run_to_end(&mut client, request).await;
 

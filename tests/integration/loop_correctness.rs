@@ -7,18 +7,19 @@ use prost_types::value::Kind;
 use prost_types::{Struct, Value as PbValue};
 use tonic::Code;
 
-use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
-use crate::server::{
+use crate::support::RunRequestExt;
+use crate::support::{
     end_of, final_thoughts, last_error, message, run_request, run_to_end, thoughts, TestServer,
     PLAIN_MODEL,
 };
+use crate::support::{start, FakeOpenAi, Reply, ScriptedCall};
 
 /// A plain chat agent (no tools) whose model calls a tool anyway is not cut off: the call
 /// gets the unknown-tool observation, the model answers in round 2, and the run ends with
 /// `STOP`; the call stays on the thought with its observation.
 #[tokio::test]
 async fn a_tool_call_the_agent_does_not_offer_gets_an_observation_and_the_run_goes_on() {
-    let llm = FakeOpenAi::start(vec![
+    let (llm, _server, mut client) = start(vec![
         Reply::calls(
             &[],
             vec![ScriptedCall::new(
@@ -31,8 +32,6 @@ async fn a_tool_call_the_agent_does_not_offer_gets_an_observation_and_the_run_go
         Reply::text(&["I cannot search, but here is what I know."], (9, 4)),
     ])
     .await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
 
     let events = run_to_end(&mut client, run_request("What is new?", &[])).await;
 
@@ -101,13 +100,11 @@ async fn the_follow_up_after_a_tool_call_is_accepted_by_a_server_refusing_null_c
 /// estimated on the round, on `end` and on the message.
 #[tokio::test]
 async fn a_server_without_usage_gets_estimated_counts_and_a_price() {
-    let llm = FakeOpenAi::start(vec![Reply::NoUsage {
+    let (_llm, _server, mut client) = start(vec![Reply::NoUsage {
         text: vec!["The capital of France ", "is Paris."],
         calls: vec![],
     }])
     .await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
 
     let events = run_to_end(&mut client, run_request("Capital of France?", &[])).await;
 
@@ -130,9 +127,7 @@ async fn a_server_without_usage_gets_estimated_counts_and_a_price() {
 /// Counts the provider reports stay measured, not estimated.
 #[tokio::test]
 async fn reported_usage_is_not_marked_estimated() {
-    let llm = FakeOpenAi::start(vec![Reply::text(&["Paris."], (11, 2))]).await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
+    let (_llm, _server, mut client) = start(vec![Reply::text(&["Paris."], (11, 2))]).await;
 
     let events = run_to_end(&mut client, run_request("Capital of France?", &[])).await;
 
@@ -146,7 +141,7 @@ async fn reported_usage_is_not_marked_estimated() {
 /// failed round: round 1 called a tool, round 2 failed, so two LLM calls were made.
 #[tokio::test]
 async fn usage_sent_before_a_stream_error_is_kept_and_iterations_count_the_failed_call() {
-    let llm = FakeOpenAi::start(vec![
+    let (_llm, _server, mut client) = start(vec![
         Reply::calls(
             &[],
             vec![ScriptedCall::new(
@@ -163,8 +158,6 @@ async fn usage_sent_before_a_stream_error_is_kept_and_iterations_count_the_faile
         },
     ])
     .await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
 
     let events = run_to_end(
         &mut client,
@@ -191,7 +184,7 @@ async fn usage_sent_before_a_stream_error_is_kept_and_iterations_count_the_faile
 /// input quotes code) has its tool run, instead of the action showing as answer text.
 #[tokio::test]
 async fn a_react_action_in_a_four_backtick_fence_runs_the_tool() {
-    let llm = FakeOpenAi::start(vec![
+    let (_llm, _server, mut client) = start(vec![
         Reply::text(
             &[
                 "Thought: compute it\nAction:\n``",
@@ -204,12 +197,8 @@ async fn a_react_action_in_a_four_backtick_fence_runs_the_tool() {
             &["Action:\n````json\n{\"action\": \"Final Answer\", \"action_input\": \"42\"}\n````"],
             (10, 10),
         ),
-    ])
-    .await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
-    let mut request = run_request("6*7?", &[("maths", "eval_expression")]);
-    request.agent.as_mut().unwrap().model.as_mut().unwrap().name = PLAIN_MODEL.into();
+    ]).await;
+    let request = run_request("6*7?", &[("maths", "eval_expression")]).model(PLAIN_MODEL);
 
     let events = run_to_end(&mut client, request).await;
 
@@ -251,9 +240,7 @@ async fn an_oversized_request_is_resource_exhausted_naming_the_limit() {
 /// naming the field, not `INTERNAL`.
 #[tokio::test]
 async fn a_struct_nested_too_deeply_is_invalid_argument_naming_the_field() {
-    let llm = FakeOpenAi::start(vec![]).await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
+    let (_llm, _server, mut client) = start(vec![]).await;
     let mut nested = PbValue {
         kind: Some(Kind::StringValue("deep".into())),
     };
@@ -265,14 +252,7 @@ async fn a_struct_nested_too_deeply_is_invalid_argument_naming_the_field() {
         };
     }
     let mut request = run_request("hi", &[]);
-    request
-        .agent
-        .as_mut()
-        .unwrap()
-        .model
-        .as_mut()
-        .unwrap()
-        .parameters = Some(Struct {
+    request.model_mut().parameters = Some(Struct {
         fields: [("x".to_owned(), nested)].into_iter().collect(),
     });
 

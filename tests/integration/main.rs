@@ -11,7 +11,6 @@
 
 mod client_tools;
 mod conversations;
-mod fake_openai;
 mod llm_failures;
 mod loop_correctness;
 mod mcp;
@@ -21,6 +20,6 @@ mod process;
 mod run_control;
 mod run_function_calling;
 mod run_react;
-mod server;
+mod support;
 mod tool_providers;
 mod validation;

@@ -12,8 +12,8 @@ use rmcp::{tool, tool_router, ErrorData};
 use serde::Deserialize;
 use tonic::Code;
 
-use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
-use crate::server::{final_thoughts, run_request, run_to_end, TestServer};
+use crate::support::{final_thoughts, run_request, run_to_end, TestServer};
+use crate::support::{FakeOpenAi, Reply, ScriptedCall};
 
 #[derive(Clone, Default)]
 struct Calculator;

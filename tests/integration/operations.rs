@@ -9,8 +9,8 @@ use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 use tonic_reflection::pb::v1::ServerReflectionRequest;
 
-use crate::fake_openai::FakeOpenAi;
-use crate::server::TestServer;
+use crate::support::FakeOpenAi;
+use crate::support::TestServer;
 
 /// A mesh health check sees both services SERVING once the store is open.
 #[tokio::test]

@@ -6,8 +6,8 @@ use agent_runner::domain::{
 use agent_runner::pb;
 use agent_runner::store::Store;
 
-use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
-use crate::server::{message, run_request, run_to_end, TestServer};
+use crate::support::{message, run_request, run_to_end, TestServer};
+use crate::support::{FakeOpenAi, Reply, ScriptedCall};
 
 /// After a restart on the same data directory, `GetMessage`, `ListMessages` and
 /// `ListThoughts` return exactly what they returned before.

@@ -13,8 +13,8 @@ use tonic::transport::Channel;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
-use crate::server::{config_toml, message, read_until_delta, run_request};
+use crate::support::{config_toml, message, read_until_delta, run_request};
+use crate::support::{FakeOpenAi, Reply, ScriptedCall};
 
 struct Service {
     child: Child,

@@ -5,18 +5,17 @@ use std::time::Duration;
 use agent_runner::pb;
 use tonic::Code;
 
-use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
-use crate::server::{
+use crate::support::{
     end_of, message, read_rest, read_until_delta, run_request, run_to_end, settled_status,
-    TestServer,
 };
+use crate::support::{start, Reply, ScriptedCall};
 
 /// Cancel during a stalled LLM stream: the stream ends promptly with `end{CANCELLED}`, the
 /// LLM server sees its connection closed, and the usage of the finished round is kept.
 /// Cancelling again is FAILED_PRECONDITION; an unknown message is NOT_FOUND.
 #[tokio::test]
 async fn cancel_stops_a_stalled_llm_stream_and_keeps_what_was_done() {
-    let llm = FakeOpenAi::start(vec![
+    let (llm, _server, mut client) = start(vec![
         Reply::calls(
             &[],
             vec![ScriptedCall::new(
@@ -29,8 +28,6 @@ async fn cancel_stops_a_stalled_llm_stream_and_keeps_what_was_done() {
         Reply::Stall(vec!["Partial"]),
     ])
     .await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
     let mut stream = client
         .run(run_request("slow", &[("maths", "eval_expression")]))
         .await
@@ -87,13 +84,11 @@ async fn cancel_stops_a_stalled_llm_stream_and_keeps_what_was_done() {
 /// event it saw delivers exactly the remaining events, each once.
 #[tokio::test]
 async fn a_dropped_client_reattaches_after_the_last_event_it_saw() {
-    let llm = FakeOpenAi::start(vec![Reply::Slow {
+    let (_llm, _server, mut client) = start(vec![Reply::Slow {
         text: vec!["one ", "two ", "three ", "four ", "five"],
         delay_ms: 40,
     }])
     .await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
     let mut stream = client
         .run(run_request("count", &[]))
         .await
@@ -131,14 +126,12 @@ async fn a_finished_message_replays_identically() {
             &["{\"expression\": \"2*2\"}"],
         )]
     };
-    let llm = FakeOpenAi::start(vec![
+    let (_llm, _server, mut client) = start(vec![
         Reply::calls(&["a"], call("x1"), (1, 1)),
         Reply::calls(&["b"], call("x2"), (1, 1)),
         Reply::text(&["c"], (1, 1)),
     ])
     .await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
     let live = run_to_end(
         &mut client,
         run_request("three rounds", &[("maths", "eval_expression")]),
@@ -171,9 +164,7 @@ async fn a_finished_message_replays_identically() {
 /// same events) and calls no LLM again; the key with a different request is ALREADY_EXISTS.
 #[tokio::test]
 async fn idempotent_retries_do_not_run_the_agent_twice() {
-    let llm = FakeOpenAi::start(vec![Reply::text(&["Once."], (2, 1))]).await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
+    let (llm, _server, mut client) = start(vec![Reply::text(&["Once."], (2, 1))]).await;
     let mut request = run_request("only once", &[]);
     request.idempotency_key = "order-42".into();
 
@@ -196,9 +187,7 @@ async fn idempotent_retries_do_not_run_the_agent_twice() {
 /// A client deadline that passes cancels the run like `Cancel` does.
 #[tokio::test]
 async fn a_passed_deadline_cancels_the_run() {
-    let llm = FakeOpenAi::start(vec![Reply::Stall(vec!["Thinking"])]).await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
+    let (_llm, _server, mut client) = start(vec![Reply::Stall(vec!["Thinking"])]).await;
     let mut request = tonic::Request::new(run_request("too slow", &[]));
     request.set_timeout(Duration::from_millis(300));
 
@@ -224,9 +213,7 @@ async fn a_passed_deadline_cancels_the_run() {
 /// With `cancel_on_disconnect`, dropping the stream cancels the run.
 #[tokio::test]
 async fn cancel_on_disconnect_stops_the_run_when_the_client_leaves() {
-    let llm = FakeOpenAi::start(vec![Reply::Stall(vec!["Working"])]).await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
+    let (_llm, _server, mut client) = start(vec![Reply::Stall(vec!["Working"])]).await;
     let mut request = run_request("leave early", &[]);
     request.cancel_on_disconnect = true;
     let mut stream = client.run(request).await.unwrap().into_inner();

@@ -4,11 +4,12 @@ use agent_runner::pb;
 use agent_runner::pb::run_event::Event;
 use serde_json::Value;
 
-use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
-use crate::server::{
+use crate::support::RunRequestExt;
+use crate::support::{
     end_of, final_thoughts, kinds, run_request, run_to_end, streamed_text, TestServer,
     BLOCKING_MODEL,
 };
+use crate::support::{start, FakeOpenAi, Reply, ScriptedCall};
 
 fn two_round_script() -> Vec<Reply> {
     vec![
@@ -31,9 +32,7 @@ fn two_round_script() -> Vec<Reply> {
 /// the usage and cost of both rounds. Event numbers have no gaps.
 #[tokio::test]
 async fn a_two_round_run_streams_every_step_and_sums_usage() {
-    let llm = FakeOpenAi::start(two_round_script()).await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
+    let (llm, _server, mut client) = start(two_round_script()).await;
 
     let events = run_to_end(
         &mut client,
@@ -126,8 +125,7 @@ async fn a_model_that_keeps_calling_tools_stops_at_the_iteration_limit() {
     ));
     let server = TestServer::start(&llm.base_url()).await;
     let mut client = server.agents().await;
-    let mut request = run_request("loop", &[("maths", "eval_expression")]);
-    request.agent.as_mut().unwrap().max_iteration = 2;
+    let request = run_request("loop", &[("maths", "eval_expression")]).max_iteration(2);
 
     let events = run_to_end(&mut client, request).await;
 
@@ -150,7 +148,7 @@ async fn a_model_that_keeps_calling_tools_stops_at_the_iteration_limit() {
 /// an unknown tool or malformed arguments become observations the model can react to.
 #[tokio::test]
 async fn bad_calls_become_observations_and_duplicate_calls_keep_both_results() {
-    let llm = FakeOpenAi::start(vec![
+    let (llm, _server, mut client) = start(vec![
         Reply::calls(
             &[],
             vec![
@@ -165,8 +163,6 @@ async fn bad_calls_become_observations_and_duplicate_calls_keep_both_results() {
         Reply::text(&["6 and 8."], (5, 5)),
     ])
     .await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
 
     let events = run_to_end(
         &mut client,
@@ -223,7 +219,7 @@ async fn bad_calls_become_observations_and_duplicate_calls_keep_both_results() {
 /// hit the 5 s tool timeout).
 #[tokio::test]
 async fn calls_of_one_round_run_concurrently() {
-    let llm = FakeOpenAi::start(vec![
+    let (_llm, _server, mut client) = start(vec![
         Reply::calls(
             &[],
             vec![
@@ -235,8 +231,6 @@ async fn calls_of_one_round_run_concurrently() {
         Reply::text(&["done"], (1, 1)),
     ])
     .await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
 
     let events = run_to_end(
         &mut client,
@@ -258,7 +252,7 @@ async fn calls_of_one_round_run_concurrently() {
 /// same: the answer still arrives as a delta and the tool still runs.
 #[tokio::test]
 async fn models_without_streamed_tool_calls_use_the_blocking_path() {
-    let llm = FakeOpenAi::start(vec![
+    let (llm, _server, mut client) = start(vec![
         Reply::Completion {
             text: "",
             calls: vec![ScriptedCall::new(
@@ -275,10 +269,7 @@ async fn models_without_streamed_tool_calls_use_the_blocking_path() {
         },
     ])
     .await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
-    let mut request = run_request("add", &[("maths", "eval_expression")]);
-    request.agent.as_mut().unwrap().model.as_mut().unwrap().name = BLOCKING_MODEL.to_owned();
+    let request = run_request("add", &[("maths", "eval_expression")]).model(BLOCKING_MODEL);
 
     let events = run_to_end(&mut client, request).await;
 

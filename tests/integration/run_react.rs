@@ -4,11 +4,11 @@ use agent_runner::pb;
 use agent_runner::pb::run_event::Event;
 use serde_json::Value;
 
-use crate::fake_openai::{FakeOpenAi, Reply};
-use crate::server::{
-    end_of, kinds, message, run_request, run_to_end, streamed_text, thoughts, TestServer,
-    PLAIN_MODEL,
+use crate::support::RunRequestExt;
+use crate::support::{
+    end_of, kinds, message, run_request, run_to_end, streamed_text, thoughts, PLAIN_MODEL,
 };
+use crate::support::{start, Reply};
 
 fn react_script() -> Vec<Reply> {
     vec![
@@ -32,11 +32,9 @@ fn react_script() -> Vec<Reply> {
 }
 
 fn react_request(mode: pb::ModelMode) -> pb::RunRequest {
-    let mut request = run_request("What is 6 times 7?", &[("maths", "eval_expression")]);
-    let agent = request.agent.as_mut().unwrap();
-    agent.strategy = pb::Strategy::ChainOfThought as i32;
-    agent.model.as_mut().unwrap().mode = mode as i32;
-    request
+    run_request("What is 6 times 7?", &[("maths", "eval_expression")])
+        .strategy(pb::Strategy::ChainOfThought)
+        .mode(mode)
 }
 
 fn assert_no_tools_and_observation_stop(request: &Value) {
@@ -58,9 +56,7 @@ fn assert_no_tools_and_observation_stop(request: &Value) {
 /// Final Answer action's input is the answer; the thoughts read back with their actions.
 #[tokio::test]
 async fn a_chat_mode_react_run_uses_the_tool_and_answers() {
-    let llm = FakeOpenAi::start(react_script()).await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
+    let (llm, _server, mut client) = start(react_script()).await;
 
     let events = run_to_end(&mut client, react_request(pb::ModelMode::Chat)).await;
 
@@ -119,9 +115,7 @@ async fn a_chat_mode_react_run_uses_the_tool_and_answers() {
 /// with the observation, ending where the model continues.
 #[tokio::test]
 async fn a_completion_mode_react_run_renders_one_prompt_per_round() {
-    let llm = FakeOpenAi::start(react_script()).await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
+    let (llm, _server, mut client) = start(react_script()).await;
 
     let events = run_to_end(&mut client, react_request(pb::ModelMode::Completion)).await;
 
@@ -155,11 +149,10 @@ async fn a_completion_mode_react_run_renders_one_prompt_per_round() {
 /// strategy open; a reply with no action at all is the message's answer.
 #[tokio::test]
 async fn models_without_tool_calls_run_react_and_a_plain_reply_is_the_answer() {
-    let llm = FakeOpenAi::start(vec![Reply::text(&["Paris is the ", "capital."], (5, 4))]).await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
-    let mut request = run_request("Capital of France?", &[("maths", "eval_expression")]);
-    request.agent.as_mut().unwrap().model.as_mut().unwrap().name = PLAIN_MODEL.to_owned();
+    let (llm, _server, mut client) =
+        start(vec![Reply::text(&["Paris is the ", "capital."], (5, 4))]).await;
+    let request =
+        run_request("Capital of France?", &[("maths", "eval_expression")]).model(PLAIN_MODEL);
 
     let events = run_to_end(&mut client, request).await;
 

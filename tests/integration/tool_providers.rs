@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tonic::Code;
 
-use crate::fake_openai::{FakeOpenAi, Reply, ScriptedCall};
-use crate::server::{final_thoughts, run_request, run_to_end, TestServer};
+use crate::support::{final_thoughts, run_request, run_to_end, TestServer};
+use crate::support::{start, FakeOpenAi, Reply, ScriptedCall};
 
 type Seen = Arc<Mutex<Vec<Value>>>;
 
@@ -429,13 +429,11 @@ async fn cached_providers_reuse_results_for_equal_calls() {
 /// with GetFile, and gone with its conversation.
 #[tokio::test]
 async fn files_from_tools_are_announced_stored_and_deleted_with_the_conversation() {
-    let llm = FakeOpenAi::start(vec![
+    let (_llm, _server, mut client) = start(vec![
         Reply::calls(&[], vec![ScriptedCall::new("f", "chart", &["{}"])], (1, 1)),
         Reply::text(&["Here is your chart."], (1, 1)),
     ])
     .await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
 
     let events = run_to_end(
         &mut client,

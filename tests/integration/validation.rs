@@ -3,16 +3,14 @@
 use agent_runner::pb;
 use tonic::Code;
 
-use crate::fake_openai::FakeOpenAi;
-use crate::server::{run_request, TestServer};
+use crate::support::RunRequestExt;
+use crate::support::{run_request, start};
 
 /// Each invalid `Run` request answers its code with the field named, and the LLM is never
 /// called.
 #[tokio::test]
 async fn invalid_runs_are_refused_naming_the_field() {
-    let llm = FakeOpenAi::start(vec![]).await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
+    let (llm, _server, mut client) = start(vec![]).await;
     type Mutation = Box<dyn Fn(&mut pb::RunRequest)>;
     let cases: Vec<(Mutation, Code, &str)> = vec![
         (
@@ -26,25 +24,23 @@ async fn invalid_runs_are_refused_naming_the_field() {
             "agent is required",
         ),
         (
-            Box::new(|r| r.agent.as_mut().unwrap().model = None),
+            Box::new(|r| r.agent_mut().model = None),
             Code::InvalidArgument,
             "agent.model is required",
         ),
         (
-            Box::new(|r| r.agent.as_mut().unwrap().max_iteration = 100),
+            Box::new(|r| r.agent_mut().max_iteration = 100),
             Code::InvalidArgument,
             "agent.max_iteration must be between 1 and 99",
         ),
         (
-            Box::new(|r| {
-                r.agent.as_mut().unwrap().model.as_mut().unwrap().provider = "nope".into()
-            }),
+            Box::new(|r| r.model_mut().provider = "nope".into()),
             Code::InvalidArgument,
             "agent.model.provider: unknown provider \"nope\" (configured: impatient, scripted)",
         ),
         (
             Box::new(|r| {
-                r.agent.as_mut().unwrap().tools.push(pb::AgentTool {
+                r.agent_mut().tools.push(pb::AgentTool {
                     provider: "time".into(),
                     name: "teleport".into(),
                     parameters: None,
@@ -54,7 +50,7 @@ async fn invalid_runs_are_refused_naming_the_field() {
             "agent.tools[0].name: unknown tool \"teleport\" of provider \"time\"",
         ),
         (
-            Box::new(|r| r.agent.as_mut().unwrap().instruction = "Help {{name}} today.".into()),
+            Box::new(|r| r.agent_mut().instruction = "Help {{name}} today.".into()),
             Code::InvalidArgument,
             "inputs.name is required by the instruction",
         ),
@@ -87,9 +83,7 @@ async fn invalid_runs_are_refused_naming_the_field() {
 /// Reads of records that do not exist are NOT_FOUND; malformed ids are INVALID_ARGUMENT.
 #[tokio::test]
 async fn unknown_records_are_not_found() {
-    let llm = FakeOpenAi::start(vec![]).await;
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
+    let (_llm, _server, mut client) = start(vec![]).await;
     let missing = "0190e7a5-0000-7000-8000-000000000001".to_owned();
 
     let status = client

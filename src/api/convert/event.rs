@@ -2,7 +2,7 @@
 
 use super::record::{finish_reason, strategy};
 use super::timestamp;
-use crate::events::{EventEnvelope, RunEvent};
+use crate::domain::{EventEnvelope, RunEvent};
 use crate::pb;
 use crate::pb::run_event::Event;
 

@@ -7,8 +7,11 @@ use reqwest::StatusCode;
 
 use super::stream::{chat_stream, truncate};
 use super::wire::{error_message, request_body, Completion};
+use std::collections::HashSet;
+
 use crate::llm::{
-    ChatModel, ChatRequest, ChatStream, ChatTurn, LlmError, ProviderConfig, Secret, TurnEnd,
+    ChatChunk, ChatModel, ChatRequest, ChatStream, Feature, LlmError, ProviderConfig, Secret,
+    TurnEnd,
 };
 
 /// A client for one OpenAI-compatible server.
@@ -19,6 +22,9 @@ pub struct OpenAiClient {
     api_key: Option<Secret>,
     connect_timeout: Duration,
     first_byte_timeout: Duration,
+    /// Configured models that cannot stream tool calls: asked without streaming when tools
+    /// are offered. Unlisted models can.
+    whole_tool_turns: HashSet<String>,
 }
 
 impl OpenAiClient {
@@ -38,7 +44,40 @@ impl OpenAiClient {
             api_key: config.resolved_api_key(),
             connect_timeout,
             first_byte_timeout: Duration::from_secs(config.first_byte_timeout_secs),
+            whole_tool_turns: config
+                .models
+                .iter()
+                .filter(|model| !model.features.contains(&Feature::StreamToolCall))
+                .map(|model| model.name.clone())
+                .collect(),
         })
+    }
+
+    /// Runs the turn without streaming and yields it as one stream.
+    async fn whole_turn(&self, request: &ChatRequest) -> Result<ChatStream, LlmError> {
+        let response = self.send(request, false).await?;
+        let completion: Completion = response.json().await.map_err(|err| LlmError::Decode {
+            message: error_chain(&err),
+        })?;
+        let choice = completion.choices.into_iter().next().unwrap_or_default();
+        let text = choice.message.content.unwrap_or_default();
+        let end = TurnEnd {
+            tool_calls: choice
+                .message
+                .tool_calls
+                .into_iter()
+                .map(|call| call.into_request())
+                .collect(),
+            finish_reason: choice.finish_reason,
+        };
+        let chunks = [
+            (!text.is_empty()).then_some(ChatChunk::Text(text)),
+            completion.usage.map(|usage| ChatChunk::Usage(usage.into())),
+            Some(ChatChunk::Finished(end)),
+        ];
+        Ok(Box::pin(futures::stream::iter(
+            chunks.into_iter().flatten().map(Ok),
+        )))
     }
 
     /// Sends the request and waits for the response head, within the first-byte timeout.
@@ -154,28 +193,10 @@ fn classify(
 
 #[async_trait::async_trait]
 impl ChatModel for OpenAiClient {
-    async fn complete(&self, request: &ChatRequest) -> Result<ChatTurn, LlmError> {
-        let response = self.send(request, false).await?;
-        let completion: Completion = response.json().await.map_err(|err| LlmError::Decode {
-            message: error_chain(&err),
-        })?;
-        let choice = completion.choices.into_iter().next().unwrap_or_default();
-        Ok(ChatTurn {
-            text: choice.message.content.unwrap_or_default(),
-            usage: completion.usage.map(Into::into),
-            end: TurnEnd {
-                tool_calls: choice
-                    .message
-                    .tool_calls
-                    .into_iter()
-                    .map(|call| call.into_request())
-                    .collect(),
-                finish_reason: choice.finish_reason,
-            },
-        })
-    }
-
     async fn stream(&self, request: &ChatRequest) -> Result<ChatStream, LlmError> {
+        if !request.tools.is_empty() && self.whole_tool_turns.contains(&request.model) {
+            return self.whole_turn(request).await;
+        }
         let response = self.send(request, true).await?;
         Ok(chat_stream(response, self.first_byte_timeout))
     }

@@ -6,22 +6,8 @@ use std::time::Duration;
 use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
 
-use super::wire::{error_message, Chunk, ToolCallDelta};
+use super::wire::{error_message, mint_call_id, normalize_arguments, Chunk, ToolCallDelta};
 use crate::llm::{ChatChunk, ChatStream, LlmError, ToolCallRequest, TurnEnd};
-
-/// A call id for servers that do not send one.
-pub(crate) fn mint_call_id() -> String {
-    format!("call_{}", uuid::Uuid::new_v4().simple())
-}
-
-/// Empty argument text means "no arguments"; the model sees `{}` either way.
-pub(crate) fn normalize_arguments(arguments: String) -> String {
-    if arguments.trim().is_empty() {
-        "{}".to_owned()
-    } else {
-        arguments
-    }
-}
 
 #[derive(Debug, Default)]
 struct Slot {

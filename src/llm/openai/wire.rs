@@ -234,13 +234,27 @@ impl WholeToolCall {
         };
         ToolCallRequest {
             id: if self.id.is_empty() {
-                super::stream::mint_call_id()
+                mint_call_id()
             } else {
                 self.id
             },
             name: self.function.name,
-            arguments: super::stream::normalize_arguments(arguments),
+            arguments: normalize_arguments(arguments),
         }
+    }
+}
+
+/// A call id for servers that do not send one.
+pub(crate) fn mint_call_id() -> String {
+    format!("call_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Empty argument text means "no arguments"; the model sees `{}` either way.
+pub(crate) fn normalize_arguments(arguments: String) -> String {
+    if arguments.trim().is_empty() {
+        "{}".to_owned()
+    } else {
+        arguments
     }
 }
 

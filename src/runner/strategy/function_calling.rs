@@ -3,7 +3,7 @@
 use super::{user_message, ModelStep, PromptContext, RoundRecord, Strategy, TurnReader};
 use crate::domain::StrategyKind;
 use crate::llm::{ChatMessage, ChatRequest, TurnEnd};
-use crate::tools::engine::OfferedTool;
+use crate::tools::OfferedTool;
 
 /// The function-calling strategy.
 #[derive(Debug, Clone, Copy, Default)]
@@ -65,7 +65,7 @@ fn push_rounds(messages: &mut Vec<ChatMessage>, rounds: &[RoundRecord]) {
     }
 }
 
-/// Shows all text as it arrives; the calls come from the turn's end.
+/// Shows all text as it arrives, and all of it is answer; the calls come from the turn's end.
 #[derive(Default)]
 struct TextReader {
     text: String,
@@ -77,11 +77,16 @@ impl TurnReader for TextReader {
         text.to_owned()
     }
 
+    fn shows_answer(&self) -> bool {
+        true
+    }
+
     fn finish(self: Box<Self>, end: TurnEnd) -> ModelStep {
         ModelStep {
+            answer: self.text.clone(),
             thought: self.text,
             calls: end.tool_calls,
-            final_answer: None,
+            unshown: String::new(),
         }
     }
 }

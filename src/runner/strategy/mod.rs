@@ -1,5 +1,6 @@
-//! How one agent style talks to the model. The loop owns rounds, budgets, persistence and
-//! events; a strategy owns only prompt building and reading the model's turn.
+//! How one agent style talks to the model, and which style a run gets. The loop owns
+//! rounds, budgets, persistence and events; a strategy owns only prompt building and
+//! reading the model's turn (including which of its text is answer).
 
 mod function_calling;
 mod react;
@@ -8,9 +9,12 @@ pub mod react_parser;
 pub use function_calling::FunctionCalling;
 pub use react::{scratchpad, ChainOfThought, CHAT_TEMPLATE, COMPLETION_TEMPLATE, OBSERVATION_STOP};
 
-use crate::domain::StrategyKind;
-use crate::llm::{ChatMessage, ChatRequest, ContentPart, ToolCallRequest, ToolSpec, TurnEnd};
-use crate::tools::engine::OfferedTool;
+use crate::domain::{FieldError, StrategyKind};
+use crate::llm::{
+    ChatMessage, ChatRequest, ContentPart, Feature, ModelInfo, ToolCallRequest, ToolSpec, TurnEnd,
+};
+use crate::runner::spec::{AgentSpec, ModelMode};
+use crate::tools::OfferedTool;
 
 /// What every prompt of a run is built from.
 #[derive(Debug, Clone)]
@@ -98,15 +102,6 @@ pub struct RoundRecord {
     pub calls: Vec<(ToolCallRequest, String)>,
 }
 
-/// An answer a turn gave explicitly.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FinalAnswer {
-    /// The answer.
-    pub text: String,
-    /// Whether the user has already seen it as it streamed; otherwise it is sent now.
-    pub streamed: bool,
-}
-
 /// What the model decided in one turn.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelStep {
@@ -114,9 +109,12 @@ pub struct ModelStep {
     pub thought: String,
     /// Tools to call; empty ends the run.
     pub calls: Vec<ToolCallRequest>,
-    /// The answer, when the turn gave one explicitly (ReAct); function calling leaves it
-    /// `None` because its answer is the text it streamed.
-    pub final_answer: Option<FinalAnswer>,
+    /// The round's part of the answer: for function calling all the text it streamed, for
+    /// ReAct the final answer (nothing when the turn called a tool).
+    pub answer: String,
+    /// Answer text the user has not seen yet (a ReAct final answer given as an action's
+    /// input); the loop shows it as a paragraph of its own.
+    pub unshown: String,
 }
 
 /// Reads one streamed model turn.
@@ -128,6 +126,10 @@ pub trait TurnReader: Send {
     fn flush(&mut self) -> String {
         String::new()
     }
+
+    /// Whether the text shown so far is answer rather than thought, so a turn cut short
+    /// keeps it as the (partial) answer.
+    fn shows_answer(&self) -> bool;
 
     /// Reads the complete turn.
     fn finish(self: Box<Self>, end: TurnEnd) -> ModelStep;
@@ -148,10 +150,99 @@ pub trait Strategy: Send + Sync {
 
     /// A reader for the model's next turn, which may call `tools`.
     fn reader(&self, tools: &[OfferedTool]) -> Box<dyn TurnReader>;
+}
 
-    /// Whether the answer is everything streamed (function calling) rather than only what
-    /// a turn gave as its final answer (ReAct, whose streamed thoughts are not the answer).
-    fn streamed_text_is_answer(&self) -> bool {
-        true
+/// The requested strategy, or (unspecified) function calling when the model has native
+/// tool calls and runs in chat mode, else chain of thought.
+pub fn choose(agent: &AgentSpec, model: &ModelInfo) -> Result<Box<dyn Strategy>, FieldError> {
+    let mode = agent.model.mode;
+    let native = model.has(Feature::ToolCall) || model.has(Feature::MultiToolCall);
+    let kind = agent
+        .strategy
+        .unwrap_or(if native && mode == ModelMode::Chat {
+            StrategyKind::FunctionCalling
+        } else {
+            StrategyKind::ChainOfThought
+        });
+    match (kind, mode) {
+        (StrategyKind::FunctionCalling, ModelMode::Chat) => Ok(Box::new(FunctionCalling)),
+        (StrategyKind::FunctionCalling, ModelMode::Completion) => Err(FieldError::new(
+            "agent.model.mode",
+            "COMPLETION needs the chain-of-thought strategy",
+        )),
+        (StrategyKind::ChainOfThought, mode) => {
+            Ok(Box::new(ChainOfThought::new(mode, &agent.react_prompt)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::ModelEntry;
+    use crate::runner::ModelSpec;
+
+    fn model(features: &[Feature]) -> ModelInfo {
+        let mut entry = ModelEntry::unlisted("m");
+        entry.features = features.to_vec();
+        ModelInfo::from(&entry)
+    }
+
+    fn chosen(
+        strategy: Option<StrategyKind>,
+        mode: ModelMode,
+        features: &[Feature],
+    ) -> Result<StrategyKind, String> {
+        let agent = AgentSpec {
+            strategy,
+            model: ModelSpec {
+                mode,
+                ..ModelSpec::default()
+            },
+            ..AgentSpec::default()
+        };
+        choose(&agent, &model(features))
+            .map(|s| s.kind())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn unspecified_strategy_follows_the_model_features() {
+        use Feature::*;
+        use StrategyKind::*;
+        assert_eq!(
+            chosen(None, ModelMode::Chat, &[ToolCall]),
+            Ok(FunctionCalling)
+        );
+        assert_eq!(
+            chosen(None, ModelMode::Chat, &[MultiToolCall]),
+            Ok(FunctionCalling)
+        );
+        assert_eq!(chosen(None, ModelMode::Chat, &[]), Ok(ChainOfThought));
+        assert_eq!(
+            chosen(None, ModelMode::Chat, &[StreamToolCall, Vision]),
+            Ok(ChainOfThought)
+        );
+        assert_eq!(
+            chosen(None, ModelMode::Completion, &[ToolCall]),
+            Ok(ChainOfThought)
+        );
+    }
+
+    #[test]
+    fn an_explicit_strategy_wins_unless_the_mode_cannot_run_it() {
+        use StrategyKind::*;
+        assert_eq!(
+            chosen(Some(ChainOfThought), ModelMode::Chat, &[Feature::ToolCall]),
+            Ok(ChainOfThought)
+        );
+        assert_eq!(
+            chosen(Some(FunctionCalling), ModelMode::Chat, &[]),
+            Ok(FunctionCalling)
+        );
+        assert_eq!(
+            chosen(Some(FunctionCalling), ModelMode::Completion, &[]),
+            Err("agent.model.mode COMPLETION needs the chain-of-thought strategy".to_owned())
+        );
     }
 }

@@ -10,11 +10,11 @@ use std::collections::HashMap;
 use serde_json::{json, Value};
 
 use super::react_parser::{Action, Piece, ReactParser};
-use super::{FinalAnswer, ModelStep, PastTurn, PromptContext, RoundRecord, Strategy, TurnReader};
+use super::{ModelStep, PastTurn, PromptContext, RoundRecord, Strategy, TurnReader};
 use crate::domain::StrategyKind;
 use crate::llm::{ChatMessage, ChatRequest, ToolCallRequest, TurnEnd};
-use crate::runner::ModelMode;
-use crate::tools::engine::OfferedTool;
+use crate::runner::spec::ModelMode;
+use crate::tools::OfferedTool;
 
 /// The stop word that ends a ReAct turn before the model invents a tool result.
 pub const OBSERVATION_STOP: &str = "Observation";
@@ -213,10 +213,6 @@ impl Strategy for ChainOfThought {
             single_parameter: tools.iter().filter_map(single_parameter).collect(),
         })
     }
-
-    fn streamed_text_is_answer(&self) -> bool {
-        false
-    }
 }
 
 /// The tool's only parameter, so a plain-string input can be given to it (as models often
@@ -305,28 +301,27 @@ impl TurnReader for ReactReader {
         self.take(pieces)
     }
 
+    fn shows_answer(&self) -> bool {
+        self.answer.is_some()
+    }
+
+    /// The first action decides: `Final Answer` gives the answer (not yet shown), a tool
+    /// gives calls (no answer), and a reply with no action at all is itself the answer.
     fn finish(mut self: Box<Self>, _end: TurnEnd) -> ModelStep {
         let thought = self.thought.trim().to_owned();
         let mut actions = std::mem::take(&mut self.actions);
-        let final_answer = match actions.first() {
+        let (answer, unshown) = match actions.first() {
             Some(first) if first.is_final_answer() => {
                 let first = actions.remove(0);
                 actions.clear();
-                Some(FinalAnswer {
-                    text: answer_text(first.input),
-                    streamed: false,
-                })
+                let answer = answer_text(first.input);
+                (answer.clone(), answer)
             }
-            Some(_) => None,
-            None => Some(FinalAnswer {
-                text: self
-                    .answer
-                    .take()
-                    .unwrap_or_else(|| thought.clone())
-                    .trim()
-                    .to_owned(),
-                streamed: true,
-            }),
+            Some(_) => (String::new(), String::new()),
+            None => {
+                let answer = self.answer.take().unwrap_or_else(|| thought.clone());
+                (answer.trim().to_owned(), String::new())
+            }
         };
         let calls = actions
             .into_iter()
@@ -336,7 +331,8 @@ impl TurnReader for ReactReader {
         ModelStep {
             thought,
             calls,
-            final_answer,
+            answer,
+            unshown,
         }
     }
 }

@@ -123,7 +123,7 @@ fn an_action_becomes_a_tool_call_and_only_the_thought_is_shown() {
         step.calls[0].arguments, "{\"timezone\":\"Asia/Tokyo\"}",
         "a plain string goes to the only parameter"
     );
-    assert!(step.final_answer.is_none());
+    assert!(step.answer.is_empty() && step.unshown.is_empty());
 }
 
 #[test]
@@ -143,27 +143,17 @@ fn the_final_answer_action_is_the_answer_and_is_not_yet_shown() {
     );
     assert_eq!(visible, "I know.\n");
     assert!(step.calls.is_empty());
-    assert_eq!(
-        step.final_answer,
-        Some(FinalAnswer {
-            text: "{\"time\":\"09:00\"}".into(),
-            streamed: false
-        })
-    );
+    assert_eq!(step.answer, "{\"time\":\"09:00\"}");
+    assert_eq!(step.unshown, step.answer, "not yet shown");
 }
 
 #[test]
 fn a_reply_without_an_action_is_itself_the_answer() {
     let (visible, step) = read(&["It is nine ", "o'clock."], &[]);
     assert_eq!(visible, "It is nine o'clock.");
-    assert_eq!(
-        step.final_answer,
-        Some(FinalAnswer {
-            text: "It is nine o'clock.".into(),
-            streamed: true
-        })
-    );
+    assert_eq!(step.answer, "It is nine o'clock.");
+    assert!(step.unshown.is_empty(), "already shown");
     let (_, marked) = read(&["Thought: easy\nFinal Answer: Nine."], &[]);
-    assert_eq!(marked.final_answer.unwrap().text, "Nine.");
+    assert_eq!(marked.answer, "Nine.");
     assert_eq!(marked.thought, "easy");
 }

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{ConversationId, MessageId, Tenant};
-use crate::events::{EventEnvelope, RunEvent};
+use crate::domain::{EventEnvelope, RunEvent};
 use crate::store::{Store, StoreError};
 
 /// The run's side of its event stream.

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{
+use super::{
     ConversationId, FileRecord, FinishReason, MessageId, RunFailure, StrategyKind, Thought,
     ThoughtId, ToolCallRecord, Usage,
 };

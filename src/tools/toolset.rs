@@ -1,9 +1,11 @@
-//! Runs one tool call the way an agent needs it: never failing, always with an observation.
+//! A run's tools, and one call run the way an agent needs it: never failing, always with an
+//! observation.
 //!
-//! The engine looks the tool up, parses the model's argument text, lays preset parameters
-//! over it, validates the result against the tool's JSON Schema, runs the tool within a
-//! timeout and measures it. Every failure becomes observation text plus `meta.error`, so
-//! the model can correct itself and the run goes on.
+//! The set looks the tool up, parses the model's argument text, lays preset parameters over
+//! it, validates the result against the tool's JSON Schema, runs the tool within a timeout
+//! and measures it. Every failure becomes observation text (see [`super::observation`]) plus
+//! `meta.error`, so the model can correct itself and the run goes on. Tools the caller runs
+//! itself join the set in [`super::client`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,6 +15,7 @@ use tokio::time::Instant;
 
 use serde_json::{json, Map, Value};
 
+use super::observation;
 use super::registry::{Provider, RegisteredTool, ToolSnapshot};
 use crate::domain::{ErrorKind, ToolInvokeMeta};
 
@@ -81,48 +84,13 @@ impl ToolSetError {
     }
 }
 
-struct Bound {
-    provider: Arc<Provider>,
-    tool: RegisteredTool,
-    preset: Map<String, Value>,
+pub(super) struct Bound {
+    pub(super) provider: Arc<Provider>,
+    pub(super) tool: RegisteredTool,
+    pub(super) preset: Map<String, Value>,
     /// Run by the caller, not here.
-    client: bool,
+    pub(super) client: bool,
 }
-
-/// A tool the caller of a run executes itself.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClientToolSpec {
-    /// Name the model calls it by.
-    pub name: String,
-    /// What it does, for the model.
-    pub description: String,
-    /// JSON Schema of its arguments.
-    pub parameters: Value,
-}
-
-/// Stands in for a client tool in the set; the loop hands its calls to the caller.
-struct ClientTool {
-    descriptor: super::ToolDescriptor,
-}
-
-#[async_trait::async_trait]
-impl super::ErasedTool for ClientTool {
-    fn descriptor(&self) -> &super::ToolDescriptor {
-        &self.descriptor
-    }
-
-    async fn call(
-        &self,
-        _arguments: Map<String, Value>,
-    ) -> Result<super::ToolOutput, super::ToolError> {
-        Err(super::ToolError::Failed(
-            "client tools are run by the caller".to_owned(),
-        ))
-    }
-}
-
-/// Name of the pseudo-provider of client tools.
-pub const CLIENT_PROVIDER: &str = "client";
 
 /// The tools of one run, bound to their presets, by the name the model calls them.
 #[derive(Default)]
@@ -176,148 +144,23 @@ impl ToolSet {
                         provider: tool_ref.provider.clone(),
                         name: tool_ref.name.clone(),
                     })?;
-            if set.by_name.contains_key(&tool_ref.name) {
+            if set.has(&tool_ref.name) {
                 return Err(ToolSetError::DuplicateName {
                     index,
                     name: tool_ref.name.clone(),
                 });
             }
-            set.by_name.insert(tool_ref.name.clone(), set.tools.len());
-            set.tools.push(Bound {
-                provider: Arc::clone(provider),
-                tool: tool.clone(),
-                preset: tool_ref.preset.clone(),
-                client: false,
-            });
+            set.push(
+                &tool_ref.name,
+                Bound {
+                    provider: Arc::clone(provider),
+                    tool: tool.clone(),
+                    preset: tool_ref.preset.clone(),
+                    client: false,
+                },
+            );
         }
         Ok(set)
-    }
-
-    /// Adds the caller's own tools; their names must not clash with the run's other tools.
-    pub fn add_client_tools(&mut self, specs: &[ClientToolSpec]) -> Result<(), ToolSetError> {
-        if specs.is_empty() {
-            return Ok(());
-        }
-        let mut tools = Vec::new();
-        for (index, spec) in specs.iter().enumerate() {
-            let valid = !spec.name.is_empty()
-                && spec.name.len() <= 64
-                && spec
-                    .name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-            if !valid {
-                let reason = "must be 1 to 64 letters, digits, `_` or `-`".to_owned();
-                return Err(ToolSetError::ClientName { index, reason });
-            }
-            if self.by_name.contains_key(&spec.name)
-                || specs[..index].iter().any(|s| s.name == spec.name)
-            {
-                let reason = format!(
-                    "tool name {:?} is already used by another tool of the run",
-                    spec.name
-                );
-                return Err(ToolSetError::ClientName { index, reason });
-            }
-            tools.push(Arc::new(ClientTool {
-                descriptor: super::ToolDescriptor {
-                    provider: CLIENT_PROVIDER.to_owned(),
-                    name: spec.name.clone(),
-                    description: spec.description.clone(),
-                    parameters: spec.parameters.clone(),
-                },
-            }) as Arc<dyn super::ErasedTool>);
-        }
-        let provider = Provider::new(CLIENT_PROVIDER, super::ProviderKind::Client, "", tools)
-            .map_err(|err| {
-                let index = specs
-                    .iter()
-                    .position(|s| err.to_string().contains(&s.name))
-                    .unwrap_or(0);
-                ToolSetError::ClientSchema {
-                    index,
-                    reason: err.to_string(),
-                }
-            })?;
-        let provider = Arc::new(provider);
-        for spec in specs {
-            if let Some(tool) = provider.tools.get(&spec.name) {
-                self.by_name.insert(spec.name.clone(), self.tools.len());
-                self.tools.push(Bound {
-                    provider: Arc::clone(&provider),
-                    tool: tool.clone(),
-                    preset: Map::new(),
-                    client: true,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// Whether the caller runs the tool the model calls `name`.
-    pub fn is_client(&self, name: &str) -> bool {
-        self.by_name
-            .get(name)
-            .is_some_and(|i| self.tools[*i].client)
-    }
-
-    /// Checks a client tool call's arguments as the engine checks any call's; the failure
-    /// is the observation the model gets instead of asking the caller.
-    pub fn check_client_call(&self, name: &str, arguments: &str) -> Result<(), Box<Invocation>> {
-        let Some(bound) = self.by_name.get(name).map(|i| &self.tools[*i]) else {
-            return Err(Box::new(failure(
-                String::new(),
-                format!("there is not a tool named {name}"),
-                0.0,
-                Map::new(),
-            )));
-        };
-        prepare_arguments(bound, arguments)
-            .map(drop)
-            .map_err(|reason| {
-                let text = format!(
-                    "tool parameters validation error: {reason}, please check your tool parameters"
-                );
-                Box::new(failure(
-                    bound.provider.name.clone(),
-                    text,
-                    0.0,
-                    tool_config(bound),
-                ))
-            })
-    }
-
-    /// The outcome of a client tool call from what the caller submitted.
-    pub fn client_result(
-        &self,
-        name: &str,
-        output: String,
-        error: Option<String>,
-        time_cost: f64,
-    ) -> Invocation {
-        let config = self
-            .by_name
-            .get(name)
-            .map(|i| tool_config(&self.tools[*i]))
-            .unwrap_or_default();
-        match error.filter(|e| !e.is_empty()) {
-            Some(error) => failure(
-                CLIENT_PROVIDER.to_owned(),
-                format!("tool invoke error: {error}"),
-                time_cost,
-                config,
-            ),
-            None => Invocation {
-                provider: CLIENT_PROVIDER.to_owned(),
-                files: Vec::new(),
-                observation: output,
-                meta: ToolInvokeMeta {
-                    time_cost,
-                    error: None,
-                    tool_config: config,
-                },
-            },
-        }
     }
 
     /// The tools as the model is offered them, in configured order.
@@ -347,25 +190,13 @@ impl ToolSet {
     /// # Cancel safety
     /// Dropping the future drops the tool's future; the caller decides what to record.
     pub async fn invoke(&self, name: &str, arguments: &str, timeout: Duration) -> Invocation {
-        let Some(bound) = self.by_name.get(name).map(|i| &self.tools[*i]) else {
-            return failure(
-                String::new(),
-                format!("there is not a tool named {name}"),
-                0.0,
-                Map::new(),
-            );
+        let bound = match self.checked(name, arguments) {
+            Ok(checked) => checked,
+            Err(failure) => return *failure,
         };
+        let (bound, args) = bound;
         let config = tool_config(bound);
         let provider = bound.provider.name.clone();
-        let args = match prepare_arguments(bound, arguments) {
-            Ok(args) => args,
-            Err(reason) => {
-                let text = format!(
-                    "tool parameters validation error: {reason}, please check your tool parameters"
-                );
-                return failure(provider, text, 0.0, config);
-            }
-        };
         let started = Instant::now();
         let result = tokio::time::timeout(timeout, bound.tool.tool.call(args)).await;
         let time_cost = started.elapsed().as_secs_f64();
@@ -380,44 +211,56 @@ impl ToolSet {
                     tool_config: config,
                 },
             },
-            Ok(Err(err)) => failure(
-                provider,
-                format!("tool invoke error: {err}"),
-                time_cost,
-                config,
-            ),
-            Err(_) => failure(
-                provider,
-                format!(
-                    "tool invoke error: the tool did not finish within {}s",
-                    timeout.as_secs_f64()
-                ),
-                time_cost,
-                config,
-            ),
+            Ok(Err(err)) => {
+                observation::failure(provider, observation::invoke_error(&err), time_cost, config)
+            }
+            Err(_) => {
+                observation::failure(provider, observation::timed_out(timeout), time_cost, config)
+            }
         }
     }
-}
 
-fn failure(
-    provider: String,
-    text: String,
-    time_cost: f64,
-    tool_config: Map<String, Value>,
-) -> Invocation {
-    Invocation {
-        provider,
-        files: Vec::new(),
-        meta: ToolInvokeMeta {
-            time_cost,
-            error: Some(text.clone()),
-            tool_config,
-        },
-        observation: text,
+    /// The bound tool the model calls `name` with its prepared arguments, or the observation
+    /// that tells the model why the call cannot run.
+    pub(super) fn checked(
+        &self,
+        name: &str,
+        arguments: &str,
+    ) -> Result<(&Bound, Map<String, Value>), Box<Invocation>> {
+        let Some(bound) = self.bound(name) else {
+            return Err(Box::new(observation::failure(
+                String::new(),
+                observation::unknown_tool(name),
+                0.0,
+                Map::new(),
+            )));
+        };
+        match prepare_arguments(bound, arguments) {
+            Ok(args) => Ok((bound, args)),
+            Err(reason) => Err(Box::new(observation::failure(
+                bound.provider.name.clone(),
+                observation::invalid_arguments(&reason),
+                0.0,
+                tool_config(bound),
+            ))),
+        }
+    }
+
+    pub(super) fn bound(&self, name: &str) -> Option<&Bound> {
+        self.by_name.get(name).map(|i| &self.tools[*i])
+    }
+
+    pub(super) fn push(&mut self, name: &str, bound: Bound) {
+        self.by_name.insert(name.to_owned(), self.tools.len());
+        self.tools.push(bound);
+    }
+
+    pub(super) fn has(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
     }
 }
 
-fn tool_config(bound: &Bound) -> Map<String, Value> {
+pub(super) fn tool_config(bound: &Bound) -> Map<String, Value> {
     let descriptor = bound.tool.tool.descriptor();
     let mut config = Map::new();
     config.insert("tool_name".into(), json!(descriptor.name));
@@ -434,7 +277,10 @@ fn tool_config(bound: &Bound) -> Map<String, Value> {
 }
 
 /// Parses the model's argument text, applies presets (they win) and validates the result.
-fn prepare_arguments(bound: &Bound, arguments: &str) -> Result<Map<String, Value>, String> {
+pub(super) fn prepare_arguments(
+    bound: &Bound,
+    arguments: &str,
+) -> Result<Map<String, Value>, String> {
     let mut args = parse_arguments(arguments)?;
     for (key, value) in &bound.preset {
         args.insert(key.clone(), value.clone());

@@ -1,0 +1,57 @@
+//! How a run ends: the message's final state and the last event, from the loop's outcome.
+//! Cancellation by shutdown is an interruption, by anyone else a normal end; a failure is
+//! recorded on the message and sent as the `error` event.
+
+use super::halt::Halt;
+use super::state::RunState;
+use crate::domain::{FinishReason, Message, MessageStatus, RunEvent, RunFailure};
+
+/// Sets the message's final state from `outcome` and returns the event that announces it.
+/// `shutting_down` tells a shutdown from a caller's cancel; `latency` is the run's
+/// wall-clock seconds.
+pub fn conclude(
+    message: &mut Message,
+    state: &RunState,
+    outcome: Result<FinishReason, Halt>,
+    shutting_down: bool,
+    latency: f64,
+) -> RunEvent {
+    message.answer = state.answer();
+    message.usage = state.usage(latency);
+    message.iterations = state.iterations();
+    message.updated_at = crate::domain::now();
+    match outcome {
+        Ok(reason) => end(message, MessageStatus::Completed, reason),
+        Err(Halt::Cancelled) if shutting_down => fail(
+            message,
+            MessageStatus::Interrupted,
+            RunFailure {
+                code: "shutdown".to_owned(),
+                message: "the service shut down while the run was in progress".to_owned(),
+            },
+        ),
+        Err(Halt::Cancelled) => end(message, MessageStatus::Cancelled, FinishReason::Cancelled),
+        Err(Halt::Failed(failure)) => fail(message, MessageStatus::Failed, failure),
+    }
+}
+
+fn end(message: &mut Message, status: MessageStatus, reason: FinishReason) -> RunEvent {
+    message.status = status;
+    message.finish_reason = Some(reason);
+    RunEvent::MessageEnd {
+        answer: message.answer.clone(),
+        usage: message.usage.clone(),
+        finish_reason: reason,
+        iterations: message.iterations,
+    }
+}
+
+fn fail(message: &mut Message, status: MessageStatus, failure: RunFailure) -> RunEvent {
+    message.status = status;
+    message.error = Some(failure.clone());
+    RunEvent::Error {
+        failure,
+        usage: message.usage.clone(),
+        iterations: message.iterations,
+    }
+}

@@ -1,0 +1,404 @@
+//! One run, owned by one task from its first event to its last: LLM → tool calls →
+//! observations → LLM … → answer.
+//!
+//! Per round: write an empty thought, build the prompt, stream the model's turn as answer
+//! deltas, store the thought with its calls, run the calls, store each observation, and go
+//! again until the model calls no tool. [`RunTask::drive`] is the whole life of a run: it
+//! ends by recording the message's final state and sending `end` or `error`, and the run
+//! leaves the live registry when the task is dropped. What the run knows lives in
+//! [`state`], free of I/O; writing and announcing go through [`recorder`].
+
+mod finish;
+mod halt;
+mod recorder;
+mod state;
+mod tools;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::{FutureExt, StreamExt};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+pub use recorder::Recorder;
+
+use self::halt::{or_cancel, Halt};
+use self::state::{Round, RunState, Tally};
+use self::tools::RoundTools;
+use super::budget;
+use super::live::{Mailbox, Registration};
+use super::settings::RunnerSettings;
+use super::spec::{InputImage, RunSpec};
+use super::strategy::{ModelStep, PastTurn, PromptContext, Strategy, TurnReader};
+use crate::domain::{FinishReason, HistoryReport, Message, RunEvent};
+use crate::llm::{
+    ChatChunk, ChatRequest, ChatStream, ContentPart, Feature, LlmError, ResolvedModel, TurnEnd,
+};
+use crate::tools::{OfferedTool, ToolSet};
+
+/// The agent a run drives, resolved before its message was written.
+pub struct Agent {
+    /// The model and its client.
+    pub model: ResolvedModel,
+    /// How prompts are built and turns read.
+    pub strategy: Box<dyn Strategy>,
+    /// The tools the model may call.
+    pub tools: Arc<ToolSet>,
+    /// Earlier turns of the conversation, oldest first.
+    pub history: Vec<PastTurn>,
+}
+
+/// How a run is stopped and reached from outside while it is in progress.
+pub struct Control {
+    /// Fires on `Cancel`, the client's deadline, a dropped stream (when asked) or shutdown.
+    pub cancel: CancellationToken,
+    /// Fires on shutdown only, to tell an interruption from a cancel.
+    pub shutdown: CancellationToken,
+    /// Where the caller's tool results arrive.
+    pub mailbox: Mailbox,
+    /// Keeps the run in the live registry until the task ends.
+    pub registration: Registration,
+}
+
+/// How a round ended.
+enum RoundEnd {
+    /// The model called tools; go on.
+    Continue,
+    /// The model answered without tools.
+    Answered,
+    /// The last round still asked for tools.
+    LimitReached,
+}
+
+/// One run in progress, owned by its task.
+pub struct RunTask {
+    spec: RunSpec,
+    message: Message,
+    agent: Agent,
+    settings: RunnerSettings,
+    recorder: Recorder,
+    control: Control,
+    /// What every prompt of the run is built from; history may be cut to fit.
+    context: PromptContext,
+    state: RunState,
+    started: Instant,
+}
+
+impl RunTask {
+    /// A run of `spec` whose `message` is written as running.
+    pub fn new(
+        spec: RunSpec,
+        message: Message,
+        agent: Agent,
+        settings: RunnerSettings,
+        recorder: Recorder,
+        control: Control,
+    ) -> Self {
+        let context = prompt_context(&spec, &agent);
+        Self {
+            spec,
+            message,
+            agent,
+            settings,
+            recorder,
+            control,
+            context,
+            state: RunState::default(),
+            started: Instant::now(),
+        }
+    }
+
+    /// The whole life of the run: the rounds, then the record of how they ended; only then
+    /// does the run leave the live registry.
+    pub async fn drive(mut self) {
+        let outcome = self.rounds().await;
+        let registration = self.finish(outcome).await;
+        drop(registration);
+    }
+
+    async fn rounds(&mut self) -> Result<FinishReason, Halt> {
+        let offered = self.agent.tools.offered();
+        let max_rounds = self
+            .spec
+            .agent
+            .max_iteration
+            .min(super::spec::MAX_ITERATION_LIMIT)
+            + 1;
+        let first_tools: &[OfferedTool] = if max_rounds == 1 { &[] } else { &offered };
+        self.start(first_tools)?;
+        for position in 1..=max_rounds {
+            let last = position == max_rounds;
+            let tools: &[OfferedTool] = if last { &[] } else { &offered };
+            let span = tracing::info_span!("round", position);
+            match self.round(position, last, tools).instrument(span).await? {
+                RoundEnd::Continue => continue,
+                RoundEnd::Answered => return Ok(FinishReason::Stop),
+                RoundEnd::LimitReached => return Ok(FinishReason::MaxIterations),
+            }
+        }
+        Ok(FinishReason::MaxIterations)
+    }
+
+    /// Announces the run, with how much history fits the first prompt; a prompt that fits
+    /// not even without history ends the run before the model is called.
+    fn start(&mut self, tools: &[OfferedTool]) -> Result<(), Halt> {
+        let strategy = &self.agent.strategy;
+        let fitted = budget::fit(&mut self.context, &self.agent.model.info, |c| {
+            strategy.build_request(c, &[], tools)
+        });
+        let trim = fitted.as_ref().map(|(_, trim)| *trim).unwrap_or_default();
+        self.recorder.announce(RunEvent::Started {
+            strategy: strategy.kind(),
+            provider: self.agent.model.provider.clone(),
+            model: self.agent.model.info.name.clone(),
+            max_iteration: self.spec.agent.max_iteration,
+            history: HistoryReport {
+                kept_turns: u32::try_from(self.context.history.len()).unwrap_or(u32::MAX),
+                dropped_turns: trim.turns,
+                dropped_tokens: trim.tokens,
+            },
+        });
+        fitted.map_err(overflow)?;
+        log_trim(trim);
+        Ok(())
+    }
+
+    /// One round; a round that cannot finish is kept for the run's end.
+    async fn round(
+        &mut self,
+        position: u32,
+        last: bool,
+        tools: &[OfferedTool],
+    ) -> Result<RoundEnd, Halt> {
+        let mut round = self.state.begin_round(self.message.id, position);
+        self.recorder.thought(&round.thought)?;
+        match self.play(&mut round, last, tools).await {
+            Ok(end) => {
+                self.state.close_round(round);
+                Ok(end)
+            }
+            Err(halt) => {
+                self.state.interrupt(round);
+                Err(halt)
+            }
+        }
+    }
+
+    async fn play(
+        &mut self,
+        round: &mut Round,
+        last: bool,
+        tools: &[OfferedTool],
+    ) -> Result<RoundEnd, Halt> {
+        let request = self.request(tools)?;
+        let step = self.call_model(&request, tools, round).await?;
+        self.decide(round, step)?;
+        if round.thought.tool_calls.is_empty() {
+            return Ok(RoundEnd::Answered);
+        }
+        // Only the last round ends on a tool call. Earlier, a call of a tool the agent does
+        // not offer (some models call tools they were never given) is an unknown tool: its
+        // observation says so and the loop goes on.
+        if last {
+            return Ok(RoundEnd::LimitReached);
+        }
+        RoundTools {
+            tools: &self.agent.tools,
+            settings: &self.settings,
+            cancel: &self.control.cancel,
+            recorder: &mut self.recorder,
+            mailbox: &self.control.mailbox,
+            message: &mut self.message,
+        }
+        .run(round)
+        .await?;
+        Ok(RoundEnd::Continue)
+    }
+
+    /// The round's request, fitted to the model's context window.
+    fn request(&mut self, tools: &[OfferedTool]) -> Result<ChatRequest, Halt> {
+        let (strategy, rounds) = (&self.agent.strategy, self.state.rounds());
+        let (request, trim) = budget::fit(&mut self.context, &self.agent.model.info, |c| {
+            strategy.build_request(c, rounds, tools)
+        })
+        .map_err(overflow)?;
+        log_trim(trim);
+        Ok(request)
+    }
+
+    /// Calls the model, streaming visible text as answer deltas, and returns its decision.
+    /// The round's usage is recorded whatever the outcome, once the model began to answer.
+    async fn call_model(
+        &mut self,
+        request: &ChatRequest,
+        tools: &[OfferedTool],
+        round: &mut Round,
+    ) -> Result<ModelStep, Halt> {
+        let started = Instant::now();
+        let mut reader = self.agent.strategy.reader(tools);
+        let mut tally = Tally::default();
+        let span = tracing::info_span!("llm", model = %request.model);
+        let outcome = self
+            .read_turn(request, reader.as_mut(), round, &mut tally)
+            .instrument(span)
+            .await;
+        if let Ok(end) = &outcome {
+            tally.add_calls(end);
+        }
+        let info = &self.agent.model.info;
+        if let Some(tokens) = tally.tokens(request, info.tokenizer) {
+            let usage = info.pricing.usage(tokens, started.elapsed().as_secs_f64());
+            self.state.add_usage(round, usage);
+        }
+        let end = outcome?;
+        let held_back = reader.flush();
+        self.show(round, &held_back, reader.shows_answer());
+        Ok(reader.finish(end))
+    }
+
+    async fn read_turn(
+        &mut self,
+        request: &ChatRequest,
+        reader: &mut dyn TurnReader,
+        round: &mut Round,
+        tally: &mut Tally,
+    ) -> Result<TurnEnd, Halt> {
+        let client = Arc::clone(&self.agent.model.client);
+        let mut stream = or_cancel(&self.control.cancel, client.stream(request)).await??;
+        tally.answered = true;
+        let mut next = None;
+        loop {
+            let item = match next.take() {
+                Some(item) => item,
+                None => or_cancel(&self.control.cancel, stream.next()).await?,
+            };
+            match item {
+                Some(Ok(ChatChunk::Text(mut text))) => {
+                    next = coalesce(&mut stream, &mut text);
+                    tally.written.push_str(&text);
+                    let visible = reader.push(&text);
+                    self.show(round, &visible, reader.shows_answer());
+                }
+                Some(Ok(ChatChunk::Usage(usage))) => tally.reported = Some(usage),
+                Some(Ok(ChatChunk::Finished(end))) => return Ok(end),
+                Some(Err(err)) => return Err(err.into()),
+                None => {
+                    return Err(LlmError::Stream {
+                        message: "the stream ended without a finish".to_owned(),
+                    }
+                    .into())
+                }
+            }
+        }
+    }
+
+    /// Sends visible text of the round as a delta.
+    fn show(&mut self, round: &mut Round, text: &str, answer: bool) {
+        if let Some(text) = self.state.show(round, text, answer) {
+            self.recorder.announce(RunEvent::AnswerDelta { text });
+        }
+    }
+
+    /// Takes the model's decision: shows an answer the user has not seen, then stores and
+    /// announces the thought with its calls.
+    fn decide(&mut self, round: &mut Round, step: ModelStep) -> Result<(), Halt> {
+        if let Some(text) = self.state.show_paragraph(&step.unshown) {
+            self.recorder.announce(RunEvent::AnswerDelta { text });
+        }
+        let tools = &self.agent.tools;
+        round.decide(step, |name| {
+            tools.provider_of(name).unwrap_or_default().to_owned()
+        });
+        self.recorder.thought(&round.thought)?;
+        Ok(())
+    }
+
+    /// Writes the message's final state, then sends the last event and waits until every
+    /// event is published. Returns what keeps the run registered.
+    async fn finish(mut self, outcome: Result<FinishReason, Halt>) -> Registration {
+        if let Some(round) = self.state.unfinished() {
+            if let Err(err) = self.recorder.save_thought(&round.thought) {
+                tracing::error!(error = %err, "could not record the interrupted round");
+            }
+        }
+        let event = finish::conclude(
+            &mut self.message,
+            &self.state,
+            outcome,
+            self.control.shutdown.is_cancelled(),
+            self.started.elapsed().as_secs_f64(),
+        );
+        tracing::info!(status = ?self.message.status, iterations = self.message.iterations, "run ended");
+        match self.recorder.message(&self.message) {
+            Ok(()) => self.recorder.announce(event),
+            Err(err) => tracing::error!(error = %err, "could not record the end of a run"),
+        }
+        self.recorder.close().await;
+        self.control.registration
+    }
+}
+
+/// What every prompt of the run is built from.
+fn prompt_context(spec: &RunSpec, agent: &Agent) -> PromptContext {
+    let model = &spec.agent.model;
+    PromptContext {
+        model: model.name.clone(),
+        instruction: spec.filled_instruction(),
+        history: agent.history.clone(),
+        query: spec.query.clone(),
+        parameters: model.parameters.clone(),
+        stop: model.stop.clone(),
+        user: spec.user.clone(),
+        files: image_parts(spec, &agent.model),
+    }
+}
+
+/// The query's images for a model that can see them; others get the text alone.
+fn image_parts(spec: &RunSpec, model: &ResolvedModel) -> Vec<ContentPart> {
+    if spec.files.is_empty() {
+        return Vec::new();
+    }
+    if !model.info.has(Feature::Vision) {
+        tracing::info!(
+            files = spec.files.len(),
+            model = %model.info.name,
+            "the model has no vision feature; the query's images are left out"
+        );
+        return Vec::new();
+    }
+    spec.files.iter().map(InputImage::content_part).collect()
+}
+
+fn overflow(err: budget::Overflow) -> Halt {
+    Halt::failed("context_overflow", err.to_string())
+}
+
+fn log_trim(trim: budget::Trim) {
+    if trim.turns > 0 {
+        tracing::info!(
+            turns = trim.turns,
+            tokens = trim.tokens,
+            "history cut to fit the context window"
+        );
+    }
+}
+
+/// Appends to `text` every text chunk that has already arrived, so a burst of chunks
+/// becomes one delta event (and one stored record) instead of many. Returns the first
+/// item that is not ready text, if one was taken.
+fn coalesce(
+    stream: &mut ChatStream,
+    text: &mut String,
+) -> Option<Option<Result<ChatChunk, LlmError>>> {
+    loop {
+        match stream.next().now_or_never() {
+            Some(Some(Ok(ChatChunk::Text(more)))) => text.push_str(&more),
+            Some(other) => return Some(other),
+            None => return None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,99 @@
+//! Writes a run's records, then announces them: every event that tells a client about a
+//! record is emitted after the record is written, and the emitter makes both durable
+//! before anyone sees the event.
+
+use crate::domain::{
+    FileId, FileRecord, Message, MessageId, RunEvent, Tenant, Thought, ToolCallRecord,
+};
+use crate::runner::live::Emitter;
+use crate::store::{Store, StoreError};
+use crate::tools::{FileContent, ToolFile};
+
+/// The run's writer: its tenant's store and its event stream.
+pub struct Recorder {
+    store: Store,
+    tenant: Tenant,
+    emitter: Emitter,
+}
+
+impl Recorder {
+    /// A recorder for one run of `tenant`.
+    pub fn new(store: Store, tenant: Tenant, emitter: Emitter) -> Self {
+        Self {
+            store,
+            tenant,
+            emitter,
+        }
+    }
+
+    /// Sends an event that announces no new record (a delta, a tool starting).
+    pub fn announce(&mut self, event: RunEvent) {
+        self.emitter.emit(event);
+    }
+
+    /// Writes the thought as it stands, then announces it.
+    pub fn thought(&mut self, thought: &Thought) -> Result<(), StoreError> {
+        self.save_thought(thought)?;
+        self.emitter
+            .emit(RunEvent::Thought(Box::new(thought.clone())));
+        Ok(())
+    }
+
+    /// Writes the thought without an event (its last state, at the run's end).
+    pub fn save_thought(&self, thought: &Thought) -> Result<(), StoreError> {
+        self.store.put_thought(&self.tenant, thought)
+    }
+
+    /// Writes the thought with a call's result, then announces the call as finished.
+    pub fn tool_finished(
+        &mut self,
+        thought: &Thought,
+        call: ToolCallRecord,
+    ) -> Result<(), StoreError> {
+        self.save_thought(thought)?;
+        self.emitter.emit(RunEvent::ToolFinished {
+            thought_id: thought.id,
+            position: thought.position,
+            call,
+        });
+        Ok(())
+    }
+
+    /// Stores the files a tool produced for `message` and announces each.
+    pub fn files(
+        &mut self,
+        message: MessageId,
+        files: &[ToolFile],
+    ) -> Result<Vec<FileRecord>, StoreError> {
+        let mut records = Vec::with_capacity(files.len());
+        for file in files {
+            let (bytes, url) = match &file.content {
+                FileContent::Bytes(bytes) => (Some(bytes.as_slice()), String::new()),
+                FileContent::Url(url) => (None, url.clone()),
+            };
+            let record = FileRecord {
+                id: FileId::new(),
+                message_id: message,
+                name: file.name.clone(),
+                mime_type: file.mime_type.clone(),
+                size: bytes.map_or(0, |b| b.len() as u64),
+                url,
+                created_at: crate::domain::now(),
+            };
+            self.store.put_file(&self.tenant, &record, bytes)?;
+            self.emitter.emit(RunEvent::File(record.clone()));
+            records.push(record);
+        }
+        Ok(records)
+    }
+
+    /// Writes the message as it stands.
+    pub fn message(&self, message: &Message) -> Result<(), StoreError> {
+        self.store.update_message(&self.tenant, message)
+    }
+
+    /// Waits until every emitted event is durable and published.
+    pub async fn close(self) {
+        self.emitter.close().await;
+    }
+}

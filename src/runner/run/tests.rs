@@ -1,0 +1,300 @@
+#![allow(clippy::wildcard_enum_match_arm)]
+
+//! The loop's state transitions, driven through the runner with a scripted model over a
+//! temporary store: no server, no network.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use crate::domain::{EventEnvelope, FinishReason, MessageStatus, RunEvent, Tenant};
+use crate::llm::{ModelEntry, ModelRegistry};
+use crate::runner::{AgentSpec, ClientOutput, ModelSpec, RunSpec, Runner, RunnerSettings};
+use crate::store::Store;
+use crate::test_utils::{testing_provider, ScriptedChatModel, ScriptedTurn};
+use crate::tools::{ClientToolSpec, ToolRef, ToolRegistry};
+
+const PROVIDER: &str = "scripted";
+
+fn runner(model: Arc<ScriptedChatModel>) -> (Runner, Store) {
+    let store = Store::temporary().unwrap();
+    let mut models = ModelRegistry::default();
+    models.insert(PROVIDER, model, &[ModelEntry::unlisted("m")], false);
+    let tools = ToolRegistry::with_builtins().unwrap();
+    tools.register_builtin(testing_provider().unwrap());
+    let settings = RunnerSettings {
+        client_tool_timeout: Duration::from_secs(5),
+        ..RunnerSettings::default()
+    };
+    let runner = Runner::new(store.clone(), Arc::new(models), Arc::new(tools), settings);
+    (runner, store)
+}
+
+fn spec(tools: &[(&str, &str)]) -> RunSpec {
+    RunSpec {
+        agent: AgentSpec {
+            model: ModelSpec {
+                provider: PROVIDER.into(),
+                name: "m".into(),
+                ..ModelSpec::default()
+            },
+            max_iteration: 10,
+            tools: tools
+                .iter()
+                .map(|(provider, name)| ToolRef {
+                    provider: (*provider).into(),
+                    name: (*name).into(),
+                    preset: Default::default(),
+                })
+                .collect(),
+            ..AgentSpec::default()
+        },
+        ..RunSpec::new(Tenant::default_tenant(), "question")
+    }
+}
+
+async fn run_to_end(runner: &Runner, spec: RunSpec) -> Vec<EventEnvelope> {
+    let handle = runner.start(spec, runner.run_token()).await.unwrap();
+    handle.events.collect().await
+}
+
+/// Reads events up to and including the first that `stop` picks.
+async fn read_until(
+    events: &mut crate::runner::EventStream,
+    stop: impl Fn(&RunEvent) -> bool,
+) -> Vec<EventEnvelope> {
+    let mut seen = Vec::new();
+    while let Some(event) = events.next().await {
+        let last = stop(&event.event);
+        seen.push(event);
+        if last {
+            break;
+        }
+    }
+    seen
+}
+
+fn deltas(events: &[EventEnvelope]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            RunEvent::AnswerDelta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn end(events: &[EventEnvelope]) -> (String, FinishReason, u32) {
+    match events.last().map(|e| &e.event) {
+        Some(RunEvent::MessageEnd {
+            answer,
+            finish_reason,
+            iterations,
+            ..
+        }) => (answer.clone(), *finish_reason, *iterations),
+        other => panic!("the last event is not an end: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_answer_is_every_rounds_text_exactly_as_the_deltas_showed_it() {
+    let model = ScriptedChatModel::new(vec![
+        ScriptedTurn::calls(
+            "Let me compute.",
+            &[("c1", "eval_expression", r#"{"expression": "6*7"}"#)],
+        ),
+        ScriptedTurn::text("It is 42."),
+    ]);
+    let (runner, store) = runner(Arc::clone(&model));
+
+    let events = run_to_end(&runner, spec(&[("maths", "eval_expression")])).await;
+
+    let (answer, reason, iterations) = end(&events);
+    assert_eq!(answer, "Let me compute.\nIt is 42.");
+    assert_eq!(deltas(&events), answer);
+    assert_eq!((reason, iterations), (FinishReason::Stop, 2));
+    let thoughts = store
+        .list_thoughts(&Tenant::default_tenant(), events[0].message_id)
+        .unwrap();
+    assert_eq!(thoughts.len(), 2);
+    assert_eq!(thoughts[0].tool_calls[0].observation.as_deref(), Some("42"));
+    assert_eq!(thoughts[1].answer, "It is 42.");
+    let usage = thoughts[0].usage.clone().unwrap();
+    assert_eq!(usage.tokens.total_tokens, 15);
+    let second = &model.requests()[1];
+    assert_eq!(
+        second.messages.len(),
+        3,
+        "user, assistant calls, tool result"
+    );
+}
+
+#[tokio::test]
+async fn the_last_round_offers_no_tools_and_a_call_there_ends_at_the_limit() {
+    let call = || ScriptedTurn::calls("", &[("c", "eval_expression", r#"{"expression": "1"}"#)]);
+    let model = ScriptedChatModel::new(vec![call(), call()]);
+    let (runner, store) = runner(Arc::clone(&model));
+    let mut spec = spec(&[("maths", "eval_expression")]);
+    spec.agent.max_iteration = 1;
+
+    let events = run_to_end(&runner, spec).await;
+
+    assert_eq!(end(&events).1, FinishReason::MaxIterations);
+    assert_eq!(end(&events).2, 2);
+    let requests = model.requests();
+    assert!(!requests[0].tools.is_empty());
+    assert!(
+        requests[1].tools.is_empty(),
+        "the last round offers no tools"
+    );
+    let thoughts = store
+        .list_thoughts(&Tenant::default_tenant(), events[0].message_id)
+        .unwrap();
+    assert_eq!(thoughts[1].tool_calls.len(), 1, "the last call is recorded");
+    assert!(
+        thoughts[1].tool_calls[0].observation.is_none(),
+        "but not run"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_tool_is_an_observation_and_the_loop_goes_on() {
+    let model = ScriptedChatModel::new(vec![
+        ScriptedTurn::calls("", &[("w", "web_search", r#"{"q": "x"}"#)]),
+        ScriptedTurn::text("No search here."),
+    ]);
+    let (runner, _) = runner(Arc::clone(&model));
+
+    let events = run_to_end(&runner, spec(&[])).await;
+
+    assert_eq!(
+        end(&events),
+        ("No search here.".to_owned(), FinishReason::Stop, 2)
+    );
+    let finished = events.iter().find_map(|e| match &e.event {
+        RunEvent::ToolFinished { call, .. } => call.observation.clone(),
+        _ => None,
+    });
+    assert_eq!(
+        finished.as_deref(),
+        Some("there is not a tool named web_search")
+    );
+}
+
+#[tokio::test]
+async fn a_cancel_between_rounds_stops_before_the_next_model_call() {
+    let model = ScriptedChatModel::new(vec![
+        ScriptedTurn::calls("Waiting.", &[("s", "sleep", r#"{"ms": 60000}"#)]),
+        ScriptedTurn::text("never asked"),
+    ]);
+    let (runner, store) = runner(Arc::clone(&model));
+    let handle = runner
+        .start(spec(&[("testing", "sleep")]), runner.run_token())
+        .await
+        .unwrap();
+    let mut events = handle.events;
+    let mut seen = read_until(&mut events, |e| matches!(e, RunEvent::ToolStarted { .. })).await;
+
+    let status = runner
+        .cancel(&Tenant::default_tenant(), handle.message_id)
+        .await
+        .unwrap();
+    seen.extend(events.collect::<Vec<_>>().await);
+
+    assert_eq!(status, MessageStatus::Cancelled);
+    assert_eq!(
+        end(&seen),
+        ("Waiting.".to_owned(), FinishReason::Cancelled, 1)
+    );
+    assert_eq!(model.requests().len(), 1);
+    let message = store
+        .get_message(&Tenant::default_tenant(), handle.message_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(message.status, MessageStatus::Cancelled);
+    assert_eq!(message.answer, "Waiting.");
+}
+
+#[tokio::test]
+async fn a_client_tool_call_waits_for_the_callers_result_then_goes_on() {
+    let model = ScriptedChatModel::new(vec![
+        ScriptedTurn::calls("", &[("k1", "lookup", r#"{"key": "a"}"#)]),
+        ScriptedTurn::text("The value is 7."),
+    ]);
+    let (runner, store) = runner(Arc::clone(&model));
+    let mut spec = spec(&[]);
+    spec.client_tools = vec![ClientToolSpec {
+        name: "lookup".into(),
+        description: "Looks a key up".into(),
+        parameters: serde_json::json!({"type": "object", "properties": {"key": {"type": "string"}}}),
+    }];
+    let handle = runner.start(spec, runner.run_token()).await.unwrap();
+    let mut events = handle.events;
+    let mut seen = read_until(&mut events, |e| {
+        matches!(e, RunEvent::ToolCallsRequired { .. })
+    })
+    .await;
+    let tenant = Tenant::default_tenant();
+    let waiting = store
+        .get_message(&tenant, handle.message_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(waiting.status, MessageStatus::WaitingToolOutputs);
+
+    runner
+        .submit_tool_outputs(
+            &tenant,
+            handle.message_id,
+            vec![ClientOutput {
+                tool_call_id: "k1".into(),
+                output: "7".into(),
+                error: String::new(),
+            }],
+        )
+        .unwrap();
+    seen.extend(events.collect::<Vec<_>>().await);
+
+    assert_eq!(
+        end(&seen),
+        ("The value is 7.".to_owned(), FinishReason::Stop, 2)
+    );
+    let second = &model.requests()[1];
+    let last = second.messages.last().unwrap();
+    assert_eq!(
+        last,
+        &crate::llm::ChatMessage::Tool {
+            tool_call_id: "k1".into(),
+            content: "7".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_failing_model_ends_the_run_with_an_error_counting_the_call() {
+    let model = ScriptedChatModel::new(vec![ScriptedTurn::Fail(crate::llm::LlmError::Server {
+        status: 503,
+        message: "busy".into(),
+        retry_after: None,
+    })]);
+    let (runner, store) = runner(model);
+
+    let events = run_to_end(&runner, spec(&[])).await;
+
+    match &events.last().unwrap().event {
+        RunEvent::Error {
+            failure,
+            iterations,
+            ..
+        } => {
+            assert_eq!(failure.code, "llm_server_error");
+            assert_eq!(*iterations, 1);
+        }
+        other => panic!("not an error: {other:?}"),
+    }
+    let message = store
+        .get_message(&Tenant::default_tenant(), events[0].message_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(message.status, MessageStatus::Failed);
+}

@@ -1,0 +1,174 @@
+//! Running one round's tool calls: the server's tools concurrently (bounded, each within
+//! the tool timeout), then the caller's own tools through the mailbox. Each result is
+//! stored and announced as it arrives; the round's thought ends up holding every result in
+//! call order.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::halt::{or_cancel, Halt};
+use super::recorder::Recorder;
+use super::state::Round;
+use crate::domain::{Message, MessageStatus, RunEvent, ToolCallRecord};
+use crate::runner::live::{ClientOutput, Mailbox};
+use crate::runner::settings::RunnerSettings;
+use crate::tools::{Invocation, ToolSet};
+
+/// What running a round's calls needs from its run.
+pub struct RoundTools<'a> {
+    /// The run's tools.
+    pub tools: &'a Arc<ToolSet>,
+    /// Timeouts and concurrency.
+    pub settings: &'a RunnerSettings,
+    /// Stops every call at once.
+    pub cancel: &'a CancellationToken,
+    /// Where results are written and announced.
+    pub recorder: &'a mut Recorder,
+    /// Where the caller's results arrive.
+    pub mailbox: &'a Mailbox,
+    /// The message, whose status shows a wait for the caller.
+    pub message: &'a mut Message,
+}
+
+impl RoundTools<'_> {
+    /// Runs every call of `round` and records each result.
+    pub async fn run(&mut self, round: &mut Round) -> Result<(), Halt> {
+        let thought = &round.thought;
+        for call in &thought.tool_calls {
+            self.recorder.announce(RunEvent::ToolStarted {
+                thought_id: thought.id,
+                position: thought.position,
+                call: call.clone(),
+            });
+        }
+        let (client, server): (Vec<usize>, Vec<usize>) = (0..thought.tool_calls.len())
+            .partition(|index| self.tools.is_client(&thought.tool_calls[*index].name));
+        self.run_server_calls(round, server).await?;
+        self.run_client_calls(round, client).await?;
+        self.recorder
+            .announce(RunEvent::Thought(Box::new(round.thought.clone())));
+        Ok(())
+    }
+
+    async fn run_server_calls(
+        &mut self,
+        round: &mut Round,
+        indices: Vec<usize>,
+    ) -> Result<(), Halt> {
+        let calls: Vec<(usize, ToolCallRecord)> = indices
+            .into_iter()
+            .map(|index| (index, round.thought.tool_calls[index].clone()))
+            .collect();
+        let timeout = self.settings.tool_timeout;
+        let tools = Arc::clone(self.tools);
+        let mut results = futures::stream::iter(calls)
+            .map(|(index, call)| invoke(Arc::clone(&tools), index, call, timeout))
+            .buffer_unordered(self.settings.tool_concurrency.max(1));
+        while let Some((index, invocation)) = or_cancel(self.cancel, results.next()).await? {
+            self.record(round, index, invocation)?;
+        }
+        Ok(())
+    }
+
+    /// Hands the caller's calls to it and records what it sends back; calls whose
+    /// arguments do not fit get their observation at once, without asking.
+    async fn run_client_calls(
+        &mut self,
+        round: &mut Round,
+        indices: Vec<usize>,
+    ) -> Result<(), Halt> {
+        let mut waiting = Vec::new();
+        for index in indices {
+            let call = round.thought.tool_calls[index].clone();
+            match self.tools.check_client_call(&call.name, &call.arguments) {
+                Ok(()) => waiting.push((index, call)),
+                Err(invocation) => self.record(round, index, *invocation)?,
+            }
+        }
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        let calls: Vec<ToolCallRecord> = waiting.iter().map(|(_, call)| call.clone()).collect();
+        let since = tokio::time::Instant::now();
+        let outputs = self.wait_for_outputs(round, calls).await?;
+        let waited = since.elapsed().as_secs_f64();
+        for (index, call) in waiting {
+            let output = outputs.iter().find(|o| o.tool_call_id == call.id).cloned();
+            let (text, error) = output.map_or((String::new(), None), |o| (o.output, Some(o.error)));
+            let invocation = self.tools.client_result(&call.name, text, error, waited);
+            self.record(round, index, invocation)?;
+        }
+        Ok(())
+    }
+
+    /// Marks the message as waiting, tells the caller what to run, and waits for the
+    /// results until the run is cancelled or the client-tool timeout passes.
+    async fn wait_for_outputs(
+        &mut self,
+        round: &Round,
+        calls: Vec<ToolCallRecord>,
+    ) -> Result<Vec<ClientOutput>, Halt> {
+        let mut expected = self
+            .mailbox
+            .expect(calls.iter().map(|c| c.id.clone()).collect());
+        self.set_status(MessageStatus::WaitingToolOutputs)?;
+        self.recorder.announce(RunEvent::ToolCallsRequired {
+            thought_id: round.thought.id,
+            calls,
+        });
+        let limit = self.settings.client_tool_timeout;
+        let outcome = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Err(Halt::Cancelled),
+            _ = tokio::time::sleep(limit) => Err(Halt::failed(
+                "client_tool_timeout",
+                format!("no tool outputs were submitted within {}s", limit.as_secs()),
+            )),
+            outputs = expected.results() => outputs.ok_or(Halt::Cancelled),
+        };
+        drop(expected);
+        let outputs = outcome?;
+        self.set_status(MessageStatus::Running)?;
+        Ok(outputs)
+    }
+
+    fn set_status(&mut self, status: MessageStatus) -> Result<(), Halt> {
+        self.message.status = status;
+        self.message.updated_at = crate::domain::now();
+        self.recorder.message(self.message)?;
+        Ok(())
+    }
+
+    /// Stores a call's files and result, then announces the call as finished.
+    fn record(
+        &mut self,
+        round: &mut Round,
+        index: usize,
+        invocation: Invocation,
+    ) -> Result<(), Halt> {
+        let files = self.recorder.files(self.message.id, &invocation.files)?;
+        let file_ids = files.iter().map(|f| f.id.to_string());
+        if let Some(call) = round.observe(index, invocation, file_ids) {
+            self.recorder.tool_finished(&round.thought, call)?;
+        }
+        Ok(())
+    }
+}
+
+async fn invoke(
+    tools: Arc<ToolSet>,
+    index: usize,
+    call: ToolCallRecord,
+    timeout: Duration,
+) -> (usize, Invocation) {
+    let span = tracing::info_span!("tool", name = %call.name, call_id = %call.id);
+    let invocation = tools
+        .invoke(&call.name, &call.arguments, timeout)
+        .instrument(span)
+        .await;
+    (index, invocation)
+}

@@ -1,0 +1,51 @@
+//! What the model is told when a call cannot give it a result: every failure text in one
+//! place, so the model (and a client reading thoughts) sees the same words for the same case.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::Invocation;
+use crate::domain::ToolInvokeMeta;
+
+/// The model called a tool the run does not offer.
+pub fn unknown_tool(name: &str) -> String {
+    format!("there is not a tool named {name}")
+}
+
+/// The call's arguments do not fit the tool's schema.
+pub fn invalid_arguments(reason: &str) -> String {
+    format!("tool parameters validation error: {reason}, please check your tool parameters")
+}
+
+/// The tool ran and failed.
+pub fn invoke_error(detail: &dyn std::fmt::Display) -> String {
+    format!("tool invoke error: {detail}")
+}
+
+/// The tool did not finish in time.
+pub fn timed_out(timeout: Duration) -> String {
+    invoke_error(&format_args!(
+        "the tool did not finish within {}s",
+        timeout.as_secs_f64()
+    ))
+}
+
+/// A failed call: the text is both the observation and `meta.error`.
+pub fn failure(
+    provider: String,
+    text: String,
+    time_cost: f64,
+    tool_config: Map<String, Value>,
+) -> Invocation {
+    Invocation {
+        provider,
+        files: Vec::new(),
+        meta: ToolInvokeMeta {
+            time_cost,
+            error: Some(text.clone()),
+            tool_config,
+        },
+        observation: text,
+    }
+}
