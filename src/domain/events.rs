@@ -61,6 +61,21 @@ pub enum RunEvent {
         /// The calls, without observations.
         calls: Vec<ToolCallRecord>,
     },
+    /// A model call failed before the user saw any of its answer and is tried again.
+    Retry {
+        /// The round the call belongs to.
+        position: u32,
+        /// The attempt about to be made; 2 for the first retry.
+        attempt: u32,
+        /// Seconds waited before it.
+        delay: f64,
+        /// The failure, as an error event would carry it.
+        failure: RunFailure,
+        /// Provider of the model the next attempt goes to.
+        provider: String,
+        /// The model the next attempt goes to.
+        model: String,
+    },
     /// The run ended normally.
     MessageEnd {
         /// The whole answer.

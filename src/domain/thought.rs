@@ -53,6 +53,12 @@ pub struct Thought {
     pub file_ids: Vec<String>,
     /// The round's LLM usage; `None` until the model has answered.
     pub usage: Option<Usage>,
+    /// Provider of the model that answered the round (a fallback's when the primary failed).
+    #[serde(default)]
+    pub provider: String,
+    /// The model that answered the round.
+    #[serde(default)]
+    pub model: String,
     /// When the round began.
     pub created_at: DateTime<Utc>,
 }
@@ -69,6 +75,8 @@ impl Thought {
             answer: String::new(),
             file_ids: Vec::new(),
             usage: None,
+            provider: String::new(),
+            model: String::new(),
             created_at: super::now(),
         }
     }

@@ -78,6 +78,7 @@ impl Pricing {
             total_price: prompt_price + completion_price,
             currency: self.currency.clone(),
             latency,
+            queue_time: 0.0,
         }
     }
 }
@@ -97,6 +98,10 @@ pub struct Usage {
     pub currency: String,
     /// Wall-clock seconds.
     pub latency: f64,
+    /// Seconds spent waiting for a free slot of the provider's concurrency limit
+    /// (included in `latency`).
+    #[serde(default)]
+    pub queue_time: f64,
 }
 
 impl Default for Usage {
@@ -109,6 +114,7 @@ impl Usage {
     /// Adds a round's usage; latency is left to the caller, who knows the wall clock.
     pub fn add(&mut self, other: &Usage) {
         self.tokens.add(other.tokens);
+        self.queue_time += other.queue_time;
         self.prompt_price += other.prompt_price;
         self.completion_price += other.completion_price;
         self.total_price += other.total_price;

@@ -75,6 +75,14 @@ pub enum LlmError {
         /// What was wrong.
         message: String,
     },
+    /// Every slot of the provider's concurrency limit stayed taken for the queue timeout.
+    #[error("the LLM provider {provider:?} had no free slot within {waited:?} (max_concurrent_requests)")]
+    Busy {
+        /// The provider.
+        provider: String,
+        /// How long the call waited.
+        waited: Duration,
+    },
 }
 
 impl LlmError {
@@ -90,15 +98,34 @@ impl LlmError {
             Self::BadRequest { .. } => "llm_bad_request",
             Self::Stream { .. } => "llm_stream_error",
             Self::Decode { .. } => "llm_decode_error",
+            Self::Busy { .. } => "llm_provider_busy",
+        }
+    }
+
+    /// Whether another attempt may succeed: connection failures, timeouts before the first
+    /// byte, a broken stream, 408, 409, 429, 5xx and a full provider. A refused key, an
+    /// unknown model or a rejected request (a context-length error among them) fail the
+    /// same way every time.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Connect { .. }
+            | Self::RateLimited { .. }
+            | Self::Server { .. }
+            | Self::Stream { .. }
+            | Self::Busy { .. } => true,
+            Self::Timeout { phase, .. } => *phase != IDLE_PHASE,
+            Self::BadRequest { status, .. } => matches!(status, 408 | 409),
+            Self::Auth { .. } | Self::ModelNotFound { .. } | Self::Decode { .. } => false,
         }
     }
 
     /// How a caller outside a run should see this failure.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::Connect { .. } | Self::Server { .. } | Self::Stream { .. } => {
-                ErrorKind::Unavailable
-            }
+            Self::Connect { .. }
+            | Self::Server { .. }
+            | Self::Stream { .. }
+            | Self::Busy { .. } => ErrorKind::Unavailable,
             Self::Timeout { .. } => ErrorKind::DeadlineExceeded,
             Self::Auth { .. } | Self::BadRequest { .. } | Self::Decode { .. } => {
                 ErrorKind::FailedPrecondition
@@ -120,7 +147,11 @@ impl LlmError {
             | Self::ModelNotFound { .. }
             | Self::BadRequest { .. }
             | Self::Stream { .. }
-            | Self::Decode { .. } => None,
+            | Self::Decode { .. }
+            | Self::Busy { .. } => None,
         }
     }
 }
+
+/// The phase of a timeout inside a stream, after its first byte.
+pub const IDLE_PHASE: &str = "stream";

@@ -16,8 +16,8 @@ use serde_json::Value;
 
 pub use error::LlmError;
 pub use registry::{
-    Feature, ModelEntry, ModelInfo, ModelLookupError, ModelRegistry, ProviderApi, ProviderConfig,
-    ResolvedModel, Secret,
+    CallPolicy, Feature, ModelEntry, ModelInfo, ModelLookupError, ModelRegistry, ProviderApi,
+    ProviderConfig, ResolvedModel, RetryPolicy, Secret,
 };
 pub use tokens::Tokenizer;
 

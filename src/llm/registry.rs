@@ -3,9 +3,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rust_decimal::Decimal;
 use serde::Deserialize;
+use tokio::sync::Semaphore;
 
 use super::openai::OpenAiClient;
 use super::{ChatModel, Tokenizer};
@@ -119,6 +121,18 @@ fn default_first_byte_timeout() -> u64 {
 fn default_idle_timeout() -> u64 {
     300
 }
+fn default_max_retries() -> u32 {
+    2
+}
+fn default_retry_base_ms() -> u64 {
+    500
+}
+fn default_retry_max_delay_ms() -> u64 {
+    10_000
+}
+fn default_queue_timeout() -> u64 {
+    60
+}
 
 /// One LLM provider from the configuration file.
 #[derive(Debug, Clone, Deserialize)]
@@ -147,6 +161,22 @@ pub struct ProviderConfig {
     /// Reject models that are not listed below instead of giving them defaults.
     #[serde(default)]
     pub strict_models: bool,
+    /// Retries of a call that failed before the user saw any of its answer (connection
+    /// errors, timeouts before the first byte, 408, 409, 429, 5xx).
+    #[serde(default = "default_max_retries")]
+    pub max_retries: u32,
+    /// The first retry waits up to this long; each later one up to twice as long.
+    #[serde(default = "default_retry_base_ms")]
+    pub retry_base_ms: u64,
+    /// No retry waits longer; a provider asking for a longer wait is not retried.
+    #[serde(default = "default_retry_max_delay_ms")]
+    pub retry_max_delay_ms: u64,
+    /// Calls in flight to this provider at most; 0 is unlimited.
+    #[serde(default)]
+    pub max_concurrent_requests: u32,
+    /// Seconds a call waits for a free slot before it counts as a retryable failure.
+    #[serde(default = "default_queue_timeout")]
+    pub queue_timeout_secs: u64,
     /// Known models with their features and prices.
     #[serde(default)]
     pub models: Vec<ModelEntry>,
@@ -166,7 +196,26 @@ impl ProviderConfig {
             first_byte_timeout_secs: default_first_byte_timeout(),
             idle_timeout_secs: default_idle_timeout(),
             strict_models: false,
+            max_retries: default_max_retries(),
+            retry_base_ms: default_retry_base_ms(),
+            retry_max_delay_ms: default_retry_max_delay_ms(),
+            max_concurrent_requests: 0,
+            queue_timeout_secs: default_queue_timeout(),
             models: Vec::new(),
+        }
+    }
+
+    /// How calls to this provider are retried and limited.
+    pub fn call_policy(&self) -> CallPolicy {
+        CallPolicy {
+            retry: RetryPolicy {
+                max_retries: self.max_retries,
+                base: Duration::from_millis(self.retry_base_ms),
+                max_delay: Duration::from_millis(self.retry_max_delay_ms),
+            },
+            slots: (self.max_concurrent_requests > 0)
+                .then(|| Arc::new(Semaphore::new(self.max_concurrent_requests as usize))),
+            queue_timeout: Duration::from_secs(self.queue_timeout_secs),
         }
     }
 
@@ -220,6 +269,49 @@ impl From<&ModelEntry> for ModelInfo {
     }
 }
 
+/// How a failed call to a provider is retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// The longest wait before the first retry; doubles for each later one.
+    pub base: Duration,
+    /// The longest wait before any retry.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_retries: default_max_retries(),
+            base: Duration::from_millis(default_retry_base_ms()),
+            max_delay: Duration::from_millis(default_retry_max_delay_ms()),
+        }
+    }
+}
+
+/// How calls to one provider are retried and how many may be in flight.
+#[derive(Debug, Clone)]
+pub struct CallPolicy {
+    /// Retries of failed calls.
+    pub retry: RetryPolicy,
+    /// Slots for calls in flight, shared by every run; `None` is unlimited. A tokio
+    /// semaphore, because a call holds its slot across awaits until its stream ends.
+    pub slots: Option<Arc<Semaphore>>,
+    /// How long a call waits for a slot.
+    pub queue_timeout: Duration,
+}
+
+impl Default for CallPolicy {
+    fn default() -> Self {
+        Self {
+            retry: RetryPolicy::default(),
+            slots: None,
+            queue_timeout: Duration::from_secs(default_queue_timeout()),
+        }
+    }
+}
+
 /// A model ready to call.
 #[derive(Clone)]
 pub struct ResolvedModel {
@@ -229,6 +321,8 @@ pub struct ResolvedModel {
     pub client: Arc<dyn ChatModel>,
     /// What the model can do and costs.
     pub info: ModelInfo,
+    /// Its provider's retries and concurrency limit.
+    pub policy: CallPolicy,
 }
 
 /// A provider or model that the configuration does not have.
@@ -263,6 +357,7 @@ struct Provider {
     client: Arc<dyn ChatModel>,
     models: HashMap<String, ModelInfo>,
     strict: bool,
+    policy: CallPolicy,
 }
 
 /// Every configured provider, by name.
@@ -280,11 +375,20 @@ impl ModelRegistry {
         for (name, config) in providers {
             let client = Arc::new(OpenAiClient::new(config)?);
             registry.insert(name, client, &config.models, config.strict_models);
+            registry.set_policy(name, config.call_policy());
         }
         Ok(registry)
     }
 
-    /// Adds (or replaces) a provider; also how tests plug in scripted models.
+    /// Sets how calls to provider `name` are retried and limited.
+    pub fn set_policy(&mut self, name: &str, policy: CallPolicy) {
+        if let Some(provider) = self.providers.get_mut(name) {
+            provider.policy = policy;
+        }
+    }
+
+    /// Adds (or replaces) a provider with the default call policy; also how tests plug in
+    /// scripted models.
     pub fn insert(
         &mut self,
         name: &str,
@@ -302,6 +406,7 @@ impl ModelRegistry {
                 client,
                 models,
                 strict,
+                policy: CallPolicy::default(),
             },
         );
     }
@@ -335,6 +440,7 @@ impl ModelRegistry {
             provider: provider.to_owned(),
             client: Arc::clone(&entry.client),
             info,
+            policy: entry.policy.clone(),
         })
     }
 }

@@ -19,6 +19,16 @@ pub enum RunError {
         /// The lookup failure.
         source: ModelLookupError,
     },
+    /// A fallback model's provider or name is not configured.
+    #[error("agent.model.fallbacks[{index}].{field}: {source}")]
+    Fallback {
+        /// Position in the list.
+        index: usize,
+        /// `provider` or `name`.
+        field: &'static str,
+        /// The lookup failure.
+        source: ModelLookupError,
+    },
     /// A configured tool is unusable.
     #[error(transparent)]
     Tools(#[from] ToolSetError),
@@ -60,20 +70,35 @@ pub enum RunError {
 
 impl From<ModelLookupError> for RunError {
     fn from(source: ModelLookupError) -> Self {
-        let field = match source {
-            ModelLookupError::UnknownProvider { .. } => "provider",
-            ModelLookupError::UnknownModel { .. } => "name",
-        };
+        let field = lookup_field(&source);
         Self::Model { field, source }
     }
 }
 
+/// The request field a failed model lookup names.
+fn lookup_field(source: &ModelLookupError) -> &'static str {
+    match source {
+        ModelLookupError::UnknownProvider { .. } => "provider",
+        ModelLookupError::UnknownModel { .. } => "name",
+    }
+}
+
 impl RunError {
+    /// Fallback `index` cannot be resolved.
+    pub fn fallback(index: usize, source: ModelLookupError) -> Self {
+        let field = lookup_field(&source);
+        Self::Fallback {
+            index,
+            field,
+            source,
+        }
+    }
+
     /// The class of failure, for the API layer's one mapping.
     pub fn kind(&self) -> ErrorKind {
         match self {
             Self::InvalidField(_) => ErrorKind::InvalidArgument,
-            Self::Model { source, .. } => source.kind(),
+            Self::Model { source, .. } | Self::Fallback { source, .. } => source.kind(),
             Self::Tools(err) => err.kind(),
             Self::NotFound { .. } => ErrorKind::NotFound,
             Self::Store(err) => err.kind(),

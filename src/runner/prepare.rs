@@ -34,6 +34,18 @@ pub fn prepare(
     spec: &RunSpec,
 ) -> Result<Prepared, RunError> {
     let model = models.resolve(&spec.agent.model.provider, &spec.agent.model.name)?;
+    let fallbacks = spec
+        .agent
+        .model
+        .fallbacks
+        .iter()
+        .enumerate()
+        .map(|(index, fallback)| {
+            models
+                .resolve(&fallback.provider, &fallback.name)
+                .map_err(|err| RunError::fallback(index, err))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let strategy = strategy::choose(&spec.agent, &model.info)?;
     let mut bound = ToolSet::bind(&tools.snapshot(&spec.tenant), &spec.agent.tools)?;
     bound.add_client_tools(&spec.client_tools)?;
@@ -50,6 +62,7 @@ pub fn prepare(
     Ok(Prepared {
         agent: Agent {
             model,
+            fallbacks,
             strategy,
             tools: Arc::new(bound),
             history,

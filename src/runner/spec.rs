@@ -35,6 +35,17 @@ pub struct ModelSpec {
     pub parameters: Map<String, Value>,
     /// Stop sequences.
     pub stop: Vec<String>,
+    /// Models tried in order when this one fails after its retries.
+    pub fallbacks: Vec<ModelRef>,
+}
+
+/// A model of a configured provider.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelRef {
+    /// Provider name from the server configuration.
+    pub provider: String,
+    /// Model name.
+    pub name: String,
 }
 
 /// The agent's configuration for one run.
@@ -106,6 +117,9 @@ pub struct Idempotency {
     pub fingerprint: String,
 }
 
+/// Fallback models a run may name at most.
+pub const MAX_FALLBACKS: usize = 4;
+
 /// Longest idempotency key accepted.
 const MAX_KEY_LEN: usize = 256;
 
@@ -163,6 +177,20 @@ impl RunSpec {
         }
         if model.name.trim().is_empty() {
             return Err(FieldError::new("agent.model.name", "must not be empty"));
+        }
+        if model.fallbacks.len() > MAX_FALLBACKS {
+            return Err(FieldError::new(
+                "agent.model.fallbacks",
+                format!("may name at most {MAX_FALLBACKS} models"),
+            ));
+        }
+        for (index, fallback) in model.fallbacks.iter().enumerate() {
+            if fallback.provider.trim().is_empty() || fallback.name.trim().is_empty() {
+                return Err(FieldError::new(
+                    format!("agent.model.fallbacks[{index}]"),
+                    "needs both a provider and a name",
+                ));
+            }
         }
         self.agent.max_iteration = match self.agent.max_iteration {
             0 => DEFAULT_MAX_ITERATION,

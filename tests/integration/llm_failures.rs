@@ -6,25 +6,27 @@ use crate::support::RunRequestExt;
 use crate::support::{last_error, message, run_request, run_to_end, thoughts, IMPATIENT_PROVIDER};
 use crate::support::{start, Reply, ScriptedCall};
 
-/// An LLM answering 500 ends the run with an `error` event carrying the provider's message;
-/// the message is FAILED and its first (empty) thought is kept.
+/// An LLM that keeps answering 500 ends the run, after its retries (`max_retries` 2: three
+/// requests), with an `error` event carrying the provider's message and the number of
+/// attempts; the message is FAILED and its first (empty) thought is kept.
 #[tokio::test]
 async fn a_server_error_from_the_llm_fails_the_message() {
-    let (_llm, _server, mut client) = start(vec![Reply::Error {
+    let (llm, _server, mut client) = start(vec![]).await;
+    llm.repeat(Reply::Error {
         status: 500,
         message: "model overloaded",
-    }])
-    .await;
+    });
 
     let events = run_to_end(&mut client, run_request("hi", &[])).await;
 
     let error = last_error(&events);
     assert_eq!(error.code, "llm_server_error");
     assert!(
-        error.message.contains("model overloaded"),
+        error.message.contains("model overloaded") && error.message.ends_with("(after 3 attempts)"),
         "{}",
         error.message
     );
+    assert_eq!(llm.requests().len(), 3);
     assert!(error.usage.is_some());
     let message_id = events[0].message_id.clone();
     let message = message(&mut client, message_id.clone()).await;

@@ -17,6 +17,7 @@ mod mcp;
 mod operations;
 mod persistence;
 mod process;
+mod resilience;
 mod run_control;
 mod run_function_calling;
 mod run_react;

@@ -36,7 +36,7 @@ async fn invalid_runs_are_refused_naming_the_field() {
         (
             Box::new(|r| r.model_mut().provider = "nope".into()),
             Code::InvalidArgument,
-            "agent.model.provider: unknown provider \"nope\" (configured: impatient, scripted)",
+            "agent.model.provider: unknown provider \"nope\" (configured: down, impatient, narrow, patient, scripted)",
         ),
         (
             Box::new(|r| {

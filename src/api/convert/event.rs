@@ -68,6 +68,22 @@ fn event(event: RunEvent) -> Event {
                 tool_calls: calls.into_iter().map(Into::into).collect(),
             })
         }
+        RunEvent::Retry {
+            position,
+            attempt,
+            delay,
+            failure,
+            provider,
+            model,
+        } => Event::Retry(pb::LlmRetry {
+            attempt,
+            delay,
+            code: failure.code,
+            message: failure.message,
+            provider,
+            model,
+            position,
+        }),
         RunEvent::MessageEnd {
             answer,
             usage,

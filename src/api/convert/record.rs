@@ -20,6 +20,7 @@ impl From<Usage> for pb::Usage {
             currency: usage.currency,
             latency: usage.latency,
             estimated: usage.tokens.estimated,
+            queue_time: usage.queue_time,
         }
     }
 }
@@ -58,6 +59,8 @@ impl From<Thought> for pb::AgentThought {
             answer: thought.answer,
             file_ids: thought.file_ids,
             usage: thought.usage.map(Into::into),
+            provider: thought.provider,
+            model: thought.model,
             created_at: Some(timestamp(thought.created_at)),
         }
     }

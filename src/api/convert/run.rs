@@ -12,7 +12,7 @@ use crate::api::status::invalid;
 use crate::domain::{StrategyKind, Tenant};
 use crate::pb;
 use crate::runner::{
-    AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelSpec, RunSpec,
+    AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelRef, ModelSpec, RunSpec,
 };
 use crate::tools::{ClientToolSpec, ToolRef};
 
@@ -179,6 +179,7 @@ fn model_spec(model: pb::ModelConfig) -> Result<ModelSpec, Status> {
         mode,
         parameters,
         stop,
+        fallbacks,
     } = model;
     let mode = match pb::ModelMode::try_from(mode) {
         Ok(pb::ModelMode::Unspecified | pb::ModelMode::Chat) => ModelMode::Chat,
@@ -196,6 +197,10 @@ fn model_spec(model: pb::ModelConfig) -> Result<ModelSpec, Status> {
         mode,
         parameters: parameters.map(struct_to_json).unwrap_or_default(),
         stop,
+        fallbacks: fallbacks
+            .into_iter()
+            .map(|pb::ModelRef { provider, name }| ModelRef { provider, name })
+            .collect(),
     })
 }
 

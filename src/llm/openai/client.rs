@@ -137,14 +137,27 @@ fn error_chain(err: &dyn std::error::Error) -> String {
     message
 }
 
+/// The wait a provider asks for: `retry-after-ms` (OpenAI's), else `Retry-After` in seconds
+/// or as an HTTP date.
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get(RETRY_AFTER)?.to_str().ok()?;
-    value
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|s| *s >= 0.0)
-        .map(Duration::from_secs_f64)
+    let header = |name| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return (ms >= 0.0).then(|| Duration::from_secs_f64(ms / 1000.0));
+    }
+    let value = header(RETRY_AFTER.as_str())?;
+    if let Ok(seconds) = value.parse::<f64>() {
+        return (seconds >= 0.0 && seconds.is_finite()).then(|| Duration::from_secs_f64(seconds));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 /// Classifies a non-2xx answer, keeping the provider's own message.
@@ -219,8 +232,50 @@ mod tests {
             "m",
         );
         assert_eq!(limited.retry_after(), Some(Duration::from_secs(7)));
+        assert!(limited.is_retryable());
         let server = classify(StatusCode::BAD_GATEWAY, "upstream".into(), None, "m");
         assert_eq!(server.code(), "llm_server_error");
         assert!(server.to_string().contains("upstream"));
+        let retryable = |status: u16| {
+            classify(
+                StatusCode::from_u16(status).unwrap(),
+                String::new(),
+                None,
+                "m",
+            )
+            .is_retryable()
+        };
+        for status in [408, 409, 429, 500, 502, 503, 504, 529] {
+            assert!(retryable(status), "{status}");
+        }
+        for status in [400, 401, 403, 404, 413, 422] {
+            assert!(!retryable(status), "{status}");
+        }
+    }
+
+    #[test]
+    fn retry_after_is_read_in_seconds_milliseconds_or_as_a_date() {
+        let headers = |pairs: &[(&'static str, &str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, value.parse().unwrap());
+            }
+            map
+        };
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "2")])),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "3"), ("retry-after-ms", "250")])),
+            Some(Duration::from_millis(250))
+        );
+        let soon = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(30));
+        let wait = retry_after(&headers(&[("retry-after", &soon)])).unwrap();
+        assert!(
+            wait > Duration::from_secs(25) && wait <= Duration::from_secs(30),
+            "{wait:?}"
+        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "soon")])), None);
     }
 }

@@ -11,19 +11,23 @@
 mod finish;
 mod halt;
 mod recorder;
+mod retry;
 mod state;
 mod tools;
 
+use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use recorder::Recorder;
 
 use self::halt::{or_cancel, Halt};
+use self::retry::{Attempts, Next};
 use self::state::{Round, RunState, Tally};
 use self::tools::RoundTools;
 use super::budget;
@@ -31,7 +35,7 @@ use super::live::{Mailbox, Registration};
 use super::settings::RunnerSettings;
 use super::spec::{InputImage, RunSpec};
 use super::strategy::{ModelStep, PastTurn, PromptContext, Strategy, TurnReader};
-use crate::domain::{FinishReason, HistoryReport, Message, RunEvent};
+use crate::domain::{FinishReason, HistoryReport, Message, RunEvent, RunFailure};
 use crate::llm::{
     ChatChunk, ChatRequest, ChatStream, ContentPart, Feature, LlmError, ResolvedModel, TurnEnd,
 };
@@ -41,6 +45,8 @@ use crate::tools::{OfferedTool, ToolSet};
 pub struct Agent {
     /// The model and its client.
     pub model: ResolvedModel,
+    /// Models tried in order when `model` fails after its retries.
+    pub fallbacks: Vec<ResolvedModel>,
     /// How prompts are built and turns read.
     pub strategy: Box<dyn Strategy>,
     /// The tools the model may call.
@@ -59,6 +65,45 @@ pub struct Control {
     pub mailbox: Mailbox,
     /// Keeps the run in the live registry until the task ends.
     pub registration: Registration,
+}
+
+impl Agent {
+    /// The models a call may go to, in order: the primary, then the fallbacks.
+    fn candidates(&self) -> impl Iterator<Item = &ResolvedModel> {
+        std::iter::once(&self.model).chain(&self.fallbacks)
+    }
+
+    /// Candidate `index` (0 is the primary; past the end, the last fallback).
+    fn candidate(&self, index: usize) -> &ResolvedModel {
+        match index.checked_sub(1) {
+            None => &self.model,
+            Some(fallback) => self
+                .fallbacks
+                .get(fallback)
+                .or(self.fallbacks.last())
+                .unwrap_or(&self.model),
+        }
+    }
+}
+
+/// Why one attempt at a model call failed.
+enum Failure {
+    /// The run stops (cancelled, or a failure that is not the model's).
+    Stop(Halt),
+    /// The model call failed; it may be tried again.
+    Llm(LlmError),
+}
+
+impl From<Halt> for Failure {
+    fn from(halt: Halt) -> Self {
+        Failure::Stop(halt)
+    }
+}
+
+impl From<LlmError> for Failure {
+    fn from(err: LlmError) -> Self {
+        Failure::Llm(err)
+    }
 }
 
 /// How a round ended.
@@ -228,27 +273,97 @@ impl RunTask {
     }
 
     /// Calls the model, streaming visible text as answer deltas, and returns its decision.
-    /// The round's usage is recorded whatever the outcome, once the model began to answer.
+    /// A call that fails before the user saw any of its text is tried again as its
+    /// provider's retry policy says, then by the fallback models; each retry is announced.
     async fn call_model(
         &mut self,
         request: &ChatRequest,
         tools: &[OfferedTool],
         round: &mut Round,
     ) -> Result<ModelStep, Halt> {
+        let mut attempts = Attempts::new(self.agent.candidates().map(|m| m.policy.retry).collect());
+        loop {
+            let model = self.agent.candidate(attempts.candidate()).clone();
+            attempts.begin();
+            let err = match self.attempt(&model, request, tools, round).await {
+                Ok(step) => return Ok(step),
+                Err(Failure::Stop(halt)) => return Err(halt),
+                Err(Failure::Llm(err)) => err,
+            };
+            // Text the user saw is never taken back, so a failure after it is final.
+            if !err.is_retryable() || round.has_shown() {
+                return Err(err.into());
+            }
+            match attempts.after(&err, retry::full_jitter) {
+                Next::Retry { model, delay } => {
+                    self.announce_retry(round, attempts.made() + 1, delay, &err, model);
+                    or_cancel(&self.control.cancel, tokio::time::sleep(delay)).await?;
+                }
+                Next::GiveUp => {
+                    let made = attempts.made();
+                    tracing::warn!(error = %err, attempts = made, "LLM call failed");
+                    let plural = if made == 1 { "" } else { "s" };
+                    return Err(Halt::failed(
+                        err.code(),
+                        format!("{err} (after {made} attempt{plural})"),
+                    ));
+                }
+            }
+        }
+    }
+
+    fn announce_retry(
+        &mut self,
+        round: &Round,
+        attempt: u32,
+        delay: Duration,
+        err: &LlmError,
+        candidate: usize,
+    ) {
+        let next = self.agent.candidate(candidate);
+        tracing::info!(error = %err, attempt, ?delay, provider = %next.provider, model = %next.info.name, "retrying the LLM call");
+        self.recorder.announce(RunEvent::Retry {
+            position: round.thought.position,
+            attempt,
+            delay: delay.as_secs_f64(),
+            failure: RunFailure {
+                code: err.code().to_owned(),
+                message: err.to_string(),
+            },
+            provider: next.provider.clone(),
+            model: next.info.name.clone(),
+        });
+    }
+
+    /// One attempt on `model`: a slot of its provider, the streamed turn, its usage.
+    async fn attempt(
+        &mut self,
+        model: &ResolvedModel,
+        request: &ChatRequest,
+        tools: &[OfferedTool],
+        round: &mut Round,
+    ) -> Result<ModelStep, Failure> {
         let started = Instant::now();
+        let _slot = self.slot(model).await?;
+        let queued = started.elapsed();
+        round.served_by(&model.provider, &model.info.name);
+        let request = for_model(request, &model.info.name);
         let mut reader = self.agent.strategy.reader(tools);
         let mut tally = Tally::default();
-        let span = tracing::info_span!("llm", model = %request.model);
+        let span = tracing::info_span!("llm", provider = %model.provider, model = %request.model);
         let outcome = self
-            .read_turn(request, reader.as_mut(), round, &mut tally)
+            .read_turn(model, &request, reader.as_mut(), round, &mut tally)
             .instrument(span)
             .await;
         if let Ok(end) = &outcome {
             tally.add_calls(end);
         }
-        let info = &self.agent.model.info;
-        if let Some(tokens) = tally.tokens(request, info.tokenizer) {
-            let usage = info.pricing.usage(tokens, started.elapsed().as_secs_f64());
+        if let Some(tokens) = tally.tokens(&request, model.info.tokenizer) {
+            let mut usage = model
+                .info
+                .pricing
+                .usage(tokens, started.elapsed().as_secs_f64());
+            usage.queue_time = queued.as_secs_f64();
             self.state.add_usage(round, usage);
         }
         let end = outcome?;
@@ -257,14 +372,34 @@ impl RunTask {
         Ok(reader.finish(end))
     }
 
+    /// A slot of the model's provider, when it limits calls in flight: waits for one up to
+    /// the queue timeout, after which the call counts as a retryable failure.
+    async fn slot(&self, model: &ResolvedModel) -> Result<Option<OwnedSemaphorePermit>, Failure> {
+        let Some(slots) = &model.policy.slots else {
+            return Ok(None);
+        };
+        let limit = model.policy.queue_timeout;
+        let wait = tokio::time::timeout(limit, Arc::clone(slots).acquire_owned());
+        match or_cancel(&self.control.cancel, wait).await? {
+            Ok(Ok(permit)) => Ok(Some(permit)),
+            // A closed semaphore limits nothing any more.
+            Ok(Err(_closed)) => Ok(None),
+            Err(_elapsed) => Err(Failure::Llm(LlmError::Busy {
+                provider: model.provider.clone(),
+                waited: limit,
+            })),
+        }
+    }
+
     async fn read_turn(
         &mut self,
+        model: &ResolvedModel,
         request: &ChatRequest,
         reader: &mut dyn TurnReader,
         round: &mut Round,
         tally: &mut Tally,
-    ) -> Result<TurnEnd, Halt> {
-        let client = Arc::clone(&self.agent.model.client);
+    ) -> Result<TurnEnd, Failure> {
+        let client = Arc::clone(&model.client);
         let mut stream = or_cancel(&self.control.cancel, client.stream(request)).await??;
         tally.answered = true;
         let mut next = None;
@@ -368,6 +503,18 @@ fn image_parts(spec: &RunSpec, model: &ResolvedModel) -> Vec<ContentPart> {
         return Vec::new();
     }
     spec.files.iter().map(InputImage::content_part).collect()
+}
+
+/// `request` for the model called `name`: the same prompt, sent under the fallback's name.
+fn for_model<'a>(request: &'a ChatRequest, name: &str) -> Cow<'a, ChatRequest> {
+    if request.model == name {
+        Cow::Borrowed(request)
+    } else {
+        Cow::Owned(ChatRequest {
+            model: name.to_owned(),
+            ..request.clone()
+        })
+    }
 }
 
 fn overflow(err: budget::Overflow) -> Halt {

@@ -71,10 +71,17 @@ impl RunState {
         piece
     }
 
-    /// Adds a model call's usage to the run and to its round.
+    /// Adds a model call's usage (one attempt's) to the run and to its round; a round's
+    /// latency is the sum of its attempts'.
     pub fn add_usage(&mut self, round: &mut Round, usage: Usage) {
         self.usage.add(&usage);
-        round.thought.usage = Some(usage);
+        match &mut round.thought.usage {
+            Some(total) => {
+                total.add(&usage);
+                total.latency += usage.latency;
+            }
+            None => round.thought.usage = Some(usage),
+        }
     }
 
     /// Ends `round`: its answer joins the message's, and a round that called tools is kept
@@ -145,6 +152,18 @@ pub struct Round {
 }
 
 impl Round {
+    /// Whether any of the round's text was shown to the user: from then on a failed call
+    /// cannot be tried again without showing a second version.
+    pub fn has_shown(&self) -> bool {
+        self.shown_any
+    }
+
+    /// Records which model is answering the round.
+    pub fn served_by(&mut self, provider: &str, model: &str) {
+        provider.clone_into(&mut self.thought.provider);
+        model.clone_into(&mut self.thought.model);
+    }
+
     /// Takes the model's decision: the thought's text, answer and calls become the step's.
     /// `provider_of` names the provider of each called tool (empty for unknown tools).
     pub fn decide(&mut self, step: ModelStep, provider_of: impl Fn(&str) -> String) {

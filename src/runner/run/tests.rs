@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use crate::domain::{EventEnvelope, FinishReason, MessageStatus, RunEvent, Tenant};
-use crate::llm::{ModelEntry, ModelRegistry};
+use crate::llm::{CallPolicy, LlmError, ModelEntry, ModelRegistry, RetryPolicy};
 use crate::runner::{AgentSpec, ClientOutput, ModelSpec, RunSpec, Runner, RunnerSettings};
 use crate::store::Store;
 use crate::test_utils::{testing_provider, ScriptedChatModel, ScriptedTurn};
@@ -21,6 +21,17 @@ fn runner(model: Arc<ScriptedChatModel>) -> (Runner, Store) {
     let store = Store::temporary().unwrap();
     let mut models = ModelRegistry::default();
     models.insert(PROVIDER, model, &[ModelEntry::unlisted("m")], false);
+    models.set_policy(
+        PROVIDER,
+        CallPolicy {
+            retry: RetryPolicy {
+                max_retries: 2,
+                base: Duration::from_millis(1),
+                max_delay: Duration::from_millis(20),
+            },
+            ..CallPolicy::default()
+        },
+    );
     let tools = ToolRegistry::with_builtins().unwrap();
     tools.register_builtin(testing_provider().unwrap());
     let settings = RunnerSettings {
@@ -271,13 +282,12 @@ async fn a_client_tool_call_waits_for_the_callers_result_then_goes_on() {
 }
 
 #[tokio::test]
-async fn a_failing_model_ends_the_run_with_an_error_counting_the_call() {
-    let model = ScriptedChatModel::new(vec![ScriptedTurn::Fail(crate::llm::LlmError::Server {
-        status: 503,
-        message: "busy".into(),
-        retry_after: None,
+async fn a_refused_key_ends_the_run_at_once_with_an_error_counting_the_call() {
+    let model = ScriptedChatModel::new(vec![ScriptedTurn::Fail(LlmError::Auth {
+        status: 401,
+        message: "bad key".into(),
     })]);
-    let (runner, store) = runner(model);
+    let (runner, store) = runner(Arc::clone(&model));
 
     let events = run_to_end(&runner, spec(&[])).await;
 
@@ -287,14 +297,60 @@ async fn a_failing_model_ends_the_run_with_an_error_counting_the_call() {
             iterations,
             ..
         } => {
-            assert_eq!(failure.code, "llm_server_error");
+            assert_eq!(failure.code, "llm_auth_error");
             assert_eq!(*iterations, 1);
         }
         other => panic!("not an error: {other:?}"),
     }
+    assert_eq!(model.requests().len(), 1, "a refused key is not retried");
     let message = store
         .get_message(&Tenant::default_tenant(), events[0].message_id)
         .unwrap()
         .unwrap();
     assert_eq!(message.status, MessageStatus::Failed);
+}
+
+#[tokio::test]
+async fn a_busy_model_is_retried_and_each_retry_is_announced() {
+    let busy = || {
+        ScriptedTurn::Fail(LlmError::Server {
+            status: 503,
+            message: "busy".into(),
+            retry_after: None,
+        })
+    };
+    let model = ScriptedChatModel::new(vec![busy(), busy(), ScriptedTurn::text("Fine now.")]);
+    let (first, _) = runner(Arc::clone(&model));
+
+    let events = run_to_end(&first, spec(&[])).await;
+
+    assert_eq!(
+        end(&events),
+        ("Fine now.".to_owned(), FinishReason::Stop, 1)
+    );
+    let retries: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            RunEvent::Retry { attempt, .. } => Some(*attempt),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retries, vec![2, 3]);
+    assert_eq!(model.requests().len(), 3);
+
+    let always = ScriptedChatModel::new(vec![busy(), busy(), busy(), busy()]);
+    let (exhausted, _) = runner(Arc::clone(&always));
+    let events = run_to_end(&exhausted, spec(&[])).await;
+    match &events.last().unwrap().event {
+        RunEvent::Error { failure, .. } => {
+            assert_eq!(failure.code, "llm_server_error");
+            assert!(
+                failure.message.ends_with("(after 3 attempts)"),
+                "{}",
+                failure.message
+            );
+        }
+        other => panic!("not an error: {other:?}"),
+    }
+    assert_eq!(always.requests().len(), 3, "max_retries 2: three attempts");
 }

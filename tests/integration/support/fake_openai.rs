@@ -61,6 +61,11 @@ pub enum Reply {
     },
     /// An HTTP error with an OpenAI-style error body.
     Error { status: u16, message: &'static str },
+    /// An HTTP error carrying a `Retry-After` header.
+    Throttle {
+        status: u16,
+        retry_after: &'static str,
+    },
     /// A streamed turn with no usage chunk at all, as llama.cpp and some gateways send.
     NoUsage {
         text: Vec<&'static str>,
@@ -107,6 +112,8 @@ struct Script {
     /// Answered once the script is used up, for models that never stop.
     repeat: Option<Reply>,
     requests: Vec<Value>,
+    /// When each request arrived.
+    arrivals: Vec<std::time::Instant>,
     /// Answer 500 to an assistant message with `"content": null` beside tool calls, as
     /// llama.cpp's server (llama-cpp-python 0.3) does.
     reject_null_content: bool,
@@ -161,6 +168,11 @@ impl FakeOpenAi {
             .load(Ordering::SeqCst)
     }
 
+    /// When each request arrived, in order.
+    pub fn arrivals(&self) -> Vec<std::time::Instant> {
+        self.script.lock().unwrap().arrivals.clone()
+    }
+
     /// The request bodies received so far.
     pub fn requests(&self) -> Vec<Value> {
         self.script.lock().unwrap().requests.clone()
@@ -174,6 +186,7 @@ async fn completions(
     let (reply, closed_stalls) = {
         let mut script = script.lock().unwrap();
         script.requests.push(body.clone());
+        script.arrivals.push(std::time::Instant::now());
         if script.reject_null_content && has_null_content_beside_tool_calls(&body) {
             return error_response(500, "Internal Server Error");
         }
@@ -184,6 +197,16 @@ async fn completions(
     match reply {
         None => error_response(500, "the fake server's script is used up"),
         Some(Reply::Error { status, message }) => error_response(status, message),
+        Some(Reply::Throttle {
+            status,
+            retry_after,
+        }) => {
+            let mut response = error_response(status, "slow down");
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, retry_after.parse().unwrap());
+            response
+        }
         Some(Reply::Completion { text, calls, usage }) => completion(&model, text, &calls, usage),
         Some(Reply::Stream { text, calls, usage }) => {
             sse(stream_frames(&model, &text, &calls, usage), false)

@@ -26,8 +26,14 @@ pub const PLAIN_MODEL: &str = "plain-model";
 pub const SMALL_WINDOW_MODEL: &str = "small-window";
 /// A model that can see images.
 pub const VISION_MODEL: &str = "vision-model";
-/// The same LLM server behind a one-second first-byte timeout.
+/// The same LLM server behind a one-second first-byte timeout, without retries.
 pub const IMPATIENT_PROVIDER: &str = "impatient";
+/// The same LLM server, retrying after waits of up to a minute.
+pub const PATIENT_PROVIDER: &str = "patient";
+/// The same LLM server with one call in flight at a time and a one-second queue.
+pub const NARROW_PROVIDER: &str = "narrow";
+/// A provider nobody listens for: every call fails to connect.
+pub const DOWN_PROVIDER: &str = "down";
 
 pub struct TestServer {
     pub addr: SocketAddr,
@@ -61,6 +67,8 @@ pub fn config_toml(llm_base_url: &str, data_dir: &Path) -> String {
         base_url = "{llm_base_url}"
         api_key = "test-key"
         first_byte_timeout_secs = 5
+        retry_base_ms = 10
+        retry_max_delay_ms = 2000
 
         [[providers.{PROVIDER}.models]]
         name = "{STREAMING_MODEL}"
@@ -88,6 +96,28 @@ pub fn config_toml(llm_base_url: &str, data_dir: &Path) -> String {
         [providers.{IMPATIENT_PROVIDER}]
         base_url = "{llm_base_url}"
         first_byte_timeout_secs = 1
+        max_retries = 0
+
+        [providers.{PATIENT_PROVIDER}]
+        base_url = "{llm_base_url}"
+        retry_max_delay_ms = 60000
+
+        [providers.{NARROW_PROVIDER}]
+        base_url = "{llm_base_url}"
+        max_concurrent_requests = 1
+        queue_timeout_secs = 1
+        max_retries = 0
+
+        [providers.{DOWN_PROVIDER}]
+        base_url = "http://127.0.0.1:9/v1"
+        connect_timeout_secs = 1
+        max_retries = 1
+        retry_base_ms = 10
+
+        [[providers.{DOWN_PROVIDER}.models]]
+        name = "{STREAMING_MODEL}"
+        input_price = 100
+        output_price = 100
         "#,
         dir = data_dir.display(),
     )
