@@ -15,10 +15,11 @@ RUN apt-get update \
 COPY --from=build /src/target/release/agent-runner /usr/local/bin/agent-runner
 USER 10001
 ENV AGENT_RUNNER_LISTEN=0.0.0.0:50051 \
+    AGENT_RUNNER_METRICS_LISTEN=0.0.0.0:9464 \
     AGENT_RUNNER_DATA_DIR=/var/lib/agent-runner/data \
     AGENT_RUNNER_LOG_FORMAT=json
 VOLUME ["/var/lib/agent-runner/data"]
-EXPOSE 50051
+EXPOSE 50051 9464
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
     CMD ["agent-runner", "health"]
 STOPSIGNAL SIGTERM

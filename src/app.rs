@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
 
 use crate::catalog::Catalog;
@@ -13,6 +14,7 @@ use crate::config::Config;
 use crate::llm::{ChatModel, LlmError, ModelEntry, ModelRegistry};
 use crate::runner::Runner;
 use crate::store::{Store, StoreError};
+use crate::telemetry::Metrics;
 use crate::tools::{Provider, ProviderSettings, RegistryError, ToolRegistry};
 
 /// Additions to what the configuration describes; how tests plug in scripted models and
@@ -23,6 +25,9 @@ pub struct Extensions {
     pub tool_providers: Vec<Provider>,
     /// Extra LLM providers: name, client, known models.
     pub model_providers: Vec<(String, Arc<dyn ChatModel>, Vec<ModelEntry>)>,
+    /// A listener for `/metrics` bound by the caller (tests bind port 0 and read it back);
+    /// otherwise `server.metrics_listen` is bound, if set.
+    pub metrics_listener: Option<TcpListener>,
 }
 
 /// Why the service could not start or stopped abnormally.
@@ -51,6 +56,14 @@ pub enum AppError {
     /// The transport failed.
     #[error("server error: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The metrics listener could not be bound.
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    MetricsListen {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// Opens the store under the configured data directory, recovering from a crash: messages
@@ -84,6 +97,18 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
     let store = open_store(&config)?;
+    let metrics = Arc::new(Metrics::new(config.server.metrics_tenant_label));
+    let observed = Arc::clone(&metrics);
+    store.observe_flushes(move |took| observed.store_flush(took));
+    let metrics_listener = match (extensions.metrics_listener, config.server.metrics_listen) {
+        (Some(listener), _) => Some(listener),
+        (None, Some(addr)) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| AppError::MetricsListen { addr, source })?,
+        ),
+        (None, None) => None,
+    };
     let mut models = ModelRegistry::from_config(&config.providers)?;
     for (name, client, entries) in extensions.model_providers {
         models.insert(&name, client, &entries, false);
@@ -108,7 +133,17 @@ pub async fn serve(
         Arc::new(models),
         Arc::clone(&tools),
         settings.clone(),
-    );
+    )
+    .with_metrics(Arc::clone(&metrics));
+    let stop_metrics = CancellationToken::new();
+    if let Some(listener) = metrics_listener {
+        tracing::info!(addr = ?listener.local_addr().ok(), "serving metrics");
+        tokio::spawn(crate::telemetry::serve_metrics(
+            listener,
+            Arc::clone(&metrics),
+            stop_metrics.clone(),
+        ));
+    }
 
     let (reporter, health) = tonic_health::server::health_reporter();
     let router = crate::api::router(
@@ -147,6 +182,7 @@ pub async fn serve(
             "some runs did not finish within the shutdown grace period"
         );
     }
+    stop_metrics.cancel();
     store.flush().await?;
     tracing::info!("stopped");
     Ok(())

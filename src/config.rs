@@ -60,6 +60,9 @@ pub struct ServeArgs {
     /// Log format: `text` or `json`.
     #[arg(long, env = "AGENT_RUNNER_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
+    /// Address of the Prometheus `/metrics` listener [default: none, no listener].
+    #[arg(long, env = "AGENT_RUNNER_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// How logs are written.
@@ -112,6 +115,12 @@ pub struct ServerConfig {
     /// `RESOURCE_EXHAUSTED` before they are read.
     #[serde(default = "default_max_request_bytes")]
     pub max_request_bytes: usize,
+    /// Address of the Prometheus `/metrics` listener; none when unset.
+    #[serde(default)]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Label run counts and cost with the tenant. Off by default: tenants are many.
+    #[serde(default)]
+    pub metrics_tenant_label: bool,
 }
 
 impl Default for ServerConfig {
@@ -123,6 +132,8 @@ impl Default for ServerConfig {
             log_format: LogFormat::default(),
             store_cache_mb: default_store_cache_mb(),
             max_request_bytes: default_max_request_bytes(),
+            metrics_listen: None,
+            metrics_tenant_label: false,
         }
     }
 }
@@ -164,6 +175,10 @@ pub struct RunnerConfig {
     /// marker saying so.
     #[serde(default = "default_tool_output_limit")]
     pub tool_output_limit_bytes: usize,
+    /// Record prompts and completions on exported LLM spans. Also turned on by the GenAI
+    /// conventions' `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`.
+    #[serde(default)]
+    pub trace_content: bool,
 }
 
 impl Default for RunnerConfig {
@@ -174,6 +189,7 @@ impl Default for RunnerConfig {
             event_buffer: default_event_buffer(),
             tool_output_limit_bytes: default_tool_output_limit(),
             client_tool_timeout_secs: default_client_tool_timeout(),
+            trace_content: false,
         }
     }
 }
@@ -186,6 +202,7 @@ impl RunnerConfig {
             tool_concurrency: self.tool_concurrency,
             event_buffer: self.event_buffer,
             client_tool_timeout: Duration::from_secs(self.client_tool_timeout_secs),
+            trace_content: self.trace_content,
         }
     }
 }
@@ -249,6 +266,14 @@ impl Config {
         }
         if let Some(format) = args.log_format {
             config.server.log_format = format;
+        }
+        if let Some(addr) = args.metrics_listen {
+            config.server.metrics_listen = Some(addr);
+        }
+        if std::env::var("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+            .is_ok_and(|value| value.eq_ignore_ascii_case("true"))
+        {
+            config.runner.trace_content = true;
         }
         config.with_default_provider().validated()
     }

@@ -8,6 +8,7 @@
 //! - [`tools`]: the tool registry, the tool engine and the built-in tools.
 //! - [`catalog`]: providers a tenant registers, persisted and live.
 //! - [`store`]: persistence in embedded sled; the only code that touches it.
+//! - [`telemetry`]: Prometheus metrics and OpenTelemetry traces for operators.
 //! - [`domain`]: plain data shared by all of the above.
 //! - [`app`] wires them together; [`config`] says how.
 //! - `mock_llm` (feature `mock-llm`): a scripted OpenAI-compatible server for benchmarks
@@ -23,6 +24,7 @@ pub mod llm;
 pub mod mock_llm;
 pub mod runner;
 pub mod store;
+pub mod telemetry;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_utils;
 pub mod tools;

@@ -9,10 +9,10 @@ use tokio::net::TcpListener;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
-use tracing_subscriber::EnvFilter;
 
 use agent_runner::app::{self, Extensions};
 use agent_runner::config::{Cli, Command, Config, LogFormat, ServeArgs};
+use agent_runner::telemetry::traces;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -25,12 +25,16 @@ async fn main() -> anyhow::Result<()> {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = Config::load(&args)?;
-    init_tracing(config.server.log_format);
+    let tracing = traces::init(config.server.log_format == LogFormat::Json)?;
+    if tracing.exports() {
+        tracing::info!("exporting spans over OTLP");
+    }
     let listener = TcpListener::bind(config.server.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.server.listen))?;
-    app::serve(listener, config, Extensions::default(), shutdown_signal()).await?;
-    Ok(())
+    let served = app::serve(listener, config, Extensions::default(), shutdown_signal()).await;
+    tracing.shutdown();
+    Ok(served?)
 }
 
 async fn check_health(addr: SocketAddr) -> anyhow::Result<()> {
@@ -60,15 +64,6 @@ async fn check_health(addr: SocketAddr) -> anyhow::Result<()> {
     }
     println!("SERVING");
     Ok(())
-}
-
-fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

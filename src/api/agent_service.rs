@@ -14,6 +14,7 @@ use crate::pb;
 use crate::pb::agent_service_server::AgentService;
 use crate::runner::{ClientOutput, RunError, Runner};
 use crate::store::Store;
+use crate::telemetry::TraceParent;
 
 /// Largest page `ListMessages` returns.
 const MAX_PAGE_SIZE: usize = 1000;
@@ -45,7 +46,9 @@ impl AgentService for AgentApi {
         let tenant = tenant_of(&request)?;
         let deadline = deadline_of(&request);
         let cancel_on_disconnect = request.get_ref().cancel_on_disconnect;
-        let spec = run_spec(tenant, request.into_inner(), deadline)?;
+        let trace_parent = TraceParent::from_headers(request.metadata().as_ref());
+        let mut spec = run_spec(tenant, request.into_inner(), deadline)?;
+        spec.trace_parent = trace_parent;
         let cancel = self.runner.run_token();
         let handle = self
             .runner

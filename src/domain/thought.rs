@@ -16,6 +16,34 @@ pub struct ToolInvokeMeta {
     pub tool_config: serde_json::Map<String, serde_json::Value>,
 }
 
+/// How a tool call ended, as metrics and spans tell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOutcome {
+    /// The tool answered.
+    Success,
+    /// The tool ran and failed.
+    Error,
+    /// The tool did not finish in time.
+    Timeout,
+    /// The arguments did not fit the tool's schema.
+    InvalidArguments,
+    /// The run offers no such tool.
+    UnknownTool,
+}
+
+impl CallOutcome {
+    /// The outcome's name in metrics and spans.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::Error => "error",
+            Self::Timeout => "timeout",
+            Self::InvalidArguments => "invalid_arguments",
+            Self::UnknownTool => "unknown_tool",
+        }
+    }
+}
+
 /// One tool call of a round. Calls are kept in the order the model made them and keyed by
 /// their call id, so two calls of the same tool keep both results.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

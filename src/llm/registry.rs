@@ -45,6 +45,18 @@ pub enum ProviderApi {
     Openai,
 }
 
+impl ProviderApi {
+    /// The API's name, as `gen_ai.provider.name` reports it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Openai => "openai",
+        }
+    }
+}
+
+/// The `gen_ai.provider.name` of providers plugged in by code rather than configuration.
+pub const CUSTOM_API: &str = "custom";
+
 /// What a model supports, as the reference names the features.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -323,6 +335,8 @@ pub struct ResolvedModel {
     pub info: ModelInfo,
     /// Its provider's retries and concurrency limit.
     pub policy: CallPolicy,
+    /// The API its provider speaks (`openai`), as telemetry names it.
+    pub api: &'static str,
 }
 
 /// A provider or model that the configuration does not have.
@@ -358,6 +372,7 @@ struct Provider {
     models: HashMap<String, ModelInfo>,
     strict: bool,
     policy: CallPolicy,
+    api: &'static str,
 }
 
 /// Every configured provider, by name.
@@ -376,6 +391,9 @@ impl ModelRegistry {
             let client = Arc::new(OpenAiClient::new(config)?);
             registry.insert(name, client, &config.models, config.strict_models);
             registry.set_policy(name, config.call_policy());
+            if let Some(provider) = registry.providers.get_mut(name) {
+                provider.api = config.kind.as_str();
+            }
         }
         Ok(registry)
     }
@@ -407,6 +425,7 @@ impl ModelRegistry {
                 models,
                 strict,
                 policy: CallPolicy::default(),
+                api: CUSTOM_API,
             },
         );
     }
@@ -441,6 +460,7 @@ impl ModelRegistry {
             client: Arc::clone(&entry.client),
             info,
             policy: entry.policy.clone(),
+            api: entry.api,
         })
     }
 }

@@ -40,6 +40,7 @@ pub use spec::{
 use crate::domain::{ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus, Tenant};
 use crate::llm::ModelRegistry;
 use crate::store::{Inserted, Store};
+use crate::telemetry::Metrics;
 use crate::tools::ToolRegistry;
 use live::{Emitter, LiveRun, LiveRuns, Mailbox};
 use prepare::Prepared;
@@ -70,6 +71,8 @@ pub struct Runner {
     shutdown: CancellationToken,
     /// Lets shutdown wait for runs to record how they ended.
     tracker: TaskTracker,
+    /// Where runs count themselves.
+    metrics: Arc<Metrics>,
 }
 
 // Runs are started, followed and stopped here; everything else a run does happens in its
@@ -91,7 +94,14 @@ impl Runner {
             live: Arc::default(),
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
+            metrics: Arc::default(),
         }
+    }
+
+    /// The runner, counting its runs in `metrics` (by default in metrics nobody reads).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// A token for one run: fires on shutdown, or when the caller cancels it.
@@ -307,7 +317,7 @@ impl Runner {
         if let Some(deadline) = spec.deadline {
             cancel_after(cancel.clone(), deadline);
         }
-        let span = tracing::info_span!("run", message_id = %message.id, conversation_id = %conversation_id);
+        let span = run::span(&spec, &prepared.agent, &message);
         let task = RunTask::new(
             spec,
             message,
@@ -320,6 +330,7 @@ impl Runner {
                 mailbox,
                 registration,
             },
+            Arc::clone(&self.metrics),
         );
         self.tracker.spawn(task.drive().instrument(span));
         handle

@@ -13,6 +13,8 @@ pub struct RunnerSettings {
     pub event_buffer: usize,
     /// Longest a run waits for the results of client-executed tools.
     pub client_tool_timeout: Duration,
+    /// Record prompts and completions on LLM spans (off: they may hold personal data).
+    pub trace_content: bool,
 }
 
 impl Default for RunnerSettings {
@@ -22,6 +24,7 @@ impl Default for RunnerSettings {
             tool_concurrency: 8,
             event_buffer: 64,
             client_tool_timeout: Duration::from_secs(600),
+            trace_content: false,
         }
     }
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use crate::domain::{ConversationId, FieldError, StrategyKind, Tenant};
+use crate::telemetry::TraceParent;
 use crate::tools::ToolRef;
 
 /// Iteration limit when the request gives none.
@@ -146,6 +147,8 @@ pub struct RunSpec {
     pub idempotency: Option<Idempotency>,
     /// The caller's deadline; when it passes the run is cancelled.
     pub deadline: Option<std::time::Duration>,
+    /// The caller's trace, the parent of the run's span.
+    pub trace_parent: TraceParent,
 }
 
 impl RunSpec {
@@ -163,6 +166,7 @@ impl RunSpec {
             client_tools: Vec::new(),
             idempotency: None,
             deadline: None,
+            trace_parent: TraceParent::default(),
         }
     }
 
@@ -288,6 +292,7 @@ mod tests {
             user: String::new(),
             idempotency: None,
             deadline: None,
+            trace_parent: TraceParent::default(),
             files: vec![],
             client_tools: vec![],
             agent: AgentSpec {

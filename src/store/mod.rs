@@ -112,6 +112,11 @@ impl Store {
         self.flusher.flush().await
     }
 
+    /// Tells `observe` how long each flush takes, for metrics; only the first call counts.
+    pub fn observe_flushes(&self, observe: impl Fn(std::time::Duration) + Send + Sync + 'static) {
+        self.flusher.observe(Box::new(observe));
+    }
+
     /// Names every record whose key or value contains `needle`, as `tree: key`. A
     /// diagnostic for checking that deleted data is really gone; it reads everything.
     pub fn find_bytes(&self, needle: &[u8]) -> Result<Vec<String>, StoreError> {

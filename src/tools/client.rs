@@ -12,7 +12,7 @@ use super::{
     ErasedTool, Invocation, Provider, ProviderKind, ToolDescriptor, ToolError, ToolOutput,
 };
 use super::{ToolSet, ToolSetError};
-use crate::domain::ToolInvokeMeta;
+use crate::domain::{CallOutcome, ToolInvokeMeta};
 
 /// A tool the caller of a run executes itself.
 #[derive(Debug, Clone, PartialEq)]
@@ -130,6 +130,7 @@ impl ToolSet {
         let config = self.bound(name).map(tool_config).unwrap_or_default();
         match error.filter(|e| !e.is_empty()) {
             Some(error) => observation::failure(
+                CallOutcome::Error,
                 CLIENT_PROVIDER.to_owned(),
                 observation::invoke_error(&error),
                 time_cost,
@@ -137,6 +138,7 @@ impl ToolSet {
             ),
             None => Invocation {
                 provider: CLIENT_PROVIDER.to_owned(),
+                outcome: CallOutcome::Success,
                 files: Vec::new(),
                 observation: output,
                 meta: ToolInvokeMeta {

@@ -126,7 +126,7 @@ impl ErasedTool for KnowledgeTool {
         if let Some(key) = &self.settings.api_key {
             request = request.bearer_auth(key);
         }
-        let response = request
+        let response = crate::telemetry::traces::traced(request)
             .send()
             .await
             .map_err(|err| ToolError::Failed(format!("knowledge request failed: {err}")))?;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::Invocation;
-use crate::domain::ToolInvokeMeta;
+use crate::domain::{CallOutcome, ToolInvokeMeta};
 
 /// The model called a tool the run does not offer.
 pub fn unknown_tool(name: &str) -> String {
@@ -33,6 +33,7 @@ pub fn timed_out(timeout: Duration) -> String {
 
 /// A failed call: the text is both the observation and `meta.error`.
 pub fn failure(
+    outcome: CallOutcome,
     provider: String,
     text: String,
     time_cost: f64,
@@ -40,6 +41,7 @@ pub fn failure(
 ) -> Invocation {
     Invocation {
         provider,
+        outcome,
         files: Vec::new(),
         meta: ToolInvokeMeta {
             time_cost,

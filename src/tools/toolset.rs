@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 
 use super::observation;
 use super::registry::{Provider, RegisteredTool, ToolSnapshot};
-use crate::domain::{ErrorKind, ToolInvokeMeta};
+use crate::domain::{CallOutcome, ErrorKind, ToolInvokeMeta};
 
 /// A tool named in a run's configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -110,6 +110,8 @@ pub struct Invocation {
     pub meta: ToolInvokeMeta,
     /// Files the tool produced.
     pub files: Vec<super::ToolFile>,
+    /// How the call ended.
+    pub outcome: CallOutcome,
 }
 
 /// What the model is offered for one tool: its schema without the preset parameters.
@@ -178,6 +180,11 @@ impl ToolSet {
             .collect()
     }
 
+    /// Kind of the provider of the tool the model calls `name`, if the run has it.
+    pub fn kind_of(&self, name: &str) -> Option<super::ProviderKind> {
+        self.bound(name).map(|bound| bound.provider.kind)
+    }
+
     /// Provider of the tool the model calls `name`, if the run has it.
     pub fn provider_of(&self, name: &str) -> Option<&str> {
         self.by_name
@@ -204,6 +211,7 @@ impl ToolSet {
             Ok(Ok(output)) => Invocation {
                 provider,
                 files: output.files,
+                outcome: CallOutcome::Success,
                 observation: output.text,
                 meta: ToolInvokeMeta {
                     time_cost,
@@ -211,12 +219,20 @@ impl ToolSet {
                     tool_config: config,
                 },
             },
-            Ok(Err(err)) => {
-                observation::failure(provider, observation::invoke_error(&err), time_cost, config)
-            }
-            Err(_) => {
-                observation::failure(provider, observation::timed_out(timeout), time_cost, config)
-            }
+            Ok(Err(err)) => observation::failure(
+                CallOutcome::Error,
+                provider,
+                observation::invoke_error(&err),
+                time_cost,
+                config,
+            ),
+            Err(_) => observation::failure(
+                CallOutcome::Timeout,
+                provider,
+                observation::timed_out(timeout),
+                time_cost,
+                config,
+            ),
         }
     }
 
@@ -229,6 +245,7 @@ impl ToolSet {
     ) -> Result<(&Bound, Map<String, Value>), Box<Invocation>> {
         let Some(bound) = self.bound(name) else {
             return Err(Box::new(observation::failure(
+                CallOutcome::UnknownTool,
                 String::new(),
                 observation::unknown_tool(name),
                 0.0,
@@ -238,6 +255,7 @@ impl ToolSet {
         match prepare_arguments(bound, arguments) {
             Ok(args) => Ok((bound, args)),
             Err(reason) => Err(Box::new(observation::failure(
+                CallOutcome::InvalidArguments,
                 bound.provider.name.clone(),
                 observation::invalid_arguments(&reason),
                 0.0,

@@ -14,6 +14,7 @@ mod conversations;
 mod llm_failures;
 mod loop_correctness;
 mod mcp;
+mod observability;
 mod operations;
 mod persistence;
 mod process;

@@ -1,94 +1,15 @@
 //! The real binary: killed with SIGKILL it loses nothing a client was told about, and on
 //! SIGTERM it ends running messages and exits cleanly within its grace period.
 
-use std::net::{SocketAddr, TcpListener};
-use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use agent_runner::pb;
-use agent_runner::pb::agent_service_client::AgentServiceClient;
 use agent_runner::pb::run_event::Event;
-use tonic::transport::Channel;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 
-use crate::support::{config_toml, message, read_until_delta, run_request};
+use crate::support::process::{client, spawn_service, wait_for_exit};
+use crate::support::{message, read_until_delta, run_request};
 use crate::support::{FakeOpenAi, Reply, ScriptedCall};
-
-struct Service {
-    child: Child,
-    addr: SocketAddr,
-    /// The process's log, for failure messages.
-    log: std::path::PathBuf,
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
-}
-
-/// Starts `agent-runner serve` on `dir` and waits until its health check answers.
-async fn spawn_service(dir: &Path, llm: &FakeOpenAi) -> Service {
-    let config = dir.join("config.toml");
-    std::fs::write(&config, config_toml(&llm.base_url(), &dir.join("data"))).unwrap();
-    let addr = free_port();
-    let log = dir.join(format!("service-{}.log", addr.port()));
-    let child = Command::new(env!("CARGO_BIN_EXE_agent-runner"))
-        .args(["serve", "--listen", &addr.to_string(), "--config"])
-        .arg(&config)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let service = Service { child, addr, log };
-    for _ in 0..200 {
-        if let Ok(channel) = Channel::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-        {
-            let check = HealthClient::new(channel)
-                .check(HealthCheckRequest {
-                    service: "agentrunner.v1.AgentService".into(),
-                })
-                .await;
-            if check.is_ok() {
-                return service;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("the service did not become healthy");
-}
-
-async fn client(service: &Service) -> AgentServiceClient<Channel> {
-    AgentServiceClient::connect(format!("http://{}", service.addr))
-        .await
-        .unwrap()
-}
-
-/// Waits for the process to exit. It sleeps on the test's runtime rather than blocking it:
-/// the client's connection lives there and must answer the server's graceful-shutdown
-/// handshake (an HTTP/2 ping), or the server would wait for it.
-async fn wait_for_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
-    let started = Instant::now();
-    while started.elapsed() < limit {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    None
-}
 
 /// After `kill -9` mid-run and a restart, every event the client had received is still
 /// readable, byte for byte, and the message is INTERRUPTED.

@@ -14,6 +14,7 @@ use crate::pb;
 use crate::runner::{
     AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelRef, ModelSpec, RunSpec,
 };
+use crate::telemetry::TraceParent;
 use crate::tools::{ClientToolSpec, ToolRef};
 
 /// Converts and validates a run request for `tenant`, with the caller's deadline.
@@ -56,6 +57,7 @@ pub fn run_spec(
         idempotency,
         deadline,
         client_tools: client_tools.into_iter().map(client_tool).collect(),
+        trace_parent: TraceParent::default(),
     };
     spec.validated().map_err(crate::api::status::from_error)
 }

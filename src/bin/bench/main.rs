@@ -7,6 +7,7 @@
 //! an answer of about 20 chunks. Build with `--release`.
 
 mod measure;
+mod otlp;
 mod processes;
 
 use std::time::Duration;
@@ -44,15 +45,20 @@ struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Export the service's spans over OTLP/gRPC to a receiver in this process (to measure
+    /// what tracing costs).
+    #[arg(long)]
+    otlp_sink: bool,
 }
 
-fn case(preset: Preset) -> Case {
+fn case(preset: Preset, service_env: &[(String, String)]) -> Case {
     let fast = |name: &'static str, concurrency, runs| Case {
         name,
         concurrency,
         runs,
         ttft: Duration::ZERO,
         chunk_delay: Duration::ZERO,
+        service_env: service_env.to_vec(),
     };
     let slow = |name: &'static str, concurrency| Case {
         name,
@@ -60,6 +66,7 @@ fn case(preset: Preset) -> Case {
         runs: concurrency,
         ttft: Duration::from_secs(1),
         chunk_delay: Duration::from_millis(50),
+        service_env: service_env.to_vec(),
     };
     match preset {
         Preset::C1 => fast("c1", 1, 200),
@@ -77,11 +84,21 @@ async fn main() -> anyhow::Result<()> {
     } else {
         args.cases
     };
+    let sink = if args.otlp_sink {
+        Some(otlp::Sink::start().await?)
+    } else {
+        None
+    };
+    let service_env: Vec<(String, String)> =
+        sink.iter().flat_map(|sink| sink.service_env()).collect();
     let mut reports: Vec<Vec<Report>> = presets.iter().map(|_| Vec::new()).collect();
     for _ in 0..args.repeats.max(1) {
         for (preset, runs) in presets.iter().zip(reports.iter_mut()) {
-            runs.push(run_case(case(*preset)).await?);
+            runs.push(run_case(case(*preset, &service_env)).await?);
         }
+    }
+    if let Some(sink) = &sink {
+        eprintln!("the OTLP sink received {} spans", sink.spans());
     }
     let medians: Vec<Report> = reports.into_iter().map(measure::median_report).collect();
     if args.json {

@@ -26,6 +26,8 @@ pub struct Case {
     pub runs: usize,
     pub ttft: Duration,
     pub chunk_delay: Duration,
+    /// Extra environment of the service process (an OTLP endpoint, say).
+    pub service_env: Vec<(String, String)>,
 }
 
 /// What one case measured. Times in milliseconds, memory in MiB / KiB.
@@ -87,7 +89,7 @@ pub async fn run_case(case: Case) -> anyhow::Result<Report> {
 
 async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
     let mock = start_mock(case.ttft, case.chunk_delay).await?;
-    let service = start_service(dir, mock.addr).await?;
+    let service = start_service(dir, mock.addr, &case.service_env).await?;
     let samples = if case.ttft.is_zero() { 200 } else { 3 };
     let (floor_latency, floor_ttft) = direct_floor(mock.addr, samples).await?;
     let channels = connect(service.addr, case.concurrency).await?;

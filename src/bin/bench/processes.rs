@@ -70,7 +70,11 @@ pub async fn start_mock(ttft: Duration, chunk_delay: Duration) -> anyhow::Result
 }
 
 /// Starts the service on `dir` with the mock LLM as provider `mock`.
-pub async fn start_service(dir: &Path, llm: SocketAddr) -> anyhow::Result<Process> {
+pub async fn start_service(
+    dir: &Path,
+    llm: SocketAddr,
+    env: &[(String, String)],
+) -> anyhow::Result<Process> {
     let config = dir.join("config.toml");
     std::fs::write(
         &config,
@@ -84,6 +88,7 @@ pub async fn start_service(dir: &Path, llm: SocketAddr) -> anyhow::Result<Proces
         .args(["serve", "--listen", &addr.to_string(), "--config"])
         .arg(&config)
         .env("RUST_LOG", "error")
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdout(Stdio::null())
         .spawn()?;
     let process = Process { child, addr };

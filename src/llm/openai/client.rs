@@ -13,6 +13,7 @@ use crate::llm::{
     ChatChunk, ChatModel, ChatRequest, ChatStream, Feature, LlmError, ProviderConfig, Secret,
     TurnEnd,
 };
+use crate::telemetry::traces;
 
 /// A client for one OpenAI-compatible server.
 #[derive(Debug, Clone)]
@@ -93,6 +94,7 @@ impl OpenAiClient {
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key.expose());
         }
+        let builder = traces::traced(builder);
         let response = tokio::time::timeout(self.first_byte_timeout, builder.send())
             .await
             .map_err(|_| LlmError::Timeout {

@@ -20,9 +20,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
+use rust_decimal::prelude::ToPrimitive;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
+use tracing::{field, Instrument};
 
 pub use recorder::Recorder;
 
@@ -35,10 +36,13 @@ use super::live::{Mailbox, Registration};
 use super::settings::RunnerSettings;
 use super::spec::{InputImage, RunSpec};
 use super::strategy::{ModelStep, PastTurn, PromptContext, Strategy, TurnReader};
-use crate::domain::{FinishReason, HistoryReport, Message, RunEvent, RunFailure};
+use crate::domain::{
+    FinishReason, HistoryReport, Message, MessageStatus, RunEvent, RunFailure, TokenUsage,
+};
 use crate::llm::{
     ChatChunk, ChatRequest, ChatStream, ContentPart, Feature, LlmError, ResolvedModel, TurnEnd,
 };
+use crate::telemetry::{traces, LlmCall, Metrics, RunOutcome};
 use crate::tools::{OfferedTool, ToolSet};
 
 /// The agent a run drives, resolved before its message was written.
@@ -116,6 +120,27 @@ enum RoundEnd {
     LimitReached,
 }
 
+/// The run's span: `invoke_agent` in the GenAI semantic conventions, a child of the
+/// caller's trace; it carries the trace id so the run's log lines do.
+pub fn span(spec: &RunSpec, agent: &Agent, message: &Message) -> tracing::Span {
+    let span = tracing::info_span!(
+        "invoke_agent",
+        "otel.name" = "invoke_agent",
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.conversation.id = %message.conversation_id,
+        gen_ai.provider.name = agent.model.api,
+        gen_ai.request.model = %agent.model.info.name,
+        message_id = %message.id,
+        trace_id = field::Empty,
+        "otel.status_description" = field::Empty,
+    );
+    spec.trace_parent.adopt(&span);
+    if let Some(id) = traces::trace_id(&span, &spec.trace_parent) {
+        span.record("trace_id", id.as_str());
+    }
+    span
+}
+
 /// One run in progress, owned by its task.
 pub struct RunTask {
     spec: RunSpec,
@@ -124,10 +149,13 @@ pub struct RunTask {
     settings: RunnerSettings,
     recorder: Recorder,
     control: Control,
+    metrics: Arc<Metrics>,
     /// What every prompt of the run is built from; history may be cut to fit.
     context: PromptContext,
     state: RunState,
     started: Instant,
+    /// Whether the first answer delta was sent (time to first delta is measured once).
+    first_delta_sent: bool,
 }
 
 impl RunTask {
@@ -139,6 +167,7 @@ impl RunTask {
         settings: RunnerSettings,
         recorder: Recorder,
         control: Control,
+        metrics: Arc<Metrics>,
     ) -> Self {
         let context = prompt_context(&spec, &agent);
         Self {
@@ -148,15 +177,18 @@ impl RunTask {
             settings,
             recorder,
             control,
+            metrics,
             context,
             state: RunState::default(),
             started: Instant::now(),
+            first_delta_sent: false,
         }
     }
 
     /// The whole life of the run: the rounds, then the record of how they ended; only then
     /// does the run leave the live registry.
     pub async fn drive(mut self) {
+        self.metrics.run_started();
         let outcome = self.rounds().await;
         let registration = self.finish(outcome).await;
         drop(registration);
@@ -175,8 +207,7 @@ impl RunTask {
         for position in 1..=max_rounds {
             let last = position == max_rounds;
             let tools: &[OfferedTool] = if last { &[] } else { &offered };
-            let span = tracing::info_span!("round", position);
-            match self.round(position, last, tools).instrument(span).await? {
+            match self.round(position, last, tools).await? {
                 RoundEnd::Continue => continue,
                 RoundEnd::Answered => return Ok(FinishReason::Stop),
                 RoundEnd::LimitReached => return Ok(FinishReason::MaxIterations),
@@ -255,6 +286,7 @@ impl RunTask {
             recorder: &mut self.recorder,
             mailbox: &self.control.mailbox,
             message: &mut self.message,
+            metrics: &self.metrics,
         }
         .run(round)
         .await?;
@@ -296,6 +328,10 @@ impl RunTask {
             }
             match attempts.after(&err, retry::full_jitter) {
                 Next::Retry { model, delay } => {
+                    self.metrics.llm_retry(
+                        &self.agent.candidate(attempts.candidate()).provider,
+                        err.code(),
+                    );
                     self.announce_retry(round, attempts.made() + 1, delay, &err, model);
                     or_cancel(&self.control.cancel, tokio::time::sleep(delay)).await?;
                 }
@@ -350,15 +386,19 @@ impl RunTask {
         let request = for_model(request, &model.info.name);
         let mut reader = self.agent.strategy.reader(tools);
         let mut tally = Tally::default();
-        let span = tracing::info_span!("llm", provider = %model.provider, model = %request.model);
+        let span = chat_span(model, round.thought.position);
+        if self.settings.trace_content {
+            record_json(&span, "gen_ai.input.messages", &request.messages);
+        }
         let outcome = self
             .read_turn(model, &request, reader.as_mut(), round, &mut tally)
-            .instrument(span)
+            .instrument(span.clone())
             .await;
         if let Ok(end) = &outcome {
             tally.add_calls(end);
         }
-        if let Some(tokens) = tally.tokens(&request, model.info.tokenizer) {
+        let tokens = tally.tokens(&request, model.info.tokenizer);
+        if let Some(tokens) = tokens {
             let mut usage = model
                 .info
                 .pricing
@@ -366,10 +406,58 @@ impl RunTask {
             usage.queue_time = queued.as_secs_f64();
             self.state.add_usage(round, usage);
         }
+        self.observe_call(model, &span, started.elapsed() - queued, tokens, &outcome);
         let end = outcome?;
         let held_back = reader.flush();
         self.show(round, &held_back, reader.shows_answer());
+        if self.settings.trace_content {
+            let output = serde_json::json!([{"role": "assistant", "content": tally.written, "tool_calls": end.tool_calls}]);
+            record_json(&span, "gen_ai.output.messages", &output);
+        }
         Ok(reader.finish(end))
+    }
+
+    /// Records one LLM call on its span and in the GenAI client metrics.
+    fn observe_call(
+        &self,
+        model: &ResolvedModel,
+        span: &tracing::Span,
+        duration: Duration,
+        tokens: Option<TokenUsage>,
+        outcome: &Result<TurnEnd, Failure>,
+    ) {
+        if let Some(tokens) = tokens {
+            span.record("gen_ai.usage.input_tokens", tokens.prompt_tokens);
+            span.record("gen_ai.usage.output_tokens", tokens.completion_tokens);
+        }
+        let error = match outcome {
+            Ok(end) => {
+                if let Some(reason) = &end.finish_reason {
+                    span.record("gen_ai.response.finish_reasons", reason.as_str());
+                }
+                None
+            }
+            Err(Failure::Llm(err)) => {
+                span.record("otel.status_description", err.to_string().as_str());
+                Some(err.code())
+            }
+            Err(Failure::Stop(Halt::Cancelled)) => Some("cancelled"),
+            Err(Failure::Stop(Halt::Failed(failure))) => {
+                span.record("otel.status_description", failure.message.as_str());
+                Some("run_failed")
+            }
+        };
+        if let Some(error) = error {
+            span.record("error.type", error);
+        }
+        self.metrics.llm_call(&LlmCall {
+            api: model.api,
+            provider: &model.provider,
+            model: &model.info.name,
+            duration,
+            tokens: tokens.map(|t| (t.prompt_tokens, t.completion_tokens)),
+            error,
+        });
     }
 
     /// A slot of the model's provider, when it limits calls in flight: waits for one up to
@@ -431,15 +519,22 @@ impl RunTask {
     /// Sends visible text of the round as a delta.
     fn show(&mut self, round: &mut Round, text: &str, answer: bool) {
         if let Some(text) = self.state.show(round, text, answer) {
-            self.recorder.announce(RunEvent::AnswerDelta { text });
+            self.announce_delta(text);
         }
+    }
+
+    fn announce_delta(&mut self, text: String) {
+        if !std::mem::replace(&mut self.first_delta_sent, true) {
+            self.metrics.first_delta(self.started.elapsed());
+        }
+        self.recorder.announce(RunEvent::AnswerDelta { text });
     }
 
     /// Takes the model's decision: shows an answer the user has not seen, then stores and
     /// announces the thought with its calls.
     fn decide(&mut self, round: &mut Round, step: ModelStep) -> Result<(), Halt> {
         if let Some(text) = self.state.show_paragraph(&step.unshown) {
-            self.recorder.announce(RunEvent::AnswerDelta { text });
+            self.announce_delta(text);
         }
         let tools = &self.agent.tools;
         round.decide(step, |name| {
@@ -447,6 +542,33 @@ impl RunTask {
         });
         self.recorder.thought(&round.thought)?;
         Ok(())
+    }
+
+    /// Counts the ended run and marks its span as failed when it failed.
+    fn observe_end(&self) {
+        let message = &self.message;
+        let outcome = match (message.status, message.finish_reason) {
+            (MessageStatus::Completed, Some(FinishReason::MaxIterations)) => {
+                RunOutcome::MaxIterations
+            }
+            (MessageStatus::Completed, _) => RunOutcome::Completed,
+            (MessageStatus::Cancelled, _) => RunOutcome::Cancelled,
+            (MessageStatus::Interrupted, _) => RunOutcome::Interrupted,
+            (
+                MessageStatus::Failed | MessageStatus::Running | MessageStatus::WaitingToolOutputs,
+                _,
+            ) => RunOutcome::Failed,
+        };
+        if let Some(error) = &message.error {
+            tracing::Span::current().record("otel.status_description", error.message.as_str());
+        }
+        let cost = message.usage.total_price.to_f64().unwrap_or_default();
+        self.metrics.run_ended(
+            self.spec.tenant.as_str(),
+            outcome,
+            self.started.elapsed(),
+            (cost, &message.usage.currency),
+        );
     }
 
     /// Writes the message's final state, then sends the last event and waits until every
@@ -465,6 +587,7 @@ impl RunTask {
             self.started.elapsed().as_secs_f64(),
         );
         tracing::info!(status = ?self.message.status, iterations = self.message.iterations, "run ended");
+        self.observe_end();
         match self.recorder.message(&self.message) {
             Ok(()) => self.recorder.announce(event),
             Err(err) => tracing::error!(error = %err, "could not record the end of a run"),
@@ -503,6 +626,34 @@ fn image_parts(spec: &RunSpec, model: &ResolvedModel) -> Vec<ContentPart> {
         return Vec::new();
     }
     spec.files.iter().map(InputImage::content_part).collect()
+}
+
+/// The span of one LLM call: `chat {model}` in the GenAI semantic conventions.
+fn chat_span(model: &ResolvedModel, position: u32) -> tracing::Span {
+    tracing::info_span!(
+        "chat",
+        "otel.name" = %format_args!("chat {}", model.info.name),
+        "otel.kind" = "client",
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = model.api,
+        gen_ai.request.model = %model.info.name,
+        provider = %model.provider,
+        position,
+        gen_ai.usage.input_tokens = field::Empty,
+        gen_ai.usage.output_tokens = field::Empty,
+        gen_ai.response.finish_reasons = field::Empty,
+        gen_ai.input.messages = field::Empty,
+        gen_ai.output.messages = field::Empty,
+        error.type = field::Empty,
+        "otel.status_description" = field::Empty,
+    )
+}
+
+/// Records `value` as JSON text on `span` (only when content tracing is on).
+fn record_json(span: &tracing::Span, field: &'static str, value: &impl serde::Serialize) {
+    if let Ok(text) = serde_json::to_string(value) {
+        span.record(field, text.as_str());
+    }
 }
 
 /// `request` for the model called `name`: the same prompt, sent under the fallback's name.

@@ -278,6 +278,7 @@ mod tests {
 
     fn observed(text: &str) -> Invocation {
         Invocation {
+            outcome: crate::domain::CallOutcome::Success,
             provider: "p".into(),
             observation: text.into(),
             meta: ToolInvokeMeta {

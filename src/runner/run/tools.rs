@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
+use tracing::{field, Instrument};
 
 use super::halt::{or_cancel, Halt};
 use super::recorder::Recorder;
@@ -16,7 +16,8 @@ use super::state::Round;
 use crate::domain::{Message, MessageStatus, RunEvent, ToolCallRecord};
 use crate::runner::live::{ClientOutput, Mailbox};
 use crate::runner::settings::RunnerSettings;
-use crate::tools::{Invocation, ToolSet};
+use crate::telemetry::Metrics;
+use crate::tools::{Invocation, ProviderKind, ToolSet};
 
 /// What running a round's calls needs from its run.
 pub struct RoundTools<'a> {
@@ -32,6 +33,8 @@ pub struct RoundTools<'a> {
     pub mailbox: &'a Mailbox,
     /// The message, whose status shows a wait for the caller.
     pub message: &'a mut Message,
+    /// Where tool calls are counted.
+    pub metrics: &'a Metrics,
 }
 
 impl RoundTools<'_> {
@@ -66,7 +69,10 @@ impl RoundTools<'_> {
         let timeout = self.settings.tool_timeout;
         let tools = Arc::clone(self.tools);
         let mut results = futures::stream::iter(calls)
-            .map(|(index, call)| invoke(Arc::clone(&tools), index, call, timeout))
+            .map(|(index, call)| {
+                let span = tool_span(&tools, &call);
+                invoke(Arc::clone(&tools), index, call, timeout).instrument(span)
+            })
             .buffer_unordered(self.settings.tool_concurrency.max(1));
         while let Some((index, invocation)) = or_cancel(self.cancel, results.next()).await? {
             self.record(round, index, invocation)?;
@@ -150,6 +156,14 @@ impl RoundTools<'_> {
         index: usize,
         invocation: Invocation,
     ) -> Result<(), Halt> {
+        if let Some(call) = round.thought.tool_calls.get(index) {
+            self.metrics.tool_call(
+                &invocation.provider,
+                &call.name,
+                invocation.outcome,
+                Duration::from_secs_f64(invocation.meta.time_cost.max(0.0)),
+            );
+        }
         let files = self.recorder.files(self.message.id, &invocation.files)?;
         let file_ids = files.iter().map(|f| f.id.to_string());
         if let Some(call) = round.observe(index, invocation, file_ids) {
@@ -159,16 +173,37 @@ impl RoundTools<'_> {
     }
 }
 
+/// The span of one tool call: `execute_tool {tool}` in the GenAI semantic conventions.
+fn tool_span(tools: &ToolSet, call: &ToolCallRecord) -> tracing::Span {
+    let tool_type = match tools.kind_of(&call.name) {
+        Some(ProviderKind::Knowledge) => "datastore",
+        Some(ProviderKind::Client) => "function",
+        Some(ProviderKind::Builtin | ProviderKind::Api | ProviderKind::Mcp) | None => "extension",
+    };
+    tracing::info_span!(
+        "execute_tool",
+        "otel.name" = %format_args!("execute_tool {}", call.name),
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = %call.name,
+        gen_ai.tool.call.id = %call.id,
+        gen_ai.tool.type = tool_type,
+        error.type = field::Empty,
+        "otel.status_description" = field::Empty,
+    )
+}
+
+/// Runs one call in the current (tool) span, marking the span when the call failed.
 async fn invoke(
     tools: Arc<ToolSet>,
     index: usize,
     call: ToolCallRecord,
     timeout: Duration,
 ) -> (usize, Invocation) {
-    let span = tracing::info_span!("tool", name = %call.name, call_id = %call.id);
-    let invocation = tools
-        .invoke(&call.name, &call.arguments, timeout)
-        .instrument(span)
-        .await;
+    let invocation = tools.invoke(&call.name, &call.arguments, timeout).await;
+    if let Some(error) = &invocation.meta.error {
+        let span = tracing::Span::current();
+        span.record("error.type", invocation.outcome.as_str());
+        span.record("otel.status_description", error.as_str());
+    }
     (index, invocation)
 }

@@ -279,8 +279,7 @@ impl ErasedTool for OperationTool {
     }
 
     async fn call(&self, arguments: Map<String, Value>) -> Result<ToolOutput, ToolError> {
-        let response = self
-            .request(&arguments)?
+        let response = crate::telemetry::traces::traced(self.request(&arguments)?)
             .send()
             .await
             .map_err(|err| ToolError::Failed(format!("request failed: {err}")))?;

@@ -114,6 +114,8 @@ struct Script {
     requests: Vec<Value>,
     /// When each request arrived.
     arrivals: Vec<std::time::Instant>,
+    /// The `traceparent` header of each request.
+    traceparents: Vec<Option<String>>,
     /// Answer 500 to an assistant message with `"content": null` beside tool calls, as
     /// llama.cpp's server (llama-cpp-python 0.3) does.
     reject_null_content: bool,
@@ -168,6 +170,11 @@ impl FakeOpenAi {
             .load(Ordering::SeqCst)
     }
 
+    /// The `traceparent` header of each request, in order.
+    pub fn traceparents(&self) -> Vec<Option<String>> {
+        self.script.lock().unwrap().traceparents.clone()
+    }
+
     /// When each request arrived, in order.
     pub fn arrivals(&self) -> Vec<std::time::Instant> {
         self.script.lock().unwrap().arrivals.clone()
@@ -181,12 +188,19 @@ impl FakeOpenAi {
 
 async fn completions(
     State(script): State<Arc<Mutex<Script>>>,
+    headers: axum::http::HeaderMap,
     Json(body): Json<Value>,
 ) -> Response {
     let (reply, closed_stalls) = {
         let mut script = script.lock().unwrap();
         script.requests.push(body.clone());
         script.arrivals.push(std::time::Instant::now());
+        script.traceparents.push(
+            headers
+                .get("traceparent")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+        );
         if script.reject_null_content && has_null_content_beside_tool_calls(&body) {
             return error_response(500, "Internal Server Error");
         }

@@ -2,6 +2,7 @@
 //! OpenAI-compatible server, and a builder for run requests.
 
 pub mod fake_openai;
+pub mod process;
 pub mod request;
 pub mod server;
 

@@ -37,6 +37,8 @@ pub const DOWN_PROVIDER: &str = "down";
 
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// Where `/metrics` is served.
+    pub metrics_addr: SocketAddr,
     _temp: Option<tempfile::TempDir>,
     stop: Option<oneshot::Sender<()>>,
     handle: Option<JoinHandle<Result<(), AppError>>>,
@@ -139,15 +141,19 @@ impl TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
+        let metrics = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let metrics_addr = metrics.local_addr().unwrap();
         let extensions = Extensions {
             tool_providers: vec![testing_provider().unwrap()],
             model_providers: vec![],
+            metrics_listener: Some(metrics),
         };
         let handle = tokio::spawn(app::serve(listener, config, extensions, async {
             let _ = stopped.await;
         }));
         Self {
             addr,
+            metrics_addr,
             _temp: None,
             stop: Some(stop),
             handle: Some(handle),

@@ -1,0 +1,72 @@
+//! `GET /metrics` on a listener of its own, so scrapers never share the gRPC port.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::Metrics;
+
+/// The OpenMetrics text format Prometheus scrapes.
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Serves `/metrics` on `listener` until `stop` fires.
+pub async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>, stop: CancellationToken) {
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let Ok((stream, _)) = accepted else {
+            continue;
+        };
+        let metrics = Arc::clone(&metrics);
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |request| {
+                let metrics = Arc::clone(&metrics);
+                async move { Ok::<_, Infallible>(answer(&request, &metrics)) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                result = connection => {
+                    if let Err(err) = result {
+                        tracing::debug!(error = %err, "metrics connection ended");
+                    }
+                }
+            }
+        });
+    }
+}
+
+fn answer(request: &Request<Incoming>, metrics: &Metrics) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = match (request.method(), request.uri().path()) {
+        (&Method::GET, "/metrics") => (StatusCode::OK, CONTENT_TYPE, metrics.render()),
+        (_, "/metrics") => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "GET only\n".to_owned(),
+        ),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "see /metrics\n".to_owned(),
+        ),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    if let Ok(value) = content_type.parse() {
+        response
+            .headers_mut()
+            .insert(http::header::CONTENT_TYPE, value);
+    }
+    response
+}

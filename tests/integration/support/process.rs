@@ -1,0 +1,103 @@
+//! The real `agent-runner` binary as a child process, for what only a whole process shows:
+//! signals, crash recovery, and process-wide tracing.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use agent_runner::pb::agent_service_client::AgentServiceClient;
+use tonic::transport::Channel;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+use super::{config_toml, FakeOpenAi};
+
+/// A running service process; killed when dropped.
+pub struct Service {
+    pub child: Child,
+    pub addr: SocketAddr,
+    /// The process's log, for failure messages.
+    pub log: PathBuf,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Service {
+    /// What the process has logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+fn free_port() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// Starts `agent-runner serve` on `dir` and waits until its health check answers.
+pub async fn spawn_service(dir: &Path, llm: &FakeOpenAi) -> Service {
+    spawn_service_with(dir, llm, &[]).await
+}
+
+/// [`spawn_service`] with extra environment variables.
+pub async fn spawn_service_with(dir: &Path, llm: &FakeOpenAi, env: &[(&str, String)]) -> Service {
+    let config = dir.join("config.toml");
+    std::fs::write(&config, config_toml(&llm.base_url(), &dir.join("data"))).unwrap();
+    let addr = free_port();
+    let log = dir.join(format!("service-{}.log", addr.port()));
+    let child = Command::new(env!("CARGO_BIN_EXE_agent-runner"))
+        .args(["serve", "--listen", &addr.to_string(), "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "info")
+        .envs(env.iter().map(|(name, value)| (*name, value.as_str())))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let service = Service { child, addr, log };
+    for _ in 0..200 {
+        if let Ok(channel) = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+        {
+            let check = HealthClient::new(channel)
+                .check(HealthCheckRequest {
+                    service: "agentrunner.v1.AgentService".into(),
+                })
+                .await;
+            if check.is_ok() {
+                return service;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the service did not become healthy: {}", service.log_text());
+}
+
+/// A client of the process's agent service.
+pub async fn client(service: &Service) -> AgentServiceClient<Channel> {
+    AgentServiceClient::connect(format!("http://{}", service.addr))
+        .await
+        .unwrap()
+}
+
+/// Waits for the process to exit. It sleeps on the test's runtime rather than blocking it:
+/// the client's connection lives there and must answer the server's graceful-shutdown
+/// handshake (an HTTP/2 ping), or the server would wait for it.
+pub async fn wait_for_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
