@@ -15,7 +15,7 @@ use crate::llm::{ChatModel, LlmError, ModelEntry, ModelRegistry};
 use crate::runner::Runner;
 use crate::store::{Store, StoreError};
 use crate::telemetry::Metrics;
-use crate::tools::{Provider, ProviderSettings, RegistryError, ToolRegistry};
+use crate::tools::{Provider, RegistryError, ToolRegistry};
 
 /// Additions to what the configuration describes; how tests plug in scripted models and
 /// deterministic tools while serving the real API.
@@ -56,6 +56,9 @@ pub enum AppError {
     /// The transport failed.
     #[error("server error: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The configuration is unusable.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     /// The metrics listener could not be bound.
     #[error("cannot listen for metrics on {addr}: {source}")]
     MetricsListen {
@@ -117,13 +120,12 @@ pub async fn serve(
     for provider in extensions.tool_providers {
         tools.register_builtin(provider);
     }
+    let outbound = Arc::new(config.outbound.policy()?);
     let catalog = Catalog::new(
         store.clone(),
         Arc::clone(&tools),
-        ProviderSettings {
-            max_output_bytes: config.runner.tool_output_limit_bytes,
-        },
-        reqwest::Client::new(),
+        config.runner.provider_settings(Arc::clone(&outbound)),
+        outbound.client(),
     );
     let loaded = catalog.load()?;
     tracing::info!(providers = loaded, "registered tool providers loaded");

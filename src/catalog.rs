@@ -126,7 +126,7 @@ impl Catalog {
         if self.store.get_provider(tenant, &record.name)?.is_some() {
             return Err(CatalogError::Exists(record.name));
         }
-        let record = providers::discover(record, &self.settings).await?;
+        let record = providers::discover(record, &self.settings, &self.http).await?;
         let provider = providers::build(&record, &self.settings, &self.http)?;
         self.store.put_provider(tenant, &record)?;
         self.store.flush().await?;
@@ -143,7 +143,7 @@ impl Catalog {
             .store
             .get_provider(tenant, name)?
             .ok_or_else(|| CatalogError::NotFound(name.to_owned()))?;
-        let record = providers::discover(record, &self.settings).await?;
+        let record = providers::discover(record, &self.settings, &self.http).await?;
         let provider = providers::build(&record, &self.settings, &self.http)?;
         self.store.put_provider(tenant, &record)?;
         self.store.flush().await?;

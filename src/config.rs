@@ -8,12 +8,14 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::llm::ProviderConfig;
 use crate::runner::RunnerSettings;
+use crate::tools::{OutboundPolicy, ProviderSettings};
 
 /// `agent-runner` command line.
 #[derive(Debug, clap::Parser)]
@@ -153,6 +155,21 @@ fn default_client_tool_timeout() -> u64 {
 fn default_tool_output_limit() -> usize {
     16 * 1024
 }
+fn default_tool_file_limit() -> usize {
+    ProviderSettings::default().max_file_bytes
+}
+fn default_openapi_max_bytes() -> usize {
+    ProviderSettings::default().max_spec_bytes
+}
+fn default_openapi_max_operations() -> usize {
+    ProviderSettings::default().max_operations
+}
+fn default_tool_schema_limit() -> usize {
+    ProviderSettings::default().max_schema_bytes
+}
+fn default_mcp_timeout() -> u64 {
+    ProviderSettings::default().mcp_timeout.as_secs()
+}
 
 /// `[runner]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -175,6 +192,22 @@ pub struct RunnerConfig {
     /// marker saying so.
     #[serde(default = "default_tool_output_limit")]
     pub tool_output_limit_bytes: usize,
+    /// Largest file (or knowledge answer) a tool call may return; beyond it the call is a
+    /// `tool invoke error` and the rest is not read.
+    #[serde(default = "default_tool_file_limit")]
+    pub tool_file_limit_bytes: usize,
+    /// Largest OpenAPI document a provider may register.
+    #[serde(default = "default_openapi_max_bytes")]
+    pub openapi_max_bytes: usize,
+    /// Most operations one OpenAPI document may define.
+    #[serde(default = "default_openapi_max_operations")]
+    pub openapi_max_operations: usize,
+    /// Largest JSON Schema of one tool once its `$ref`s are inlined.
+    #[serde(default = "default_tool_schema_limit")]
+    pub tool_schema_limit_bytes: usize,
+    /// Longest any step with an MCP server may take (connect, initialize, list, call).
+    #[serde(default = "default_mcp_timeout")]
+    pub mcp_timeout_secs: u64,
     /// Record prompts and completions on exported LLM spans. Also turned on by the GenAI
     /// conventions' `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`.
     #[serde(default)]
@@ -189,12 +222,30 @@ impl Default for RunnerConfig {
             event_buffer: default_event_buffer(),
             tool_output_limit_bytes: default_tool_output_limit(),
             client_tool_timeout_secs: default_client_tool_timeout(),
+            tool_file_limit_bytes: default_tool_file_limit(),
+            openapi_max_bytes: default_openapi_max_bytes(),
+            openapi_max_operations: default_openapi_max_operations(),
+            tool_schema_limit_bytes: default_tool_schema_limit(),
+            mcp_timeout_secs: default_mcp_timeout(),
             trace_content: false,
         }
     }
 }
 
 impl RunnerConfig {
+    /// The limits of registered providers' tools, sending requests as `outbound` allows.
+    pub fn provider_settings(&self, outbound: Arc<OutboundPolicy>) -> ProviderSettings {
+        ProviderSettings {
+            outbound,
+            max_output_bytes: self.tool_output_limit_bytes,
+            max_file_bytes: self.tool_file_limit_bytes,
+            max_spec_bytes: self.openapi_max_bytes,
+            max_operations: self.openapi_max_operations,
+            max_schema_bytes: self.tool_schema_limit_bytes,
+            mcp_timeout: Duration::from_secs(self.mcp_timeout_secs),
+        }
+    }
+
     /// The runner's view of these settings.
     pub fn settings(&self) -> RunnerSettings {
         RunnerSettings {
@@ -220,6 +271,29 @@ pub struct Config {
     /// LLM providers by name.
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfig>,
+    /// Where tools may send requests.
+    #[serde(default)]
+    pub outbound: OutboundConfig,
+}
+
+/// `[outbound]`: what tool traffic may reach besides public addresses.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboundConfig {
+    /// Networks (`10.0.0.0/8`), addresses and host names tools may reach although they are
+    /// not public; `AGENT_RUNNER_OUTBOUND_ALLOW` (comma-separated) adds to them.
+    #[serde(default)]
+    pub allow: Vec<String>,
+}
+
+impl OutboundConfig {
+    /// The policy these settings describe.
+    pub fn policy(&self) -> Result<OutboundPolicy, ConfigError> {
+        OutboundPolicy::allowing(&self.allow).map_err(|reason| ConfigError::Invalid {
+            field: "outbound.allow".to_owned(),
+            reason,
+        })
+    }
 }
 
 /// A configuration that cannot be used.
@@ -270,6 +344,15 @@ impl Config {
         if let Some(addr) = args.metrics_listen {
             config.server.metrics_listen = Some(addr);
         }
+        if let Ok(allow) = std::env::var("AGENT_RUNNER_OUTBOUND_ALLOW") {
+            config.outbound.allow.extend(
+                allow
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|e| !e.is_empty())
+                    .map(str::to_owned),
+            );
+        }
         if std::env::var("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
             .is_ok_and(|value| value.eq_ignore_ascii_case("true"))
         {
@@ -318,6 +401,10 @@ impl Config {
         }
         if self.runner.tool_concurrency == 0 {
             return Err(invalid("runner.tool_concurrency", "must be at least 1"));
+        }
+        self.outbound.policy()?;
+        if self.runner.mcp_timeout_secs == 0 {
+            return Err(invalid("runner.mcp_timeout_secs", "must be at least 1"));
         }
         if self.runner.event_buffer == 0 {
             return Err(invalid("runner.event_buffer", "must be at least 1"));

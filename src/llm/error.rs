@@ -13,7 +13,8 @@ pub enum LlmError {
         /// Transport detail.
         message: String,
     },
-    /// No answer within the configured time.
+    /// No answer within the configured time: to connect, to the first byte, or (idle)
+    /// between two pieces of an answer.
     #[error("the LLM server did not answer within {after:?} ({phase})")]
     Timeout {
         /// Which wait ran out: `connect`, `first byte` or `stream`.
@@ -90,6 +91,7 @@ impl LlmError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::Connect { .. } => "llm_connect_error",
+            Self::Timeout { phase, .. } if *phase == IDLE_PHASE => "llm_idle_timeout",
             Self::Timeout { .. } => "llm_timeout",
             Self::Auth { .. } => "llm_auth_error",
             Self::ModelNotFound { .. } => "llm_model_not_found",

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::http_api::truncate_output;
-use super::{ErasedTool, ToolDescriptor, ToolError, ToolOutput};
+use super::{http_body, ErasedTool, ToolDescriptor, ToolError, ToolOutput};
 
 /// Where and how to search.
 #[derive(Debug, Clone)]
@@ -22,6 +22,8 @@ pub struct KnowledgeSettings {
     pub api_key: Option<String>,
     /// Longest observation, in bytes.
     pub max_output_bytes: usize,
+    /// Largest answer read (the records JSON), in bytes.
+    pub max_answer_bytes: usize,
 }
 
 /// The search tool of one knowledge base.
@@ -129,11 +131,16 @@ impl ErasedTool for KnowledgeTool {
         let response = crate::telemetry::traces::traced(request)
             .send()
             .await
-            .map_err(|err| ToolError::Failed(format!("knowledge request failed: {err}")))?;
+            .map_err(|err| http_body::transport("knowledge request failed", err))?;
         let status = response.status();
-        let text = response.text().await.map_err(|err| {
-            ToolError::Failed(format!("reading the knowledge answer failed: {err}"))
-        })?;
+        let limit = self.settings.max_answer_bytes;
+        let body = http_body::read_limited(response, limit).await?;
+        if body.cut && status.is_success() {
+            return Err(ToolError::Failed(format!(
+                "the knowledge answer is larger than {limit} bytes (runner.tool_file_limit_bytes)"
+            )));
+        }
+        let text = String::from_utf8_lossy(&body.bytes).into_owned();
         if !status.is_success() {
             return Err(ToolError::Failed(format!(
                 "HTTP {status}: {}",

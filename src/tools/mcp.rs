@@ -14,29 +14,71 @@ use rmcp::ServiceExt;
 use serde_json::{Map, Value};
 use tokio::sync::Mutex;
 
+use std::time::Duration;
+
 use super::http_api::truncate_output;
+use super::http_body::redacted;
 use super::{ErasedTool, ToolDescriptor, ToolError, ToolOutput};
 use crate::domain::McpToolDef;
 
 type Session = RunningService<RoleClient, ClientConfig>;
 
+/// The first step with a server: connect and initialize the session.
+const CONNECT: &str = "connect";
+
+/// How an MCP connection reaches its server.
+#[derive(Clone)]
+pub struct McpSettings {
+    /// Longest observation, in bytes.
+    pub max_output_bytes: usize,
+    /// Longest any step may take: connect and initialize, list, call.
+    pub timeout: Duration,
+    /// The HTTP client (with the outbound policy).
+    pub http: reqwest::Client,
+}
+
 /// A lazily opened session with one MCP server, shared by the provider's tools.
 pub struct McpConnection {
     url: String,
     bearer: Option<String>,
-    max_output_bytes: usize,
+    settings: McpSettings,
     /// A tokio mutex: opening a session awaits, and callers must not open two at once.
     session: Mutex<Option<Arc<Session>>>,
 }
 
 impl McpConnection {
     /// A connection to the server at `url`, with an optional bearer token.
-    pub fn new(url: &str, bearer: Option<String>, max_output_bytes: usize) -> Self {
+    pub fn new(url: &str, bearer: Option<String>, settings: McpSettings) -> Self {
         Self {
             url: url.to_owned(),
             bearer,
-            max_output_bytes,
+            settings,
             session: Mutex::new(None),
+        }
+    }
+
+    /// `step` within the timeout; a server that never answers is a failure, not a hang.
+    async fn bounded<T, E: std::fmt::Display>(
+        &self,
+        what: &str,
+        step: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, ToolError> {
+        let server = redacted(&self.url);
+        match tokio::time::timeout(self.settings.timeout, step).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(err)) => {
+                tracing::warn!(%server, error = %err, "MCP {what} failed");
+                let text = if what == CONNECT {
+                    format!("cannot reach the MCP server at {server}")
+                } else {
+                    format!("the MCP server at {server} failed to {what}")
+                };
+                Err(ToolError::Failed(text))
+            }
+            Err(_) => Err(ToolError::Failed(format!(
+                "the MCP server at {server} did not {what} within {}s",
+                self.settings.timeout.as_secs_f64()
+            ))),
         }
     }
 
@@ -49,17 +91,13 @@ impl McpConnection {
         if let Some(token) = &self.bearer {
             config = config.auth_header(token.clone());
         }
-        let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+        let transport =
+            StreamableHttpClientTransport::with_client(self.settings.http.clone(), config);
         let info = ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("agent-runner", env!("CARGO_PKG_VERSION")),
         );
-        let session = info.serve(transport).await.map_err(|err| {
-            ToolError::Failed(format!(
-                "cannot reach the MCP server at {}: {err}",
-                self.url
-            ))
-        })?;
+        let session = self.bounded(CONNECT, info.serve(transport)).await?;
         let session = Arc::new(session);
         *slot = Some(Arc::clone(&session));
         Ok(session)
@@ -72,13 +110,14 @@ impl McpConnection {
     /// The server's tools, with their input schemas.
     pub async fn list_tools(&self) -> Result<Vec<McpToolDef>, ToolError> {
         let session = self.open().await?;
-        let tools = match session.list_all_tools().await {
+        let tools = match self
+            .bounded("list its tools", session.list_all_tools())
+            .await
+        {
             Ok(tools) => tools,
             Err(err) => {
                 self.forget().await;
-                return Err(ToolError::Failed(format!(
-                    "listing the MCP server's tools failed: {err}"
-                )));
+                return Err(err);
             }
         };
         Ok(tools
@@ -99,15 +138,16 @@ impl McpConnection {
     ) -> Result<ToolOutput, ToolError> {
         let params = CallToolRequestParams::new(name.to_owned()).with_arguments(arguments);
         let session = self.open().await?;
-        let result = match session.call_tool(params.clone()).await {
+        let result = match self
+            .bounded("answer the call", session.call_tool(params.clone()))
+            .await
+        {
             Ok(result) => result,
             Err(_) => {
                 self.forget().await;
                 let session = self.open().await?;
-                session
-                    .call_tool(params)
-                    .await
-                    .map_err(|err| ToolError::Failed(format!("the MCP call failed: {err}")))?
+                self.bounded("answer the call", session.call_tool(params))
+                    .await?
             }
         };
         let mut text = render(&result.content);
@@ -116,7 +156,7 @@ impl McpConnection {
                 text = structured.to_string();
             }
         }
-        let text = truncate_output(text, self.max_output_bytes);
+        let text = truncate_output(text, self.settings.max_output_bytes);
         if result.is_error == Some(true) {
             Err(ToolError::Failed(text))
         } else {

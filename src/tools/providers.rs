@@ -5,7 +5,8 @@ use std::sync::Arc;
 use super::cache::CachedTool;
 use super::http_api::{self, openapi, ApiSettings, Auth};
 use super::knowledge::{KnowledgeSettings, KnowledgeTool};
-use super::mcp::{McpConnection, McpTool};
+use super::mcp::{McpConnection, McpSettings, McpTool};
+use super::outbound::{OutboundError, OutboundPolicy};
 use super::{ErasedTool, Provider, RegistryError};
 use crate::domain::{ErrorKind, ProviderRecord, ProviderSource};
 
@@ -26,13 +27,23 @@ pub enum ProviderError {
     /// The MCP server could not be reached or listed.
     #[error("provider.source.mcp.url: {0}")]
     Mcp(String),
+    /// A URL the outbound policy refuses.
+    #[error("{field} {source}")]
+    Outbound {
+        /// The request field holding the URL.
+        field: &'static str,
+        /// Why it is refused.
+        source: OutboundError,
+    },
 }
 
 impl ProviderError {
     /// Failures of the definition are the caller's; an unreachable server may come back.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::Spec(_) | Self::NoServerUrl | Self::Schema(_) => ErrorKind::InvalidArgument,
+            Self::Spec(_) | Self::NoServerUrl | Self::Schema(_) | Self::Outbound { .. } => {
+                ErrorKind::InvalidArgument
+            }
             Self::Mcp(_) => ErrorKind::FailedPrecondition,
         }
     }
@@ -43,21 +54,84 @@ impl ProviderError {
 pub struct ProviderSettings {
     /// Longest observation a tool returns, in bytes.
     pub max_output_bytes: usize,
+    /// Largest file (or structured answer) a tool call may return, in bytes.
+    pub max_file_bytes: usize,
+    /// Largest OpenAPI document accepted, in bytes.
+    pub max_spec_bytes: usize,
+    /// Most operations (tools) one OpenAPI document may define.
+    pub max_operations: usize,
+    /// Largest JSON Schema of one tool once its `$ref`s are inlined, in bytes.
+    pub max_schema_bytes: usize,
+    /// Longest any step with an MCP server may take (connect, initialize, list, call).
+    pub mcp_timeout: std::time::Duration,
+    /// Where tools may send requests.
+    pub outbound: Arc<OutboundPolicy>,
+}
+
+impl ProviderSettings {
+    /// How MCP connections reach their servers.
+    pub fn mcp(&self, http: &reqwest::Client) -> McpSettings {
+        McpSettings {
+            max_output_bytes: self.max_output_bytes,
+            timeout: self.mcp_timeout,
+            http: http.clone(),
+        }
+    }
+
+    /// The bounds on an OpenAPI document.
+    pub fn spec_limits(&self) -> openapi::SpecLimits {
+        openapi::SpecLimits {
+            max_bytes: self.max_spec_bytes,
+            max_operations: self.max_operations,
+            max_schema_bytes: self.max_schema_bytes,
+        }
+    }
+}
+
+impl Default for ProviderSettings {
+    fn default() -> Self {
+        Self {
+            max_output_bytes: 16 * 1024,
+            max_file_bytes: 10 * 1024 * 1024,
+            max_spec_bytes: 2 * 1024 * 1024,
+            max_operations: 256,
+            max_schema_bytes: 64 * 1024,
+            mcp_timeout: std::time::Duration::from_secs(30),
+            outbound: Arc::default(),
+        }
+    }
+}
+
+/// Refuses a source whose URL the outbound policy forbids before any request is made.
+fn check_urls(source: &ProviderSource, settings: &ProviderSettings) -> Result<(), ProviderError> {
+    let (field, url) = match source {
+        ProviderSource::OpenApi { server_url, .. } if server_url.is_empty() => return Ok(()),
+        ProviderSource::OpenApi { server_url, .. } => {
+            ("provider.source.openapi.server_url", server_url)
+        }
+        ProviderSource::Knowledge { endpoint, .. } => {
+            ("provider.source.knowledge.endpoint", endpoint)
+        }
+        ProviderSource::Mcp { url } => ("provider.source.mcp.url", url),
+    };
+    settings
+        .outbound
+        .check_url(url)
+        .map_err(|source| ProviderError::Outbound { field, source })
 }
 
 /// Reads what a definition needs from outside before it is stored: an MCP server's tools.
 pub async fn discover(
     mut record: ProviderRecord,
     settings: &ProviderSettings,
+    http: &reqwest::Client,
 ) -> Result<ProviderRecord, ProviderError> {
+    check_urls(&record.source, settings)?;
     if let ProviderSource::Mcp { url } = &record.source {
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(ProviderError::Mcp("must be an http(s) URL".to_owned()));
-        }
         let connection = McpConnection::new(
             url,
             record.credentials.get("bearer_token").cloned(),
-            settings.max_output_bytes,
+            settings.mcp(http),
         );
         record.mcp_tools = connection
             .list_tools()
@@ -73,17 +147,26 @@ pub fn build(
     settings: &ProviderSettings,
     http: &reqwest::Client,
 ) -> Result<Provider, ProviderError> {
+    check_urls(&record.source, settings)?;
     let (description, tools): (String, Vec<Arc<dyn ErasedTool>>) = match &record.source {
         ProviderSource::OpenApi { spec, server_url } => {
-            let document = openapi::parse(spec)?;
+            let document = openapi::parse(spec, &settings.spec_limits())?;
             let base_url = Some(server_url.clone())
                 .filter(|url| !url.is_empty())
                 .or(document.server_url.clone())
                 .ok_or(ProviderError::NoServerUrl)?;
+            settings
+                .outbound
+                .check_url(&base_url)
+                .map_err(|source| ProviderError::Outbound {
+                    field: "provider.source.openapi.server_url",
+                    source,
+                })?;
             let api = ApiSettings {
                 base_url,
                 auth: Auth::from_credentials(&record.credentials, document.api_key.as_ref()),
                 max_output_bytes: settings.max_output_bytes,
+                max_file_bytes: settings.max_file_bytes,
             };
             let tools = http_api::operation_tools(&record.name, document.operations, api, http);
             (document.description, tools)
@@ -101,6 +184,7 @@ pub fn build(
                 score_threshold: *score_threshold,
                 api_key: record.credentials.get("api_key").cloned(),
                 max_output_bytes: settings.max_output_bytes,
+                max_answer_bytes: settings.max_file_bytes,
             };
             let tool =
                 KnowledgeTool::new(&record.name, &record.description, knowledge, http.clone());
@@ -110,7 +194,7 @@ pub fn build(
             let connection = Arc::new(McpConnection::new(
                 url,
                 record.credentials.get("bearer_token").cloned(),
-                settings.max_output_bytes,
+                settings.mcp(http),
             ));
             let tools = record
                 .mcp_tools

@@ -9,6 +9,7 @@ use super::stream::{chat_stream, truncate};
 use super::wire::{error_message, request_body, Completion};
 use std::collections::HashSet;
 
+use crate::llm::error::IDLE_PHASE;
 use crate::llm::{
     ChatChunk, ChatModel, ChatRequest, ChatStream, Feature, LlmError, ProviderConfig, Secret,
     TurnEnd,
@@ -23,6 +24,9 @@ pub struct OpenAiClient {
     api_key: Option<Secret>,
     connect_timeout: Duration,
     first_byte_timeout: Duration,
+    /// Longest silence inside an answer, once its first byte arrived: a clock of its own,
+    /// so a slow first byte is not cut short by it.
+    idle_timeout: Duration,
     /// Configured models that cannot stream tool calls: asked without streaming when tools
     /// are offered. Unlisted models can.
     whole_tool_turns: HashSet<String>,
@@ -34,7 +38,6 @@ impl OpenAiClient {
         let connect_timeout = Duration::from_secs(config.connect_timeout_secs);
         let http = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
-            .read_timeout(Duration::from_secs(config.idle_timeout_secs))
             .build()
             .map_err(|err| LlmError::Connect {
                 message: format!("could not build the HTTP client: {err}"),
@@ -45,6 +48,7 @@ impl OpenAiClient {
             api_key: config.resolved_api_key(),
             connect_timeout,
             first_byte_timeout: Duration::from_secs(config.first_byte_timeout_secs),
+            idle_timeout: Duration::from_secs(config.idle_timeout_secs),
             whole_tool_turns: config
                 .models
                 .iter()
@@ -57,9 +61,15 @@ impl OpenAiClient {
     /// Runs the turn without streaming and yields it as one stream.
     async fn whole_turn(&self, request: &ChatRequest) -> Result<ChatStream, LlmError> {
         let response = self.send(request, false).await?;
-        let completion: Completion = response.json().await.map_err(|err| LlmError::Decode {
-            message: error_chain(&err),
-        })?;
+        let completion: Completion = tokio::time::timeout(self.idle_timeout, response.json())
+            .await
+            .map_err(|_| LlmError::Timeout {
+                phase: IDLE_PHASE,
+                after: self.idle_timeout,
+            })?
+            .map_err(|err| LlmError::Decode {
+                message: error_chain(&err.without_url()),
+            })?;
         let choice = completion.choices.into_iter().next().unwrap_or_default();
         let text = choice.message.content.unwrap_or_default();
         let end = TurnEnd {
@@ -117,11 +127,11 @@ impl OpenAiClient {
             }
         } else if err.is_connect() {
             LlmError::Connect {
-                message: error_chain(&err),
+                message: error_chain(&err.without_url()),
             }
         } else {
             LlmError::Stream {
-                message: error_chain(&err),
+                message: error_chain(&err.without_url()),
             }
         }
     }
@@ -213,7 +223,11 @@ impl ChatModel for OpenAiClient {
             return self.whole_turn(request).await;
         }
         let response = self.send(request, true).await?;
-        Ok(chat_stream(response, self.first_byte_timeout))
+        Ok(chat_stream(
+            response,
+            self.first_byte_timeout,
+            self.idle_timeout,
+        ))
     }
 }
 

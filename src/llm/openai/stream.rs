@@ -7,6 +7,7 @@ use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
 
 use super::wire::{error_message, mint_call_id, normalize_arguments, Chunk, ToolCallDelta};
+use crate::llm::error::IDLE_PHASE;
 use crate::llm::{ChatChunk, ChatStream, LlmError, ToolCallRequest, TurnEnd};
 
 #[derive(Debug, Default)]
@@ -180,6 +181,7 @@ struct Reader {
     /// Items read but not yet handed out; the last may be the error that ended the turn.
     queue: VecDeque<Result<ChatChunk, LlmError>>,
     first_byte: Option<Duration>,
+    idle: Duration,
 }
 
 impl Reader {
@@ -198,7 +200,12 @@ impl Reader {
                     phase: "first byte",
                     after,
                 }),
-            None => Ok(self.events.next().await),
+            None => tokio::time::timeout(self.idle, self.events.next())
+                .await
+                .map_err(|_| LlmError::Timeout {
+                    phase: IDLE_PHASE,
+                    after: self.idle,
+                }),
         }
     }
 
@@ -250,25 +257,28 @@ impl Reader {
 }
 
 fn stream_error(err: eventsource_stream::EventStreamError<reqwest::Error>) -> LlmError {
-    if let eventsource_stream::EventStreamError::Transport(transport) = &err {
-        if transport.is_timeout() {
-            return LlmError::Stream {
-                message: "the stream went silent for longer than the idle timeout".to_owned(),
-            };
+    let message = match err {
+        eventsource_stream::EventStreamError::Transport(transport) => {
+            transport.without_url().to_string()
         }
-    }
-    LlmError::Stream {
-        message: err.to_string(),
-    }
+        other @ (eventsource_stream::EventStreamError::Utf8(_)
+        | eventsource_stream::EventStreamError::Parser(_)) => other.to_string(),
+    };
+    LlmError::Stream { message }
 }
 
 /// Reads an SSE response body as a chat stream.
-pub(crate) fn chat_stream(response: reqwest::Response, first_byte: Duration) -> ChatStream {
+pub(crate) fn chat_stream(
+    response: reqwest::Response,
+    first_byte: Duration,
+    idle: Duration,
+) -> ChatStream {
     let reader = Reader {
         events: Box::pin(response.bytes_stream().eventsource()),
         state: Some(TurnState::default()),
         queue: VecDeque::new(),
         first_byte: Some(first_byte),
+        idle,
     };
     Box::pin(futures::stream::unfold(reader, |mut reader| async move {
         let chunk = reader.next_chunk().await?;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use self::openapi::{ApiKeyScheme, Body, Location, Operation};
-use super::{ErasedTool, ToolDescriptor, ToolError, ToolOutput};
+use super::{http_body, ErasedTool, ToolDescriptor, ToolError, ToolOutput};
 
 /// How calls authenticate, from the provider's credentials.
 #[derive(Clone, PartialEq, Eq)]
@@ -104,6 +104,8 @@ pub struct ApiSettings {
     pub auth: Auth,
     /// Longest observation, in bytes.
     pub max_output_bytes: usize,
+    /// Largest file a call may return, in bytes.
+    pub max_file_bytes: usize,
 }
 
 /// One operation as a tool.
@@ -223,6 +225,32 @@ fn text_of(value: &Value) -> String {
     }
 }
 
+fn file_too_large(limit: usize) -> ToolError {
+    ToolError::Failed(format!(
+        "the tool returned a file larger than {limit} bytes (runner.tool_file_limit_bytes)"
+    ))
+}
+
+/// A body read up to one byte past `limit`, as observation text: cut to the limit with a
+/// marker when there was more.
+fn cut_text(body: &http_body::Limited, limit: usize) -> String {
+    let text = String::from_utf8_lossy(&body.bytes).into_owned();
+    if !body.cut && text.len() <= limit {
+        return text;
+    }
+    let mut cut = limit.min(text.len());
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let total = body
+        .declared
+        .map_or_else(|| format!("more than {limit}"), |n| n.to_string());
+    format!(
+        "{}\n[output truncated: {cut} of {total} bytes shown]",
+        &text[..cut]
+    )
+}
+
 /// Cuts `text` to at most `limit` bytes (at a character boundary), saying so.
 pub fn truncate_output(text: String, limit: usize) -> String {
     if text.len() <= limit {
@@ -282,7 +310,7 @@ impl ErasedTool for OperationTool {
         let response = crate::telemetry::traces::traced(self.request(&arguments)?)
             .send()
             .await
-            .map_err(|err| ToolError::Failed(format!("request failed: {err}")))?;
+            .map_err(|err| http_body::transport("request failed", err))?;
         let status = response.status();
         let mime_type = response
             .headers()
@@ -290,17 +318,21 @@ impl ErasedTool for OperationTool {
             .and_then(|v| v.to_str().ok())
             .map(|v| v.split(';').next().unwrap_or_default().trim().to_owned())
             .unwrap_or_default();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|err| ToolError::Failed(format!("reading the response failed: {err}")))?;
         if status.is_success() && is_binary(&mime_type) {
-            return Ok(self.file_output(mime_type, bytes.to_vec()));
+            let limit = self.settings.max_file_bytes;
+            if response.content_length().is_some_and(|n| n > limit as u64) {
+                return Err(file_too_large(limit));
+            }
+            let file = http_body::read_limited(response, limit).await?;
+            if file.cut {
+                return Err(file_too_large(limit));
+            }
+            return Ok(self.file_output(mime_type, file.bytes));
         }
-        let text = truncate_output(
-            String::from_utf8_lossy(&bytes).into_owned(),
-            self.settings.max_output_bytes,
-        );
+        // Read one byte past the limit to know whether there was more.
+        let limit = self.settings.max_output_bytes;
+        let body = http_body::read_limited(response, limit.saturating_add(1)).await?;
+        let text = cut_text(&body, limit);
         if status.is_success() {
             Ok(text.into())
         } else {

@@ -6,8 +6,6 @@
 
 use serde_json::{json, Map, Value};
 
-/// How deep `$ref`s are followed before a recursive schema is cut to "any value".
-const MAX_REF_DEPTH: usize = 16;
 const METHODS: [&str; 8] = [
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
 ];
@@ -32,6 +30,49 @@ pub enum SpecError {
         /// Where it was found, as a path into the document.
         at: String,
     },
+    /// The document is larger than the server accepts.
+    #[error("is {bytes} bytes, more than runner.openapi_max_bytes ({limit})")]
+    TooLarge {
+        /// Its size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The document defines more operations than the server accepts.
+    #[error("defines more than runner.openapi_max_operations ({limit}) operations")]
+    TooManyOperations {
+        /// The limit.
+        limit: usize,
+    },
+    /// One operation's argument schema, with its `$ref`s inlined, is too large.
+    #[error("operation {operation:?}: its schema with $refs inlined is larger than runner.tool_schema_limit_bytes ({limit})")]
+    SchemaTooLarge {
+        /// The operation, as `METHOD path`.
+        operation: String,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// Bounds on what one document may cost to turn into tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpecLimits {
+    /// Largest document, in bytes.
+    pub max_bytes: usize,
+    /// Most operations.
+    pub max_operations: usize,
+    /// Largest expanded schema of one operation, in bytes of JSON.
+    pub max_schema_bytes: usize,
+}
+
+impl Default for SpecLimits {
+    fn default() -> Self {
+        Self {
+            max_bytes: 2 * 1024 * 1024,
+            max_operations: 256,
+            max_schema_bytes: 64 * 1024,
+        }
+    }
 }
 
 /// Where a parameter goes in the request.
@@ -104,8 +145,14 @@ pub struct ApiDocument {
     pub operations: Vec<Operation>,
 }
 
-/// Parses and converts a document.
-pub fn parse(text: &str) -> Result<ApiDocument, SpecError> {
+/// Parses and converts a document, within `limits`.
+pub fn parse(text: &str, limits: &SpecLimits) -> Result<ApiDocument, SpecError> {
+    if text.len() > limits.max_bytes {
+        return Err(SpecError::TooLarge {
+            bytes: text.len(),
+            limit: limits.max_bytes,
+        });
+    }
     let doc: Value = match serde_json::from_str(text) {
         Ok(doc) => doc,
         Err(_) => {
@@ -119,7 +166,7 @@ pub fn parse(text: &str) -> Result<ApiDocument, SpecError> {
     if !version.starts_with("3.") {
         return Err(SpecError::NotOpenApi);
     }
-    let operations = operations(&doc)?;
+    let operations = operations(&doc, limits)?;
     if operations.is_empty() {
         return Err(SpecError::NoOperations);
     }
@@ -140,42 +187,72 @@ pub fn parse(text: &str) -> Result<ApiDocument, SpecError> {
     })
 }
 
-fn operations(doc: &Value) -> Result<Vec<Operation>, SpecError> {
+fn operations(doc: &Value, limits: &SpecLimits) -> Result<Vec<Operation>, SpecError> {
     let Some(paths) = doc.get("paths").and_then(Value::as_object) else {
         return Ok(Vec::new());
     };
     let mut out = Vec::new();
     for (path, item) in paths {
         let at = format!("paths.{path}");
-        let item = resolve(doc, item, &at, 0)?;
+        let item = path_item(doc, item, &at)?;
         let shared = item
             .get("parameters")
             .cloned()
             .unwrap_or(Value::Array(vec![]));
         for method in METHODS {
-            if let Some(op) = item.get(method) {
-                out.push(operation(
-                    doc,
-                    path,
-                    method,
-                    op,
-                    &shared,
-                    &format!("{at}.{method}"),
-                )?);
+            let Some(op) = item.get(method) else {
+                continue;
+            };
+            if out.len() == limits.max_operations {
+                return Err(SpecError::TooManyOperations {
+                    limit: limits.max_operations,
+                });
             }
+            let label = format!("{} {path}", method.to_uppercase());
+            let mut resolver = Resolver::new(doc, limits.max_schema_bytes);
+            let operation = operation(
+                &mut resolver,
+                path,
+                method,
+                op,
+                &shared,
+                &format!("{at}.{method}"),
+            )
+            .map_err(|err| err.at(&label))?;
+            if operation.schema.to_string().len() > limits.max_schema_bytes {
+                return Err(SpecError::SchemaTooLarge {
+                    operation: label,
+                    limit: limits.max_schema_bytes,
+                });
+            }
+            out.push(operation);
         }
     }
     Ok(out)
 }
 
+/// A path item, following a `$ref` to one (its operations are inlined one by one later).
+fn path_item<'a>(doc: &'a Value, item: &'a Value, at: &str) -> Result<&'a Value, SpecError> {
+    match item.get("$ref").and_then(Value::as_str) {
+        Some(reference) => reference
+            .strip_prefix('#')
+            .and_then(|pointer| doc.pointer(pointer))
+            .ok_or_else(|| SpecError::UnresolvedRef {
+                reference: reference.to_owned(),
+                at: at.to_owned(),
+            }),
+        None => Ok(item),
+    }
+}
+
 fn operation(
-    doc: &Value,
+    resolver: &mut Resolver<'_>,
     path: &str,
     method: &str,
     op: &Value,
     shared: &Value,
     at: &str,
-) -> Result<Operation, SpecError> {
+) -> Result<Operation, Expand> {
     let mut properties = Map::new();
     let mut required = Vec::new();
     let mut parameters = Vec::new();
@@ -185,15 +262,13 @@ fn operation(
         .flatten()
         .chain(op["parameters"].as_array().into_iter().flatten());
     for (index, parameter) in all.enumerate() {
-        let parameter = resolve(doc, parameter, &format!("{at}.parameters[{index}]"), 0)?;
+        let parameter = resolver.resolve(parameter, &format!("{at}.parameters[{index}]"))?;
         let Some((name, location)) = parameter_place(&parameter) else {
             continue;
         };
-        let mut schema = resolve(
-            doc,
+        let mut schema = resolver.resolve(
             &parameter["schema"],
             &format!("{at}.parameters[{index}].schema"),
-            0,
         )?;
         if schema.is_null() {
             schema = json!({"type": "string"});
@@ -209,7 +284,7 @@ fn operation(
         parameters.retain(|p: &Parameter| p.name != name);
         parameters.push(Parameter { name, location });
     }
-    let body = request_body(doc, op, at, &mut properties, &mut required)?;
+    let body = request_body(resolver, op, at, &mut properties, &mut required)?;
     let description = [op["summary"].as_str(), op["description"].as_str()]
         .into_iter()
         .flatten()
@@ -244,16 +319,16 @@ fn parameter_place(parameter: &Value) -> Option<(String, Location)> {
 /// Adds the JSON body's arguments: an object's properties at top level, anything else as
 /// `body`.
 fn request_body(
-    doc: &Value,
+    resolver: &mut Resolver<'_>,
     op: &Value,
     at: &str,
     properties: &mut Map<String, Value>,
     required: &mut Vec<Value>,
-) -> Result<Option<Body>, SpecError> {
+) -> Result<Option<Body>, Expand> {
     let Some(body) = op.get("requestBody") else {
         return Ok(None);
     };
-    let body = resolve(doc, body, &format!("{at}.requestBody"), 0)?;
+    let body = resolver.resolve(body, &format!("{at}.requestBody"))?;
     let content = &body["content"];
     let Some(media) = content.get("application/json").or_else(|| {
         content
@@ -262,12 +337,7 @@ fn request_body(
     }) else {
         return Ok(None);
     };
-    let schema = resolve(
-        doc,
-        &media["schema"],
-        &format!("{at}.requestBody.schema"),
-        0,
-    )?;
+    let schema = resolver.resolve(&media["schema"], &format!("{at}.requestBody.schema"))?;
     let body_required = body["required"].as_bool() == Some(true);
     match schema.get("properties").and_then(Value::as_object) {
         Some(fields) if schema["type"] == "object" || schema.get("type").is_none() => {
@@ -292,39 +362,103 @@ fn request_body(
     }
 }
 
-/// Inlines local `$ref`s in `value`, recursively.
-fn resolve(doc: &Value, value: &Value, at: &str, depth: usize) -> Result<Value, SpecError> {
-    match value {
-        Value::Object(map) => {
-            if let Some(reference) = map.get("$ref").and_then(Value::as_str) {
-                if depth >= MAX_REF_DEPTH {
-                    return Ok(json!({}));
-                }
-                let target = reference
-                    .strip_prefix('#')
-                    .and_then(|pointer| doc.pointer(pointer))
-                    .ok_or_else(|| SpecError::UnresolvedRef {
-                        reference: reference.to_owned(),
-                        at: at.to_owned(),
-                    })?;
-                return resolve(doc, target, reference, depth + 1);
-            }
-            let mut out = Map::new();
-            for (key, item) in map {
-                out.insert(
-                    key.clone(),
-                    resolve(doc, item, &format!("{at}.{key}"), depth)?,
-                );
-            }
-            Ok(Value::Object(out))
+/// Why inlining an operation's `$ref`s stopped.
+#[derive(Debug)]
+enum Expand {
+    /// A reference that does not resolve.
+    Unresolved(SpecError),
+    /// The expansion outgrew the schema budget.
+    TooLarge {
+        /// The budget.
+        limit: usize,
+    },
+}
+
+impl Expand {
+    /// The document error for operation `label` (`METHOD path`).
+    fn at(self, label: &str) -> SpecError {
+        match self {
+            Expand::Unresolved(err) => err,
+            Expand::TooLarge { limit } => SpecError::SchemaTooLarge {
+                operation: label.to_owned(),
+                limit,
+            },
         }
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .map(|(i, item)| resolve(doc, item, &format!("{at}[{i}]"), depth))
-            .collect::<Result<Vec<_>, _>>()
-            .map(Value::Array),
-        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => Ok(value.clone()),
+    }
+}
+
+/// Inlines local `$ref`s for one operation, within a budget of work.
+///
+/// A reference met again while it is being inlined (a recursive schema) becomes an open
+/// object schema instead of being followed, and every value built counts against the
+/// budget, so a small document that refers to itself many times over cannot make the
+/// expansion grow without bound.
+struct Resolver<'a> {
+    doc: &'a Value,
+    /// References being inlined, outermost first.
+    active: Vec<String>,
+    /// Values built so far.
+    nodes: usize,
+    /// Most values to build: a JSON value takes at least one byte, so a schema within the
+    /// byte limit never needs more.
+    max_nodes: usize,
+}
+
+impl<'a> Resolver<'a> {
+    fn new(doc: &'a Value, max_schema_bytes: usize) -> Self {
+        Self {
+            doc,
+            active: Vec::new(),
+            nodes: 0,
+            max_nodes: max_schema_bytes,
+        }
+    }
+
+    fn resolve(&mut self, value: &Value, at: &str) -> Result<Value, Expand> {
+        self.nodes += 1;
+        if self.nodes > self.max_nodes {
+            return Err(Expand::TooLarge {
+                limit: self.max_nodes,
+            });
+        }
+        match value {
+            Value::Object(map) => match map.get("$ref").and_then(Value::as_str) {
+                Some(reference) => self.follow(reference, at),
+                None => {
+                    let mut out = Map::new();
+                    for (key, item) in map {
+                        out.insert(key.clone(), self.resolve(item, &format!("{at}.{key}"))?);
+                    }
+                    Ok(Value::Object(out))
+                }
+            },
+            Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| self.resolve(item, &format!("{at}[{i}]")))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Value::Array),
+            Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => Ok(value.clone()),
+        }
+    }
+
+    fn follow(&mut self, reference: &str, at: &str) -> Result<Value, Expand> {
+        if self.active.iter().any(|r| r == reference) {
+            return Ok(json!({"type": "object"}));
+        }
+        let target = reference
+            .strip_prefix('#')
+            .and_then(|pointer| self.doc.pointer(pointer))
+            .ok_or_else(|| {
+                Expand::Unresolved(SpecError::UnresolvedRef {
+                    reference: reference.to_owned(),
+                    at: at.to_owned(),
+                })
+            })?;
+        self.active.push(reference.to_owned());
+        let resolved = self.resolve(target, reference);
+        self.active.pop();
+        resolved
     }
 }
 

@@ -64,6 +64,10 @@ pub fn config_toml(llm_base_url: &str, data_dir: &Path) -> String {
         [runner]
         tool_timeout_secs = 5
         client_tool_timeout_secs = 2
+        mcp_timeout_secs = 2
+
+        [outbound]
+        allow = ["127.0.0.1"]
 
         [providers.{PROVIDER}]
         base_url = "{llm_base_url}"

@@ -2,6 +2,10 @@ use serde_json::json;
 
 use super::*;
 
+fn parse(text: &str) -> Result<ApiDocument, SpecError> {
+    super::parse(text, &SpecLimits::default())
+}
+
 const PETS: &str = r#"
 openapi: 3.0.3
 info:
@@ -113,4 +117,80 @@ fn bad_documents_say_what_is_wrong_and_where() {
 fn recursive_schemas_are_cut_instead_of_looping() {
     let doc = "openapi: 3.0.0\ncomponents:\n  schemas:\n    Node: {type: object, properties: {next: {$ref: '#/components/schemas/Node'}}}\npaths:\n  /n:\n    post:\n      requestBody:\n        content:\n          application/json:\n            schema: {$ref: '#/components/schemas/Node'}\n";
     assert!(parse(doc).is_ok());
+}
+
+/// The 500-byte bomb: a schema referring to itself three times, which naive inlining grows
+/// to 3^16 nodes. The second visit of a reference is an open object instead.
+#[test]
+fn a_self_referring_schema_is_cut_at_its_second_visit() {
+    let doc = r##"{"openapi": "3.0.0", "paths": {"/n": {"post": {"operationId": "node",
+        "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Node"}}}}}}},
+        "components": {"schemas": {"Node": {"type": "object", "properties": {
+            "a": {"$ref": "#/components/schemas/Node"},
+            "b": {"$ref": "#/components/schemas/Node"},
+            "c": {"$ref": "#/components/schemas/Node"}}}}}}"##;
+    let parsed = parse(doc).unwrap();
+    let schema = &parsed.operations[0].schema;
+    assert_eq!(schema["properties"]["a"], json!({"type": "object"}));
+    assert!(schema.to_string().len() < 400, "{schema}");
+}
+
+/// A schema that grows without recursion (each level uses the one below twice) is refused
+/// once its expansion passes the limit, naming the operation.
+#[test]
+fn an_exponential_schema_is_refused_naming_the_operation() {
+    let mut schemas = serde_json::Map::new();
+    for level in 0..24 {
+        let next = format!("#/components/schemas/L{}", level + 1);
+        schemas.insert(
+            format!("L{level}"),
+            json!({"type": "object", "properties": {"x": {"$ref": next}, "y": {"$ref": next}}}),
+        );
+    }
+    schemas.insert("L24".into(), json!({"type": "string"}));
+    let doc = json!({"openapi": "3.0.0", "paths": {"/grow": {"post": {"operationId": "grow",
+        "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/L0"}}}}}}},
+        "components": {"schemas": schemas}});
+    let err = parse(&doc.to_string()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "operation \"POST /grow\": its schema with $refs inlined is larger than runner.tool_schema_limit_bytes (65536)"
+    );
+}
+
+#[test]
+fn documents_are_bounded_in_size_and_operations() {
+    let limits = SpecLimits {
+        max_bytes: 100,
+        ..SpecLimits::default()
+    };
+    let big = format!("openapi: 3.0.0\ninfo: {{title: '{}'}}", "x".repeat(200));
+    assert!(matches!(
+        super::parse(&big, &limits),
+        Err(SpecError::TooLarge { limit: 100, .. })
+    ));
+    let paths: serde_json::Map<String, serde_json::Value> = (0..5)
+        .map(|i| {
+            (
+                format!("/p{i}"),
+                json!({"get": {"operationId": format!("op{i}")}}),
+            )
+        })
+        .collect();
+    let doc = json!({"openapi": "3.0.0", "paths": paths}).to_string();
+    let few = SpecLimits {
+        max_operations: 4,
+        ..SpecLimits::default()
+    };
+    assert_eq!(
+        super::parse(&doc, &few).unwrap_err().to_string(),
+        "defines more than runner.openapi_max_operations (4) operations"
+    );
+    assert_eq!(
+        super::parse(&doc, &SpecLimits::default())
+            .unwrap()
+            .operations
+            .len(),
+        5
+    );
 }
