@@ -64,7 +64,7 @@ impl OutboundPolicy {
 
     fn allows_host(&self, host: &str) -> bool {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
-        self.hosts.iter().any(|allowed| *allowed == host)
+        self.hosts.contains(&host)
     }
 
     /// Checks what can be checked without DNS: the scheme, and a literal address.
