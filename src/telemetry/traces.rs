@@ -20,7 +20,9 @@ use opentelemetry_sdk::Resource;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::EnvFilter;
+use tracing::Level;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::{EnvFilter, Layer};
 
 /// The service name spans carry when `OTEL_SERVICE_NAME` does not give one.
 const SERVICE_NAME: &str = "agent-runner";
@@ -75,20 +77,26 @@ pub fn init(json: bool) -> Result<Tracing, TracingError> {
             )
             .build()
     });
-    let otel = provider
-        .as_ref()
-        .map(|provider| tracing_opentelemetry::layer().with_tracer(provider.tracer(SERVICE_NAME)));
+    // Each layer has its own filter: `RUST_LOG` quiets the logs, never the exported spans,
+    // which are the service's own at info level.
+    let otel = provider.as_ref().map(|provider| {
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer(SERVICE_NAME))
+            .with_filter(Targets::new().with_target("agent_runner", Level::INFO))
+    });
     // Logs go to stderr, so a command's own output on stdout stays clean.
-    let text = (!json).then(|| tracing_subscriber::fmt::layer().with_writer(std::io::stderr));
-    let json = json.then(|| {
+    let logs = if json {
         tracing_subscriber::fmt::layer()
             .json()
             .with_writer(std::io::stderr)
-    });
+            .boxed()
+    } else {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .boxed()
+    };
     tracing_subscriber::registry()
-        .with(filter)
-        .with(text)
-        .with(json)
+        .with(logs.with_filter(filter))
         .with(otel)
         .try_init()?;
     Ok(Tracing { provider })
