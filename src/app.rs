@@ -13,7 +13,7 @@ use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::llm::{ChatModel, LlmError, ModelEntry, ModelRegistry};
 use crate::runner::Runner;
-use crate::store::{Store, StoreError};
+use crate::store::{SecretKey, Store, StoreError};
 use crate::telemetry::Metrics;
 use crate::tools::{Provider, RegistryError, ToolRegistry};
 
@@ -77,10 +77,19 @@ pub fn open_store(config: &Config) -> Result<Store, AppError> {
         path: dir.clone(),
         source,
     })?;
+    let key = secret_key(config)?;
     let store = Store::open_with_cache(
         dir,
         config.server.store_cache_mb.saturating_mul(1024 * 1024),
+        &key,
     )?;
+    let sealed = store.seal_plaintext_credentials()?;
+    if sealed > 0 {
+        tracing::info!(
+            sealed,
+            "sealed provider credentials stored in plaintext by an earlier version"
+        );
+    }
     let interrupted = store.interrupt_unfinished()?;
     if interrupted > 0 {
         tracing::warn!(
@@ -89,6 +98,23 @@ pub fn open_store(config: &Config) -> Result<Store, AppError> {
         );
     }
     Ok(store)
+}
+
+/// The key credentials are sealed with: `AGENT_RUNNER_SECRET_KEY`, else the configured key
+/// file, else a key file the store makes in the data directory at first start.
+fn secret_key(config: &Config) -> Result<SecretKey, AppError> {
+    if let Some(key) = &config.server.secret_key {
+        return Ok(SecretKey::parse(key.expose())?);
+    }
+    let path = config
+        .server
+        .secret_key_file
+        .clone()
+        .unwrap_or_else(|| config.server.data_dir.join(crate::store::KEY_FILE));
+    if config.server.secret_key_file.is_none() && !path.exists() {
+        tracing::warn!(path = %path.display(), "no secret key configured: credentials are sealed with a key made in the data directory; keep a key outside it (AGENT_RUNNER_SECRET_KEY) to protect them from a copy of the data");
+    }
+    Ok(SecretKey::load_or_create(&path)?)
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then stops gracefully: health

@@ -99,7 +99,14 @@ impl Catalog {
     /// Registers every stored provider; one that no longer builds is logged and skipped.
     pub fn load(&self) -> Result<usize, StoreError> {
         let mut loaded = 0;
-        for (tenant, record) in self.store.all_providers()? {
+        for (tenant, name, record) in self.store.all_providers()? {
+            let record = match record {
+                Ok(record) => record,
+                Err(err) => {
+                    tracing::warn!(%tenant, provider = %name, error = %err, "skipping a stored provider");
+                    continue;
+                }
+            };
             match providers::build(&record, &self.settings, &self.http) {
                 Ok(provider) => {
                     self.registry.register(&tenant, provider);

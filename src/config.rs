@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::llm::ProviderConfig;
+use crate::llm::{ProviderConfig, Secret};
 use crate::runner::RunnerSettings;
 use crate::tools::{OutboundPolicy, ProviderSettings};
 
@@ -123,6 +123,13 @@ pub struct ServerConfig {
     /// Label run counts and cost with the tenant. Off by default: tenants are many.
     #[serde(default)]
     pub metrics_tenant_label: bool,
+    /// A file holding the key provider credentials are sealed with (base64 or hex of 32
+    /// bytes); without it and without `AGENT_RUNNER_SECRET_KEY`, `{data_dir}/secret.key`.
+    #[serde(default)]
+    pub secret_key_file: Option<PathBuf>,
+    /// The key itself, from `AGENT_RUNNER_SECRET_KEY` only (never from the file).
+    #[serde(skip)]
+    pub secret_key: Option<Secret>,
 }
 
 impl Default for ServerConfig {
@@ -136,6 +143,8 @@ impl Default for ServerConfig {
             max_request_bytes: default_max_request_bytes(),
             metrics_listen: None,
             metrics_tenant_label: false,
+            secret_key_file: None,
+            secret_key: None,
         }
     }
 }
@@ -155,6 +164,12 @@ fn default_client_tool_timeout() -> u64 {
 fn default_tool_output_limit() -> usize {
     16 * 1024
 }
+fn default_max_answer_bytes() -> usize {
+    RunnerSettings::default().max_answer_bytes
+}
+fn default_max_query_bytes() -> usize {
+    RunnerSettings::default().max_query_bytes
+}
 fn default_tool_file_limit() -> usize {
     ProviderSettings::default().max_file_bytes
 }
@@ -170,6 +185,10 @@ fn default_tool_schema_limit() -> usize {
 fn default_mcp_timeout() -> u64 {
     ProviderSettings::default().mcp_timeout.as_secs()
 }
+
+/// The largest answer (and query) a run may have: 3 MiB keeps every event and message,
+/// with the service's framing, under the 4 MiB a default gRPC client receives.
+pub const MAX_ANSWER_LIMIT: usize = 3 * 1024 * 1024;
 
 /// `[runner]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -208,6 +227,13 @@ pub struct RunnerConfig {
     /// Longest any step with an MCP server may take (connect, initialize, list, call).
     #[serde(default = "default_mcp_timeout")]
     pub mcp_timeout_secs: u64,
+    /// The most text a model may write in one run (all rounds, tool-call arguments
+    /// included); beyond it the run ends with `answer_too_large`, keeping what came before.
+    #[serde(default = "default_max_answer_bytes")]
+    pub max_answer_bytes: usize,
+    /// The longest query (and the most bytes of instruction inputs) a run accepts.
+    #[serde(default = "default_max_query_bytes")]
+    pub max_query_bytes: usize,
     /// Record prompts and completions on exported LLM spans. Also turned on by the GenAI
     /// conventions' `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`.
     #[serde(default)]
@@ -228,6 +254,8 @@ impl Default for RunnerConfig {
             tool_schema_limit_bytes: default_tool_schema_limit(),
             mcp_timeout_secs: default_mcp_timeout(),
             trace_content: false,
+            max_answer_bytes: default_max_answer_bytes(),
+            max_query_bytes: default_max_query_bytes(),
         }
     }
 }
@@ -254,6 +282,9 @@ impl RunnerConfig {
             event_buffer: self.event_buffer,
             client_tool_timeout: Duration::from_secs(self.client_tool_timeout_secs),
             trace_content: self.trace_content,
+            max_answer_bytes: self.max_answer_bytes,
+            max_query_bytes: self.max_query_bytes,
+            tool_output_limit: self.tool_output_limit_bytes,
         }
     }
 }
@@ -344,6 +375,11 @@ impl Config {
         if let Some(addr) = args.metrics_listen {
             config.server.metrics_listen = Some(addr);
         }
+        if let Ok(key) = std::env::var("AGENT_RUNNER_SECRET_KEY") {
+            if !key.trim().is_empty() {
+                config.server.secret_key = Some(Secret::new(key));
+            }
+        }
         if let Ok(allow) = std::env::var("AGENT_RUNNER_OUTBOUND_ALLOW") {
             config.outbound.allow.extend(
                 allow
@@ -403,6 +439,18 @@ impl Config {
             return Err(invalid("runner.tool_concurrency", "must be at least 1"));
         }
         self.outbound.policy()?;
+        if !(1024..=MAX_ANSWER_LIMIT).contains(&self.runner.max_answer_bytes) {
+            return Err(invalid(
+                "runner.max_answer_bytes",
+                &format!("must be between 1024 and {MAX_ANSWER_LIMIT}"),
+            ));
+        }
+        if !(1024..=MAX_ANSWER_LIMIT).contains(&self.runner.max_query_bytes) {
+            return Err(invalid(
+                "runner.max_query_bytes",
+                &format!("must be between 1024 and {MAX_ANSWER_LIMIT}"),
+            ));
+        }
         if self.runner.mcp_timeout_secs == 0 {
             return Err(invalid("runner.mcp_timeout_secs", "must be at least 1"));
         }

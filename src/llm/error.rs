@@ -76,6 +76,12 @@ pub enum LlmError {
         /// What was wrong.
         message: String,
     },
+    /// The model wrote more than the run may keep.
+    #[error("the model wrote more than runner.max_answer_bytes ({limit} bytes); the run keeps what came before")]
+    TooLarge {
+        /// The limit.
+        limit: usize,
+    },
     /// Every slot of the provider's concurrency limit stayed taken for the queue timeout.
     #[error("the LLM provider {provider:?} had no free slot within {waited:?} (max_concurrent_requests)")]
     Busy {
@@ -101,6 +107,7 @@ impl LlmError {
             Self::Stream { .. } => "llm_stream_error",
             Self::Decode { .. } => "llm_decode_error",
             Self::Busy { .. } => "llm_provider_busy",
+            Self::TooLarge { .. } => "answer_too_large",
         }
     }
 
@@ -117,7 +124,10 @@ impl LlmError {
             | Self::Busy { .. } => true,
             Self::Timeout { phase, .. } => *phase != IDLE_PHASE,
             Self::BadRequest { status, .. } => matches!(status, 408 | 409),
-            Self::Auth { .. } | Self::ModelNotFound { .. } | Self::Decode { .. } => false,
+            Self::Auth { .. }
+            | Self::ModelNotFound { .. }
+            | Self::Decode { .. }
+            | Self::TooLarge { .. } => false,
         }
     }
 
@@ -132,6 +142,7 @@ impl LlmError {
             Self::Auth { .. } | Self::BadRequest { .. } | Self::Decode { .. } => {
                 ErrorKind::FailedPrecondition
             }
+            Self::TooLarge { .. } => ErrorKind::ResourceExhausted,
             Self::ModelNotFound { .. } => ErrorKind::InvalidArgument,
             Self::RateLimited { .. } => ErrorKind::ResourceExhausted,
         }
@@ -150,7 +161,8 @@ impl LlmError {
             | Self::BadRequest { .. }
             | Self::Stream { .. }
             | Self::Decode { .. }
-            | Self::Busy { .. } => None,
+            | Self::Busy { .. }
+            | Self::TooLarge { .. } => None,
         }
     }
 }

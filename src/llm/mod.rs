@@ -38,6 +38,9 @@ pub struct ChatRequest {
     pub parameters: serde_json::Map<String, Value>,
     /// The end user, for the provider's abuse monitoring.
     pub user: Option<String>,
+    /// The most the model may write (text and tool-call arguments), in bytes; the client
+    /// stops reading past it and fails with [`LlmError::TooLarge`]. `None` is unbounded.
+    pub max_output_bytes: Option<usize>,
 }
 
 /// One message of a chat prompt.

@@ -37,7 +37,9 @@ pub use spec::{
     DEFAULT_MAX_ITERATION, MAX_FALLBACKS, MAX_ITERATION_LIMIT,
 };
 
-use crate::domain::{ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus, Tenant};
+use crate::domain::{
+    ConversationId, FieldError, IdempotencyRecord, Message, MessageId, MessageStatus, Tenant,
+};
 use crate::llm::ModelRegistry;
 use crate::store::{Inserted, Store};
 use crate::telemetry::Metrics;
@@ -232,6 +234,7 @@ impl Runner {
             return Err(RunError::ShuttingDown);
         }
         let spec = spec.validated()?;
+        check_sizes(&spec, &self.settings)?;
         if let Some(record) = prepare::earlier_run(&self.store, &spec)? {
             return self.follow_retry(&spec, &record);
         }
@@ -335,6 +338,30 @@ impl Runner {
         self.tracker.spawn(task.drive().instrument(span));
         handle
     }
+}
+
+/// Refuses a query (or instruction inputs) larger than the run may store and echo back.
+fn check_sizes(spec: &RunSpec, settings: &RunnerSettings) -> Result<(), RunError> {
+    let limit = settings.max_query_bytes;
+    if spec.query.len() > limit {
+        return Err(FieldError::new(
+            "query",
+            format!(
+                "is {} bytes, more than runner.max_query_bytes ({limit})",
+                spec.query.len()
+            ),
+        )
+        .into());
+    }
+    let inputs: usize = spec.inputs.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if inputs > limit {
+        return Err(FieldError::new(
+            "inputs",
+            format!("are {inputs} bytes, more than runner.max_query_bytes ({limit})"),
+        )
+        .into());
+    }
+    Ok(())
 }
 
 /// Cancels `cancel` once `deadline` has passed, unless it fired before.

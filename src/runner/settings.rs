@@ -15,6 +15,12 @@ pub struct RunnerSettings {
     pub client_tool_timeout: Duration,
     /// Record prompts and completions on LLM spans (off: they may hold personal data).
     pub trace_content: bool,
+    /// The most text a model may write in one run (tool-call arguments included).
+    pub max_answer_bytes: usize,
+    /// The longest query, and the most bytes of instruction inputs, a run accepts.
+    pub max_query_bytes: usize,
+    /// Longest observation of a client tool's result; longer ones are cut with a marker.
+    pub tool_output_limit: usize,
 }
 
 impl Default for RunnerSettings {
@@ -25,6 +31,9 @@ impl Default for RunnerSettings {
             event_buffer: 64,
             client_tool_timeout: Duration::from_secs(600),
             trace_content: false,
+            max_answer_bytes: 2 * 1024 * 1024,
+            max_query_bytes: 1024 * 1024,
+            tool_output_limit: 16 * 1024,
         }
     }
 }

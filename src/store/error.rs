@@ -29,6 +29,12 @@ pub enum StoreError {
         /// Highest version this build reads.
         supported: u32,
     },
+    /// The secret key is missing, malformed or unreadable.
+    #[error("secret key: {0}")]
+    SecretKey(String),
+    /// A sealed value could not be sealed or opened.
+    #[error("sealed credentials: {0}")]
+    Sealed(String),
 }
 
 impl StoreError {

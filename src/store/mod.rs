@@ -10,6 +10,7 @@ mod flusher;
 pub mod keys;
 mod messages;
 mod records;
+mod sealed;
 
 use std::path::Path;
 
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub use error::StoreError;
 pub use messages::Inserted;
+pub use sealed::SecretKey;
 
 /// Page cache when the configuration does not say. sled's own default (1 GiB) lets the
 /// cache grow with everything written; runs mostly read back their own recent records.
@@ -29,6 +31,9 @@ const LOCK_RETRIES: u32 = 60;
 fn is_lock_held(err: &std::io::Error) -> bool {
     err.to_string().contains("could not acquire lock")
 }
+
+/// The key file made in the data directory when no key is configured.
+pub const KEY_FILE: &str = "secret.key";
 
 /// Schema version written into every value.
 const SCHEMA_VERSION: u32 = 1;
@@ -53,12 +58,17 @@ pub struct Store {
     /// Their bytes, apart so listing records never reads them.
     file_data: sled::Tree,
     flusher: flusher::Flusher,
+    /// Seals provider credentials before they are written.
+    sealer: sealed::Sealer,
 }
 
 impl Store {
-    /// Opens (or creates) the database under `path` with the default page cache.
+    /// Opens (or creates) the database under `path` with the default page cache, sealing
+    /// credentials with the key file in `path` (made at first use).
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        Self::open_with_cache(path, DEFAULT_CACHE_BYTES)
+        std::fs::create_dir_all(path).map_err(|err| StoreError::SecretKey(err.to_string()))?;
+        let key = SecretKey::load_or_create(&path.join(KEY_FILE))?;
+        Self::open_with_cache(path, DEFAULT_CACHE_BYTES, &key)
     }
 
     /// Opens (or creates) the database under `path`, keeping at most `cache_bytes` of
@@ -67,12 +77,16 @@ impl Store {
     /// A process that held the directory may still be releasing its file lock (sled's
     /// background threads close the file a moment after the last handle goes), so a held
     /// lock is retried for up to three seconds before it counts as an error.
-    pub fn open_with_cache(path: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
+    pub fn open_with_cache(
+        path: &Path,
+        cache_bytes: u64,
+        key: &SecretKey,
+    ) -> Result<Self, StoreError> {
         let config = sled::Config::new().path(path).cache_capacity(cache_bytes);
         let mut attempts = 0;
         loop {
             match config.open() {
-                Ok(db) => return Self::from_db(db),
+                Ok(db) => return Self::from_db(db, key),
                 Err(sled::Error::Io(err)) if is_lock_held(&err) && attempts < LOCK_RETRIES => {
                     attempts += 1;
                     std::thread::sleep(std::time::Duration::from_millis(50));
@@ -84,10 +98,13 @@ impl Store {
 
     /// Opens a throw-away database that lives in memory; for tests and benchmarks.
     pub fn temporary() -> Result<Self, StoreError> {
-        Self::from_db(sled::Config::new().temporary(true).open()?)
+        Self::from_db(
+            sled::Config::new().temporary(true).open()?,
+            &SecretKey::generate(),
+        )
     }
 
-    fn from_db(db: sled::Db) -> Result<Self, StoreError> {
+    fn from_db(db: sled::Db, key: &SecretKey) -> Result<Self, StoreError> {
         Ok(Self {
             conversations: db.open_tree("conversations")?,
             messages: db.open_tree("messages")?,
@@ -100,6 +117,7 @@ impl Store {
             files: db.open_tree("files")?,
             file_data: db.open_tree("file_data")?,
             flusher: flusher::Flusher::start(db.clone())?,
+            sealer: sealed::Sealer::new(key),
             db,
         })
     }

@@ -2,7 +2,21 @@
 
 use super::{encode, keys, scan, Store, StoreError};
 use crate::domain::EventEnvelope;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
 use crate::domain::{FileId, FileRecord, MessageId, ProviderRecord, Tenant, Thought};
+
+/// A provider as stored: the definition without its credentials, which are sealed beside
+/// it (records of earlier versions have none sealed and their credentials in place).
+#[derive(Serialize, Deserialize)]
+struct StoredProvider {
+    #[serde(flatten)]
+    record: ProviderRecord,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sealed_credentials: Option<String>,
+}
 
 impl Store {
     /// Writes (or overwrites) a thought record.
@@ -69,12 +83,40 @@ impl Store {
     }
 
     /// Writes (or replaces) a tenant's provider definition.
+    /// Its credentials are sealed: the database never holds them in plaintext.
     pub fn put_provider(&self, tenant: &Tenant, record: &ProviderRecord) -> Result<(), StoreError> {
+        let credentials =
+            serde_json::to_vec(&record.credentials).map_err(|source| StoreError::Codec {
+                tree: "providers",
+                source,
+            })?;
+        let stored = StoredProvider {
+            record: ProviderRecord {
+                credentials: BTreeMap::new(),
+                ..record.clone()
+            },
+            sealed_credentials: Some(self.sealer.seal(&credentials)?),
+        };
         self.providers.insert(
             keys::named(tenant, &record.name),
-            encode("providers", record)?,
+            encode("providers", &stored)?,
         )?;
         Ok(())
+    }
+
+    /// A stored provider with its credentials opened.
+    fn open_provider(&self, bytes: &[u8]) -> Result<ProviderRecord, StoreError> {
+        let stored: StoredProvider = super::decode("providers", bytes)?;
+        let mut record = stored.record;
+        if let Some(sealed) = stored.sealed_credentials {
+            let plain = self.sealer.open(&sealed)?;
+            record.credentials =
+                serde_json::from_slice(&plain).map_err(|source| StoreError::Codec {
+                    tree: "providers",
+                    source,
+                })?;
+        }
+        Ok(record)
     }
 
     /// A tenant's provider definition.
@@ -85,7 +127,7 @@ impl Store {
     ) -> Result<Option<ProviderRecord>, StoreError> {
         self.providers
             .get(keys::named(tenant, name))?
-            .map(|bytes| super::decode("providers", &bytes))
+            .map(|bytes| self.open_provider(&bytes))
             .transpose()
     }
 
@@ -94,16 +136,38 @@ impl Store {
         Ok(self.providers.remove(keys::named(tenant, name))?.is_some())
     }
 
-    /// Every stored provider of every tenant, for start-up.
-    pub fn all_providers(&self) -> Result<Vec<(Tenant, ProviderRecord)>, StoreError> {
+    /// Every stored provider of every tenant, for start-up. One whose credentials do not
+    /// open (another key) is reported as an error in its place, not a failure of all.
+    #[allow(clippy::type_complexity)]
+    pub fn all_providers(
+        &self,
+    ) -> Result<Vec<(Tenant, String, Result<ProviderRecord, StoreError>)>, StoreError> {
         let mut out = Vec::new();
         for entry in self.providers.iter() {
             let (key, value) = entry?;
-            if let Some((tenant, _)) = keys::split_tenant(&key) {
-                out.push((tenant, super::decode("providers", &value)?));
+            if let Some((tenant, name)) = keys::split_tenant(&key) {
+                let name = String::from_utf8_lossy(name).into_owned();
+                out.push((tenant, name, self.open_provider(&value)));
             }
         }
         Ok(out)
+    }
+
+    /// Seals the credentials of providers an earlier version stored in plaintext; returns
+    /// how many it sealed.
+    pub fn seal_plaintext_credentials(&self) -> Result<usize, StoreError> {
+        let mut sealed = 0;
+        for entry in self.providers.iter() {
+            let (key, value) = entry?;
+            let stored: StoredProvider = super::decode("providers", &value)?;
+            if stored.sealed_credentials.is_none() && !stored.record.credentials.is_empty() {
+                if let Some((tenant, _)) = keys::split_tenant(&key) {
+                    self.put_provider(&tenant, &stored.record)?;
+                    sealed += 1;
+                }
+            }
+        }
+        Ok(sealed)
     }
 
     /// Appends a batch of one message's consecutive events as one record, keyed by its

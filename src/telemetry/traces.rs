@@ -17,11 +17,11 @@ use opentelemetry_sdk::runtime::Tokio;
 use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
+use tracing::Level;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing::Level;
-use tracing_subscriber::filter::Targets;
 use tracing_subscriber::{EnvFilter, Layer};
 
 /// The service name spans carry when `OTEL_SERVICE_NAME` does not give one.

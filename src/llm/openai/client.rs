@@ -5,7 +5,9 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::StatusCode;
 
-use super::stream::{chat_stream, truncate};
+use futures::StreamExt;
+
+use super::stream::{chat_stream, line_cap, truncate};
 use super::wire::{error_message, request_body, Completion};
 use std::collections::HashSet;
 
@@ -61,15 +63,24 @@ impl OpenAiClient {
     /// Runs the turn without streaming and yields it as one stream.
     async fn whole_turn(&self, request: &ChatRequest) -> Result<ChatStream, LlmError> {
         let response = self.send(request, false).await?;
-        let completion: Completion = tokio::time::timeout(self.idle_timeout, response.json())
+        let limit = request.max_output_bytes.map(line_cap);
+        let body = tokio::time::timeout(self.idle_timeout, read_body(response, limit))
             .await
             .map_err(|_| LlmError::Timeout {
                 phase: IDLE_PHASE,
                 after: self.idle_timeout,
-            })?
-            .map_err(|err| LlmError::Decode {
-                message: error_chain(&err.without_url()),
+            })??;
+        let completion: Completion =
+            serde_json::from_slice(&body).map_err(|err| LlmError::Decode {
+                message: format!("the completion is not valid JSON: {err}"),
             })?;
+        let written = completion
+            .choices
+            .first()
+            .map_or(0, |choice| choice.message.written_bytes());
+        if let Some(max) = request.max_output_bytes.filter(|max| written > *max) {
+            return Err(LlmError::TooLarge { limit: max });
+        }
         let choice = completion.choices.into_iter().next().unwrap_or_default();
         let text = choice.message.content.unwrap_or_default();
         let end = TurnEnd {
@@ -135,6 +146,24 @@ impl OpenAiClient {
             }
         }
     }
+}
+
+/// A whole response body, refusing one longer than `limit` bytes.
+async fn read_body(response: reqwest::Response, limit: Option<usize>) -> Result<Vec<u8>, LlmError> {
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|err| LlmError::Stream {
+            message: error_chain(&err.without_url()),
+        })?;
+        body.extend_from_slice(&chunk);
+        if let Some(limit) = limit.filter(|limit| body.len() > *limit) {
+            return Err(LlmError::TooLarge {
+                limit: (limit - 64 * 1024) / 6,
+            });
+        }
+    }
+    Ok(body)
 }
 
 /// reqwest's top-level message rarely says why; the source chain does.
@@ -227,6 +256,7 @@ impl ChatModel for OpenAiClient {
             response,
             self.first_byte_timeout,
             self.idle_timeout,
+            request.max_output_bytes,
         ))
     }
 }

@@ -1,6 +1,8 @@
 //! Server-sent events to [`ChatChunk`]s: text as it arrives, tool calls merged at the end.
 
 use std::collections::VecDeque;
+
+use hyper::body::Bytes;
 use std::time::Duration;
 
 use eventsource_stream::Eventsource;
@@ -90,6 +92,10 @@ impl ToolCallAccumulator {
 struct TurnState {
     calls: ToolCallAccumulator,
     finish_reason: Option<String>,
+    /// Bytes of text and tool calls the model wrote so far.
+    written: usize,
+    /// The most it may write; `None` is unbounded.
+    limit: Option<usize>,
 }
 
 impl TurnState {
@@ -112,15 +118,31 @@ impl TurnState {
             message: format!("bad stream chunk ({err}): {}", truncate(data, 200)),
         })?;
         let mut text = String::new();
+        let mut call_bytes = 0;
         for choice in chunk.choices {
             if let Some(reason) = choice.finish_reason {
                 self.finish_reason = Some(reason);
             }
             let Some(delta) = choice.delta else { continue };
             for call in delta.tool_calls.unwrap_or_default() {
+                call_bytes += call.written_bytes();
                 self.calls.apply(call);
             }
             text.push_str(delta.content.as_deref().unwrap_or_default());
+        }
+        self.written += text.len() + call_bytes;
+        if let Some(limit) = self.limit.filter(|limit| self.written > *limit) {
+            // Keep the text that still fit; nothing past the limit is shown or kept.
+            let room = (limit + text.len() + call_bytes).saturating_sub(self.written);
+            let mut cut = room.min(text.len());
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+            if !text.is_empty() {
+                out.push_back(Ok(ChatChunk::Text(text)));
+            }
+            return Err(LlmError::TooLarge { limit });
         }
         if !text.is_empty() {
             out.push_back(Ok(ChatChunk::Text(text)));
@@ -156,6 +178,62 @@ impl TurnState {
     }
 }
 
+/// Why the raw body of a stream stopped.
+#[derive(Debug)]
+pub(crate) enum BodyError {
+    /// The connection failed.
+    Transport(reqwest::Error),
+    /// One SSE line was longer than any answer within the output limit could make it.
+    LineTooLong {
+        /// The output limit the line cap derives from.
+        limit: usize,
+    },
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Transport(err) => err.fmt(f),
+            Self::LineTooLong { limit } => {
+                write!(f, "a stream line exceeds what {limit} bytes of output need")
+            }
+        }
+    }
+}
+
+impl std::error::Error for BodyError {}
+
+/// The longest SSE line an answer within `limit` bytes can need: its text escaped as JSON
+/// (at most six bytes a byte) and a chunk's framing. The SSE parser holds a line whole
+/// until it ends, so this bounds its memory.
+pub(crate) fn line_cap(limit: usize) -> usize {
+    limit.saturating_mul(6).saturating_add(64 * 1024)
+}
+
+/// The body with every line (bytes between newlines) held to `cap` bytes.
+fn capped_lines(
+    body: impl Stream<Item = Result<Bytes, reqwest::Error>> + Send + 'static,
+    cap: Option<usize>,
+) -> impl Stream<Item = Result<Bytes, BodyError>> + Send + 'static {
+    let mut line = 0usize;
+    body.map(move |item| {
+        let bytes = item.map_err(BodyError::Transport)?;
+        let Some(cap) = cap else {
+            return Ok(bytes);
+        };
+        line = match bytes.iter().rposition(|b| *b == b'\n') {
+            Some(last) => bytes.len() - last - 1,
+            None => line + bytes.len(),
+        };
+        if line > cap {
+            return Err(BodyError::LineTooLong {
+                limit: (cap - 64 * 1024) / 6,
+            });
+        }
+        Ok(bytes)
+    })
+}
+
 pub(crate) fn truncate(text: &str, max: usize) -> &str {
     match text.char_indices().nth(max) {
         Some((cut, _)) => &text[..cut],
@@ -168,7 +246,7 @@ type EventStream = std::pin::Pin<
         dyn Stream<
                 Item = Result<
                     eventsource_stream::Event,
-                    eventsource_stream::EventStreamError<reqwest::Error>,
+                    eventsource_stream::EventStreamError<BodyError>,
                 >,
             > + Send,
     >,
@@ -188,9 +266,7 @@ impl Reader {
     async fn next_event(
         &mut self,
     ) -> Result<
-        Option<
-            Result<eventsource_stream::Event, eventsource_stream::EventStreamError<reqwest::Error>>,
-        >,
+        Option<Result<eventsource_stream::Event, eventsource_stream::EventStreamError<BodyError>>>,
         LlmError,
     > {
         match self.first_byte.take() {
@@ -256,9 +332,12 @@ impl Reader {
     }
 }
 
-fn stream_error(err: eventsource_stream::EventStreamError<reqwest::Error>) -> LlmError {
+fn stream_error(err: eventsource_stream::EventStreamError<BodyError>) -> LlmError {
     let message = match err {
-        eventsource_stream::EventStreamError::Transport(transport) => {
+        eventsource_stream::EventStreamError::Transport(BodyError::LineTooLong { limit }) => {
+            return LlmError::TooLarge { limit };
+        }
+        eventsource_stream::EventStreamError::Transport(BodyError::Transport(transport)) => {
             transport.without_url().to_string()
         }
         other @ (eventsource_stream::EventStreamError::Utf8(_)
@@ -272,10 +351,14 @@ pub(crate) fn chat_stream(
     response: reqwest::Response,
     first_byte: Duration,
     idle: Duration,
+    limit: Option<usize>,
 ) -> ChatStream {
     let reader = Reader {
-        events: Box::pin(response.bytes_stream().eventsource()),
-        state: Some(TurnState::default()),
+        events: Box::pin(capped_lines(response.bytes_stream(), limit.map(line_cap)).eventsource()),
+        state: Some(TurnState {
+            limit,
+            ..TurnState::default()
+        }),
         queue: VecDeque::new(),
         first_byte: Some(first_byte),
         idle,

@@ -143,6 +143,20 @@ pub struct ToolCallDelta {
     pub function: Option<FunctionDelta>,
 }
 
+impl ToolCallDelta {
+    /// Bytes the model wrote in this delta (id, name and argument text).
+    pub fn written_bytes(&self) -> usize {
+        let function = self.function.as_ref();
+        self.id.as_ref().map_or(0, String::len)
+            + function
+                .and_then(|f| f.name.as_ref())
+                .map_or(0, String::len)
+            + function
+                .and_then(|f| f.arguments.as_ref())
+                .map_or(0, String::len)
+    }
+}
+
 /// The function part of a tool-call delta.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 pub struct FunctionDelta {
@@ -220,6 +234,22 @@ pub(crate) struct WholeFunction {
     /// A JSON string per the spec; some servers send the object itself.
     #[serde(default)]
     pub arguments: Value,
+}
+
+impl CompletionMessage {
+    /// Bytes the model wrote: its text and its calls.
+    pub fn written_bytes(&self) -> usize {
+        self.content.as_ref().map_or(0, String::len)
+            + self
+                .tool_calls
+                .iter()
+                .map(|call| {
+                    call.id.len()
+                        + call.function.name.len()
+                        + call.function.arguments.to_string().len()
+                })
+                .sum::<usize>()
+    }
 }
 
 impl WholeToolCall {

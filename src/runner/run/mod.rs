@@ -301,7 +301,17 @@ impl RunTask {
         })
         .map_err(overflow)?;
         log_trim(trim);
-        Ok(request)
+        let room = self.state.output_room(self.settings.max_answer_bytes);
+        if room == 0 {
+            return Err(LlmError::TooLarge {
+                limit: self.settings.max_answer_bytes,
+            }
+            .into());
+        }
+        Ok(ChatRequest {
+            max_output_bytes: Some(room),
+            ..request
+        })
     }
 
     /// Calls the model, streaming visible text as answer deltas, and returns its decision.
@@ -397,6 +407,7 @@ impl RunTask {
         if let Ok(end) = &outcome {
             tally.add_calls(end);
         }
+        self.state.add_written(tally.written.len());
         let tokens = tally.tokens(&request, model.info.tokenizer);
         if let Some(tokens) = tokens {
             let mut usage = model
@@ -523,11 +534,15 @@ impl RunTask {
         }
     }
 
+    /// Sends answer text, in pieces small enough for any client however much arrived at
+    /// once.
     fn announce_delta(&mut self, text: String) {
         if !std::mem::replace(&mut self.first_delta_sent, true) {
             self.metrics.first_delta(self.started.elapsed());
         }
-        self.recorder.announce(RunEvent::AnswerDelta { text });
+        for text in split_at_boundaries(text, MAX_DELTA_BYTES) {
+            self.recorder.announce(RunEvent::AnswerDelta { text });
+        }
     }
 
     /// Takes the model's decision: shows an answer the user has not seen, then stores and
@@ -654,6 +669,28 @@ fn record_json(span: &tracing::Span, field: &'static str, value: &impl serde::Se
     if let Ok(text) = serde_json::to_string(value) {
         span.record(field, text.as_str());
     }
+}
+
+/// The most text one delta event carries.
+const MAX_DELTA_BYTES: usize = 256 * 1024;
+
+/// `text` in pieces of at most `max` bytes, cut at character boundaries.
+fn split_at_boundaries(text: String, max: usize) -> Vec<String> {
+    if text.len() <= max {
+        return vec![text];
+    }
+    let mut pieces = Vec::new();
+    let mut rest = text.as_str();
+    while !rest.is_empty() {
+        let mut cut = max.min(rest.len());
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let (piece, tail) = rest.split_at(cut.max(1).min(rest.len()));
+        pieces.push(piece.to_owned());
+        rest = tail;
+    }
+    pieces
 }
 
 /// `request` for the model called `name`: the same prompt, sent under the fallback's name.

@@ -9,6 +9,38 @@ use crate::runner::live::Emitter;
 use crate::store::{Store, StoreError};
 use crate::tools::{FileContent, ToolFile};
 
+/// The most text one announced thought carries, so every event stays below the 4 MiB a
+/// default gRPC client receives.
+const EVENT_TEXT_LIMIT: usize = 3 * 1024 * 1024 + 512 * 1024;
+
+/// The thought as an event announces it: whole, unless its text would make the event too
+/// large for clients; then its `thought` text (for function calling the same as its answer)
+/// is cut with a marker. The stored record stays whole.
+fn announced(thought: &Thought) -> Thought {
+    let calls: usize = thought
+        .tool_calls
+        .iter()
+        .map(|c| c.arguments.len() + c.observation.as_ref().map_or(0, String::len))
+        .sum();
+    let size = thought.thought.len() + thought.answer.len() + calls;
+    let mut copy = thought.clone();
+    if size > EVENT_TEXT_LIMIT {
+        let mut keep = thought
+            .thought
+            .len()
+            .saturating_sub(size - EVENT_TEXT_LIMIT);
+        while !thought.thought.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        copy.thought.truncate(keep);
+        copy.thought.push_str(&format!(
+            "\n[cut from {} bytes to fit the event; ListThoughts has it whole]",
+            thought.thought.len()
+        ));
+    }
+    copy
+}
+
 /// The run's writer: its tenant's store and its event stream.
 pub struct Recorder {
     store: Store,
@@ -35,7 +67,7 @@ impl Recorder {
     pub fn thought(&mut self, thought: &Thought) -> Result<(), StoreError> {
         self.save_thought(thought)?;
         self.emitter
-            .emit(RunEvent::Thought(Box::new(thought.clone())));
+            .emit(RunEvent::Thought(Box::new(announced(thought))));
         Ok(())
     }
 

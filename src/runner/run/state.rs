@@ -28,6 +28,8 @@ pub struct RunState {
     answer: String,
     /// The round a failure or cancel interrupted, kept so the run's end can record it.
     unfinished: Option<Round>,
+    /// Bytes the model wrote so far (text and tool calls), against the run's limit.
+    written: usize,
 }
 
 impl RunState {
@@ -69,6 +71,16 @@ impl RunState {
         };
         self.shown.push_str(&piece);
         piece
+    }
+
+    /// Counts `bytes` more that the model wrote.
+    pub fn add_written(&mut self, bytes: usize) {
+        self.written = self.written.saturating_add(bytes);
+    }
+
+    /// How much more the model may write within `limit`.
+    pub fn output_room(&self, limit: usize) -> usize {
+        limit.saturating_sub(self.written)
     }
 
     /// Adds a model call's usage (one attempt's) to the run and to its round; a round's

@@ -17,6 +17,7 @@ use crate::domain::{Message, MessageStatus, RunEvent, ToolCallRecord};
 use crate::runner::live::{ClientOutput, Mailbox};
 use crate::runner::settings::RunnerSettings;
 use crate::telemetry::Metrics;
+use crate::tools::http_api::truncate_output;
 use crate::tools::{Invocation, ProviderKind, ToolSet};
 
 /// What running a round's calls needs from its run.
@@ -104,7 +105,10 @@ impl RoundTools<'_> {
         let waited = since.elapsed().as_secs_f64();
         for (index, call) in waiting {
             let output = outputs.iter().find(|o| o.tool_call_id == call.id).cloned();
-            let (text, error) = output.map_or((String::new(), None), |o| (o.output, Some(o.error)));
+            let (text, error) = output.map_or((String::new(), None), |o| {
+                let limit = self.settings.tool_output_limit;
+                (truncate_output(o.output, limit), Some(o.error))
+            });
             let invocation = self.tools.client_result(&call.name, text, error, waited);
             self.record(round, index, invocation)?;
         }

@@ -60,6 +60,7 @@ impl PromptContext {
             stop,
             parameters: self.parameters.clone(),
             user: Some(self.user.clone()).filter(|u| !u.is_empty()),
+            max_output_bytes: None,
         }
     }
 }
