@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
+use tonic_health::server::HealthReporter;
 
 use crate::catalog::Catalog;
 use crate::config::Config;
@@ -28,6 +29,9 @@ pub struct Extensions {
     /// A listener for `/metrics` bound by the caller (tests bind port 0 and read it back);
     /// otherwise `server.metrics_listen` is bound, if set.
     pub metrics_listener: Option<TcpListener>,
+    /// A store the caller opened (with [`open_store`]) and keeps a handle to; otherwise the
+    /// configured one is opened.
+    pub store: Option<Store>,
 }
 
 /// Why the service could not start or stopped abnormally.
@@ -117,6 +121,41 @@ fn secret_key(config: &Config) -> Result<SecretKey, AppError> {
     Ok(SecretKey::load_or_create(&path)?)
 }
 
+/// How often a store that cannot write is probed for room again.
+const STORE_PROBE: Duration = Duration::from_secs(1);
+
+/// Keeps health in step with the store: `NOT_SERVING` while writes fail (a full disk),
+/// `SERVING` again once one succeeds. While writes fail, a small probe write is tried every
+/// second, so recovery shows without waiting for a run.
+async fn follow_store_health(store: Store, reporter: HealthReporter, stop: CancellationToken) {
+    let mut writable = store.writable();
+    loop {
+        let ok = *writable.borrow_and_update();
+        if ok {
+            crate::api::set_serving(&reporter).await;
+        } else {
+            tracing::error!("the store cannot write: health is NOT_SERVING until it can");
+            crate::api::set_not_serving(&reporter).await;
+        }
+        let probe = async {
+            if ok {
+                std::future::pending::<()>().await;
+            }
+            loop {
+                tokio::time::sleep(STORE_PROBE).await;
+                if store.probe().await.is_ok() {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            changed = writable.changed() => if changed.is_err() { return },
+            () = probe => {}
+        }
+    }
+}
+
 /// Serves the API on `listener` until `shutdown` resolves, then stops gracefully: health
 /// turns `NOT_SERVING`, runs are cancelled and record themselves, the store is flushed.
 pub async fn serve(
@@ -125,7 +164,10 @@ pub async fn serve(
     extensions: Extensions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
-    let store = open_store(&config)?;
+    let store = match extensions.store {
+        Some(store) => store,
+        None => open_store(&config)?,
+    };
     let metrics = Arc::new(Metrics::new(config.server.metrics_tenant_label));
     let observed = Arc::clone(&metrics);
     store.observe_flushes(move |took| observed.store_flush(took));
@@ -187,11 +229,18 @@ pub async fn serve(
     )?;
     crate::api::set_serving(&reporter).await;
     tracing::info!(addr = ?listener.local_addr().ok(), "serving");
+    let stop_health = CancellationToken::new();
+    tokio::spawn(follow_store_health(
+        store.clone(),
+        reporter.clone(),
+        stop_health.clone(),
+    ));
 
     let stopping = runner.clone();
     let on_shutdown = async move {
         shutdown.await;
         tracing::info!("shutting down");
+        stop_health.cancel();
         crate::api::set_not_serving(&reporter).await;
         // Runs end their streams now, so the transport's graceful drain does not wait on them.
         stopping.cancel_all();

@@ -31,9 +31,12 @@ impl Stream for RunEventStream {
     type Item = Result<pb::RunEvent, Status>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.events
-            .as_mut()
-            .poll_next(cx)
-            .map(|event| event.map(|event| Ok(pb::RunEvent::from(event))))
+        self.events.as_mut().poll_next(cx).map(|event| {
+            event.map(|event| {
+                event
+                    .map(pb::RunEvent::from)
+                    .map_err(super::status::from_error)
+            })
+        })
     }
 }

@@ -66,6 +66,9 @@ pub enum RunError {
     /// The service is stopping and takes no new runs.
     #[error("the service is shutting down")]
     ShuttingDown,
+    /// A run ended without its last events stored: the store cannot write.
+    #[error("the run's last events could not be recorded (the store cannot write); GetMessage shows how it ended")]
+    EventsLost,
 }
 
 impl From<ModelLookupError> for RunError {
@@ -106,7 +109,7 @@ impl RunError {
             Self::KeyReused => ErrorKind::AlreadyExists,
             Self::NotWaiting => ErrorKind::FailedPrecondition,
             Self::ConversationBusy { .. } => ErrorKind::FailedPrecondition,
-            Self::ShuttingDown => ErrorKind::Unavailable,
+            Self::ShuttingDown | Self::EventsLost => ErrorKind::Unavailable,
         }
     }
 

@@ -32,6 +32,9 @@ fn is_lock_held(err: &std::io::Error) -> bool {
     err.to_string().contains("could not acquire lock")
 }
 
+/// A key of the `running` tree no message uses (message keys start with a tenant).
+const PROBE_KEY: &[u8] = b"\0probe";
+
 /// The key file made in the data directory when no key is configured.
 pub const KEY_FILE: &str = "secret.key";
 
@@ -128,6 +131,26 @@ impl Store {
     /// Dropping the future does not stop the flush; the writes become durable anyway.
     pub async fn flush(&self) -> Result<(), StoreError> {
         self.flusher.flush().await
+    }
+
+    /// Follows whether writes reach the disk: `false` after a failed flush (a full disk),
+    /// `true` again once one succeeds. Reads work either way.
+    pub fn writable(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.flusher.writable()
+    }
+
+    /// Writes and flushes a small marker: whether the store can write at all. A success
+    /// marks it writable again.
+    pub async fn probe(&self) -> Result<(), StoreError> {
+        self.running.insert(PROBE_KEY, &[][..])?;
+        self.flush().await
+    }
+
+    /// Makes every flush fail (`true`) or work again (`false`), as a full disk would: how
+    /// tests show what a run and the service do when the store cannot write.
+    #[cfg(any(test, feature = "test-utils"))]
+    pub fn fail_flushes(&self, fail: bool) {
+        self.flusher.fail(fail);
     }
 
     /// Tells `observe` how long each flush takes, for metrics; only the first call counts.

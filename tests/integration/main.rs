@@ -11,6 +11,7 @@
 
 mod client_tools;
 mod conversations;
+mod hardening;
 mod llm_failures;
 mod loop_correctness;
 mod mcp;

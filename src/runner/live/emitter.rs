@@ -6,8 +6,9 @@
 //! last batch, stores them as one record, flushes once, and broadcasts them all. A burst of
 //! events (a thought, its tool calls, a run of answer deltas) costs one write and one flush.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
@@ -26,6 +27,8 @@ pub struct Emitter {
     /// batches and the run produces at most as fast as its model streams.
     stored: mpsc::UnboundedSender<EventEnvelope>,
     publisher: JoinHandle<()>,
+    /// Set once events could not be made durable: the run must end as a store failure.
+    failed: Arc<AtomicBool>,
 }
 
 impl Emitter {
@@ -42,12 +45,14 @@ impl Emitter {
         cancel: CancellationToken,
     ) -> Self {
         let (stored, queue) = mpsc::unbounded_channel();
+        let failed = Arc::new(AtomicBool::new(false));
         let publisher = Publisher {
             store,
             tenant,
             events,
             durable,
             cancel,
+            failed: Arc::clone(&failed),
         };
         let publisher = tokio::spawn(publisher.run(queue));
         Self {
@@ -56,6 +61,7 @@ impl Emitter {
             seq: 0,
             stored,
             publisher,
+            failed,
         }
     }
 
@@ -76,12 +82,25 @@ impl Emitter {
         let _ = self.stored.send(envelope);
     }
 
-    /// Waits until every emitted event is durable and broadcast.
+    /// Whether some events could not be made durable (the store cannot write).
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    /// Waits until every emitted event is durable and broadcast, or (the store failing)
+    /// until the last attempts to make them so gave up.
     pub async fn close(self) {
         drop(self.stored);
         let _ = self.publisher.await;
     }
 }
+
+/// Waits before the last attempts to store a closed run's events, when the store failed.
+const CLOSING_RETRIES: [Duration; 3] = [
+    Duration::from_millis(100),
+    Duration::from_millis(400),
+    Duration::from_millis(1000),
+];
 
 /// Stores, flushes and broadcasts emitted events in batches until the emitter is closed.
 struct Publisher {
@@ -90,29 +109,53 @@ struct Publisher {
     events: broadcast::Sender<EventEnvelope>,
     durable: Arc<AtomicU64>,
     cancel: CancellationToken,
+    failed: Arc<AtomicBool>,
 }
 
 impl Publisher {
+    /// Publishes batches as they come. Events that cannot be made durable stay pending and
+    /// are tried again with the next batch; the first failure stops the run, since nothing
+    /// it does could be announced. Once the run closed its emitter, its last events (its
+    /// `error` among them) get a few more attempts, in case the disk has room again.
     async fn run(self, mut queue: mpsc::UnboundedReceiver<EventEnvelope>) {
-        let mut batch = Vec::new();
-        while queue.recv_many(&mut batch, usize::MAX).await > 0 {
-            if let Err(err) = self.persist(&batch).await {
-                tracing::error!(error = %err, "cannot make events durable; the run stops");
-                self.cancel.cancel();
+        let mut pending = Vec::new();
+        while queue.recv_many(&mut pending, usize::MAX).await > 0 {
+            if let Err(err) = self.publish(&mut pending).await {
+                if !self.failed.swap(true, Ordering::SeqCst) {
+                    tracing::error!(error = %err, "cannot make events durable; the run stops");
+                    self.cancel.cancel();
+                }
+            }
+        }
+        for wait in CLOSING_RETRIES {
+            if pending.is_empty() {
                 return;
             }
-            if let Some(last) = batch.last() {
-                self.durable.fetch_max(last.seq, Ordering::SeqCst);
+            tokio::time::sleep(wait).await;
+            if self.publish(&mut pending).await.is_ok() {
+                return;
             }
-            for envelope in batch.drain(..) {
-                // No follower is not an error: the events are stored for Attach.
-                let _ = self.events.send(envelope);
-            }
+        }
+        if !pending.is_empty() {
+            tracing::error!(
+                events = pending.len(),
+                "the run's last events could not be made durable; followers see the stream fail"
+            );
         }
     }
 
-    async fn persist(&self, batch: &[EventEnvelope]) -> Result<(), StoreError> {
-        self.store.put_events(&self.tenant, batch)?;
-        self.store.flush().await
+    /// Stores and flushes `pending` as one record, then broadcasts it; on failure the
+    /// events stay pending.
+    async fn publish(&self, pending: &mut Vec<EventEnvelope>) -> Result<(), StoreError> {
+        self.store.put_events(&self.tenant, pending)?;
+        self.store.flush().await?;
+        if let Some(last) = pending.last() {
+            self.durable.fetch_max(last.seq, Ordering::SeqCst);
+        }
+        for envelope in pending.drain(..) {
+            // No follower is not an error: the events are stored for Attach.
+            let _ = self.events.send(envelope);
+        }
+        Ok(())
     }
 }

@@ -16,10 +16,12 @@ use tokio::sync::broadcast;
 
 use super::registry::Subscription;
 use crate::domain::{EventEnvelope, MessageId, Tenant};
+use crate::runner::error::RunError;
 use crate::store::Store;
 
-/// A message's events in `seq` order, as a client receives them.
-pub type EventStream = Pin<Box<dyn Stream<Item = EventEnvelope> + Send>>;
+/// A message's events in `seq` order, as a client receives them; an error ends a live
+/// run's stream whose last events could not be stored (or read back).
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<EventEnvelope, RunError>> + Send>>;
 
 /// The events of a message after `after_seq`: stored ones, then live ones from `live` until
 /// the last event. Pulled by the client's response stream, so nothing runs once it is
@@ -40,11 +42,13 @@ pub fn follow(
         tenant,
         message,
         last: after_seq,
+        was_live: live.is_some(),
         durable,
         live,
         pending: VecDeque::new(),
         replayed: false,
         done: false,
+        lost: None,
     };
     Box::pin(futures::stream::unfold(
         follower,
@@ -68,19 +72,29 @@ struct Follower {
     pending: VecDeque<EventEnvelope>,
     replayed: bool,
     done: bool,
+    /// Whether the message was running when the follower began: its stream must end with
+    /// the run's last event, or say why not.
+    was_live: bool,
+    /// Why the stream ends early, once known.
+    lost: Option<RunError>,
 }
 
 impl Follower {
-    /// The next event, or `None` after the last one (or when the run ended unrecorded).
-    async fn next(&mut self) -> Option<EventEnvelope> {
+    /// The next event, or `None` after the last one; an error when a live run ended
+    /// without its last event stored, or the store cannot be read.
+    async fn next(&mut self) -> Option<Result<EventEnvelope, RunError>> {
         loop {
+            if let Some(lost) = self.lost.take() {
+                self.done = true;
+                return Some(Err(lost));
+            }
             if self.done {
                 return None;
             }
             if let Some(event) = self.pending.pop_front() {
                 self.last = event.seq;
                 self.done = event.event.is_terminal();
-                return Some(event);
+                return Some(Ok(event));
             }
             if !self.replayed {
                 self.replayed = true;
@@ -88,7 +102,11 @@ impl Follower {
                 continue;
             }
             let Some(live) = self.live.as_mut() else {
-                self.done = true;
+                if self.was_live {
+                    self.lost = Some(RunError::EventsLost);
+                } else {
+                    self.done = true;
+                }
                 continue;
             };
             match live.recv().await {
@@ -118,7 +136,7 @@ impl Follower {
             }
             Err(err) => {
                 tracing::error!(error = %err, "cannot replay stored events");
-                self.done = true;
+                self.lost = Some(err.into());
             }
         }
     }

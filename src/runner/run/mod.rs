@@ -559,6 +559,24 @@ impl RunTask {
         Ok(())
     }
 
+    /// Writes the message's final state, trying again while the store refuses, so a live
+    /// process never leaves it running; gives up only at shutdown (the next start marks it
+    /// interrupted). Returns whether it was written.
+    async fn record_end(&self) -> bool {
+        loop {
+            match self.recorder.message(&self.message) {
+                Ok(()) => return true,
+                Err(err) => {
+                    tracing::error!(error = %err, "could not record the end of a run; trying again");
+                    let wait = tokio::time::sleep(Duration::from_secs(1));
+                    if or_cancel(&self.control.shutdown, wait).await.is_err() {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
     /// Counts the ended run and marks its span as failed when it failed.
     fn observe_end(&self) {
         let message = &self.message;
@@ -589,6 +607,15 @@ impl RunTask {
     /// Writes the message's final state, then sends the last event and waits until every
     /// event is published. Returns what keeps the run registered.
     async fn finish(mut self, outcome: Result<FinishReason, Halt>) -> Registration {
+        // A run whose events could not be stored was stopped for it, whatever it saw.
+        let outcome = if self.recorder.events_failed() {
+            Err(Halt::failed(
+                "store_error",
+                "the store cannot write, so the run's records could not be made durable",
+            ))
+        } else {
+            outcome
+        };
         if let Some(round) = self.state.unfinished() {
             if let Err(err) = self.recorder.save_thought(&round.thought) {
                 tracing::error!(error = %err, "could not record the interrupted round");
@@ -603,9 +630,8 @@ impl RunTask {
         );
         tracing::info!(status = ?self.message.status, iterations = self.message.iterations, "run ended");
         self.observe_end();
-        match self.recorder.message(&self.message) {
-            Ok(()) => self.recorder.announce(event),
-            Err(err) => tracing::error!(error = %err, "could not record the end of a run"),
+        if self.record_end().await {
+            self.recorder.announce(event);
         }
         self.recorder.close().await;
         self.control.registration

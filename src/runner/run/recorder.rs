@@ -124,6 +124,11 @@ impl Recorder {
         self.store.update_message(&self.tenant, message)
     }
 
+    /// Whether some events could not be made durable: the store cannot write.
+    pub fn events_failed(&self) -> bool {
+        self.emitter.failed()
+    }
+
     /// Waits until every emitted event is durable and published.
     pub async fn close(self) {
         self.emitter.close().await;

@@ -67,7 +67,12 @@ fn spec(tools: &[(&str, &str)]) -> RunSpec {
 
 async fn run_to_end(runner: &Runner, spec: RunSpec) -> Vec<EventEnvelope> {
     let handle = runner.start(spec, runner.run_token()).await.unwrap();
-    handle.events.collect().await
+    drain(handle.events).await
+}
+
+/// Every event of a stream that must not fail.
+async fn drain(events: crate::runner::EventStream) -> Vec<EventEnvelope> {
+    events.map(|event| event.expect("an event")).collect().await
 }
 
 /// Reads events up to and including the first that `stop` picks.
@@ -77,6 +82,7 @@ async fn read_until(
 ) -> Vec<EventEnvelope> {
     let mut seen = Vec::new();
     while let Some(event) = events.next().await {
+        let event = event.expect("an event");
         let last = stop(&event.event);
         seen.push(event);
         if last {
@@ -211,7 +217,7 @@ async fn a_cancel_between_rounds_stops_before_the_next_model_call() {
         .cancel(&Tenant::default_tenant(), handle.message_id)
         .await
         .unwrap();
-    seen.extend(events.collect::<Vec<_>>().await);
+    seen.extend(drain(events).await);
 
     assert_eq!(status, MessageStatus::Cancelled);
     assert_eq!(
@@ -264,7 +270,7 @@ async fn a_client_tool_call_waits_for_the_callers_result_then_goes_on() {
             }],
         )
         .unwrap();
-    seen.extend(events.collect::<Vec<_>>().await);
+    seen.extend(drain(events).await);
 
     assert_eq!(
         end(&seen),

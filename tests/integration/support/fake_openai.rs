@@ -61,6 +61,13 @@ pub enum Reply {
     },
     /// An HTTP error with an OpenAI-style error body.
     Error { status: u16, message: &'static str },
+    /// Waits `delay_ms` before the response head, then streams the text at once.
+    Late {
+        delay_ms: u64,
+        text: Vec<&'static str>,
+    },
+    /// One text chunk of `bytes` bytes, then a normal finish.
+    Huge { bytes: usize },
     /// An HTTP error carrying a `Retry-After` header.
     Throttle {
         status: u16,
@@ -211,6 +218,14 @@ async fn completions(
     match reply {
         None => error_response(500, "the fake server's script is used up"),
         Some(Reply::Error { status, message }) => error_response(status, message),
+        Some(Reply::Late { delay_ms, text }) => {
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            sse(stream_frames(&model, &text, &[], (1, 1)), false)
+        }
+        Some(Reply::Huge { bytes }) => {
+            let text: &'static str = Box::leak("x".repeat(bytes).into_boxed_str());
+            sse(stream_frames(&model, &[text], &[], (1, 1)), false)
+        }
         Some(Reply::Throttle {
             status,
             retry_after,

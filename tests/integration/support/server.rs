@@ -8,6 +8,7 @@ use agent_runner::config::Config;
 use agent_runner::pb;
 use agent_runner::pb::agent_service_client::AgentServiceClient;
 use agent_runner::pb::tool_registry_client::ToolRegistryClient;
+use agent_runner::store::Store;
 use agent_runner::test_utils::testing_provider;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -39,6 +40,8 @@ pub struct TestServer {
     pub addr: SocketAddr,
     /// Where `/metrics` is served.
     pub metrics_addr: SocketAddr,
+    /// The server's store, for tests that make it fail.
+    pub store: Store,
     _temp: Option<tempfile::TempDir>,
     stop: Option<oneshot::Sender<()>>,
     handle: Option<JoinHandle<Result<(), AppError>>>,
@@ -141,7 +144,22 @@ impl TestServer {
 
     /// Starts on `data_dir`, which outlives the server (for restart tests).
     pub async fn start_in(llm_base_url: &str, data_dir: &Path) -> Self {
-        let config = config(llm_base_url, data_dir);
+        Self::start_with(config(llm_base_url, data_dir)).await
+    }
+
+    /// Starts on a fresh data directory with the test configuration changed by `edit`.
+    pub async fn start_edited(llm_base_url: &str, edit: impl FnOnce(&mut Config)) -> Self {
+        let temp = tempfile::tempdir().unwrap();
+        let mut config = config(llm_base_url, temp.path());
+        edit(&mut config);
+        let mut server = Self::start_with(config).await;
+        server._temp = Some(temp);
+        server
+    }
+
+    /// Starts with `config`.
+    pub async fn start_with(config: Config) -> Self {
+        let store = app::open_store(&config).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -151,6 +169,7 @@ impl TestServer {
             tool_providers: vec![testing_provider().unwrap()],
             model_providers: vec![],
             metrics_listener: Some(metrics),
+            store: Some(store.clone()),
         };
         let handle = tokio::spawn(app::serve(listener, config, extensions, async {
             let _ = stopped.await;
@@ -158,6 +177,7 @@ impl TestServer {
         Self {
             addr,
             metrics_addr,
+            store,
             _temp: None,
             stop: Some(stop),
             handle: Some(handle),
