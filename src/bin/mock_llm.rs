@@ -29,6 +29,9 @@ struct Args {
     /// Chunks of the final answer.
     #[arg(long, default_value_t = 20)]
     answer_chunks: u32,
+    /// Bytes of each answer chunk (0: a short word).
+    #[arg(long, default_value_t = 0)]
+    chunk_bytes: usize,
     /// Milliseconds before the first chunk.
     #[arg(long, default_value_t = 0)]
     ttft_ms: u64,
@@ -46,6 +49,7 @@ async fn main() -> anyhow::Result<()> {
         tool: args.tool,
         arguments: args.arguments,
         answer_chunks: args.answer_chunks,
+        chunk_bytes: args.chunk_bytes,
         time_to_first_token: Duration::from_millis(args.ttft_ms),
         chunk_delay: Duration::from_millis(args.chunk_delay_ms),
     };

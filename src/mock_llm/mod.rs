@@ -38,6 +38,8 @@ pub struct MockSettings {
     pub arguments: String,
     /// Chunks the final answer is split into.
     pub answer_chunks: u32,
+    /// Bytes of each answer chunk; 0 sends short words (`word7 `).
+    pub chunk_bytes: usize,
     /// Wait before the first chunk.
     pub time_to_first_token: Duration,
     /// Wait before each later chunk.
@@ -52,6 +54,7 @@ impl Default for MockSettings {
             tool: "current_time".to_owned(),
             arguments: r#"{"timezone": "UTC"}"#.to_owned(),
             answer_chunks: 20,
+            chunk_bytes: 0,
             time_to_first_token: Duration::ZERO,
             chunk_delay: Duration::ZERO,
         }
@@ -118,12 +121,23 @@ async fn completions(
         sse_frames(&model, &[], &calls, (40, 10))
     } else {
         let text: Vec<String> = (0..settings.answer_chunks)
-            .map(|i| format!("word{i} "))
+            .map(|i| chunk_text(i, settings.chunk_bytes))
             .collect();
         let text: Vec<&str> = text.iter().map(String::as_str).collect();
         sse_frames(&model, &text, &[], (60, u64::from(settings.answer_chunks)))
     };
     paced(frames, settings.time_to_first_token, settings.chunk_delay)
+}
+
+/// Answer chunk `i`: a short word, or `bytes` bytes of words.
+fn chunk_text(i: u32, bytes: usize) -> String {
+    let word = format!("word{i} ");
+    if bytes == 0 {
+        return word;
+    }
+    let mut text = word.repeat(bytes / word.len() + 1);
+    text.truncate(bytes);
+    text
 }
 
 fn split_in_two(text: &str) -> Vec<String> {

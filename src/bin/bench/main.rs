@@ -6,6 +6,7 @@
 //! The workload is a two-round function-calling agent: one `time.current_time` call, then
 //! an answer of about 20 chunks. Build with `--release`.
 
+mod large;
 mod measure;
 mod otlp;
 mod processes;
@@ -27,6 +28,8 @@ enum Preset {
     Streams2k,
     /// 10000 concurrent streams against the same slow model.
     Streams10k,
+    /// Ten runs answering 2 MB each: memory after, and disk per answer byte.
+    Large,
 }
 
 #[derive(Debug, Parser)]
@@ -51,7 +54,9 @@ struct Args {
     otlp_sink: bool,
 }
 
-fn case(preset: Preset, service_env: &[(String, String)]) -> Case {
+/// The workload of a preset measured through [`run_case`]; `None` for `large`, which is
+/// measured on its own.
+fn case(preset: Preset, service_env: &[(String, String)]) -> Option<Case> {
     let fast = |name: &'static str, concurrency, runs| Case {
         name,
         concurrency,
@@ -68,12 +73,13 @@ fn case(preset: Preset, service_env: &[(String, String)]) -> Case {
         chunk_delay: Duration::from_millis(50),
         service_env: service_env.to_vec(),
     };
-    match preset {
+    Some(match preset {
         Preset::C1 => fast("c1", 1, 200),
         Preset::C50 => fast("c50", 50, 2000),
         Preset::Streams2k => slow("streams2k", 2000),
         Preset::Streams10k => slow("streams10k", 10_000),
-    }
+        Preset::Large => return None,
+    })
 }
 
 #[tokio::main]
@@ -91,10 +97,29 @@ async fn main() -> anyhow::Result<()> {
     };
     let service_env: Vec<(String, String)> =
         sink.iter().flat_map(|sink| sink.service_env()).collect();
+    let large = presets.contains(&Preset::Large);
+    let presets: Vec<Preset> = presets.into_iter().filter(|p| *p != Preset::Large).collect();
     let mut reports: Vec<Vec<Report>> = presets.iter().map(|_| Vec::new()).collect();
     for _ in 0..args.repeats.max(1) {
         for (preset, runs) in presets.iter().zip(reports.iter_mut()) {
-            runs.push(run_case(case(*preset, &service_env)).await?);
+            if let Some(case) = case(*preset, &service_env) {
+                runs.push(run_case(case).await?);
+            }
+        }
+    }
+    if large {
+        let report = large::run_large(&service_env).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            println!(
+                "large: {} runs, {} errors, {:.1} MiB answered; RSS idle {:.1} MiB, peak {:.1} MiB, 2 s after {:.1} MiB; disk {:.2} bytes per answer byte",
+                report.runs, report.errors, report.answer_mib, report.idle_rss_mib,
+                report.peak_rss_mib, report.rss_after_mib, report.disk_per_answer_byte
+            );
+        }
+        if presets.is_empty() {
+            return Ok(());
         }
     }
     if let Some(sink) = &sink {

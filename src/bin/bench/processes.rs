@@ -52,11 +52,21 @@ fn free_addr() -> anyhow::Result<SocketAddr> {
 
 /// Starts the scripted LLM with delays.
 pub async fn start_mock(ttft: Duration, chunk_delay: Duration) -> anyhow::Result<Process> {
+    start_mock_with(ttft, chunk_delay, &[]).await
+}
+
+/// Starts the scripted LLM with delays and extra arguments.
+pub async fn start_mock_with(
+    ttft: Duration,
+    chunk_delay: Duration,
+    extra: &[&str],
+) -> anyhow::Result<Process> {
     let addr = free_addr()?;
     let child = Command::new(sibling("agent-runner-mock-llm")?)
         .args(["--listen", &addr.to_string()])
         .args(["--ttft-ms", &ttft.as_millis().to_string()])
         .args(["--chunk-delay-ms", &chunk_delay.as_millis().to_string()])
+        .args(extra)
         .stdout(Stdio::null())
         .spawn()?;
     let process = Process { child, addr };
