@@ -24,6 +24,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    return_large_allocations();
     let config = Config::load(&args)?;
     let tracing = traces::init(config.server.log_format == LogFormat::Json)?;
     if tracing.exports() {
@@ -65,6 +66,25 @@ async fn check_health(addr: SocketAddr) -> anyhow::Result<()> {
     println!("SERVING");
     Ok(())
 }
+
+/// Makes glibc give large buffers back to the system when they are freed.
+///
+/// glibc raises its mmap threshold each time a large mapped block is freed, after which
+/// blocks of a few megabytes (a long answer, an event batch) come from the heap and stay
+/// there: resident memory then keeps what the largest answers once needed. Fixing the
+/// threshold (and trimming) keeps such blocks mapped and returned.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn return_large_allocations() {
+    // SAFETY: mallopt only sets allocator parameters; called once, before any other thread
+    // of ours allocates in earnest.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 * 1024);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 * 1024);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn return_large_allocations() {}
 
 /// Resolves on SIGINT or SIGTERM.
 async fn shutdown_signal() {

@@ -1,7 +1,8 @@
 //! Thought records: one per LLM round, holding what the model said and the tools it called.
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeStruct;
+use serde::{Deserialize, Serialize, Serializer};
 
 use super::{MessageId, ThoughtId, Usage};
 
@@ -63,7 +64,8 @@ pub struct ToolCallRecord {
 }
 
 /// One round of the agent loop.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(from = "ThoughtWire")]
 pub struct Thought {
     /// The record's id.
     pub id: ThoughtId,
@@ -75,7 +77,8 @@ pub struct Thought {
     pub thought: String,
     /// Tool calls the model made in this round.
     pub tool_calls: Vec<ToolCallRecord>,
-    /// The round's contribution to the answer.
+    /// The round's contribution to the answer. Stored once when it equals `thought` (as
+    /// for function calling): see the `Serialize` impl.
     pub answer: String,
     /// Files the round's tools produced.
     pub file_ids: Vec<String>,
@@ -89,6 +92,74 @@ pub struct Thought {
     pub model: String,
     /// When the round began.
     pub created_at: DateTime<Utc>,
+}
+
+/// The stored form of a [`Thought`]: `answer_is_thought` stands for an answer equal to the
+/// thought text, so a round's text is written once, not twice.
+#[derive(Deserialize)]
+struct ThoughtWire {
+    id: ThoughtId,
+    message_id: MessageId,
+    position: u32,
+    thought: String,
+    tool_calls: Vec<ToolCallRecord>,
+    #[serde(default)]
+    answer: String,
+    #[serde(default)]
+    answer_is_thought: bool,
+    file_ids: Vec<String>,
+    usage: Option<Usage>,
+    #[serde(default)]
+    provider: String,
+    #[serde(default)]
+    model: String,
+    created_at: DateTime<Utc>,
+}
+
+impl From<ThoughtWire> for Thought {
+    fn from(wire: ThoughtWire) -> Self {
+        let answer = if wire.answer_is_thought {
+            wire.thought.clone()
+        } else {
+            wire.answer
+        };
+        Self {
+            id: wire.id,
+            message_id: wire.message_id,
+            position: wire.position,
+            thought: wire.thought,
+            tool_calls: wire.tool_calls,
+            answer,
+            file_ids: wire.file_ids,
+            usage: wire.usage,
+            provider: wire.provider,
+            model: wire.model,
+            created_at: wire.created_at,
+        }
+    }
+}
+
+impl Serialize for Thought {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let same = !self.answer.is_empty() && self.answer == self.thought;
+        let mut out = serializer.serialize_struct("Thought", 11)?;
+        out.serialize_field("id", &self.id)?;
+        out.serialize_field("message_id", &self.message_id)?;
+        out.serialize_field("position", &self.position)?;
+        out.serialize_field("thought", &self.thought)?;
+        out.serialize_field("tool_calls", &self.tool_calls)?;
+        if same {
+            out.serialize_field("answer_is_thought", &true)?;
+        } else {
+            out.serialize_field("answer", &self.answer)?;
+        }
+        out.serialize_field("file_ids", &self.file_ids)?;
+        out.serialize_field("usage", &self.usage)?;
+        out.serialize_field("provider", &self.provider)?;
+        out.serialize_field("model", &self.model)?;
+        out.serialize_field("created_at", &self.created_at)?;
+        out.end()
+    }
 }
 
 impl Thought {
@@ -107,5 +178,25 @@ impl Thought {
             model: String::new(),
             created_at: super::now(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_equal_to_the_thought_is_stored_once_and_read_back_whole() {
+        let mut thought = Thought::begin(MessageId::new(), 1);
+        thought.thought = "The same text".into();
+        thought.answer = "The same text".into();
+        let json = serde_json::to_string(&thought).unwrap();
+        assert_eq!(json.matches("The same text").count(), 1, "{json}");
+        assert_eq!(serde_json::from_str::<Thought>(&json).unwrap(), thought);
+        thought.answer = "Different".into();
+        let json = serde_json::to_string(&thought).unwrap();
+        assert_eq!(serde_json::from_str::<Thought>(&json).unwrap(), thought);
+        let old = json.replace("\"provider\":\"\",\"model\":\"\",", "");
+        assert_eq!(serde_json::from_str::<Thought>(&old).unwrap(), thought, "records of earlier versions");
     }
 }

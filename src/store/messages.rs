@@ -3,6 +3,9 @@
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 
+use serde::{Deserialize, Serialize};
+
+use super::pieces::{self, Owner};
 use super::{decode, encode, keys, Store, StoreError};
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus, RunFailure,
@@ -16,6 +19,23 @@ pub enum Inserted {
     Yes,
     /// Its idempotency key already points at another message; nothing was written.
     KeyTaken(IdempotencyRecord),
+}
+
+/// A message as stored: its answer kept apart in the `answers` tree when it has one
+/// (records of earlier versions have it inline and no flag).
+#[derive(Deserialize)]
+struct StoredMessage {
+    #[serde(flatten)]
+    message: Message,
+    #[serde(default)]
+    answer_apart: bool,
+}
+
+#[derive(Serialize)]
+struct StoredMessageRef<'a> {
+    #[serde(flatten)]
+    message: &'a Message,
+    answer_apart: bool,
 }
 
 fn remove_prefix(tree: &sled::Tree, prefix: &[u8]) -> Result<(), StoreError> {
@@ -76,7 +96,7 @@ impl Store {
             })
             .transpose()?;
         let message_key = keys::message(tenant, message.id);
-        let message_value = encode("messages", message)?;
+        let message_value = self.encode_message(&message_key, message)?;
         let index_key = keys::conversation_message(tenant, message.conversation_id, message.seq);
         let trees = (
             &self.conversations,
@@ -108,7 +128,7 @@ impl Store {
     /// Overwrites a message; a terminal status also clears its running marker.
     pub fn update_message(&self, tenant: &Tenant, message: &Message) -> Result<(), StoreError> {
         let key = keys::message(tenant, message.id);
-        let value = encode("messages", message)?;
+        let value = self.encode_message(&key, message)?;
         let terminal = message.status.is_terminal();
         (&self.messages, &self.running)
             .transaction(|(messages, running)| {
@@ -127,10 +147,42 @@ impl Store {
         tenant: &Tenant,
         id: MessageId,
     ) -> Result<Option<Message>, StoreError> {
-        self.messages
-            .get(keys::message(tenant, id))?
-            .map(|bytes| decode("messages", &bytes))
-            .transpose()
+        let key = keys::message(tenant, id);
+        let Some(bytes) = self.messages.get(&key)? else {
+            return Ok(None);
+        };
+        let stored: StoredMessage = decode("messages", &bytes)?;
+        let mut message = stored.message;
+        if stored.answer_apart {
+            if let Some(answer) = self.answers.get(&key)? {
+                let answer = pieces::join(&self.pieces, Owner::Answer, &key, answer)?;
+                message.answer = String::from_utf8_lossy(&answer).into_owned();
+            }
+        }
+        Ok(Some(message))
+    }
+
+    /// The message's record, its answer written apart first (status updates then never
+    /// rewrite it, and a large one is stored in pieces).
+    fn encode_message(&self, key: &[u8], message: &Message) -> Result<Vec<u8>, StoreError> {
+        let answer_apart = !message.answer.is_empty();
+        if answer_apart {
+            pieces::put(
+                &self.answers,
+                &self.pieces,
+                Owner::Answer,
+                key,
+                message.answer.as_bytes(),
+            )?;
+        }
+        let stored = StoredMessageRef {
+            message: &Message {
+                answer: String::new(),
+                ..message.clone()
+            },
+            answer_apart,
+        };
+        encode("messages", &stored)
     }
 
     /// Up to `limit` messages of a conversation with `seq > after_seq`, oldest first.
@@ -197,8 +249,13 @@ impl Store {
             let key = keys::message(tenant, *message);
             self.messages.remove(&key)?;
             self.running.remove(&key)?;
-            remove_prefix(&self.thoughts, &keys::message_children(tenant, *message))?;
-            remove_prefix(&self.events, &keys::message_children(tenant, *message))?;
+            self.answers.remove(&key)?;
+            pieces::remove(&self.pieces, Owner::Answer, &key)?;
+            let children = keys::message_children(tenant, *message);
+            remove_prefix(&self.thoughts, &children)?;
+            remove_prefix(&self.events, &children)?;
+            pieces::remove_under(&self.pieces, Owner::Thought, &children)?;
+            pieces::remove_under(&self.pieces, Owner::Events, &children)?;
         }
         self.forget_idempotency(tenant, &deleted)?;
         Ok(Some(deleted))

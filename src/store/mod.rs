@@ -9,6 +9,7 @@ mod error;
 mod flusher;
 pub mod keys;
 mod messages;
+mod pieces;
 mod records;
 mod sealed;
 
@@ -60,6 +61,10 @@ pub struct Store {
     files: sled::Tree,
     /// Their bytes, apart so listing records never reads them.
     file_data: sled::Tree,
+    /// Messages' answers, apart so status updates never rewrite them.
+    answers: sled::Tree,
+    /// Pieces of large values (see [`pieces`]).
+    pieces: sled::Tree,
     flusher: flusher::Flusher,
     /// Seals provider credentials before they are written.
     sealer: sealed::Sealer,
@@ -119,6 +124,8 @@ impl Store {
             providers: db.open_tree("providers")?,
             files: db.open_tree("files")?,
             file_data: db.open_tree("file_data")?,
+            answers: db.open_tree("answers")?,
+            pieces: db.open_tree("pieces")?,
             flusher: flusher::Flusher::start(db.clone())?,
             sealer: sealed::Sealer::new(key),
             db,
@@ -172,6 +179,8 @@ impl Store {
             ("providers", &self.providers),
             ("files", &self.files),
             ("file_data", &self.file_data),
+            ("answers", &self.answers),
+            ("pieces", &self.pieces),
         ];
         let mut found = Vec::new();
         for (name, tree) in trees {
@@ -232,13 +241,17 @@ fn decode<T: DeserializeOwned>(tree: &'static str, bytes: &[u8]) -> Result<T, St
     Ok(versioned.r)
 }
 
-/// Decodes every value under `prefix`, in key order.
+/// Decodes every value under `prefix`, in key order, joining values stored in pieces.
 fn scan<T: DeserializeOwned>(
     tree: &sled::Tree,
+    pieces: (&sled::Tree, pieces::Owner),
     name: &'static str,
     prefix: &[u8],
 ) -> Result<Vec<T>, StoreError> {
     tree.scan_prefix(prefix)
-        .map(|entry| decode(name, &entry?.1))
+        .map(|entry| {
+            let (key, value) = entry?;
+            decode(name, &pieces::join(pieces.0, pieces.1, &key, value)?)
+        })
         .collect()
 }

@@ -1,12 +1,30 @@
 //! Thoughts and events: the per-message records, keyed so scans come out in order.
 
+use super::pieces::{self, Owner};
 use super::{encode, keys, scan, Store, StoreError};
 use crate::domain::EventEnvelope;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{FileId, FileRecord, MessageId, ProviderRecord, Tenant, Thought};
+use crate::domain::{FileId, FileRecord, MessageId, ProviderRecord, RunEvent, Tenant, Thought};
+
+/// A stored batch of events: as emitted, or with the end's answer left to the message.
+#[derive(Deserialize, Serialize)]
+#[serde(untagged)]
+enum StoredBatch {
+    /// Every event whole.
+    Whole(Vec<EventEnvelope>),
+    /// The `end` event's answer is the message's answer, not repeated here.
+    AnswerApart {
+        events: Vec<EventEnvelope>,
+        answer_apart: bool,
+    },
+}
+
+fn ends_with_answer(event: &EventEnvelope) -> bool {
+    matches!(&event.event, RunEvent::MessageEnd { answer, .. } if !answer.is_empty())
+}
 
 /// A provider as stored: the definition without its credentials, which are sealed beside
 /// it (records of earlier versions have none sealed and their credentials in place).
@@ -22,8 +40,8 @@ impl Store {
     /// Writes (or overwrites) a thought record.
     pub fn put_thought(&self, tenant: &Tenant, thought: &Thought) -> Result<(), StoreError> {
         let key = keys::thought(tenant, thought.message_id, thought.position);
-        self.thoughts.insert(key, encode("thoughts", thought)?)?;
-        Ok(())
+        let value = encode("thoughts", thought)?;
+        pieces::put(&self.thoughts, &self.pieces, Owner::Thought, &key, &value)
     }
 
     /// A message's thoughts by position.
@@ -34,6 +52,7 @@ impl Store {
     ) -> Result<Vec<Thought>, StoreError> {
         scan(
             &self.thoughts,
+            (&self.pieces, Owner::Thought),
             "thoughts",
             &keys::message_children(tenant, message),
         )
@@ -48,7 +67,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let key = keys::file(tenant, record.id);
         if let Some(bytes) = bytes {
-            self.file_data.insert(&key, bytes)?;
+            pieces::put(&self.file_data, &self.pieces, Owner::File, &key, bytes)?;
         }
         self.files.insert(key, encode("files", record)?)?;
         Ok(())
@@ -64,11 +83,10 @@ impl Store {
         let Some(record) = self.files.get(&key)? else {
             return Ok(None);
         };
-        let bytes = self
-            .file_data
-            .get(&key)?
-            .map(|b| b.to_vec())
-            .unwrap_or_default();
+        let bytes = match self.file_data.get(&key)? {
+            Some(stored) => pieces::join(&self.pieces, Owner::File, &key, stored)?.to_vec(),
+            None => Vec::new(),
+        };
         Ok(Some((super::decode("files", &record)?, bytes)))
     }
 
@@ -78,6 +96,7 @@ impl Store {
             let key = keys::file(tenant, *id);
             self.files.remove(&key)?;
             self.file_data.remove(&key)?;
+            pieces::remove(&self.pieces, Owner::File, &key)?;
         }
         Ok(())
     }
@@ -177,8 +196,21 @@ impl Store {
             return Ok(());
         };
         let key = keys::event(tenant, first.message_id, first.seq);
-        self.events.insert(key, encode("events", &events)?)?;
-        Ok(())
+        let value = match events.iter().position(ends_with_answer) {
+            // The end's answer is the message's: kept once, there, and put back on reading.
+            Some(end) => {
+                let mut events = events.to_vec();
+                if let RunEvent::MessageEnd { answer, .. } = &mut events[end].event {
+                    answer.clear();
+                }
+                encode("events", &StoredBatch::AnswerApart {
+                    events,
+                    answer_apart: true,
+                })?
+            }
+            None => encode("events", &events)?,
+        };
+        pieces::put(&self.events, &self.pieces, Owner::Events, &key, &value)
     }
 
     /// A message's events with `seq > after_seq`, in order.
@@ -188,15 +220,31 @@ impl Store {
         message: MessageId,
         after_seq: u64,
     ) -> Result<Vec<EventEnvelope>, StoreError> {
-        let batches: Vec<Vec<EventEnvelope>> = scan(
+        let batches: Vec<StoredBatch> = scan(
             &self.events,
+            (&self.pieces, Owner::Events),
             "events",
             &keys::message_children(tenant, message),
         )?;
-        Ok(batches
-            .into_iter()
-            .flatten()
-            .filter(|event| event.seq > after_seq)
-            .collect())
+        let mut events = Vec::new();
+        for batch in batches {
+            match batch {
+                StoredBatch::Whole(batch) => events.extend(batch),
+                StoredBatch::AnswerApart { events: batch, .. } => {
+                    let answer = self
+                        .get_message(tenant, message)?
+                        .map(|m| m.answer)
+                        .unwrap_or_default();
+                    events.extend(batch.into_iter().map(|mut event| {
+                        if let RunEvent::MessageEnd { answer: end, .. } = &mut event.event {
+                            end.clone_from(&answer);
+                        }
+                        event
+                    }));
+                }
+            }
+        }
+        events.retain(|event| event.seq > after_seq);
+        Ok(events)
     }
 }
