@@ -14,7 +14,10 @@ RUN apt-get update \
     && chown -R agent /var/lib/agent-runner
 COPY --from=build /src/target/release/agent-runner /usr/local/bin/agent-runner
 USER 10001
+# Reachable from outside the container, so API keys are required; pass
+# AGENT_RUNNER_ADMIN_TOKEN to make them (`agent-runner keys create --tenant ...`).
 ENV AGENT_RUNNER_LISTEN=0.0.0.0:50051 \
+    AGENT_RUNNER_REQUIRE_AUTH=true \
     AGENT_RUNNER_METRICS_LISTEN=0.0.0.0:9464 \
     AGENT_RUNNER_DATA_DIR=/var/lib/agent-runner/data \
     AGENT_RUNNER_LOG_FORMAT=json

@@ -10,6 +10,7 @@ fn main() -> anyhow::Result<()> {
         "agentrunner/v1/common.proto",
         "agentrunner/v1/agent.proto",
         "agentrunner/v1/tools.proto",
+        "agentrunner/v1/admin.proto",
     ];
     let fds = protox::compile(files, ["proto"])?;
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);

@@ -10,8 +10,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::server::HealthReporter;
 
+use crate::access::{AccessError, AdminToken, Keys};
+use crate::api::{AdminGate, Gate, TlsPem};
 use crate::catalog::Catalog;
-use crate::config::Config;
+use crate::config::{Config, TlsConfig};
 use crate::llm::{ChatModel, LlmError, ModelEntry, ModelRegistry};
 use crate::runner::Runner;
 use crate::store::{SecretKey, Store, StoreError};
@@ -63,6 +65,17 @@ pub enum AppError {
     /// The configuration is unusable.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    /// The API keys could not be loaded.
+    #[error(transparent)]
+    Access(#[from] AccessError),
+    /// A TLS file could not be read.
+    #[error("cannot read {path}: {source}")]
+    TlsFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The metrics listener could not be bound.
     #[error("cannot listen for metrics on {addr}: {source}")]
     MetricsListen {
@@ -119,6 +132,59 @@ fn secret_key(config: &Config) -> Result<SecretKey, AppError> {
         tracing::warn!(path = %path.display(), "no secret key configured: credentials are sealed with a key made in the data directory; keep a key outside it (AGENT_RUNNER_SECRET_KEY) to protect them from a copy of the data");
     }
     Ok(SecretKey::load_or_create(&path)?)
+}
+
+/// The PEM files of `[tls]`, read, if TLS is configured.
+fn read_tls(tls: &TlsConfig) -> Result<Option<TlsPem>, AppError> {
+    let read = |path: &std::path::PathBuf| {
+        std::fs::read(path).map_err(|source| AppError::TlsFile {
+            path: path.clone(),
+            source,
+        })
+    };
+    let (Some(cert), Some(key)) = (&tls.cert, &tls.key) else {
+        return Ok(None);
+    };
+    Ok(Some(TlsPem {
+        cert: read(cert)?,
+        key: read(key)?,
+        client_ca: tls.client_ca.as_ref().map(read).transpose()?,
+    }))
+}
+
+/// How often the keys' last-used times are written.
+const LAST_USED_EVERY: Duration = Duration::from_secs(60);
+
+/// Writes when keys were last used, every minute until `stop` and once more then: a check
+/// stays a memory operation, and a crash loses at most a minute of last-used times.
+async fn save_last_used(keys: Arc<Keys>, stop: CancellationToken) {
+    loop {
+        let stopping = tokio::select! {
+            _ = stop.cancelled() => true,
+            _ = tokio::time::sleep(LAST_USED_EVERY) => false,
+        };
+        if let Err(err) = keys.save_last_used() {
+            tracing::warn!(error = %err, "could not record when API keys were last used");
+        }
+        if stopping {
+            return;
+        }
+    }
+}
+
+/// The gate of the agent and tool services.
+fn gate(config: &Config, keys: &Arc<Keys>) -> Gate {
+    if config.auth.required && config.auth.admin_token.is_none() {
+        tracing::warn!("auth is required but no admin token is set (AGENT_RUNNER_ADMIN_TOKEN): no API key can be created, only the stored ones work");
+    }
+    if !config.auth.required {
+        tracing::warn!("auth is not required: the x-tenant-id header names the tenant of each call; require API keys before exposing the service");
+    }
+    Gate {
+        keys: Arc::clone(keys),
+        required: config.auth.required,
+        defaults: config.limits,
+    }
 }
 
 /// How often a store that cannot write is probed for room again.
@@ -215,6 +281,9 @@ pub async fn serve(
         ));
     }
 
+    let keys = Arc::new(Keys::load(store.clone())?);
+    let stop_keys = CancellationToken::new();
+    let saving_keys = tokio::spawn(save_last_used(Arc::clone(&keys), stop_keys.clone()));
     let (reporter, health) = tonic_health::server::health_reporter();
     let router = crate::api::router(
         runner.clone(),
@@ -224,6 +293,12 @@ pub async fn serve(
         crate::api::ApiSettings {
             tool_timeout: settings.tool_timeout,
             max_request_bytes: config.server.max_request_bytes,
+            gate: gate(&config, &keys),
+            admin: AdminGate(AdminToken::new(
+                config.auth.admin_token.as_ref().map(|t| t.expose()),
+            )),
+            reflection: config.auth.reflection,
+            tls: read_tls(&config.tls)?,
         },
         health,
     )?;
@@ -260,6 +335,8 @@ pub async fn serve(
         );
     }
     stop_metrics.cancel();
+    stop_keys.cancel();
+    let _ = saving_keys.await;
     store.flush().await?;
     tracing::info!("stopped");
     Ok(())

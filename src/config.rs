@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::domain::TenantLimits;
 use crate::llm::{ProviderConfig, Secret};
 use crate::runner::RunnerSettings;
 use crate::tools::{OutboundPolicy, ProviderSettings};
@@ -36,15 +37,80 @@ pub enum Command {
     /// Serve the gRPC API.
     Serve(ServeArgs),
     /// Ask a running server's health service; exits 0 when both services are SERVING.
-    Health(HealthArgs),
+    Health(ClientArgs),
+    /// Create, list and revoke API keys on a running server (needs
+    /// `AGENT_RUNNER_ADMIN_TOKEN`).
+    Keys(KeysArgs),
 }
 
-/// Flags of `health`.
+/// How the CLI reaches a running server; the flags go before or after a subcommand.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClientArgs {
+    /// The server, `host:port`; a wildcard address means this machine.
+    #[arg(
+        long,
+        global = true,
+        env = "AGENT_RUNNER_LISTEN",
+        default_value = "127.0.0.1:50051"
+    )]
+    pub addr: String,
+    /// Connect over TLS, trusting this CA certificate (PEM).
+    #[arg(long, global = true, env = "AGENT_RUNNER_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// The name the server's certificate is checked against [default: the host of --addr].
+    #[arg(long, global = true)]
+    pub tls_server_name: Option<String>,
+    /// A client certificate (PEM) for servers that require one (mTLS).
+    #[arg(long, global = true, requires = "tls_client_key")]
+    pub tls_client_cert: Option<PathBuf>,
+    /// The key of --tls-client-cert (PEM).
+    #[arg(long, global = true, requires = "tls_client_cert")]
+    pub tls_client_key: Option<PathBuf>,
+}
+
+/// `keys` and its subcommands.
 #[derive(Debug, clap::Args)]
-pub struct HealthArgs {
-    /// Address of the server to check.
-    #[arg(long, env = "AGENT_RUNNER_LISTEN", default_value = "127.0.0.1:50051")]
-    pub addr: SocketAddr,
+pub struct KeysArgs {
+    /// Which server.
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// What to do with keys.
+    #[command(subcommand)]
+    pub command: KeysCommand,
+}
+
+/// What `keys` does.
+#[derive(Debug, clap::Subcommand)]
+pub enum KeysCommand {
+    /// Create a key for a tenant; prints the key alone on the last line.
+    Create {
+        /// The tenant the key acts for.
+        #[arg(long)]
+        tenant: String,
+        /// A name for people, e.g. `ci`.
+        #[arg(long, default_value = "")]
+        name: String,
+        /// Runs in progress at once with this key [default: the server's limit].
+        #[arg(long, default_value_t = 0)]
+        max_concurrent_runs: u32,
+        /// Runs started per minute with this key [default: the server's limit].
+        #[arg(long, default_value_t = 0)]
+        runs_per_minute: u32,
+        /// LLM tokens per UTC day with this key [default: the server's limit].
+        #[arg(long, default_value_t = 0)]
+        tokens_per_day: u64,
+    },
+    /// List a tenant's keys, one per line, id first; never the secrets.
+    List {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Revoke a key; calls with it fail from the next one on.
+    Revoke {
+        /// The key's id (the first column of `keys list`).
+        id: String,
+    },
 }
 
 /// Flags of `serve`; each overrides the file.
@@ -65,6 +131,21 @@ pub struct ServeArgs {
     /// Address of the Prometheus `/metrics` listener [default: none, no listener].
     #[arg(long, env = "AGENT_RUNNER_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Every call needs `authorization: Bearer <API key>`; the key names the tenant.
+    #[arg(long, env = "AGENT_RUNNER_REQUIRE_AUTH")]
+    pub require_auth: bool,
+    /// Serve without authentication on a non-loopback address (a network you trust).
+    #[arg(long, env = "AGENT_RUNNER_INSECURE_NO_AUTH")]
+    pub insecure_no_auth: bool,
+    /// Serve over TLS with this certificate chain (PEM).
+    #[arg(long, env = "AGENT_RUNNER_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "AGENT_RUNNER_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM): mutual TLS.
+    #[arg(long, env = "AGENT_RUNNER_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 /// How logs are written.
@@ -289,6 +370,55 @@ impl RunnerConfig {
     }
 }
 
+fn default_true() -> bool {
+    true
+}
+
+/// `[auth]`: who may call.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Every call needs an API key, whose tenant it acts for.
+    #[serde(default)]
+    pub required: bool,
+    /// The token of `AdminService` calls; `AGENT_RUNNER_ADMIN_TOKEN` overrides it. No admin
+    /// call succeeds without one.
+    #[serde(default)]
+    pub admin_token: Option<Secret>,
+    /// Serve gRPC reflection (what grpcurl lists services with).
+    #[serde(default = "default_true")]
+    pub reflection: bool,
+    /// Allow serving without auth on a non-loopback address.
+    #[serde(default)]
+    pub insecure_no_auth: bool,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            required: false,
+            admin_token: None,
+            reflection: true,
+            insecure_no_auth: false,
+        }
+    }
+}
+
+/// `[tls]`: serve over TLS, and optionally require client certificates.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Certificate chain (PEM).
+    #[serde(default)]
+    pub cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[serde(default)]
+    pub key: Option<PathBuf>,
+    /// CA whose client certificates are required (PEM); none: no client certificates.
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -305,6 +435,15 @@ pub struct Config {
     /// Where tools may send requests.
     #[serde(default)]
     pub outbound: OutboundConfig,
+    /// Who may call.
+    #[serde(default)]
+    pub auth: AuthConfig,
+    /// TLS of the API.
+    #[serde(default)]
+    pub tls: TlsConfig,
+    /// `[limits]`: every tenant's limits unless its key sets its own; 0 is unlimited.
+    #[serde(default)]
+    pub limits: TenantLimits,
 }
 
 /// `[outbound]`: what tool traffic may reach besides public addresses.
@@ -346,6 +485,12 @@ pub enum ConfigError {
         /// Why.
         source: Box<toml::de::Error>,
     },
+    /// Unauthenticated service on an address others can reach.
+    #[error("refusing to serve without authentication on {listen}, where other machines can reach it and act as any tenant: require API keys (--require-auth with AGENT_RUNNER_ADMIN_TOKEN to create them) or, on a network you trust, pass --insecure-no-auth")]
+    Unprotected {
+        /// The listen address.
+        listen: SocketAddr,
+    },
     /// A value is out of range.
     #[error("invalid configuration: {field} {reason}")]
     Invalid {
@@ -374,6 +519,22 @@ impl Config {
         }
         if let Some(addr) = args.metrics_listen {
             config.server.metrics_listen = Some(addr);
+        }
+        config.auth.required |= args.require_auth;
+        config.auth.insecure_no_auth |= args.insecure_no_auth;
+        if let Ok(token) = std::env::var("AGENT_RUNNER_ADMIN_TOKEN") {
+            if !token.trim().is_empty() {
+                config.auth.admin_token = Some(Secret::new(token.trim()));
+            }
+        }
+        for (flag, setting) in [
+            (&args.tls_cert, &mut config.tls.cert),
+            (&args.tls_key, &mut config.tls.key),
+            (&args.tls_client_ca, &mut config.tls.client_ca),
+        ] {
+            if flag.is_some() {
+                setting.clone_from(flag);
+            }
         }
         if let Ok(key) = std::env::var("AGENT_RUNNER_SECRET_KEY") {
             if !key.trim().is_empty() {
@@ -429,6 +590,25 @@ impl Config {
             field: field.to_owned(),
             reason: reason.to_owned(),
         };
+        if !self.auth.required
+            && !self.auth.insecure_no_auth
+            && !self.server.listen.ip().is_loopback()
+        {
+            return Err(ConfigError::Unprotected {
+                listen: self.server.listen,
+            });
+        }
+        match (&self.tls.cert, &self.tls.key) {
+            (Some(_), None) => return Err(invalid("tls.key", "is needed with tls.cert")),
+            (None, Some(_)) => return Err(invalid("tls.cert", "is needed with tls.key")),
+            _ => {}
+        }
+        if self.tls.client_ca.is_some() && self.tls.cert.is_none() {
+            return Err(invalid(
+                "tls.client_ca",
+                "needs tls.cert and tls.key: client certificates are asked for over TLS",
+            ));
+        }
         if self.server.max_request_bytes < 1024 {
             return Err(invalid("server.max_request_bytes", "must be at least 1024"));
         }
@@ -515,8 +695,49 @@ mod tests {
     }
 
     #[test]
+    fn a_reachable_address_needs_auth_or_an_explicit_waiver() {
+        let reachable = "[server]\nlisten = \"0.0.0.0:50051\"\n";
+        let err = Config::from_toml(reachable)
+            .unwrap()
+            .validated()
+            .unwrap_err();
+        assert!(matches!(err, ConfigError::Unprotected { .. }), "{err}");
+        assert!(err.to_string().contains("--insecure-no-auth"));
+        for waiver in ["[auth]\nrequired = true", "[auth]\ninsecure_no_auth = true"] {
+            let text = format!("{reachable}{waiver}");
+            assert!(Config::from_toml(&text).unwrap().validated().is_ok());
+        }
+        let loopback = Config::from_toml("[server]\nlisten = \"[::1]:1\"").unwrap();
+        assert!(loopback.validated().is_ok());
+    }
+
+    #[test]
+    fn tls_files_come_in_pairs() {
+        let err = Config::from_toml("[tls]\ncert = \"c.pem\"")
+            .unwrap()
+            .validated()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration: tls.key is needed with tls.cert"
+        );
+        let err = Config::from_toml("[tls]\nclient_ca = \"ca.pem\"")
+            .unwrap()
+            .validated()
+            .unwrap_err();
+        assert!(err
+            .to_string()
+            .starts_with("invalid configuration: tls.client_ca"));
+    }
+
+    #[test]
     fn unknown_keys_and_bad_urls_are_rejected() {
         assert!(Config::from_toml("[server]\nlisten_on = 1").is_err());
+        assert!(Config::from_toml("[limits]\nruns_per_minut = 1").is_err());
+        let limits = Config::from_toml("[limits]\nruns_per_minute = 7")
+            .unwrap()
+            .limits;
+        assert_eq!((limits.runs_per_minute, limits.tokens_per_day), (7, 0));
         let err = Config::from_toml("[providers.x]\nbase_url = \"ftp://h\"")
             .unwrap()
             .validated()

@@ -7,6 +7,7 @@
 //! - [`llm`]: chat model clients (OpenAI-compatible first) behind one trait.
 //! - [`tools`]: the tool registry, the tool engine and the built-in tools.
 //! - [`catalog`]: providers a tenant registers, persisted and live.
+//! - [`access`]: API keys and the admin token: who may call.
 //! - [`store`]: persistence in embedded sled; the only code that touches it.
 //! - [`telemetry`]: Prometheus metrics and OpenTelemetry traces for operators.
 //! - [`domain`]: plain data shared by all of the above.
@@ -14,9 +15,11 @@
 //! - `mock_llm` (feature `mock-llm`): a scripted OpenAI-compatible server for benchmarks
 //!   and tests.
 
+pub mod access;
 pub mod api;
 pub mod app;
 pub mod catalog;
+pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod llm;

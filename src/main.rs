@@ -1,17 +1,13 @@
 //! `agent-runner`: `serve` runs the service; `health` probes a running one (for container
-//! health checks, with no extra binary in the image).
-
-use std::net::SocketAddr;
+//! health checks, with no extra binary in the image); `keys` manages API keys.
 
 use anyhow::Context;
 use clap::Parser;
 use tokio::net::TcpListener;
-use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 
 use agent_runner::app::{self, Extensions};
-use agent_runner::config::{Cli, Command, Config, LogFormat, ServeArgs};
+use agent_runner::cli;
+use agent_runner::config::{Cli, Command, Config, KeysArgs, LogFormat, ServeArgs};
 use agent_runner::telemetry::traces;
 
 #[tokio::main]
@@ -19,8 +15,24 @@ async fn main() -> anyhow::Result<()> {
     let Cli { command } = Cli::parse();
     match command {
         Command::Serve(args) => serve(args).await,
-        Command::Health(args) => check_health(args.addr).await,
+        Command::Health(args) => {
+            cli::check_health(&args).await?;
+            println!("SERVING");
+            Ok(())
+        }
+        Command::Keys(args) => keys(args).await,
     }
+}
+
+async fn keys(args: KeysArgs) -> anyhow::Result<()> {
+    let token = std::env::var(cli::ADMIN_TOKEN_ENV)
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+        .with_context(|| format!("set {} to the server's admin token", cli::ADMIN_TOKEN_ENV))?;
+    for line in cli::keys(&args.client, token.trim(), args.command).await? {
+        println!("{line}");
+    }
+    Ok(())
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -36,35 +48,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let served = app::serve(listener, config, Extensions::default(), shutdown_signal()).await;
     tracing.shutdown();
     Ok(served?)
-}
-
-async fn check_health(addr: SocketAddr) -> anyhow::Result<()> {
-    // A wildcard listen address is not something to connect to; probe loopback instead.
-    let host = if addr.ip().is_unspecified() {
-        SocketAddr::from(([127, 0, 0, 1], addr.port()))
-    } else {
-        addr
-    };
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{host}"))?
-        .connect()
-        .await
-        .with_context(|| format!("cannot connect to {host}"))?;
-    let mut client = HealthClient::new(channel);
-    for service in ["agentrunner.v1.AgentService", "agentrunner.v1.ToolRegistry"] {
-        let status = client
-            .check(HealthCheckRequest {
-                service: service.to_owned(),
-            })
-            .await?
-            .into_inner()
-            .status;
-        anyhow::ensure!(
-            status == ServingStatus::Serving as i32,
-            "{service} is not serving"
-        );
-    }
-    println!("SERVING");
-    Ok(())
 }
 
 /// Makes glibc give large buffers back to the system when they are freed.

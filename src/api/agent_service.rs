@@ -8,7 +8,7 @@ use tonic::{Request, Response, Status};
 use super::convert::{parse_id, run_spec};
 use super::status::from_error;
 use super::stream::RunEventStream;
-use super::{deadline_of, tenant_of};
+use super::{caller_of, deadline_of, tenant_of};
 use crate::domain::{ConversationId, FileId, MessageId};
 use crate::pb;
 use crate::pb::agent_service_server::AgentService;
@@ -43,12 +43,13 @@ impl AgentService for AgentApi {
     type AttachStream = RunStream;
 
     async fn run(&self, request: Request<pb::RunRequest>) -> Result<Response<RunStream>, Status> {
-        let tenant = tenant_of(&request)?;
+        let caller = caller_of(&request)?;
         let deadline = deadline_of(&request);
         let cancel_on_disconnect = request.get_ref().cancel_on_disconnect;
         let trace_parent = TraceParent::from_headers(request.metadata().as_ref());
-        let mut spec = run_spec(tenant, request.into_inner(), deadline)?;
+        let mut spec = run_spec(caller.tenant, request.into_inner(), deadline)?;
         spec.trace_parent = trace_parent;
+        spec.limits = caller.limits;
         let cancel = self.runner.run_token();
         let handle = self
             .runner

@@ -4,7 +4,9 @@
 //! the one mapping in [`status`]. [`router`] assembles the whole server (our services,
 //! health and reflection) so `main` and the tests serve the same thing.
 
+pub mod admin_service;
 pub mod agent_service;
+pub mod auth;
 pub mod convert;
 pub mod decode_status;
 pub mod status;
@@ -14,38 +16,26 @@ pub mod tool_registry_service;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::Router;
-use tonic::transport::Server;
-use tonic::{Request, Status};
+use tonic::transport::{Certificate, Identity as TlsIdentity, Server, ServerTlsConfig};
+use tonic::Request;
 use tonic_health::server::HealthReporter;
 use tower::layer::util::{Identity, Stack};
 use tower::util::MapResponseLayer;
 
 use crate::catalog::Catalog;
-use crate::domain::Tenant;
 use crate::pb;
+use crate::pb::admin_service_server::AdminServiceServer;
 use crate::pb::agent_service_server::AgentServiceServer;
 use crate::pb::tool_registry_server::ToolRegistryServer;
 use crate::runner::Runner;
 use crate::store::Store;
 use crate::tools::ToolRegistry;
+use admin_service::AdminApi;
 use agent_service::AgentApi;
+pub use auth::{caller_of, tenant_of, AdminGate, Gate, TENANT_HEADER};
 use tool_registry_service::ToolRegistryApi;
-
-/// Metadata key naming the tenant; absent means `default`.
-pub const TENANT_HEADER: &str = "x-tenant-id";
-
-/// The tenant a request acts for.
-pub fn tenant_of<T>(request: &Request<T>) -> Result<Tenant, Status> {
-    let Some(value) = request.metadata().get(TENANT_HEADER) else {
-        return Ok(Tenant::default_tenant());
-    };
-    value
-        .to_str()
-        .ok()
-        .and_then(Tenant::parse)
-        .ok_or_else(|| status::invalid(TENANT_HEADER, "must be 1 to 64 printable characters"))
-}
 
 /// The caller's deadline from the `grpc-timeout` header (`<digits><unit>`, units H M S m u n).
 pub fn deadline_of<T>(request: &Request<T>) -> Option<Duration> {
@@ -83,8 +73,14 @@ pub async fn set_not_serving(reporter: &HealthReporter) {
 
 /// Errors building the server.
 #[derive(Debug, thiserror::Error)]
-#[error("could not build the reflection service: {0}")]
-pub struct RouterError(#[from] tonic_reflection::server::Error);
+pub enum RouterError {
+    /// The reflection service could not be built.
+    #[error("could not build the reflection service: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    /// The TLS certificate or key is unusable.
+    #[error("cannot serve TLS: {0}")]
+    Tls(#[from] tonic::transport::Error),
+}
 
 /// The assembled server: our services, health and reflection behind the layer that gives
 /// undecodable requests their proper status.
@@ -94,15 +90,46 @@ pub type ApiRouter = Router<Stack<MapResponseLayer<ReclassifyFn>, Identity>>;
 pub type ReclassifyFn = fn(http::Response<tonic::body::Body>) -> http::Response<tonic::body::Body>;
 
 /// Transport settings of the API.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct ApiSettings {
     /// Longest a directly invoked tool may take.
     pub tool_timeout: Duration,
     /// Largest request message accepted; larger ones are `RESOURCE_EXHAUSTED`.
     pub max_request_bytes: usize,
+    /// Who may call the agent and tool services.
+    pub gate: Gate,
+    /// Who may call the admin service.
+    pub admin: AdminGate,
+    /// Whether reflection is served.
+    pub reflection: bool,
+    /// TLS, if served over it.
+    pub tls: Option<TlsPem>,
+}
+
+/// The PEM texts TLS is served with.
+#[derive(Clone)]
+pub struct TlsPem {
+    /// Certificate chain.
+    pub cert: Vec<u8>,
+    /// Its private key.
+    pub key: Vec<u8>,
+    /// CA of required client certificates (mTLS); none asks for no client certificate.
+    pub client_ca: Option<Vec<u8>>,
+}
+
+impl TlsPem {
+    fn server_config(&self) -> ServerTlsConfig {
+        let config = ServerTlsConfig::new().identity(TlsIdentity::from_pem(&self.cert, &self.key));
+        match &self.client_ca {
+            Some(ca) => config.client_ca_root(Certificate::from_pem(ca)),
+            None => config,
+        }
+    }
 }
 
 /// Our services, health and reflection (v1 and v1alpha, since grpcurl 1.8 speaks v1alpha).
+/// The agent and tool services sit behind the API-key gate, the admin service behind the
+/// admin token; health is open, so probes need no credential.
 pub fn router(
     runner: Runner,
     store: Store,
@@ -120,16 +147,35 @@ pub fn router(
     };
     let limit = settings.max_request_bytes;
     let reclassify: ReclassifyFn = decode_status::reclassify;
-    Ok(Server::builder()
+    let mut server = Server::builder();
+    if let Some(tls) = &settings.tls {
+        server = server.tls_config(tls.server_config())?;
+    }
+    let (v1, v1alpha) = if settings.reflection {
+        (
+            Some(reflection().build_v1()?),
+            Some(reflection().build_v1alpha()?),
+        )
+    } else {
+        (None, None)
+    };
+    let keys = Arc::clone(&settings.gate.keys);
+    Ok(server
         .layer(MapResponseLayer::new(reclassify))
         .add_service(health)
-        .add_service(reflection().build_v1()?)
-        .add_service(reflection().build_v1alpha()?)
-        .add_service(
+        .add_optional_service(v1)
+        .add_optional_service(v1alpha)
+        .add_service(InterceptedService::new(
             AgentServiceServer::new(AgentApi::new(runner, store)).max_decoding_message_size(limit),
-        )
-        .add_service(
+            settings.gate.clone(),
+        ))
+        .add_service(InterceptedService::new(
             ToolRegistryServer::new(ToolRegistryApi::new(catalog, tools, settings.tool_timeout))
                 .max_decoding_message_size(limit),
+            settings.gate,
         ))
+        .add_service(InterceptedService::new(
+            AdminServiceServer::new(AdminApi::new(keys)).max_decoding_message_size(limit),
+            settings.admin,
+        )))
 }

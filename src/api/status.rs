@@ -1,7 +1,11 @@
 //! The one mapping from core errors to gRPC statuses.
 
-use tonic::{Code, Status};
+use std::time::Duration;
 
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::access::AccessError;
 use crate::catalog::CatalogError;
 use crate::domain::{ErrorKind, FieldError};
 use crate::llm::LlmError;
@@ -13,6 +17,11 @@ use crate::tools::ToolSetError;
 pub trait Classified: std::fmt::Display {
     /// The class of failure.
     fn kind(&self) -> ErrorKind;
+
+    /// How long to wait before trying again, when waiting helps.
+    fn retry_after(&self) -> Option<Duration> {
+        None
+    }
 }
 
 macro_rules! classified {
@@ -25,7 +34,23 @@ macro_rules! classified {
     )*};
 }
 
-classified!(RunError, StoreError, ToolSetError, LlmError, CatalogError);
+classified!(
+    StoreError,
+    ToolSetError,
+    LlmError,
+    CatalogError,
+    AccessError
+);
+
+impl Classified for RunError {
+    fn kind(&self) -> ErrorKind {
+        RunError::kind(self)
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        RunError::retry_after(self)
+    }
+}
 
 impl Classified for FieldError {
     fn kind(&self) -> ErrorKind {
@@ -41,6 +66,8 @@ pub fn code_for(kind: ErrorKind) -> Code {
         ErrorKind::AlreadyExists => Code::AlreadyExists,
         ErrorKind::FailedPrecondition => Code::FailedPrecondition,
         ErrorKind::ResourceExhausted => Code::ResourceExhausted,
+        ErrorKind::Unauthenticated => Code::Unauthenticated,
+        ErrorKind::PermissionDenied => Code::PermissionDenied,
         ErrorKind::Unavailable => Code::Unavailable,
         ErrorKind::DeadlineExceeded => Code::DeadlineExceeded,
         ErrorKind::Cancelled => Code::Cancelled,
@@ -49,14 +76,22 @@ pub fn code_for(kind: ErrorKind) -> Code {
 }
 
 /// The status for `err`. Internal errors are logged and answered without detail, so no
-/// storage path or bug detail leaks to callers.
+/// storage path or bug detail leaks to callers. Where waiting helps, the status carries a
+/// `google.rpc.RetryInfo` detail saying how long.
 pub fn from_error<E: Classified>(err: E) -> Status {
     let kind = err.kind();
     if kind == ErrorKind::Internal {
         tracing::error!(error = %err, "internal error");
         return Status::internal("internal error; see the server log");
     }
-    Status::new(code_for(kind), err.to_string())
+    match err.retry_after() {
+        Some(delay) => Status::with_error_details(
+            code_for(kind),
+            err.to_string(),
+            ErrorDetails::with_retry_info(Some(delay)),
+        ),
+        None => Status::new(code_for(kind), err.to_string()),
+    }
 }
 
 /// `INVALID_ARGUMENT` naming `field`.
@@ -79,6 +114,19 @@ mod tests {
             status.message(),
             "agent.max_iteration must be between 1 and 99"
         );
+    }
+
+    #[test]
+    fn a_limit_says_how_long_to_wait() {
+        let status = from_error(RunError::LimitExceeded {
+            limit: "limits.runs_per_minute",
+            detail: "the tenant started 3 runs in the last minute".into(),
+            retry_after: Some(Duration::from_secs(42)),
+        });
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert!(status.message().starts_with("limits.runs_per_minute: "));
+        let retry = status.get_details_retry_info().unwrap();
+        assert_eq!(retry.retry_delay, Some(Duration::from_secs(42)));
     }
 
     #[test]

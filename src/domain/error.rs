@@ -18,6 +18,10 @@ pub enum ErrorKind {
     FailedPrecondition,
     /// A quota or rate limit was hit.
     ResourceExhausted,
+    /// The caller sent no credential, or one that is not valid.
+    Unauthenticated,
+    /// The caller's credential does not allow this.
+    PermissionDenied,
     /// A dependency is unreachable; retrying later may help.
     Unavailable,
     /// A deadline passed before the work finished.

@@ -4,6 +4,7 @@
 //! Nothing here performs I/O or knows about tonic, sled or reqwest; the other rooms speak to
 //! each other in these types.
 
+mod access;
 mod error;
 mod events;
 mod file;
@@ -13,6 +14,7 @@ mod provider;
 mod thought;
 mod usage;
 
+pub use access::{ApiKeyRecord, TenantLimits};
 pub use error::{ErrorKind, FieldError};
 pub use events::{EventEnvelope, HistoryReport, RunEvent};
 pub use file::FileRecord;

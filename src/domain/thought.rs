@@ -197,6 +197,10 @@ mod tests {
         let json = serde_json::to_string(&thought).unwrap();
         assert_eq!(serde_json::from_str::<Thought>(&json).unwrap(), thought);
         let old = json.replace("\"provider\":\"\",\"model\":\"\",", "");
-        assert_eq!(serde_json::from_str::<Thought>(&old).unwrap(), thought, "records of earlier versions");
+        assert_eq!(
+            serde_json::from_str::<Thought>(&old).unwrap(),
+            thought,
+            "records of earlier versions"
+        );
     }
 }

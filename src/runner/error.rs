@@ -66,6 +66,16 @@ pub enum RunError {
     /// The service is stopping and takes no new runs.
     #[error("the service is shutting down")]
     ShuttingDown,
+    /// A per-tenant limit refuses the run.
+    #[error("{limit}: {detail}")]
+    LimitExceeded {
+        /// The limit, as configured (`limits.runs_per_minute`).
+        limit: &'static str,
+        /// What the tenant is using.
+        detail: String,
+        /// How long to wait before the limit admits a run, when waiting helps.
+        retry_after: Option<std::time::Duration>,
+    },
     /// A run ended without its last events stored: the store cannot write.
     #[error("the run's last events could not be recorded (the store cannot write); GetMessage shows how it ended")]
     EventsLost,
@@ -110,6 +120,16 @@ impl RunError {
             Self::NotWaiting => ErrorKind::FailedPrecondition,
             Self::ConversationBusy { .. } => ErrorKind::FailedPrecondition,
             Self::ShuttingDown | Self::EventsLost => ErrorKind::Unavailable,
+            Self::LimitExceeded { .. } => ErrorKind::ResourceExhausted,
+        }
+    }
+
+    /// How long a caller should wait before trying again, when waiting helps.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        if let Self::LimitExceeded { retry_after, .. } = self {
+            *retry_after
+        } else {
+            None
         }
     }
 

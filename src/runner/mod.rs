@@ -16,6 +16,7 @@ mod error;
 mod history;
 mod live;
 mod prepare;
+mod quota;
 mod run;
 mod settings;
 mod spec;
@@ -75,6 +76,8 @@ pub struct Runner {
     tracker: TaskTracker,
     /// Where runs count themselves.
     metrics: Arc<Metrics>,
+    /// Recent starts of each tenant, for its limits.
+    quotas: Arc<quota::Quotas>,
 }
 
 // Runs are started, followed and stopped here; everything else a run does happens in its
@@ -97,6 +100,7 @@ impl Runner {
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
             metrics: Arc::default(),
+            quotas: Arc::default(),
         }
     }
 
@@ -238,6 +242,7 @@ impl Runner {
         if let Some(record) = prepare::earlier_run(&self.store, &spec)? {
             return self.follow_retry(&spec, &record);
         }
+        let permit = self.admit(&spec)?;
         let prepared = prepare::prepare(&self.store, &self.models, &self.tools, &spec)?;
         let message = prepare::new_message(&self.store, &spec, &prepared)?;
         if let Inserted::KeyTaken(record) =
@@ -246,7 +251,17 @@ impl Runner {
             return self.follow_retry(&spec, &record);
         }
         self.store.flush().await?;
-        Ok(self.launch(spec, prepared, message, cancel))
+        Ok(self.launch(spec, prepared, message, cancel, permit))
+    }
+
+    /// Applies the tenant's limits to a new run; the permit is held until the run ends.
+    fn admit(&self, spec: &RunSpec) -> Result<quota::RunPermit, RunError> {
+        let tokens_today = if spec.limits.tokens_per_day > 0 {
+            self.store.tenant_tokens(&spec.tenant, quota::today())?
+        } else {
+            0
+        };
+        self.quotas.admit(&spec.tenant, spec.limits, tokens_today)
     }
 
     /// Follows the earlier run of a retried request from its first event; a different
@@ -282,6 +297,7 @@ impl Runner {
         prepared: Prepared,
         message: Message,
         cancel: CancellationToken,
+        permit: quota::RunPermit,
     ) -> RunHandle {
         let (events, _) = broadcast::channel(self.settings.event_buffer.max(1));
         let tenant = spec.tenant.clone();
@@ -332,6 +348,7 @@ impl Runner {
                 shutdown: self.shutdown.clone(),
                 mailbox,
                 registration,
+                permit,
             },
             Arc::clone(&self.metrics),
         );

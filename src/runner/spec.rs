@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use crate::domain::{ConversationId, FieldError, StrategyKind, Tenant};
+use crate::domain::{ConversationId, FieldError, StrategyKind, Tenant, TenantLimits};
 use crate::telemetry::TraceParent;
 use crate::tools::ToolRef;
 
@@ -149,6 +149,8 @@ pub struct RunSpec {
     pub deadline: Option<std::time::Duration>,
     /// The caller's trace, the parent of the run's span.
     pub trace_parent: TraceParent,
+    /// The limits of the run's tenant (0: unlimited).
+    pub limits: TenantLimits,
 }
 
 impl RunSpec {
@@ -167,6 +169,7 @@ impl RunSpec {
             idempotency: None,
             deadline: None,
             trace_parent: TraceParent::default(),
+            limits: TenantLimits::default(),
         }
     }
 
@@ -293,6 +296,7 @@ mod tests {
             idempotency: None,
             deadline: None,
             trace_parent: TraceParent::default(),
+            limits: TenantLimits::default(),
             files: vec![],
             client_tools: vec![],
             agent: AgentSpec {

@@ -5,6 +5,7 @@
 //! old records. Writes are not durable until [`Store::flush`]: callers flush before they
 //! announce a record to a client.
 
+mod access;
 mod error;
 mod flusher;
 pub mod keys;
@@ -65,6 +66,10 @@ pub struct Store {
     answers: sled::Tree,
     /// Pieces of large values (see [`pieces`]).
     pieces: sled::Tree,
+    /// API keys, by id.
+    api_keys: sled::Tree,
+    /// LLM tokens used per tenant and UTC day.
+    tenant_usage: sled::Tree,
     flusher: flusher::Flusher,
     /// Seals provider credentials before they are written.
     sealer: sealed::Sealer,
@@ -126,6 +131,8 @@ impl Store {
             file_data: db.open_tree("file_data")?,
             answers: db.open_tree("answers")?,
             pieces: db.open_tree("pieces")?,
+            api_keys: db.open_tree("api_keys")?,
+            tenant_usage: db.open_tree("tenant_usage")?,
             flusher: flusher::Flusher::start(db.clone())?,
             sealer: sealed::Sealer::new(key),
             db,

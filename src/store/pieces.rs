@@ -135,12 +135,18 @@ mod tests {
         assert_eq!(pieces.len(), 4);
         assert_eq!(tree.get(b"k").unwrap().unwrap().len(), 11);
         let stored = tree.get(b"k").unwrap().unwrap();
-        assert_eq!(join(&pieces, Owner::Events, b"k", stored).unwrap().as_ref(), &big[..]);
+        assert_eq!(
+            join(&pieces, Owner::Events, b"k", stored).unwrap().as_ref(),
+            &big[..]
+        );
 
         put(&tree, &pieces, Owner::Events, b"k", b"{\"small\":1}").unwrap();
         assert_eq!(pieces.len(), 0, "an overwrite drops the old pieces");
         let stored = tree.get(b"k").unwrap().unwrap();
-        assert_eq!(join(&pieces, Owner::Events, b"k", stored).unwrap().as_ref(), b"{\"small\":1}");
+        assert_eq!(
+            join(&pieces, Owner::Events, b"k", stored).unwrap().as_ref(),
+            b"{\"small\":1}"
+        );
 
         put(&tree, &pieces, Owner::Thought, b"m1", &big).unwrap();
         put(&tree, &pieces, Owner::Thought, b"m2", &big).unwrap();

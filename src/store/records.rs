@@ -203,10 +203,13 @@ impl Store {
                 if let RunEvent::MessageEnd { answer, .. } = &mut events[end].event {
                     answer.clear();
                 }
-                encode("events", &StoredBatch::AnswerApart {
-                    events,
-                    answer_apart: true,
-                })?
+                encode(
+                    "events",
+                    &StoredBatch::AnswerApart {
+                        events,
+                        answer_apart: true,
+                    },
+                )?
             }
             None => encode("events", &events)?,
         };

@@ -58,6 +58,7 @@ pub fn run_spec(
         deadline,
         client_tools: client_tools.into_iter().map(client_tool).collect(),
         trace_parent: TraceParent::default(),
+        limits: Default::default(),
     };
     spec.validated().map_err(crate::api::status::from_error)
 }

@@ -52,11 +52,19 @@ struct Args {
     /// what tracing costs).
     #[arg(long)]
     otlp_sink: bool,
+    /// Require API keys: the service checks a key on every call (to measure what auth
+    /// costs).
+    #[arg(long)]
+    auth: bool,
 }
 
 /// The workload of a preset measured through [`run_case`]; `None` for `large`, which is
 /// measured on its own.
-fn case(preset: Preset, service_env: &[(String, String)]) -> Option<Case> {
+fn case(
+    preset: Preset,
+    service_env: &[(String, String)],
+    admin_token: Option<&str>,
+) -> Option<Case> {
     let fast = |name: &'static str, concurrency, runs| Case {
         name,
         concurrency,
@@ -64,6 +72,7 @@ fn case(preset: Preset, service_env: &[(String, String)]) -> Option<Case> {
         ttft: Duration::ZERO,
         chunk_delay: Duration::ZERO,
         service_env: service_env.to_vec(),
+        admin_token: admin_token.map(str::to_owned),
     };
     let slow = |name: &'static str, concurrency| Case {
         name,
@@ -72,6 +81,7 @@ fn case(preset: Preset, service_env: &[(String, String)]) -> Option<Case> {
         ttft: Duration::from_secs(1),
         chunk_delay: Duration::from_millis(50),
         service_env: service_env.to_vec(),
+        admin_token: admin_token.map(str::to_owned),
     };
     Some(match preset {
         Preset::C1 => fast("c1", 1, 200),
@@ -95,19 +105,30 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
-    let service_env: Vec<(String, String)> =
+    let mut service_env: Vec<(String, String)> =
         sink.iter().flat_map(|sink| sink.service_env()).collect();
+    let admin_token = args
+        .auth
+        .then(|| format!("bench-admin-{}", uuid::Uuid::new_v4().simple()));
+    if let Some(token) = &admin_token {
+        service_env.push(("AGENT_RUNNER_REQUIRE_AUTH".into(), "true".into()));
+        service_env.push(("AGENT_RUNNER_ADMIN_TOKEN".into(), token.clone()));
+    }
     let large = presets.contains(&Preset::Large);
-    let presets: Vec<Preset> = presets.into_iter().filter(|p| *p != Preset::Large).collect();
+    let presets: Vec<Preset> = presets
+        .into_iter()
+        .filter(|p| *p != Preset::Large)
+        .collect();
     let mut reports: Vec<Vec<Report>> = presets.iter().map(|_| Vec::new()).collect();
     for _ in 0..args.repeats.max(1) {
         for (preset, runs) in presets.iter().zip(reports.iter_mut()) {
-            if let Some(case) = case(*preset, &service_env) {
+            if let Some(case) = case(*preset, &service_env, admin_token.as_deref()) {
                 runs.push(run_case(case).await?);
             }
         }
     }
     if large {
+        anyhow::ensure!(!args.auth, "--auth applies to c1, c50 and the stream cases");
         let report = large::run_large(&service_env).await?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report)?);

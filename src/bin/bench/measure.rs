@@ -6,11 +6,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_runner::pb;
+use agent_runner::pb::admin_service_client::AdminServiceClient;
 use agent_runner::pb::agent_service_client::AgentServiceClient;
 use agent_runner::pb::run_event::Event;
 use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{json, Value};
+use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::Channel;
 
 use crate::processes::{memory_kib, start_mock, start_service};
@@ -28,6 +30,45 @@ pub struct Case {
     pub chunk_delay: Duration,
     /// Extra environment of the service process (an OTLP endpoint, say).
     pub service_env: Vec<(String, String)>,
+    /// The admin token of a service that requires API keys: the case makes a key with it
+    /// and every run sends that key.
+    pub admin_token: Option<String>,
+}
+
+/// The `authorization` header runs send, if the service requires one.
+#[derive(Clone, Default)]
+struct Credentials(Option<MetadataValue<Ascii>>);
+
+impl Credentials {
+    /// A key made for the bench when `admin_token` is given.
+    async fn for_case(channel: &Channel, admin_token: Option<&str>) -> anyhow::Result<Self> {
+        let Some(token) = admin_token else {
+            return Ok(Self(None));
+        };
+        let mut request = tonic::Request::new(pb::CreateApiKeyRequest {
+            tenant: "bench".into(),
+            name: "bench".into(),
+            limits: None,
+        });
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {token}").parse()?);
+        let created = AdminServiceClient::new(channel.clone())
+            .create_api_key(request)
+            .await?
+            .into_inner();
+        Ok(Self(Some(format!("Bearer {}", created.secret).parse()?)))
+    }
+
+    fn request(&self) -> tonic::Request<pb::RunRequest> {
+        let mut request = tonic::Request::new(run_request());
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        request
+    }
 }
 
 /// What one case measured. Times in milliseconds, memory in MiB / KiB.
@@ -93,7 +134,8 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
     let samples = if case.ttft.is_zero() { 200 } else { 3 };
     let (floor_latency, floor_ttft) = direct_floor(mock.addr, samples).await?;
     let channels = connect(service.addr, case.concurrency).await?;
-    warm_up(&channels[0]).await;
+    let credentials = Credentials::for_case(&channels[0], case.admin_token.as_deref()).await?;
+    warm_up(&channels[0], &credentials).await;
     let (idle_rss, _) = memory_kib(service.pid());
     let peak = Arc::new(AtomicU64::new(idle_rss));
     let sampling = Arc::new(AtomicBool::new(true));
@@ -103,7 +145,7 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
         Arc::clone(&sampling),
     ));
     let started = Instant::now();
-    let results = drive(&channels, case).await;
+    let results = drive(&channels, case, &credentials).await;
     let elapsed = started.elapsed();
     sampling.store(false, Ordering::SeqCst);
     let _ = sampler.await;
@@ -138,7 +180,11 @@ fn summarize(
             .collect(),
     );
     Report {
-        case: case.name.to_owned(),
+        case: if case.admin_token.is_some() {
+            format!("{}+auth", case.name)
+        } else {
+            case.name.to_owned()
+        },
         concurrency: case.concurrency,
         runs: results.len(),
         errors: results.len() - ok.len(),
@@ -170,7 +216,7 @@ async fn connect(addr: SocketAddr, concurrency: usize) -> anyhow::Result<Vec<Cha
     Ok(channels)
 }
 
-fn request() -> pb::RunRequest {
+fn run_request() -> pb::RunRequest {
     pb::RunRequest {
         query: "What time is it?".into(),
         agent: Some(pb::AgentConfig {
@@ -190,13 +236,13 @@ fn request() -> pb::RunRequest {
     }
 }
 
-async fn warm_up(channel: &Channel) {
+async fn warm_up(channel: &Channel, credentials: &Credentials) {
     for _ in 0..3 {
-        one_run(AgentServiceClient::new(channel.clone())).await;
+        one_run(AgentServiceClient::new(channel.clone()), credentials).await;
     }
 }
 
-async fn one_run(mut client: AgentServiceClient<Channel>) -> RunResult {
+async fn one_run(mut client: AgentServiceClient<Channel>, credentials: &Credentials) -> RunResult {
     let started = Instant::now();
     let mut result = RunResult {
         latency: Duration::ZERO,
@@ -204,7 +250,7 @@ async fn one_run(mut client: AgentServiceClient<Channel>) -> RunResult {
         tool_time: Duration::ZERO,
         ok: false,
     };
-    let Ok(response) = client.run(request()).await else {
+    let Ok(response) = client.run(credentials.request()).await else {
         return result;
     };
     let mut stream = response.into_inner();
@@ -226,16 +272,18 @@ async fn one_run(mut client: AgentServiceClient<Channel>) -> RunResult {
     result
 }
 
-async fn drive(channels: &[Channel], case: &Case) -> Vec<RunResult> {
+async fn drive(channels: &[Channel], case: &Case, credentials: &Credentials) -> Vec<RunResult> {
     let next = Arc::new(AtomicUsize::new(0));
     let workers = (0..case.concurrency).map(|worker| {
         let channel = channels[worker / STREAMS_PER_CONNECTION % channels.len()].clone();
         let next = Arc::clone(&next);
         let runs = case.runs;
+        let credentials = credentials.clone();
         tokio::spawn(async move {
             let mut results = Vec::new();
             while next.fetch_add(1, Ordering::SeqCst) < runs {
-                results.push(one_run(AgentServiceClient::new(channel.clone())).await);
+                let client = AgentServiceClient::new(channel.clone());
+                results.push(one_run(client, &credentials).await);
             }
             results
         })

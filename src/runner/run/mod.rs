@@ -69,6 +69,8 @@ pub struct Control {
     pub mailbox: Mailbox,
     /// Keeps the run in the live registry until the task ends.
     pub registration: Registration,
+    /// The run's place under its tenant's concurrency limit.
+    pub permit: super::quota::RunPermit,
 }
 
 impl Agent {
@@ -630,7 +632,15 @@ impl RunTask {
         );
         tracing::info!(status = ?self.message.status, iterations = self.message.iterations, "run ended");
         self.observe_end();
-        if self.record_end().await {
+        let recorded = self.record_end().await;
+        let tokens = self.message.usage.tokens.total_tokens;
+        if let Err(err) = self.recorder.count_tokens(super::quota::today(), tokens) {
+            tracing::error!(error = %err, "could not count the run's tokens for its tenant");
+        }
+        // Before the end is announced: a client that starts its next run on seeing it must
+        // find this run's place free and its tokens counted.
+        self.control.permit.release();
+        if recorded {
             self.recorder.announce(event);
         }
         self.recorder.close().await;

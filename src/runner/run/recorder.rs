@@ -119,6 +119,14 @@ impl Recorder {
         Ok(records)
     }
 
+    /// Adds the run's LLM tokens to what its tenant used today, for `limits.tokens_per_day`.
+    pub fn count_tokens(&self, day: u32, tokens: u64) -> Result<(), StoreError> {
+        if tokens == 0 {
+            return Ok(());
+        }
+        self.store.add_tenant_tokens(&self.tenant, day, tokens)
+    }
+
     /// Writes the message as it stands.
     pub fn message(&self, message: &Message) -> Result<(), StoreError> {
         self.store.update_message(&self.tenant, message)

@@ -5,6 +5,7 @@ pub mod fake_openai;
 pub mod process;
 pub mod request;
 pub mod server;
+pub mod tls;
 
 pub use fake_openai::{FakeOpenAi, Reply, ScriptedCall};
 pub use request::RunRequestExt;

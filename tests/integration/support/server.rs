@@ -184,6 +184,12 @@ impl TestServer {
         }
     }
 
+    /// Keeps `temp` (the data directory of [`Self::start_with`]) until the server is gone.
+    pub fn keeping(mut self, temp: tempfile::TempDir) -> Self {
+        self._temp = Some(temp);
+        self
+    }
+
     pub async fn channel(&self) -> Channel {
         Channel::from_shared(format!("http://{}", self.addr))
             .unwrap()

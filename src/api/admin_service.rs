@@ -1,0 +1,108 @@
+//! `agentrunner.v1.AdminService`: API keys, for operators holding the admin token.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use super::convert::timestamp;
+use super::status::from_error;
+use crate::access::Keys;
+use crate::domain::{ApiKeyRecord, TenantLimits};
+use crate::pb;
+use crate::pb::admin_service_server::AdminService;
+
+/// Implements `AdminService`.
+pub struct AdminApi {
+    keys: Arc<Keys>,
+}
+
+impl AdminApi {
+    /// Handlers over the keys.
+    pub fn new(keys: Arc<Keys>) -> Self {
+        Self { keys }
+    }
+}
+
+#[tonic::async_trait]
+impl AdminService for AdminApi {
+    async fn create_api_key(
+        &self,
+        request: Request<pb::CreateApiKeyRequest>,
+    ) -> Result<Response<pb::CreateApiKeyResponse>, Status> {
+        let pb::CreateApiKeyRequest {
+            tenant,
+            name,
+            limits,
+        } = request.into_inner();
+        let (record, secret) = self
+            .keys
+            .create(
+                &tenant,
+                &name,
+                limits.map(tenant_limits).unwrap_or_default(),
+            )
+            .await
+            .map_err(from_error)?;
+        Ok(Response::new(pb::CreateApiKeyResponse {
+            key: Some(api_key(record)),
+            secret,
+        }))
+    }
+
+    async fn list_api_keys(
+        &self,
+        request: Request<pb::ListApiKeysRequest>,
+    ) -> Result<Response<pb::ListApiKeysResponse>, Status> {
+        let pb::ListApiKeysRequest { tenant } = request.into_inner();
+        Ok(Response::new(pb::ListApiKeysResponse {
+            keys: self.keys.list(&tenant).into_iter().map(api_key).collect(),
+        }))
+    }
+
+    async fn revoke_api_key(
+        &self,
+        request: Request<pb::RevokeApiKeyRequest>,
+    ) -> Result<Response<pb::RevokeApiKeyResponse>, Status> {
+        let pb::RevokeApiKeyRequest { id } = request.into_inner();
+        self.keys.revoke(&id).await.map_err(from_error)?;
+        Ok(Response::new(pb::RevokeApiKeyResponse {}))
+    }
+}
+
+fn tenant_limits(limits: pb::TenantLimits) -> TenantLimits {
+    let pb::TenantLimits {
+        max_concurrent_runs,
+        runs_per_minute,
+        tokens_per_day,
+    } = limits;
+    TenantLimits {
+        max_concurrent_runs,
+        runs_per_minute,
+        tokens_per_day,
+    }
+}
+
+fn api_key(record: ApiKeyRecord) -> pb::ApiKey {
+    let ApiKeyRecord {
+        id,
+        tenant,
+        name,
+        // Never leaves the store.
+        secret_hash: _,
+        created_at,
+        last_used_at,
+        limits,
+    } = record;
+    pb::ApiKey {
+        id,
+        tenant: tenant.as_str().to_owned(),
+        name,
+        created_at: Some(timestamp(created_at)),
+        last_used_at: last_used_at.map(timestamp),
+        limits: Some(pb::TenantLimits {
+            max_concurrent_runs: limits.max_concurrent_runs,
+            runs_per_minute: limits.runs_per_minute,
+            tokens_per_day: limits.tokens_per_day,
+        }),
+    }
+}

@@ -1,0 +1,701 @@
+//! Who may call and how much: API keys managed while the server runs, tenants that come
+//! from the key, the loopback-only default, TLS and mutual TLS with generated
+//! certificates, and per-tenant limits with their retry hints.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use agent_runner::config::Config;
+use agent_runner::llm::Secret;
+use agent_runner::pb;
+use agent_runner::pb::admin_service_client::AdminServiceClient;
+use agent_runner::pb::agent_service_client::AgentServiceClient;
+use tonic::transport::{Channel, ClientTlsConfig};
+use tonic::{Code, Request, Status};
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_types::StatusExt;
+
+use crate::support::tls::Pki;
+use crate::support::{config, end_of, run_request, FakeOpenAi, Reply, TestServer};
+
+const ADMIN_TOKEN: &str = "admin-token-for-tests-0123456789";
+
+/// `message` with `authorization: Bearer <token>`, and `x-tenant-id` when given.
+fn signed<T>(message: T, token: &str, tenant: Option<&str>) -> Request<T> {
+    let mut request = Request::new(message);
+    let metadata = request.metadata_mut();
+    metadata.insert("authorization", format!("Bearer {token}").parse().unwrap());
+    if let Some(tenant) = tenant {
+        metadata.insert("x-tenant-id", tenant.parse().unwrap());
+    }
+    request
+}
+
+fn requiring_auth(config: &mut Config) {
+    config.auth.required = true;
+    config.auth.admin_token = Some(Secret::new(ADMIN_TOKEN));
+}
+
+async fn auth_server(llm: &FakeOpenAi, edit: impl FnOnce(&mut Config)) -> TestServer {
+    TestServer::start_edited(&llm.base_url(), |config| {
+        requiring_auth(config);
+        edit(config);
+    })
+    .await
+}
+
+async fn admin(server: &TestServer) -> AdminServiceClient<Channel> {
+    AdminServiceClient::new(server.channel().await)
+}
+
+/// A new key of `tenant` with `limits`: its id and the secret to send.
+async fn create_key(
+    server: &TestServer,
+    tenant: &str,
+    limits: pb::TenantLimits,
+) -> (String, String) {
+    let created = admin(server)
+        .await
+        .create_api_key(signed(
+            pb::CreateApiKeyRequest {
+                tenant: tenant.into(),
+                name: format!("{tenant}-tests"),
+                limits: Some(limits),
+            },
+            ADMIN_TOKEN,
+            None,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    (created.key.unwrap().id, created.secret)
+}
+
+/// Runs `request` as `key` to its end; returns the message id.
+async fn run_as(client: &mut AgentServiceClient<Channel>, key: &str, query: &str) -> String {
+    let mut stream = client
+        .run(signed(run_request(query, &[]), key, None))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = Vec::new();
+    while let Some(event) = stream.message().await.unwrap() {
+        events.push(event);
+    }
+    end_of(&events);
+    events[0].message_id.clone()
+}
+
+fn get_message(id: &str) -> pb::GetMessageRequest {
+    pb::GetMessageRequest {
+        message_id: id.into(),
+    }
+}
+
+fn code_of<T: std::fmt::Debug>(result: Result<T, Status>) -> (Code, String) {
+    let status = result.unwrap_err();
+    (status.code(), status.message().to_owned())
+}
+
+#[tokio::test]
+async fn required_auth_turns_away_missing_bad_and_revoked_keys_but_not_probes() {
+    let llm = FakeOpenAi::start(vec![Reply::text(&["hello"], (3, 1))]).await;
+    let server = auth_server(&llm, |_| {}).await;
+    let mut agents = server.agents().await;
+
+    // No key at all, on both services.
+    let (code, text) = code_of(agents.run(run_request("hi", &[])).await);
+    assert_eq!(code, Code::Unauthenticated);
+    assert!(text.contains("authorization: Bearer"), "{text}");
+    let (code, _) = code_of(
+        server
+            .tools()
+            .await
+            .list_tools(pb::ListToolsRequest::default())
+            .await,
+    );
+    assert_eq!(code, Code::Unauthenticated);
+    // A header naming a tenant is no credential.
+    let mut spoofed = Request::new(get_message("00000000-0000-0000-0000-000000000000"));
+    spoofed
+        .metadata_mut()
+        .insert("x-tenant-id", "acme".parse().unwrap());
+    assert_eq!(
+        code_of(agents.get_message(spoofed).await).0,
+        Code::Unauthenticated
+    );
+
+    let (id, key) = create_key(&server, "acme", pb::TenantLimits::default()).await;
+    let message = run_as(&mut agents, &key, "hi").await;
+
+    // Malformed, unknown and tampered keys.
+    let mut tampered = key.clone();
+    tampered.pop();
+    tampered.push(if key.ends_with('A') { 'B' } else { 'A' });
+    for bad in ["nonsense", "ar_0123456789abcdef_secret", tampered.as_str()] {
+        let refused = agents
+            .get_message(signed(get_message(&message), bad, None))
+            .await;
+        let (code, text) = code_of(refused);
+        assert_eq!(code, Code::Unauthenticated, "{bad}");
+        assert!(!text.contains(bad), "the refusal echoes the key: {text}");
+    }
+    let mut basic = Request::new(get_message(&message));
+    basic
+        .metadata_mut()
+        .insert("authorization", format!("Basic {key}").parse().unwrap());
+    assert_eq!(
+        code_of(agents.get_message(basic).await).0,
+        Code::Unauthenticated
+    );
+
+    // Listing shows the key without its secret, and that it was used.
+    let listed = admin(&server)
+        .await
+        .list_api_keys(signed(
+            pb::ListApiKeysRequest {
+                tenant: "acme".into(),
+            },
+            ADMIN_TOKEN,
+            None,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.keys.len(), 1);
+    assert_eq!(listed.keys[0].id, id);
+    assert!(listed.keys[0].last_used_at.is_some());
+    let secret_part = key.rsplit('_').next().unwrap();
+    assert!(!format!("{listed:?}").contains(secret_part));
+
+    // Revocation takes effect on the next call.
+    admin(&server)
+        .await
+        .revoke_api_key(signed(
+            pb::RevokeApiKeyRequest { id: id.clone() },
+            ADMIN_TOKEN,
+            None,
+        ))
+        .await
+        .unwrap();
+    let (code, _) = code_of(
+        agents
+            .get_message(signed(get_message(&message), &key, None))
+            .await,
+    );
+    assert_eq!(code, Code::Unauthenticated);
+
+    // Health needs no credential.
+    let health = HealthClient::new(server.channel().await)
+        .check(HealthCheckRequest {
+            service: "agentrunner.v1.AgentService".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(health.status, 1, "SERVING");
+}
+
+#[tokio::test]
+async fn admin_calls_need_the_admin_token_and_a_tenant_key_is_not_one() {
+    let llm = FakeOpenAi::start(vec![]).await;
+    let server = auth_server(&llm, |_| {}).await;
+    let (_, key) = create_key(&server, "acme", pb::TenantLimits::default()).await;
+    let list = || pb::ListApiKeysRequest {
+        tenant: "acme".into(),
+    };
+    let mut admin = admin(&server).await;
+    assert_eq!(
+        code_of(admin.list_api_keys(list()).await).0,
+        Code::Unauthenticated
+    );
+    for wrong in [key.as_str(), "admin-token-for-tests-0123456780"] {
+        let (code, _) = code_of(admin.list_api_keys(signed(list(), wrong, None)).await);
+        assert_eq!(code, Code::Unauthenticated);
+    }
+    let (code, text) = code_of(
+        admin
+            .revoke_api_key(signed(
+                pb::RevokeApiKeyRequest { id: "nope".into() },
+                ADMIN_TOKEN,
+                None,
+            ))
+            .await,
+    );
+    assert_eq!(
+        (code, text.as_str()),
+        (Code::NotFound, "API key nope not found")
+    );
+    let (code, text) = code_of(
+        admin
+            .create_api_key(signed(
+                pb::CreateApiKeyRequest::default(),
+                ADMIN_TOKEN,
+                None,
+            ))
+            .await,
+    );
+    assert_eq!(code, Code::InvalidArgument);
+    assert!(text.starts_with("tenant "), "{text}");
+
+    // Without a configured admin token, no admin call can succeed.
+    let open = TestServer::start(&llm.base_url()).await;
+    let (code, text) = code_of(
+        AdminServiceClient::new(open.channel().await)
+            .list_api_keys(signed(list(), ADMIN_TOKEN, None))
+            .await,
+    );
+    assert_eq!(code, Code::FailedPrecondition);
+    assert!(text.contains("AGENT_RUNNER_ADMIN_TOKEN"), "{text}");
+}
+
+#[tokio::test]
+async fn a_key_reaches_only_its_own_tenant() {
+    let llm = FakeOpenAi::start(vec![Reply::text(&["for acme"], (3, 1))]).await;
+    let server = auth_server(&llm, |_| {}).await;
+    let (_, acme) = create_key(&server, "acme", pb::TenantLimits::default()).await;
+    let (_, globex) = create_key(&server, "globex", pb::TenantLimits::default()).await;
+    let mut agents = server.agents().await;
+    let message = run_as(&mut agents, &acme, "hi").await;
+
+    // Naming the key's own tenant is fine; naming another is refused.
+    let own = agents
+        .get_message(signed(get_message(&message), &acme, Some("acme")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(own.answer, "for acme");
+    let (code, text) = code_of(
+        agents
+            .get_message(signed(get_message(&message), &acme, Some("globex")))
+            .await,
+    );
+    assert_eq!(code, Code::PermissionDenied);
+    assert!(text.contains("globex"), "{text}");
+
+    // The other tenant's key finds nothing, whatever it asks for.
+    let (code, _) = code_of(
+        agents
+            .get_message(signed(get_message(&message), &globex, None))
+            .await,
+    );
+    assert_eq!(code, Code::NotFound);
+    let (code, _) = code_of(
+        agents
+            .list_thoughts(signed(
+                pb::ListThoughtsRequest {
+                    message_id: message.clone(),
+                },
+                &globex,
+                None,
+            ))
+            .await,
+    );
+    assert_eq!(code, Code::NotFound);
+    let (code, _) = code_of(
+        agents
+            .cancel(signed(
+                pb::CancelRequest {
+                    message_id: message.clone(),
+                },
+                &globex,
+                None,
+            ))
+            .await,
+    );
+    assert_eq!(code, Code::NotFound);
+    let own = agents
+        .get_message(signed(get_message(&message), &acme, None))
+        .await
+        .unwrap()
+        .into_inner();
+    let (code, _) = code_of(
+        agents
+            .delete_conversation(signed(
+                pb::DeleteConversationRequest {
+                    conversation_id: own.conversation_id.clone(),
+                },
+                &globex,
+                None,
+            ))
+            .await,
+    );
+    assert_eq!(code, Code::NotFound);
+    // Still there for its owner.
+    agents
+        .get_message(signed(get_message(&message), &acme, None))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn reflection_is_open_by_default_and_can_be_closed() {
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+    async fn list_services(server: &TestServer) -> Result<(), Status> {
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut answers = ServerReflectionClient::new(server.channel().await)
+            .server_reflection_info(tokio_stream::iter([request]))
+            .await?
+            .into_inner();
+        answers.message().await?;
+        Ok(())
+    }
+
+    let llm = FakeOpenAi::start(vec![]).await;
+    let open = auth_server(&llm, |_| {}).await;
+    list_services(&open).await.unwrap();
+    let closed = auth_server(&llm, |config| config.auth.reflection = false).await;
+    assert_eq!(
+        list_services(&closed).await.unwrap_err().code(),
+        Code::Unimplemented
+    );
+}
+
+/// Runs the `agent-runner` binary to its exit, off the test's runtime (which serves the
+/// in-process server the command talks to).
+async fn agent_runner(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agent-runner"));
+    command
+        .args(args)
+        .env_remove("AGENT_RUNNER_ADMIN_TOKEN")
+        .env_remove("AGENT_RUNNER_LISTEN")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null());
+    tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn stdout_lines(output: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn the_cli_creates_lists_and_revokes_keys() {
+    let llm = FakeOpenAi::start(vec![Reply::text(&["hi"], (3, 1))]).await;
+    let server = auth_server(&llm, |_| {}).await;
+    let addr = server.addr.to_string();
+    let token = [("AGENT_RUNNER_ADMIN_TOKEN", ADMIN_TOKEN)];
+
+    let without_token =
+        agent_runner(&["keys", "list", "--tenant", "acme", "--addr", &addr], &[]).await;
+    assert!(!without_token.status.success());
+    assert!(String::from_utf8_lossy(&without_token.stderr).contains("AGENT_RUNNER_ADMIN_TOKEN"));
+
+    let created = agent_runner(
+        &[
+            "keys", "create", "--tenant", "acme", "--name", "ci", "--addr", &addr,
+        ],
+        &token,
+    )
+    .await;
+    assert!(created.status.success(), "{created:?}");
+    let key = stdout_lines(&created).pop().unwrap();
+    assert!(key.starts_with("ar_") && !key.contains(' '), "{key}");
+    let mut agents = server.agents().await;
+    run_as(&mut agents, &key, "hi").await;
+
+    let listed = agent_runner(
+        &["keys", "list", "--tenant", "acme", "--addr", &addr],
+        &token,
+    )
+    .await;
+    assert!(listed.status.success(), "{listed:?}");
+    let lines = stdout_lines(&listed);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let id = lines[0].split('\t').next().unwrap().to_owned();
+    assert!(key.starts_with(&format!("ar_{id}_")), "{lines:?}");
+    assert!(lines[0].contains("\tci\t"), "{lines:?}");
+    assert!(!lines[0].contains(key.rsplit('_').next().unwrap()));
+    assert!(!lines[0].contains("last used never"), "{lines:?}");
+
+    let revoked = agent_runner(&["keys", "revoke", &id, "--addr", &addr], &token).await;
+    assert!(revoked.status.success(), "{revoked:?}");
+    let refused = agents
+        .get_message(signed(
+            get_message("00000000-0000-0000-0000-000000000000"),
+            &key,
+            None,
+        ))
+        .await;
+    assert_eq!(code_of(refused).0, Code::Unauthenticated);
+    let listed = agent_runner(
+        &["keys", "list", "--tenant", "acme", "--addr", &addr],
+        &token,
+    )
+    .await;
+    assert!(stdout_lines(&listed).is_empty());
+}
+
+#[tokio::test]
+async fn without_auth_the_service_refuses_a_reachable_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data").display().to_string();
+    let refused = agent_runner(
+        &["serve", "--listen", "0.0.0.0:0", "--data-dir", &data],
+        &[("AGENT_RUNNER_REQUIRE_AUTH", "false")],
+    )
+    .await;
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("refusing to serve without authentication"),
+        "{said}"
+    );
+    assert!(said.contains("--insecure-no-auth"), "{said}");
+    assert!(!Path::new(&data).exists(), "nothing was opened");
+}
+
+/// A TLS server with client certificates required when `mutual`.
+async fn tls_server(llm: &FakeOpenAi, pki: &Pki, mutual: bool) -> TestServer {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(&llm.base_url(), dir.path());
+    config.tls.cert = Some(pki.server_cert.clone());
+    config.tls.key = Some(pki.server_key.clone());
+    config.tls.client_ca = mutual.then(|| pki.ca.clone());
+    let config = config.validated().unwrap();
+    TestServer::start_with(config).await.keeping(dir)
+}
+
+async fn tls_channel(server: &TestServer, tls: ClientTlsConfig) -> Result<Channel, String> {
+    Channel::from_shared(format!("https://localhost:{}", server.addr.port()))
+        .unwrap()
+        .tls_config(tls)
+        .map_err(|e| e.to_string())?
+        .connect()
+        .await
+        .map_err(|e| format!("{e:?}"))
+}
+
+/// Whether a `GetMessage` over `channel` reaches the service (a `NOT_FOUND` answer).
+async fn reaches_service(channel: Channel) -> bool {
+    AgentServiceClient::new(channel)
+        .get_message(get_message("00000000-0000-0000-0000-000000000000"))
+        .await
+        .is_err_and(|status| status.code() == Code::NotFound)
+}
+
+#[tokio::test]
+async fn tls_serves_clients_that_trust_its_ca_and_refuses_plaintext() {
+    let llm = FakeOpenAi::start(vec![Reply::text(&["over tls"], (3, 1))]).await;
+    let pki = Pki::generate();
+    let server = tls_server(&llm, &pki, false).await;
+
+    let channel = tls_channel(&server, pki.client()).await.unwrap();
+    let mut stream = AgentServiceClient::new(channel.clone())
+        .run(run_request("hi", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = Vec::new();
+    while let Some(event) = stream.message().await.unwrap() {
+        events.push(event);
+    }
+    assert_eq!(end_of(&events).answer, "over tls");
+
+    // Plaintext HTTP/2 gets no answer from a TLS port.
+    let plain = Channel::from_shared(format!("http://{}", server.addr))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(2))
+        .connect_lazy();
+    assert!(!reaches_service(plain).await);
+
+    // The CLI's health check speaks TLS with --tls-ca.
+    let addr = format!("localhost:{}", server.addr.port());
+    let ca = pki.ca.display().to_string();
+    let health = agent_runner(&["health", "--addr", &addr, "--tls-ca", &ca], &[]).await;
+    assert!(health.status.success(), "{health:?}");
+    assert_eq!(stdout_lines(&health), ["SERVING"]);
+    let untrusting = agent_runner(&["health", "--addr", &addr], &[]).await;
+    assert!(!untrusting.status.success());
+}
+
+#[tokio::test]
+async fn mutual_tls_admits_only_certificates_of_the_client_ca() {
+    let llm = FakeOpenAi::start(vec![]).await;
+    let pki = Pki::generate();
+    let server = tls_server(&llm, &pki, true).await;
+
+    let trusted = tls_channel(&server, pki.client_with(&pki.client_cert, &pki.client_key))
+        .await
+        .unwrap();
+    assert!(reaches_service(trusted).await);
+    for tls in [
+        pki.client(),
+        pki.client_with(&pki.stranger_cert, &pki.stranger_key),
+    ] {
+        let refused = match tls_channel(&server, tls).await {
+            Ok(channel) => !reaches_service(channel).await,
+            Err(_) => true,
+        };
+        assert!(
+            refused,
+            "a client without a certificate of the CA was served"
+        );
+    }
+
+    let addr = format!("127.0.0.1:{}", server.addr.port());
+    let path = |p: &Path| p.display().to_string();
+    let (ca, cert, key) = (path(&pki.ca), path(&pki.client_cert), path(&pki.client_key));
+    let health = agent_runner(
+        &[
+            "health",
+            "--addr",
+            &addr,
+            "--tls-ca",
+            &ca,
+            "--tls-client-cert",
+            &cert,
+            "--tls-client-key",
+            &key,
+        ],
+        &[],
+    )
+    .await;
+    assert!(health.status.success(), "{health:?}");
+    let anonymous = agent_runner(&["health", "--addr", &addr, "--tls-ca", &ca], &[]).await;
+    assert!(!anonymous.status.success());
+}
+
+fn limits(concurrent: u32, per_minute: u32, tokens: u64) -> pb::TenantLimits {
+    pb::TenantLimits {
+        max_concurrent_runs: concurrent,
+        runs_per_minute: per_minute,
+        tokens_per_day: tokens,
+    }
+}
+
+fn assert_limit(result: Result<impl std::fmt::Debug, Status>, limit: &str) -> Option<Duration> {
+    let status = result.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().starts_with(&format!("{limit}: ")),
+        "{}",
+        status.message()
+    );
+    status
+        .get_details_retry_info()
+        .and_then(|retry| retry.retry_delay)
+}
+
+#[tokio::test]
+async fn concurrent_runs_are_limited_per_tenant_by_the_server_default() {
+    let slow = Reply::Slow {
+        text: vec!["one", " two", " three"],
+        delay_ms: 200,
+    };
+    let llm = FakeOpenAi::start(vec![slow, Reply::text(&["next"], (3, 1))]).await;
+    // Without auth the limits apply to the tenant the header names.
+    let server = TestServer::start_edited(&llm.base_url(), |config| {
+        config.limits.max_concurrent_runs = 1;
+    })
+    .await;
+    let mut agents = server.agents().await;
+    let as_tenant = |tenant: &str| {
+        let mut request = Request::new(run_request("hi", &[]));
+        request
+            .metadata_mut()
+            .insert("x-tenant-id", tenant.parse().unwrap());
+        request
+    };
+    let mut first = agents.run(as_tenant("acme")).await.unwrap().into_inner();
+    let wait = assert_limit(
+        agents.run(as_tenant("acme")).await,
+        "limits.max_concurrent_runs",
+    );
+    assert_eq!(
+        wait, None,
+        "no wait can be promised while a run is in progress"
+    );
+    // Another tenant has its own count.
+    let other = agents.run(as_tenant("globex")).await;
+    drop(other.unwrap());
+    let mut events = Vec::new();
+    while let Some(event) = first.message().await.unwrap() {
+        events.push(event);
+    }
+    end_of(&events);
+    // The place is free as soon as the end is seen.
+    agents.run(as_tenant("acme")).await.unwrap();
+}
+
+#[tokio::test]
+async fn runs_per_minute_follow_the_key_and_say_when_to_retry() {
+    let llm = FakeOpenAi::start(vec![]).await;
+    llm.repeat(Reply::text(&["ok"], (3, 1)));
+    let server = auth_server(&llm, |config| config.limits.runs_per_minute = 5).await;
+    let (_, tight) = create_key(&server, "acme", limits(0, 2, 0)).await;
+    let (_, default) = create_key(&server, "globex", pb::TenantLimits::default()).await;
+    let mut agents = server.agents().await;
+    run_as(&mut agents, &tight, "one").await;
+    run_as(&mut agents, &tight, "two").await;
+    let refused = agents
+        .run(signed(run_request("three", &[]), &tight, None))
+        .await;
+    let wait = assert_limit(refused, "limits.runs_per_minute").unwrap();
+    assert!(
+        wait > Duration::from_secs(50) && wait <= Duration::from_secs(60),
+        "{wait:?}"
+    );
+    // The other tenant's key has the server's default of five.
+    for query in ["a", "b", "c", "d", "e"] {
+        run_as(&mut agents, &default, query).await;
+    }
+    let refused = agents
+        .run(signed(run_request("f", &[]), &default, None))
+        .await;
+    assert!(assert_limit(refused, "limits.runs_per_minute").is_some());
+}
+
+#[tokio::test]
+async fn tokens_per_day_are_counted_across_restarts() {
+    let llm = FakeOpenAi::start(vec![]).await;
+    llm.repeat(Reply::text(&["a long answer"], (80, 40)));
+    let dir = tempfile::tempdir().unwrap();
+    let start = || {
+        let mut config = config(&llm.base_url(), dir.path());
+        requiring_auth(&mut config);
+        config.limits.tokens_per_day = 100;
+        TestServer::start_with(config)
+    };
+    let server = start().await;
+    let (_, key) = create_key(&server, "acme", pb::TenantLimits::default()).await;
+    let (_, generous) = create_key(&server, "acme", limits(0, 0, 1_000)).await;
+    let mut agents = server.agents().await;
+    run_as(&mut agents, &key, "spend").await;
+    let refused = agents
+        .run(signed(run_request("more", &[]), &key, None))
+        .await;
+    let wait = assert_limit(refused, "limits.tokens_per_day").unwrap();
+    assert!(wait <= Duration::from_secs(86_400));
+    // A key with its own, larger budget still runs.
+    run_as(&mut agents, &generous, "more").await;
+    server.stop().await;
+
+    let server = start().await;
+    let mut agents = server.agents().await;
+    let refused = agents
+        .run(signed(run_request("after restart", &[]), &key, None))
+        .await;
+    let status = refused.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert!(
+        status.message().contains("used 240 LLM tokens"),
+        "{}",
+        status.message()
+    );
+    // Nothing was written for the refused runs.
+    assert_eq!(llm.requests().len(), 2);
+}
