@@ -11,7 +11,8 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-/// A child process killed when dropped.
+/// A child process stopped when dropped: asked to stop (SIGTERM, so the service exports
+/// its last spans and flushes), then killed if it has not exited within five seconds.
 pub struct Process {
     child: Child,
     /// Where it listens.
@@ -27,10 +28,31 @@ impl Process {
 
 impl Drop for Process {
     fn drop(&mut self) {
+        terminate(&self.child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn terminate(child: &Child) {
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: sends a signal to our own child, whose pid has not been reaped yet.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn terminate(_child: &Child) {}
 
 fn sibling(name: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
