@@ -3,7 +3,7 @@
 //!
 //! With no arguments the service runs on its embedded default: sled under `./data`,
 //! listening on `127.0.0.1:50051`, with one provider `openai` configured from
-//! `OPENAI_BASE_URL` and `OPENAI_API_KEY`.
+//! `OPENAI_BASE_URL` and `OPENAI_API_KEY` (and `anthropic` when `ANTHROPIC_API_KEY` is set).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -575,11 +575,15 @@ impl Config {
         toml::from_str(text)
     }
 
-    /// Adds the `openai` provider from the environment when no provider is configured.
+    /// With no provider configured: the `openai` provider from the environment, and
+    /// `anthropic` beside it when `ANTHROPIC_API_KEY` is set (as Anthropic's SDKs read it).
     pub fn with_default_provider(mut self) -> Self {
         if self.providers.is_empty() {
             self.providers
                 .insert("openai".to_owned(), ProviderConfig::openai_from_env());
+            if let Some(anthropic) = ProviderConfig::anthropic_from_env() {
+                self.providers.insert("anthropic".to_owned(), anthropic);
+            }
         }
         self
     }
@@ -638,7 +642,7 @@ impl Config {
             return Err(invalid("runner.event_buffer", "must be at least 1"));
         }
         for (name, provider) in &self.providers {
-            let url = provider.base_url.as_str();
+            let url = provider.api_base();
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(invalid(
                     &format!("providers.{name}.base_url"),

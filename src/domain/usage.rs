@@ -16,6 +16,12 @@ pub struct TokenUsage {
     /// sum is estimated when any of its parts is.
     #[serde(default)]
     pub estimated: bool,
+    /// Prompt tokens read from the provider's prompt cache (part of `prompt_tokens`).
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    /// Prompt tokens written to the provider's prompt cache (part of `prompt_tokens`).
+    #[serde(default)]
+    pub cache_creation_tokens: u64,
 }
 
 impl TokenUsage {
@@ -26,6 +32,7 @@ impl TokenUsage {
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
             estimated: true,
+            ..Self::default()
         }
     }
 
@@ -35,6 +42,8 @@ impl TokenUsage {
         self.completion_tokens += other.completion_tokens;
         self.total_tokens += other.total_tokens;
         self.estimated |= other.estimated;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_creation_tokens += other.cache_creation_tokens;
     }
 }
 
@@ -45,7 +54,13 @@ pub struct Pricing {
     pub input_per_million: Decimal,
     /// Price of one million completion tokens.
     pub output_per_million: Decimal,
-    /// ISO currency code of both prices.
+    /// Price of one million prompt tokens read from the cache; the input price when unset.
+    #[serde(default)]
+    pub cache_read_per_million: Option<Decimal>,
+    /// Price of one million prompt tokens written to the cache; the input price when unset.
+    #[serde(default)]
+    pub cache_write_per_million: Option<Decimal>,
+    /// ISO currency code of the prices.
     pub currency: String,
 }
 
@@ -54,6 +69,8 @@ impl Default for Pricing {
         Self {
             input_per_million: Decimal::ZERO,
             output_per_million: Decimal::ZERO,
+            cache_read_per_million: None,
+            cache_write_per_million: None,
             currency: "USD".to_owned(),
         }
     }
@@ -66,7 +83,18 @@ impl Pricing {
     /// The usage record for `tokens` at these prices, with `latency` seconds.
     pub fn usage(&self, tokens: TokenUsage, latency: f64) -> Usage {
         let million = Decimal::from(1_000_000u32);
-        let prompt_price = (Decimal::from(tokens.prompt_tokens) * self.input_per_million / million)
+        let cached = tokens.cache_read_tokens + tokens.cache_creation_tokens;
+        let fresh = tokens.prompt_tokens.saturating_sub(cached);
+        let read_price = self
+            .cache_read_per_million
+            .unwrap_or(self.input_per_million);
+        let write_price = self
+            .cache_write_per_million
+            .unwrap_or(self.input_per_million);
+        let prompt_price = ((Decimal::from(fresh) * self.input_per_million
+            + Decimal::from(tokens.cache_read_tokens) * read_price
+            + Decimal::from(tokens.cache_creation_tokens) * write_price)
+            / million)
             .round_dp(PRICE_SCALE);
         let completion_price = (Decimal::from(tokens.completion_tokens) * self.output_per_million
             / million)
@@ -134,12 +162,14 @@ mod tests {
             input_per_million: Decimal::new(25, 1),
             output_per_million: Decimal::from(10),
             currency: "USD".into(),
+            ..Pricing::default()
         };
         let tokens = TokenUsage {
             prompt_tokens: 1234,
             completion_tokens: 56,
             total_tokens: 1290,
             estimated: false,
+            ..TokenUsage::default()
         };
         let usage = pricing.usage(tokens, 0.5);
         assert_eq!(usage.prompt_price.to_string(), "0.003085");
@@ -153,12 +183,14 @@ mod tests {
             input_per_million: Decimal::from(1),
             output_per_million: Decimal::from(2),
             currency: "EUR".into(),
+            ..Pricing::default()
         };
         let one = TokenUsage {
             prompt_tokens: 10,
             completion_tokens: 5,
             total_tokens: 15,
             estimated: false,
+            ..TokenUsage::default()
         };
         let mut total = pricing.usage(one, 0.1);
         total.add(&pricing.usage(one, 0.2));
@@ -172,6 +204,7 @@ mod tests {
                         completion_tokens: 10,
                         total_tokens: 30,
                         estimated: false,
+                        ..TokenUsage::default()
                     },
                     0.0
                 )

@@ -3,9 +3,12 @@
 //!
 //! This room knows HTTP (reqwest) but neither tonic nor sled.
 
+pub mod anthropic;
 mod error;
+mod http;
 pub mod openai;
 mod registry;
+mod sse;
 mod tokens;
 
 use std::pin::Pin;
@@ -63,6 +66,10 @@ pub enum ChatMessage {
         content: String,
         /// Calls made in this turn.
         tool_calls: Vec<ToolCallRequest>,
+        /// The model's reasoning before those calls, to hand back with them (Anthropic
+        /// requires it while thinking is on); providers without it ignore it.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reasoning: Vec<Reasoning>,
     },
     /// A tool's result, answering one call.
     Tool {
@@ -73,7 +80,28 @@ pub enum ChatMessage {
     },
 }
 
+impl ChatRequest {
+    /// The caller's parameters except `reserved`, the keys a provider's body sets itself:
+    /// the start of every request body.
+    pub(crate) fn passed_parameters(&self, reserved: &[&str]) -> serde_json::Map<String, Value> {
+        self.parameters
+            .iter()
+            .filter(|(key, _)| !reserved.contains(&key.as_str()))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect()
+    }
+}
+
 impl ChatMessage {
+    /// An assistant message of text alone.
+    pub fn assistant_text(text: impl Into<String>) -> Self {
+        ChatMessage::Assistant {
+            content: text.into(),
+            tool_calls: Vec::new(),
+            reasoning: Vec::new(),
+        }
+    }
+
     /// A user message holding only text.
     pub fn user_text(text: impl Into<String>) -> Self {
         ChatMessage::User {
@@ -122,6 +150,24 @@ pub struct ToolCallRequest {
     pub arguments: String,
 }
 
+/// A block of a model's reasoning, kept only to be sent back: never answer text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Reasoning {
+    /// Thinking in the clear, with the signature that vouches for it.
+    Thinking {
+        /// The thinking text.
+        thinking: String,
+        /// The provider's signature of it, returned byte for byte.
+        signature: String,
+    },
+    /// Thinking the provider encrypted.
+    RedactedThinking {
+        /// The opaque data.
+        data: String,
+    },
+}
+
 /// A piece of a streamed model turn.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ChatChunk {
@@ -139,8 +185,10 @@ pub enum ChatChunk {
 pub struct TurnEnd {
     /// Tool calls with their argument deltas merged.
     pub tool_calls: Vec<ToolCallRequest>,
-    /// The provider's finish reason (`stop`, `tool_calls`, `length` …).
+    /// The provider's finish reason (`stop`, `tool_calls`, `length`, `end_turn` …).
     pub finish_reason: Option<String>,
+    /// The model's reasoning blocks, in order, to hand back with its tool calls.
+    pub reasoning: Vec<Reasoning>,
 }
 
 /// A streamed model turn. Dropping it closes the connection.

@@ -9,6 +9,7 @@ use rust_decimal::Decimal;
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 
+use super::anthropic::AnthropicClient;
 use super::openai::OpenAiClient;
 use super::{ChatModel, Tokenizer};
 use crate::domain::{ErrorKind, Pricing};
@@ -43,6 +44,8 @@ pub enum ProviderApi {
     /// OpenAI-compatible Chat Completions (OpenAI, vLLM, Ollama, llama.cpp, DeepSeek …).
     #[default]
     Openai,
+    /// Anthropic's Messages API.
+    Anthropic,
 }
 
 impl ProviderApi {
@@ -50,6 +53,24 @@ impl ProviderApi {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Openai => "openai",
+            Self::Anthropic => "anthropic",
+        }
+    }
+
+    /// Where the API is when the configuration does not say.
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            Self::Openai => "https://api.openai.com/v1",
+            Self::Anthropic => "https://api.anthropic.com",
+        }
+    }
+
+    /// The environment variable holding the key when the configuration names none. None
+    /// for OpenAI-compatible servers: a local server must not be sent OpenAI's key.
+    fn default_key_env(self) -> Option<&'static str> {
+        match self {
+            Self::Openai => None,
+            Self::Anthropic => Some("ANTHROPIC_API_KEY"),
         }
     }
 }
@@ -107,6 +128,18 @@ pub struct ModelEntry {
     /// Vocabulary for counting tokens when the name does not tell the family.
     #[serde(default)]
     pub tokenizer: Option<Tokenizer>,
+    /// The most tokens the model writes in one answer: Anthropic's `max_tokens` when the
+    /// request's parameters give none.
+    #[serde(default)]
+    pub max_output_tokens: Option<u32>,
+    /// Price per million prompt tokens read from the provider's cache; the input price
+    /// when absent.
+    #[serde(default)]
+    pub cache_read_price: Option<Decimal>,
+    /// Price per million prompt tokens written to the provider's cache; the input price
+    /// when absent.
+    #[serde(default)]
+    pub cache_write_price: Option<Decimal>,
 }
 
 impl ModelEntry {
@@ -120,6 +153,9 @@ impl ModelEntry {
             output_price: Decimal::ZERO,
             currency: default_currency(),
             tokenizer: None,
+            max_output_tokens: None,
+            cache_read_price: None,
+            cache_write_price: None,
         }
     }
 }
@@ -153,14 +189,19 @@ pub struct ProviderConfig {
     /// Wire protocol.
     #[serde(default)]
     pub kind: ProviderApi,
-    /// API base, e.g. `https://api.openai.com/v1`.
+    /// API base, e.g. `https://api.openai.com/v1`; the API's own when empty.
+    #[serde(default)]
     pub base_url: String,
     /// API key given inline.
     #[serde(default)]
     pub api_key: Option<Secret>,
-    /// Environment variable to read the API key from, when not inline.
+    /// Environment variable to read the API key from, when not inline (for `anthropic`,
+    /// `ANTHROPIC_API_KEY` unless set).
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// The `anthropic-version` header of `anthropic` providers.
+    #[serde(default)]
+    pub anthropic_version: Option<String>,
     /// Seconds to establish a connection.
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout_secs: u64,
@@ -204,6 +245,7 @@ impl ProviderConfig {
                 .unwrap_or_else(|_| "https://api.openai.com/v1".to_owned()),
             api_key: None,
             api_key_env: Some("OPENAI_API_KEY".to_owned()),
+            anthropic_version: None,
             connect_timeout_secs: default_connect_timeout(),
             first_byte_timeout_secs: default_first_byte_timeout(),
             idle_timeout_secs: default_idle_timeout(),
@@ -215,6 +257,31 @@ impl ProviderConfig {
             queue_timeout_secs: default_queue_timeout(),
             models: Vec::new(),
         }
+    }
+
+    /// The provider configured as Anthropic's SDKs are, when `ANTHROPIC_API_KEY` is set:
+    /// `ANTHROPIC_BASE_URL` (default `https://api.anthropic.com`) and that key.
+    pub fn anthropic_from_env() -> Option<Self> {
+        std::env::var("ANTHROPIC_API_KEY")
+            .ok()
+            .filter(|key| !key.trim().is_empty())?;
+        Some(Self {
+            kind: ProviderApi::Anthropic,
+            base_url: std::env::var("ANTHROPIC_BASE_URL").unwrap_or_default(),
+            api_key_env: Some("ANTHROPIC_API_KEY".to_owned()),
+            ..Self::openai_from_env()
+        })
+    }
+
+    /// The API base without a trailing slash: the configured one, else the API's own.
+    pub fn api_base(&self) -> String {
+        let base = self.base_url.trim();
+        let base = if base.is_empty() {
+            self.kind.default_base_url()
+        } else {
+            base
+        };
+        base.trim_end_matches('/').to_owned()
     }
 
     /// How calls to this provider are retried and limited.
@@ -236,6 +303,7 @@ impl ProviderConfig {
         self.api_key.clone().or_else(|| {
             self.api_key_env
                 .as_deref()
+                .or(self.kind.default_key_env())
                 .and_then(|var| std::env::var(var).ok())
                 .filter(|key| !key.is_empty())
                 .map(Secret::new)
@@ -274,6 +342,8 @@ impl From<&ModelEntry> for ModelInfo {
             pricing: Pricing {
                 input_per_million: entry.input_price,
                 output_per_million: entry.output_price,
+                cache_read_per_million: entry.cache_read_price,
+                cache_write_per_million: entry.cache_write_price,
                 currency: entry.currency.clone(),
             },
             tokenizer: Tokenizer::for_model(&entry.name, entry.tokenizer),
@@ -388,7 +458,10 @@ impl ModelRegistry {
     ) -> Result<Self, super::LlmError> {
         let mut registry = Self::default();
         for (name, config) in providers {
-            let client = Arc::new(OpenAiClient::new(config)?);
+            let client: Arc<dyn ChatModel> = match config.kind {
+                ProviderApi::Openai => Arc::new(OpenAiClient::new(config)?),
+                ProviderApi::Anthropic => Arc::new(AnthropicClient::new(config)?),
+            };
             registry.insert(name, client, &config.models, config.strict_models);
             registry.set_policy(name, config.call_policy());
             if let Some(provider) = registry.providers.get_mut(name) {

@@ -13,6 +13,7 @@ pub fn past_turn(message: &Message, thoughts: &[Thought]) -> PastTurn {
         .map(|thought| RoundRecord {
             text: thought.thought.clone(),
             calls: answered_calls(thought),
+            reasoning: Vec::new(),
         })
         .filter(|round| !round.calls.is_empty())
         .collect();

@@ -62,7 +62,7 @@ fn usage(prompt: u64, completion: u64) -> TokenUsage {
         prompt_tokens: prompt,
         completion_tokens: completion,
         total_tokens: prompt + completion,
-        estimated: false,
+        ..TokenUsage::default()
     }
 }
 
@@ -112,6 +112,7 @@ impl ChatModel for ScriptedChatModel {
                 let mut chunks: Vec<ChatChunk> = text.into_iter().map(ChatChunk::Text).collect();
                 chunks.extend(usage.map(ChatChunk::Usage));
                 chunks.push(ChatChunk::Finished(TurnEnd {
+                    reasoning: Vec::new(),
                     finish_reason: Some(
                         if calls.is_empty() {
                             "stop"

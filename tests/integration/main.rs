@@ -9,6 +9,7 @@
     clippy::wildcard_enum_match_arm
 )]
 
+mod anthropic;
 mod auth;
 mod client_tools;
 mod conversations;

@@ -21,6 +21,8 @@ impl From<Usage> for pb::Usage {
             latency: usage.latency,
             estimated: usage.tokens.estimated,
             queue_time: usage.queue_time,
+            cache_read_tokens: usage.tokens.cache_read_tokens,
+            cache_creation_tokens: usage.tokens.cache_creation_tokens,
         }
     }
 }

@@ -1,16 +1,14 @@
-//! Server-sent events to [`ChatChunk`]s: text as it arrives, tool calls merged at the end.
+//! Chat Completions chunks to [`ChatChunk`]s: text as it arrives, tool calls merged at the
+//! end. The SSE reading itself is [`crate::llm::sse`]'s.
 
 use std::collections::VecDeque;
 
-use hyper::body::Bytes;
-use std::time::Duration;
+use eventsource_stream::Event;
 
-use eventsource_stream::Eventsource;
-use futures::{Stream, StreamExt};
-
-use super::wire::{error_message, mint_call_id, normalize_arguments, Chunk, ToolCallDelta};
-use crate::llm::error::IDLE_PHASE;
-use crate::llm::{ChatChunk, ChatStream, LlmError, ToolCallRequest, TurnEnd};
+use super::wire::{Chunk, ToolCallDelta};
+use crate::llm::http::{error_message, mint_call_id, normalize_arguments};
+use crate::llm::sse::{cut_short, keep_within, truncate, Decoder};
+use crate::llm::{ChatChunk, LlmError, ToolCallRequest, TurnEnd};
 
 #[derive(Debug, Default)]
 struct Slot {
@@ -89,7 +87,7 @@ impl ToolCallAccumulator {
 
 /// Turn state accumulated over the chunks of one response.
 #[derive(Default)]
-struct TurnState {
+pub(crate) struct TurnState {
     calls: ToolCallAccumulator,
     finish_reason: Option<String>,
     /// Bytes of text and tool calls the model wrote so far.
@@ -99,6 +97,14 @@ struct TurnState {
 }
 
 impl TurnState {
+    /// A turn whose model may write at most `limit` bytes.
+    pub(crate) fn limited(limit: Option<usize>) -> Self {
+        Self {
+            limit,
+            ..Self::default()
+        }
+    }
+
     /// Reads one SSE payload, queueing the chunks it carries; returns whether it was the
     /// `[DONE]` mark. Usage is queued before an error of the same payload is returned, so
     /// the caller keeps counts the provider reported before failing.
@@ -130,15 +136,11 @@ impl TurnState {
             }
             text.push_str(delta.content.as_deref().unwrap_or_default());
         }
+        let before = self.written;
         self.written += text.len() + call_bytes;
         if let Some(limit) = self.limit.filter(|limit| self.written > *limit) {
             // Keep the text that still fit; nothing past the limit is shown or kept.
-            let room = (limit + text.len() + call_bytes).saturating_sub(self.written);
-            let mut cut = room.min(text.len());
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            text.truncate(cut);
+            keep_within(&mut text, before, limit);
             if !text.is_empty() {
                 out.push_back(Ok(ChatChunk::Text(text)));
             }
@@ -157,216 +159,39 @@ impl TurnState {
             None => Ok(false),
         }
     }
+}
+
+impl Decoder for TurnState {
+    fn feed(
+        &mut self,
+        event: &Event,
+        out: &mut VecDeque<Result<ChatChunk, LlmError>>,
+    ) -> Result<bool, LlmError> {
+        // Some gateways send failures as an `error` event rather than an error object.
+        if event.event == "error" {
+            return Err(LlmError::Stream {
+                message: event.data.clone(),
+            });
+        }
+        TurnState::feed(self, &event.data, out)
+    }
 
     fn end(self) -> TurnEnd {
         TurnEnd {
             tool_calls: self.calls.finish(),
             finish_reason: self.finish_reason,
+            ..TurnEnd::default()
         }
     }
 
-    /// The byte stream ended: fine after a finish reason (some servers omit `[DONE]`),
-    /// otherwise the connection dropped mid-answer.
+    /// Fine after a finish reason (some servers omit `[DONE]`).
     fn end_at_eof(self) -> Result<TurnEnd, LlmError> {
         if self.finish_reason.is_some() {
-            Ok(self.end())
+            Ok(Decoder::end(self))
         } else {
-            Err(LlmError::Stream {
-                message: "the connection closed before the response was complete".to_owned(),
-            })
+            Err(cut_short())
         }
     }
-}
-
-/// Why the raw body of a stream stopped.
-#[derive(Debug)]
-pub(crate) enum BodyError {
-    /// The connection failed.
-    Transport(reqwest::Error),
-    /// One SSE line was longer than any answer within the output limit could make it.
-    LineTooLong {
-        /// The output limit the line cap derives from.
-        limit: usize,
-    },
-}
-
-impl std::fmt::Display for BodyError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Transport(err) => err.fmt(f),
-            Self::LineTooLong { limit } => {
-                write!(f, "a stream line exceeds what {limit} bytes of output need")
-            }
-        }
-    }
-}
-
-impl std::error::Error for BodyError {}
-
-/// The longest SSE line an answer within `limit` bytes can need: its text escaped as JSON
-/// (at most six bytes a byte) and a chunk's framing. The SSE parser holds a line whole
-/// until it ends, so this bounds its memory.
-pub(crate) fn line_cap(limit: usize) -> usize {
-    limit.saturating_mul(6).saturating_add(64 * 1024)
-}
-
-/// The body with every line (bytes between newlines) held to `cap` bytes.
-fn capped_lines(
-    body: impl Stream<Item = Result<Bytes, reqwest::Error>> + Send + 'static,
-    cap: Option<usize>,
-) -> impl Stream<Item = Result<Bytes, BodyError>> + Send + 'static {
-    let mut line = 0usize;
-    body.map(move |item| {
-        let bytes = item.map_err(BodyError::Transport)?;
-        let Some(cap) = cap else {
-            return Ok(bytes);
-        };
-        line = match bytes.iter().rposition(|b| *b == b'\n') {
-            Some(last) => bytes.len() - last - 1,
-            None => line + bytes.len(),
-        };
-        if line > cap {
-            return Err(BodyError::LineTooLong {
-                limit: (cap - 64 * 1024) / 6,
-            });
-        }
-        Ok(bytes)
-    })
-}
-
-pub(crate) fn truncate(text: &str, max: usize) -> &str {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => &text[..cut],
-        None => text,
-    }
-}
-
-type EventStream = std::pin::Pin<
-    Box<
-        dyn Stream<
-                Item = Result<
-                    eventsource_stream::Event,
-                    eventsource_stream::EventStreamError<BodyError>,
-                >,
-            > + Send,
-    >,
->;
-
-struct Reader {
-    events: EventStream,
-    /// `None` once the turn has ended or failed.
-    state: Option<TurnState>,
-    /// Items read but not yet handed out; the last may be the error that ended the turn.
-    queue: VecDeque<Result<ChatChunk, LlmError>>,
-    first_byte: Option<Duration>,
-    idle: Duration,
-}
-
-impl Reader {
-    async fn next_event(
-        &mut self,
-    ) -> Result<
-        Option<Result<eventsource_stream::Event, eventsource_stream::EventStreamError<BodyError>>>,
-        LlmError,
-    > {
-        match self.first_byte.take() {
-            Some(after) => tokio::time::timeout(after, self.events.next())
-                .await
-                .map_err(|_| LlmError::Timeout {
-                    phase: "first byte",
-                    after,
-                }),
-            None => tokio::time::timeout(self.idle, self.events.next())
-                .await
-                .map_err(|_| LlmError::Timeout {
-                    phase: IDLE_PHASE,
-                    after: self.idle,
-                }),
-        }
-    }
-
-    /// The next chunk for the caller, or `None` once the turn has ended.
-    async fn next_chunk(&mut self) -> Option<Result<ChatChunk, LlmError>> {
-        loop {
-            if let Some(item) = self.queue.pop_front() {
-                return Some(item);
-            }
-            self.state.as_ref()?;
-            match self.next_event().await {
-                Ok(Some(Ok(event))) => self.take(event),
-                Ok(Some(Err(err))) => self.fail(stream_error(err)),
-                Ok(None) => {
-                    if let Some(state) = self.state.take() {
-                        self.queue
-                            .push_back(state.end_at_eof().map(ChatChunk::Finished));
-                    }
-                }
-                Err(err) => self.fail(err),
-            }
-        }
-    }
-
-    fn take(&mut self, event: eventsource_stream::Event) {
-        if event.event == "error" {
-            return self.fail(LlmError::Stream {
-                message: event.data,
-            });
-        }
-        let Some(state) = self.state.as_mut() else {
-            return;
-        };
-        match state.feed(&event.data, &mut self.queue) {
-            Ok(false) => {}
-            Ok(true) => {
-                if let Some(state) = self.state.take() {
-                    self.queue.push_back(Ok(ChatChunk::Finished(state.end())));
-                }
-            }
-            Err(err) => self.fail(err),
-        }
-    }
-
-    fn fail(&mut self, err: LlmError) {
-        self.state = None;
-        self.queue.push_back(Err(err));
-    }
-}
-
-fn stream_error(err: eventsource_stream::EventStreamError<BodyError>) -> LlmError {
-    let message = match err {
-        eventsource_stream::EventStreamError::Transport(BodyError::LineTooLong { limit }) => {
-            return LlmError::TooLarge { limit };
-        }
-        eventsource_stream::EventStreamError::Transport(BodyError::Transport(transport)) => {
-            transport.without_url().to_string()
-        }
-        other @ (eventsource_stream::EventStreamError::Utf8(_)
-        | eventsource_stream::EventStreamError::Parser(_)) => other.to_string(),
-    };
-    LlmError::Stream { message }
-}
-
-/// Reads an SSE response body as a chat stream.
-pub(crate) fn chat_stream(
-    response: reqwest::Response,
-    first_byte: Duration,
-    idle: Duration,
-    limit: Option<usize>,
-) -> ChatStream {
-    let reader = Reader {
-        events: Box::pin(capped_lines(response.bytes_stream(), limit.map(line_cap)).eventsource()),
-        state: Some(TurnState {
-            limit,
-            ..TurnState::default()
-        }),
-        queue: VecDeque::new(),
-        first_byte: Some(first_byte),
-        idle,
-    };
-    Box::pin(futures::stream::unfold(reader, |mut reader| async move {
-        let chunk = reader.next_chunk().await?;
-        Some((chunk, reader))
-    }))
 }
 
 #[cfg(test)]

@@ -1,9 +1,10 @@
 //! JSON shapes of the Chat Completions API, lenient on input because real servers differ.
 
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::domain::TokenUsage;
+use crate::llm::http::{mint_call_id, normalize_arguments};
 use crate::llm::{ChatMessage, ChatRequest, ContentPart, ToolCallRequest};
 
 /// Keys the request body sets itself; caller parameters may not override them.
@@ -19,12 +20,7 @@ const RESERVED_KEYS: [&str; 7] = [
 
 /// The JSON body for `request`, streamed or not: what goes on the wire.
 pub fn request_body(request: &ChatRequest, stream: bool) -> Value {
-    let mut body: Map<String, Value> = request
-        .parameters
-        .iter()
-        .filter(|(key, _)| !RESERVED_KEYS.contains(&key.as_str()))
-        .map(|(key, value)| (key.clone(), value.clone()))
-        .collect();
+    let mut body = request.passed_parameters(&RESERVED_KEYS);
     body.insert("model".into(), json!(request.model));
     body.insert(
         "messages".into(),
@@ -61,10 +57,12 @@ fn message_json(message: &ChatMessage) -> Value {
         ChatMessage::Assistant {
             content,
             tool_calls,
+            ..
         } if tool_calls.is_empty() => json!({"role": "assistant", "content": content}),
         ChatMessage::Assistant {
             content,
             tool_calls,
+            ..
         } => {
             let calls: Vec<Value> = tool_calls
                 .iter()
@@ -176,6 +174,15 @@ pub(crate) struct WireUsage {
     pub completion_tokens: u64,
     #[serde(default)]
     pub total_tokens: u64,
+    #[serde(default)]
+    pub prompt_tokens_details: Option<PromptDetails>,
+}
+
+/// What OpenAI says of the prompt's tokens: how many came from its prompt cache.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+pub(crate) struct PromptDetails {
+    #[serde(default)]
+    pub cached_tokens: u64,
 }
 
 impl From<WireUsage> for TokenUsage {
@@ -190,6 +197,8 @@ impl From<WireUsage> for TokenUsage {
             completion_tokens: usage.completion_tokens,
             total_tokens: total,
             estimated: false,
+            cache_read_tokens: usage.prompt_tokens_details.map_or(0, |d| d.cached_tokens),
+            cache_creation_tokens: 0,
         }
     }
 }
@@ -272,29 +281,4 @@ impl WholeToolCall {
             arguments: normalize_arguments(arguments),
         }
     }
-}
-
-/// A call id for servers that do not send one.
-pub(crate) fn mint_call_id() -> String {
-    format!("call_{}", uuid::Uuid::new_v4().simple())
-}
-
-/// Empty argument text means "no arguments"; the model sees `{}` either way.
-pub(crate) fn normalize_arguments(arguments: String) -> String {
-    if arguments.trim().is_empty() {
-        "{}".to_owned()
-    } else {
-        arguments
-    }
-}
-
-/// The human-readable message of an `error` value, whatever its shape.
-pub(crate) fn error_message(error: &Value) -> String {
-    if let Some(text) = error.as_str() {
-        return text.to_owned();
-    }
-    error
-        .get("message")
-        .and_then(Value::as_str)
-        .map_or_else(|| error.to_string(), str::to_owned)
 }

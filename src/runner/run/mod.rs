@@ -420,7 +420,8 @@ impl RunTask {
             self.state.add_usage(round, usage);
         }
         self.observe_call(model, &span, started.elapsed() - queued, tokens, &outcome);
-        let end = outcome?;
+        let mut end = outcome?;
+        round.keep_reasoning(std::mem::take(&mut end.reasoning));
         let held_back = reader.flush();
         self.show(round, &held_back, reader.shows_answer());
         if self.settings.trace_content {

@@ -9,7 +9,7 @@
 //! the deltas showed.
 
 use crate::domain::{MessageId, Thought, TokenUsage, ToolCallRecord, Usage};
-use crate::llm::{ChatRequest, Tokenizer, ToolCallRequest, TurnEnd};
+use crate::llm::{ChatRequest, Reasoning, Tokenizer, ToolCallRequest, TurnEnd};
 use crate::runner::strategy::{ModelStep, RoundRecord};
 use crate::tools::Invocation;
 
@@ -39,6 +39,7 @@ impl RunState {
         Round {
             thought: Thought::begin(message_id, position),
             shown_any: false,
+            reasoning: Vec::new(),
         }
     }
 
@@ -161,6 +162,8 @@ pub struct Round {
     pub thought: Thought,
     /// Whether any of the round's text was shown yet.
     shown_any: bool,
+    /// The model's reasoning in this round, kept to hand back with its calls; not stored.
+    reasoning: Vec<Reasoning>,
 }
 
 impl Round {
@@ -168,6 +171,11 @@ impl Round {
     /// cannot be tried again without showing a second version.
     pub fn has_shown(&self) -> bool {
         self.shown_any
+    }
+
+    /// Keeps the model's reasoning blocks for the next request of this run.
+    pub fn keep_reasoning(&mut self, reasoning: Vec<Reasoning>) {
+        self.reasoning = reasoning;
     }
 
     /// Records which model is answering the round.
@@ -228,6 +236,7 @@ impl Round {
                     (request, call.observation.clone().unwrap_or_default())
                 })
                 .collect(),
+            reasoning: self.reasoning.clone(),
         }
     }
 }

@@ -30,10 +30,7 @@ impl Strategy for FunctionCalling {
             messages.push(ChatMessage::user_text(turn.query.clone()));
             push_rounds(&mut messages, &turn.rounds);
             if !turn.answer.is_empty() {
-                messages.push(ChatMessage::Assistant {
-                    content: turn.answer.clone(),
-                    tool_calls: Vec::new(),
-                });
+                messages.push(ChatMessage::assistant_text(turn.answer.clone()));
             }
         }
         messages.push(user_message(context, !rounds.is_empty()));
@@ -52,6 +49,7 @@ fn push_rounds(messages: &mut Vec<ChatMessage>, rounds: &[RoundRecord]) {
         messages.push(ChatMessage::Assistant {
             content: round.text.clone(),
             tool_calls: round.calls.iter().map(|(call, _)| call.clone()).collect(),
+            reasoning: round.reasoning.clone(),
         });
         messages.extend(
             round
@@ -119,6 +117,7 @@ mod tests {
             arguments: "{}".into(),
         };
         let rounds = vec![RoundRecord {
+            reasoning: Vec::new(),
             text: "Checking.".into(),
             calls: vec![(call("a"), "10:00".into()), (call("b"), "11:00".into())],
         }];
@@ -152,6 +151,7 @@ mod tests {
         assert_eq!(content.len(), 2);
         assert!(matches!(&content[0], ContentPart::Image { .. }));
         let round = RoundRecord {
+            reasoning: Vec::new(),
             text: String::new(),
             calls: vec![],
         };

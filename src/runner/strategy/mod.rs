@@ -11,7 +11,8 @@ pub use react::{scratchpad, ChainOfThought, CHAT_TEMPLATE, COMPLETION_TEMPLATE, 
 
 use crate::domain::{FieldError, StrategyKind};
 use crate::llm::{
-    ChatMessage, ChatRequest, ContentPart, Feature, ModelInfo, ToolCallRequest, ToolSpec, TurnEnd,
+    ChatMessage, ChatRequest, ContentPart, Feature, ModelInfo, Reasoning, ToolCallRequest,
+    ToolSpec, TurnEnd,
 };
 use crate::runner::spec::{AgentSpec, ModelMode};
 use crate::tools::OfferedTool;
@@ -101,6 +102,9 @@ pub struct RoundRecord {
     pub text: String,
     /// Its calls with their observations, in call order.
     pub calls: Vec<(ToolCallRequest, String)>,
+    /// The model's reasoning before the calls, handed back with them (this run's rounds
+    /// only: providers need it for the tool loop in progress, not for past turns).
+    pub reasoning: Vec<Reasoning>,
 }
 
 /// What the model decided in one turn.

@@ -106,17 +106,11 @@ impl ChainOfThought {
         }];
         for turn in &context.history {
             messages.push(ChatMessage::user_text(turn.query.clone()));
-            messages.push(ChatMessage::Assistant {
-                content: collapsed(turn),
-                tool_calls: Vec::new(),
-            });
+            messages.push(ChatMessage::assistant_text(collapsed(turn)));
         }
         messages.push(super::user_message(context, false));
         if !rounds.is_empty() {
-            messages.push(ChatMessage::Assistant {
-                content: scratchpad(rounds),
-                tool_calls: Vec::new(),
-            });
+            messages.push(ChatMessage::assistant_text(scratchpad(rounds)));
             messages.push(ChatMessage::user_text("continue"));
         }
         messages

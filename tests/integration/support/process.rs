@@ -49,11 +49,23 @@ pub async fn spawn_service(dir: &Path, llm: &FakeOpenAi) -> Service {
 pub async fn spawn_service_with(dir: &Path, llm: &FakeOpenAi, env: &[(&str, String)]) -> Service {
     let config = dir.join("config.toml");
     std::fs::write(&config, config_toml(&llm.base_url(), &dir.join("data"))).unwrap();
+    let config = config.display().to_string();
+    spawn_serving(dir, &["--config", &config], env).await
+}
+
+/// The service on its embedded default (no configuration file), over `dir/data`, with
+/// `env`: what a user who only sets environment variables gets.
+pub async fn spawn_on_default(dir: &Path, env: &[(&str, String)]) -> Service {
+    let data = dir.join("data").display().to_string();
+    spawn_serving(dir, &["--data-dir", &data], env).await
+}
+
+async fn spawn_serving(dir: &Path, args: &[&str], env: &[(&str, String)]) -> Service {
     let addr = free_port();
     let log = dir.join(format!("service-{}.log", addr.port()));
     let child = Command::new(env!("CARGO_BIN_EXE_agent-runner"))
-        .args(["serve", "--listen", &addr.to_string(), "--config"])
-        .arg(&config)
+        .args(["serve", "--listen", &addr.to_string()])
+        .args(args)
         .env("RUST_LOG", "info")
         .envs(env.iter().map(|(name, value)| (*name, value.as_str())))
         .stdout(Stdio::null())

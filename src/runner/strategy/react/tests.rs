@@ -26,6 +26,7 @@ fn clock() -> OfferedTool {
 
 fn round() -> RoundRecord {
     RoundRecord {
+        reasoning: Vec::new(),
         text: "I need the time.".into(),
         calls: vec![(
             ToolCallRequest {
