@@ -242,6 +242,9 @@ fn default_event_buffer() -> usize {
 fn default_client_tool_timeout() -> u64 {
     600
 }
+fn default_approval_timeout() -> u64 {
+    600
+}
 fn default_tool_output_limit() -> usize {
     16 * 1024
 }
@@ -288,6 +291,10 @@ pub struct RunnerConfig {
     /// Seconds a run waits for the results of client-executed tools.
     #[serde(default = "default_client_tool_timeout")]
     pub client_tool_timeout_secs: u64,
+    /// Seconds a run waits for decisions on tool calls that need approval; then it ends
+    /// with `approval_timeout`.
+    #[serde(default = "default_approval_timeout")]
+    pub approval_timeout_secs: u64,
     /// Longest observation an API or knowledge tool returns; longer ones are cut with a
     /// marker saying so.
     #[serde(default = "default_tool_output_limit")]
@@ -329,6 +336,7 @@ impl Default for RunnerConfig {
             event_buffer: default_event_buffer(),
             tool_output_limit_bytes: default_tool_output_limit(),
             client_tool_timeout_secs: default_client_tool_timeout(),
+            approval_timeout_secs: default_approval_timeout(),
             tool_file_limit_bytes: default_tool_file_limit(),
             openapi_max_bytes: default_openapi_max_bytes(),
             openapi_max_operations: default_openapi_max_operations(),
@@ -362,6 +370,7 @@ impl RunnerConfig {
             tool_concurrency: self.tool_concurrency,
             event_buffer: self.event_buffer,
             client_tool_timeout: Duration::from_secs(self.client_tool_timeout_secs),
+            approval_timeout: Duration::from_secs(self.approval_timeout_secs),
             trace_content: self.trace_content,
             max_answer_bytes: self.max_answer_bytes,
             max_query_bytes: self.max_query_bytes,

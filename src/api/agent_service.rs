@@ -12,12 +12,14 @@ use super::{caller_of, deadline_of, tenant_of};
 use crate::domain::{ConversationId, FileId, MessageId};
 use crate::pb;
 use crate::pb::agent_service_server::AgentService;
-use crate::runner::{ClientOutput, RunError, Runner};
+use crate::runner::{ClientOutput, Decision, RunError, Runner};
 use crate::store::Store;
 use crate::telemetry::TraceParent;
 
 /// Largest page `ListMessages` returns.
 const MAX_PAGE_SIZE: usize = 1000;
+/// The longest reason for declining a call; the model reads it.
+const MAX_REASON_BYTES: usize = 4096;
 /// Page size when the request gives none.
 const DEFAULT_PAGE_SIZE: usize = 100;
 
@@ -121,6 +123,41 @@ impl AgentService for AgentApi {
             .submit_tool_outputs(&tenant, id, outputs)
             .map_err(from_error)?;
         Ok(Response::new(pb::SubmitToolOutputsResponse {}))
+    }
+
+    async fn approve_tool_calls(
+        &self,
+        request: Request<pb::ApproveToolCallsRequest>,
+    ) -> Result<Response<pb::ApproveToolCallsResponse>, Status> {
+        let tenant = tenant_of(&request)?;
+        let pb::ApproveToolCallsRequest {
+            message_id,
+            decisions,
+        } = request.into_inner();
+        let id: MessageId = parse_id("message_id", &message_id)?;
+        let mut checked = Vec::with_capacity(decisions.len());
+        for (index, decision) in decisions.into_iter().enumerate() {
+            let pb::ToolCallDecision {
+                tool_call_id,
+                approve,
+                reason,
+            } = decision;
+            if reason.len() > MAX_REASON_BYTES {
+                return Err(super::status::invalid(
+                    &format!("decisions[{index}].reason"),
+                    &format!("must be at most {MAX_REASON_BYTES} bytes"),
+                ));
+            }
+            checked.push(Decision {
+                tool_call_id,
+                approve,
+                reason,
+            });
+        }
+        self.runner
+            .approve_tool_calls(&tenant, id, checked)
+            .map_err(from_error)?;
+        Ok(Response::new(pb::ApproveToolCallsResponse {}))
     }
 
     async fn get_message(

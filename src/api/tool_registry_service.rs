@@ -143,6 +143,8 @@ impl ToolRegistryService for ToolRegistryApi {
             provider: provider_name.clone(),
             name: name.clone(),
             preset: parameters.map(struct_to_json).unwrap_or_default(),
+            // A direct call is the caller's own decision.
+            require_approval: false,
         };
         let set = ToolSet::bind(&self.tools.snapshot(&tenant), &[tool])
             .map_err(|_| from_error(CatalogError::NotFound(format!("{provider_name}/{name}"))))?;

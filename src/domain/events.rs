@@ -61,6 +61,13 @@ pub enum RunEvent {
         /// The calls, without observations.
         calls: Vec<ToolCallRecord>,
     },
+    /// Tools that need approval were called; the run waits for a decision on each.
+    ApprovalRequired {
+        /// The round's thought id.
+        thought_id: ThoughtId,
+        /// The calls, without observations.
+        calls: Vec<ToolCallRecord>,
+    },
     /// A model call failed before the user saw any of its answer and is tried again.
     Retry {
         /// The round the call belongs to.

@@ -46,13 +46,15 @@ pub enum MessageStatus {
     Interrupted,
     /// Paused until the caller submits client-tool outputs.
     WaitingToolOutputs,
+    /// Paused until someone approves or declines tool calls.
+    WaitingApproval,
 }
 
 impl MessageStatus {
     /// Whether the message can still change.
     pub fn is_terminal(self) -> bool {
         match self {
-            Self::Running | Self::WaitingToolOutputs => false,
+            Self::Running | Self::WaitingToolOutputs | Self::WaitingApproval => false,
             Self::Completed | Self::Failed | Self::Cancelled | Self::Interrupted => true,
         }
     }

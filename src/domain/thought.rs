@@ -30,6 +30,8 @@ pub enum CallOutcome {
     InvalidArguments,
     /// The run offers no such tool.
     UnknownTool,
+    /// The call needed approval and was declined.
+    Declined,
 }
 
 impl CallOutcome {
@@ -41,6 +43,7 @@ impl CallOutcome {
             Self::Timeout => "timeout",
             Self::InvalidArguments => "invalid_arguments",
             Self::UnknownTool => "unknown_tool",
+            Self::Declined => "declined",
         }
     }
 }

@@ -57,9 +57,12 @@ pub enum RunError {
         /// The conversation.
         id: String,
     },
-    /// The message is not waiting for client tool outputs.
-    #[error("the message is not waiting for tool outputs")]
-    NotWaiting,
+    /// The message is not waiting for what was delivered to it.
+    #[error("the message is not waiting for {what}")]
+    NotWaiting {
+        /// What was delivered: `tool outputs`, `approval of tool calls`.
+        what: &'static str,
+    },
     /// An idempotency key came back with a different request.
     #[error("idempotency_key was already used with a different request")]
     KeyReused,
@@ -117,7 +120,7 @@ impl RunError {
             Self::Store(err) => err.kind(),
             Self::NotRunning { .. } => ErrorKind::FailedPrecondition,
             Self::KeyReused => ErrorKind::AlreadyExists,
-            Self::NotWaiting => ErrorKind::FailedPrecondition,
+            Self::NotWaiting { .. } => ErrorKind::FailedPrecondition,
             Self::ConversationBusy { .. } => ErrorKind::FailedPrecondition,
             Self::ShuttingDown | Self::EventsLost => ErrorKind::Unavailable,
             Self::LimitExceeded { .. } => ErrorKind::ResourceExhausted,

@@ -31,7 +31,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 pub use error::RunError;
-pub use live::{ClientOutput, EventStream};
+pub use live::{ClientOutput, Decision, EventStream};
 pub use settings::RunnerSettings;
 pub use spec::{
     AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelRef, ModelSpec, RunSpec,
@@ -45,7 +45,7 @@ use crate::llm::ModelRegistry;
 use crate::store::{Inserted, Store};
 use crate::telemetry::Metrics;
 use crate::tools::ToolRegistry;
-use live::{Emitter, LiveRun, LiveRuns, Mailbox};
+use live::{Awaited, Delivery, Emitter, LiveRun, LiveRuns, Mailbox};
 use prepare::Prepared;
 use run::{Control, Recorder, RunTask};
 
@@ -180,10 +180,33 @@ impl Runner {
         message_id: MessageId,
         outputs: Vec<ClientOutput>,
     ) -> Result<(), RunError> {
+        self.deliver(tenant, message_id, Delivery::Outputs(outputs))
+    }
+
+    /// Delivers decisions on the calls that need approval to the run waiting on them.
+    pub fn approve_tool_calls(
+        &self,
+        tenant: &Tenant,
+        message_id: MessageId,
+        decisions: Vec<Decision>,
+    ) -> Result<(), RunError> {
+        self.deliver(tenant, message_id, Delivery::Decisions(decisions))
+    }
+
+    fn deliver(
+        &self,
+        tenant: &Tenant,
+        message_id: MessageId,
+        delivery: Delivery,
+    ) -> Result<(), RunError> {
+        let awaited = match &delivery {
+            Delivery::Outputs(_) => Awaited::ToolOutputs,
+            Delivery::Decisions(_) => Awaited::Approval,
+        };
         match self.live.get(tenant, message_id) {
-            Some(run) => run.mailbox.deliver(outputs),
+            Some(run) => run.mailbox.deliver(delivery),
             None if self.store.get_message(tenant, message_id)?.is_some() => {
-                Err(RunError::NotWaiting)
+                Err(live::not_waiting(awaited))
             }
             None => Err(RunError::not_found("message", message_id)),
         }

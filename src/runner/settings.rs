@@ -13,6 +13,8 @@ pub struct RunnerSettings {
     pub event_buffer: usize,
     /// Longest a run waits for the results of client-executed tools.
     pub client_tool_timeout: Duration,
+    /// How long a run waits for decisions on calls that need approval.
+    pub approval_timeout: Duration,
     /// Record prompts and completions on LLM spans (off: they may hold personal data).
     pub trace_content: bool,
     /// The most text a model may write in one run (tool-call arguments included).
@@ -30,6 +32,7 @@ impl Default for RunnerSettings {
             tool_concurrency: 8,
             event_buffer: 64,
             client_tool_timeout: Duration::from_secs(600),
+            approval_timeout: Duration::from_secs(600),
             trace_content: false,
             max_answer_bytes: 2 * 1024 * 1024,
             max_query_bytes: 1024 * 1024,

@@ -23,6 +23,8 @@ pub struct ClientToolSpec {
     pub description: String,
     /// JSON Schema of its arguments.
     pub parameters: Value,
+    /// Calls wait for a person's approval before they go to the caller.
+    pub require_approval: bool,
 }
 
 /// Stands in for a client tool in the set; the loop hands its calls to the caller.
@@ -101,6 +103,7 @@ impl ToolSet {
                         tool: tool.clone(),
                         preset: Map::new(),
                         client: true,
+                        approval: spec.require_approval,
                     },
                 );
             }

@@ -31,6 +31,16 @@ pub fn timed_out(timeout: Duration) -> String {
     ))
 }
 
+/// The call needed approval and was declined; the model learns why, so it can adapt.
+pub fn declined(reason: &str) -> String {
+    let reason = reason.trim();
+    if reason.is_empty() {
+        "the user declined this call".to_owned()
+    } else {
+        format!("the user declined this call: {reason}")
+    }
+}
+
 /// A failed call: the text is both the observation and `meta.error`.
 pub fn failure(
     outcome: CallOutcome,

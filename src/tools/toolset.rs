@@ -28,6 +28,8 @@ pub struct ToolRef {
     pub name: String,
     /// Values that override the model's arguments and are hidden from it.
     pub preset: Map<String, Value>,
+    /// Calls wait for a person's approval before they run.
+    pub require_approval: bool,
 }
 
 /// A configured tool that the run cannot use.
@@ -90,6 +92,8 @@ pub(super) struct Bound {
     pub(super) preset: Map<String, Value>,
     /// Run by the caller, not here.
     pub(super) client: bool,
+    /// Calls wait for approval before they run.
+    pub(super) approval: bool,
 }
 
 /// The tools of one run, bound to their presets, by the name the model calls them.
@@ -159,6 +163,7 @@ impl ToolSet {
                     tool: tool.clone(),
                     preset: tool_ref.preset.clone(),
                     client: false,
+                    approval: tool_ref.require_approval,
                 },
             );
         }
@@ -183,6 +188,26 @@ impl ToolSet {
     /// Kind of the provider of the tool the model calls `name`, if the run has it.
     pub fn kind_of(&self, name: &str) -> Option<super::ProviderKind> {
         self.bound(name).map(|bound| bound.provider.kind)
+    }
+
+    /// Whether calls of the tool the model calls `name` wait for approval.
+    pub fn needs_approval(&self, name: &str) -> bool {
+        self.bound(name).is_some_and(|bound| bound.approval)
+    }
+
+    /// The result of a call of `name` that was declined for `reason`: it did not run.
+    pub fn declined(&self, name: &str, reason: &str) -> Invocation {
+        let (provider, config) = self
+            .bound(name)
+            .map(|bound| (bound.provider.name.clone(), tool_config(bound)))
+            .unwrap_or_default();
+        observation::failure(
+            CallOutcome::Declined,
+            provider,
+            observation::declined(reason),
+            0.0,
+            config,
+        )
     }
 
     /// Provider of the tool the model calls `name`, if the run has it.

@@ -19,6 +19,7 @@ fn order_lookup() -> pb::ClientTool {
                 .as_object()
                 .unwrap(),
         )),
+        require_approval: false,
     }
 }
 

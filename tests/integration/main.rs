@@ -10,6 +10,7 @@
 )]
 
 mod anthropic;
+mod approvals;
 mod auth;
 mod client_tools;
 mod conversations;

@@ -44,6 +44,7 @@ async fn invalid_runs_are_refused_naming_the_field() {
                     provider: "time".into(),
                     name: "teleport".into(),
                     parameters: None,
+                    require_approval: false,
                 })
             }),
             Code::InvalidArgument,

@@ -68,6 +68,12 @@ fn event(event: RunEvent) -> Event {
                 tool_calls: calls.into_iter().map(Into::into).collect(),
             })
         }
+        RunEvent::ApprovalRequired { thought_id, calls } => {
+            Event::ApprovalRequired(pb::ApprovalRequired {
+                thought_id: thought_id.to_string(),
+                tool_calls: calls.into_iter().map(Into::into).collect(),
+            })
+        }
         RunEvent::Retry {
             position,
             attempt,

@@ -105,6 +105,7 @@ pub fn message_status(status: MessageStatus) -> pb::MessageStatus {
         MessageStatus::Cancelled => pb::MessageStatus::Cancelled,
         MessageStatus::Interrupted => pb::MessageStatus::Interrupted,
         MessageStatus::WaitingToolOutputs => pb::MessageStatus::WaitingToolOutputs,
+        MessageStatus::WaitingApproval => pb::MessageStatus::WaitingApproval,
     }
 }
 

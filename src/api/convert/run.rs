@@ -140,6 +140,7 @@ fn client_tool(tool: pb::ClientTool) -> ClientToolSpec {
         name,
         description,
         parameters_schema,
+        require_approval,
     } = tool;
     let parameters = parameters_schema.map_or_else(
         || serde_json::json!({"type": "object", "properties": {}}),
@@ -149,6 +150,7 @@ fn client_tool(tool: pb::ClientTool) -> ClientToolSpec {
         name,
         description,
         parameters,
+        require_approval,
     }
 }
 
@@ -224,11 +226,13 @@ fn tool_ref(tool: pb::AgentTool) -> ToolRef {
         provider,
         name,
         parameters,
+        require_approval,
     } = tool;
     ToolRef {
         provider,
         name,
         preset: parameters.map(struct_to_json).unwrap_or_default(),
+        require_approval,
     }
 }
 
@@ -298,9 +302,11 @@ mod tests {
             parameters: Some(super::super::json_to_struct(
                 serde_json::json!({"timezone": "UTC"}).as_object().unwrap(),
             )),
+            require_approval: true,
         });
         let spec = run_spec(Tenant::default_tenant(), req, None).unwrap();
         assert_eq!(spec.agent.tools[0].preset["timezone"], "UTC");
+        assert!(spec.agent.tools[0].require_approval);
         assert_eq!(spec.agent.max_iteration, 10);
     }
 }

@@ -229,6 +229,7 @@ fn run_request() -> pb::RunRequest {
                 provider: "time".into(),
                 name: "current_time".into(),
                 parameters: None,
+                require_approval: false,
             }],
             ..Default::default()
         }),

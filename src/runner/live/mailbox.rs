@@ -1,8 +1,9 @@
-//! The client-tool mailbox: where a run waiting for the results of tools its caller runs
-//! posts the call ids it waits for, and where `SubmitToolOutputs` delivers them.
+//! The mailbox of a waiting run: where a run posts the call ids it waits on (for its
+//! caller's tool outputs, or for decisions on calls that need approval), and where
+//! `SubmitToolOutputs` and `ApproveToolCalls` deliver them.
 //!
 //! The wait itself (status, event, timeout) belongs to the run; this is only the meeting
-//! point, shared between the run and the registry.
+//! point, shared between the run and the registry. One run waits for one thing at a time.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -22,10 +23,86 @@ pub struct ClientOutput {
     pub error: String,
 }
 
-/// Calls a run waits for, and where to deliver their results.
+/// A decision on one call that needs approval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The call decided on.
+    pub tool_call_id: String,
+    /// Whether it may run.
+    pub approve: bool,
+    /// Why it may not, for the model.
+    pub reason: String,
+}
+
+/// What a waiting run receives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// Results of the caller's own tools.
+    Outputs(Vec<ClientOutput>),
+    /// Decisions on calls that need approval.
+    Decisions(Vec<Decision>),
+}
+
+impl Delivery {
+    /// What a run must be waiting for to take this.
+    fn awaited(&self) -> Awaited {
+        match self {
+            Self::Outputs(_) => Awaited::ToolOutputs,
+            Self::Decisions(_) => Awaited::Approval,
+        }
+    }
+
+    /// The call ids answered, in order.
+    fn ids(&self) -> Vec<&str> {
+        match self {
+            Self::Outputs(outputs) => outputs.iter().map(|o| o.tool_call_id.as_str()).collect(),
+            Self::Decisions(decisions) => {
+                decisions.iter().map(|d| d.tool_call_id.as_str()).collect()
+            }
+        }
+    }
+}
+
+/// What a run waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Awaited {
+    /// Its caller's tool outputs.
+    ToolOutputs,
+    /// Decisions on calls that need approval.
+    Approval,
+}
+
+impl Awaited {
+    /// As an error text says it.
+    fn describe(self) -> &'static str {
+        match self {
+            Self::ToolOutputs => "tool outputs",
+            Self::Approval => "approval of tool calls",
+        }
+    }
+
+    /// The request field that lists the answers.
+    fn field(self) -> &'static str {
+        match self {
+            Self::ToolOutputs => "outputs",
+            Self::Approval => "decisions",
+        }
+    }
+
+    /// What each answer is called.
+    fn answer(self) -> &'static str {
+        match self {
+            Self::ToolOutputs => "result",
+            Self::Approval => "decision",
+        }
+    }
+}
+
+/// Calls a run waits on, and where to deliver what answers them.
 struct Pending {
+    awaited: Awaited,
     ids: Vec<String>,
-    reply: oneshot::Sender<Vec<ClientOutput>>,
+    reply: oneshot::Sender<Delivery>,
 }
 
 /// The meeting point of one run and its caller's submissions.
@@ -37,29 +114,39 @@ pub struct Mailbox {
 }
 
 impl Mailbox {
-    /// Starts waiting for results of `ids`; the wait ends when the returned value is dropped.
-    pub fn expect(&self, ids: Vec<String>) -> Expected {
+    /// Starts waiting for `awaited` on `ids`; the wait ends when the returned value is
+    /// dropped.
+    pub fn expect(&self, awaited: Awaited, ids: Vec<String>) -> Expected {
         let (reply, delivered) = oneshot::channel();
-        *self.lock() = Some(Pending { ids, reply });
+        *self.lock() = Some(Pending {
+            awaited,
+            ids,
+            reply,
+        });
         Expected {
             mailbox: self.clone(),
             delivered,
         }
     }
 
-    /// Delivers submitted results to the run waiting here. Every waited-for call must be
-    /// answered, and only those; a refused submission leaves the run waiting.
-    pub fn deliver(&self, outputs: Vec<ClientOutput>) -> Result<(), RunError> {
+    /// Delivers to the run waiting here. Every waited-on call must be answered, and only
+    /// those; a refused delivery leaves the run waiting.
+    pub fn deliver(&self, delivery: Delivery) -> Result<(), RunError> {
+        let awaited = delivery.awaited();
         let mut guard = self.lock();
         let Some(pending) = guard.take() else {
-            return Err(RunError::NotWaiting);
+            return Err(not_waiting(awaited));
         };
-        if let Err(err) = check(&pending.ids, &outputs) {
+        if pending.awaited != awaited {
+            *guard = Some(pending);
+            return Err(not_waiting(awaited));
+        }
+        if let Err(err) = check(awaited, &pending.ids, &delivery.ids()) {
             *guard = Some(pending);
             return Err(err.into());
         }
         // A run that stopped waiting (cancelled or timed out) no longer listens; nothing to do.
-        let _ = pending.reply.send(outputs);
+        let _ = pending.reply.send(delivery);
         Ok(())
     }
 
@@ -68,18 +155,25 @@ impl Mailbox {
     }
 }
 
-/// A run's wait for its caller's results; dropping it stops waiting.
+/// The refusal of a delivery to a message that does not wait for it.
+pub fn not_waiting(awaited: Awaited) -> RunError {
+    RunError::NotWaiting {
+        what: awaited.describe(),
+    }
+}
+
+/// A run's wait; dropping it stops waiting.
 pub struct Expected {
     mailbox: Mailbox,
-    delivered: oneshot::Receiver<Vec<ClientOutput>>,
+    delivered: oneshot::Receiver<Delivery>,
 }
 
 impl Expected {
-    /// The results, once delivered; `None` if the mailbox was dropped without them.
+    /// What was delivered; `None` if the mailbox was dropped without it.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future leaves the wait in place until `self` is dropped.
-    pub async fn results(&mut self) -> Option<Vec<ClientOutput>> {
+    pub async fn delivered(&mut self) -> Option<Delivery> {
         (&mut self.delivered).await.ok()
     }
 }
@@ -90,36 +184,38 @@ impl Drop for Expected {
     }
 }
 
-fn check(ids: &[String], outputs: &[ClientOutput]) -> Result<(), FieldError> {
-    for (index, output) in outputs.iter().enumerate() {
-        if !ids.contains(&output.tool_call_id) {
+fn check(awaited: Awaited, ids: &[String], answered: &[&str]) -> Result<(), FieldError> {
+    let field = awaited.field();
+    for (index, id) in answered.iter().enumerate() {
+        if !ids.iter().any(|waited| waited == id) {
             return Err(FieldError::new(
-                format!("outputs[{index}].tool_call_id"),
-                format!(
-                    "{:?} is not a call the run is waiting for",
-                    output.tool_call_id
-                ),
+                format!("{field}[{index}].tool_call_id"),
+                format!("{id:?} is not a call the run is waiting on"),
             ));
         }
-        if outputs[..index]
-            .iter()
-            .any(|o| o.tool_call_id == output.tool_call_id)
-        {
+        if answered[..index].contains(id) {
             return Err(FieldError::new(
-                format!("outputs[{index}].tool_call_id"),
-                format!("{:?} is answered twice", output.tool_call_id),
+                format!("{field}[{index}].tool_call_id"),
+                format!("{id:?} is answered twice"),
             ));
         }
     }
-    match ids
+    let missing: Vec<String> = ids
         .iter()
-        .find(|id| !outputs.iter().any(|o| &o.tool_call_id == *id))
-    {
-        Some(missing) => Err(FieldError::new(
-            "outputs",
-            format!("has no result for tool_call_id {missing:?}"),
-        )),
-        None => Ok(()),
+        .filter(|id| !answered.contains(&id.as_str()))
+        .map(|id| format!("{id:?}"))
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(FieldError::new(
+            field,
+            format!(
+                "has no {} for tool_call_id {}",
+                awaited.answer(),
+                missing.join(", ")
+            ),
+        ))
     }
 }
 
@@ -137,37 +233,64 @@ mod tests {
 
     #[test]
     fn every_waited_call_must_be_answered_once_and_nothing_else() {
-        let ids = vec!["a".to_owned(), "b".to_owned()];
-        assert!(check(&ids, &[output("a"), output("b")]).is_ok());
+        let ids = vec!["a".to_owned(), "b".to_owned(), "c".to_owned()];
+        let outputs = Awaited::ToolOutputs;
+        assert!(check(outputs, &ids, &["a", "b", "c"]).is_ok());
         assert_eq!(
-            check(&ids, &[output("a")]).unwrap_err().to_string(),
+            check(outputs, &ids, &["a", "c"]).unwrap_err().to_string(),
             "outputs has no result for tool_call_id \"b\""
         );
         assert_eq!(
-            check(&ids, &[output("a"), output("x")])
+            check(Awaited::Approval, &ids, &["b"])
                 .unwrap_err()
                 .to_string(),
-            "outputs[1].tool_call_id \"x\" is not a call the run is waiting for"
+            "decisions has no decision for tool_call_id \"a\", \"c\""
         );
-        assert!(check(&ids, &[output("a"), output("a"), output("b")]).is_err());
+        assert_eq!(
+            check(outputs, &ids, &["a", "x"]).unwrap_err().to_string(),
+            "outputs[1].tool_call_id \"x\" is not a call the run is waiting on"
+        );
+        assert!(check(outputs, &ids, &["a", "a", "b", "c"]).is_err());
+    }
+
+    fn outputs(ids: &[&str]) -> Delivery {
+        Delivery::Outputs(ids.iter().map(|id| output(id)).collect())
     }
 
     #[tokio::test]
     async fn a_rejected_submission_leaves_the_run_waiting_and_dropping_the_wait_ends_it() {
         let mailbox = Mailbox::default();
-        let mut expected = mailbox.expect(vec!["a".into()]);
-        assert!(mailbox.deliver(vec![output("zzz")]).is_err());
-        assert!(mailbox.deliver(vec![output("a")]).is_ok());
-        assert_eq!(expected.results().await, Some(vec![output("a")]));
+        let mut expected = mailbox.expect(Awaited::ToolOutputs, vec!["a".into()]);
+        assert!(mailbox.deliver(outputs(&["zzz"])).is_err());
+        assert!(mailbox.deliver(outputs(&["a"])).is_ok());
+        assert_eq!(expected.delivered().await, Some(outputs(&["a"])));
         assert!(matches!(
-            mailbox.deliver(vec![output("a")]),
-            Err(RunError::NotWaiting)
+            mailbox.deliver(outputs(&["a"])),
+            Err(RunError::NotWaiting { .. })
         ));
-        let waiting = mailbox.expect(vec!["b".into()]);
+        let waiting = mailbox.expect(Awaited::ToolOutputs, vec!["b".into()]);
         drop(waiting);
         assert!(matches!(
-            mailbox.deliver(vec![output("b")]),
-            Err(RunError::NotWaiting)
+            mailbox.deliver(outputs(&["b"])),
+            Err(RunError::NotWaiting { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn outputs_do_not_answer_a_wait_for_approval() {
+        let mailbox = Mailbox::default();
+        let mut expected = mailbox.expect(Awaited::Approval, vec!["a".into()]);
+        let refused = mailbox.deliver(outputs(&["a"])).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "the message is not waiting for tool outputs"
+        );
+        let decision = Delivery::Decisions(vec![Decision {
+            tool_call_id: "a".into(),
+            approve: false,
+            reason: "no".into(),
+        }]);
+        mailbox.deliver(decision.clone()).unwrap();
+        assert_eq!(expected.delivered().await, Some(decision));
     }
 }

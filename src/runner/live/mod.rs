@@ -1,6 +1,6 @@
 //! Runs in progress as the outside reaches them: the registry of live runs, the emitter a
 //! run publishes its events through, the follower that streams a message's events to a
-//! client, and the mailbox where a client's tool results meet the run waiting for them.
+//! client, and the mailbox where a client's tool results and approvals meet the run waiting for them.
 //!
 //! Nothing here drives a run; [`super::run`] does, and uses these.
 
@@ -11,5 +11,5 @@ mod registry;
 
 pub use emitter::Emitter;
 pub use follower::{follow, EventStream};
-pub use mailbox::{ClientOutput, Mailbox};
+pub use mailbox::{not_waiting, Awaited, ClientOutput, Decision, Delivery, Mailbox};
 pub use registry::{LiveRun, LiveRuns, Registration};

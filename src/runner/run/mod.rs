@@ -591,7 +591,10 @@ impl RunTask {
             (MessageStatus::Cancelled, _) => RunOutcome::Cancelled,
             (MessageStatus::Interrupted, _) => RunOutcome::Interrupted,
             (
-                MessageStatus::Failed | MessageStatus::Running | MessageStatus::WaitingToolOutputs,
+                MessageStatus::Failed
+                | MessageStatus::Running
+                | MessageStatus::WaitingToolOutputs
+                | MessageStatus::WaitingApproval,
                 _,
             ) => RunOutcome::Failed,
         };

@@ -36,6 +36,7 @@ fn runner(model: Arc<ScriptedChatModel>) -> (Runner, Store) {
     tools.register_builtin(testing_provider().unwrap());
     let settings = RunnerSettings {
         client_tool_timeout: Duration::from_secs(5),
+        approval_timeout: Duration::from_secs(5),
         ..RunnerSettings::default()
     };
     let runner = Runner::new(store.clone(), Arc::new(models), Arc::new(tools), settings);
@@ -57,6 +58,7 @@ fn spec(tools: &[(&str, &str)]) -> RunSpec {
                     provider: (*provider).into(),
                     name: (*name).into(),
                     preset: Default::default(),
+                    require_approval: false,
                 })
                 .collect(),
             ..AgentSpec::default()
@@ -245,6 +247,7 @@ async fn a_client_tool_call_waits_for_the_callers_result_then_goes_on() {
         name: "lookup".into(),
         description: "Looks a key up".into(),
         parameters: serde_json::json!({"type": "object", "properties": {"key": {"type": "string"}}}),
+        require_approval: false,
     }];
     let handle = runner.start(spec, runner.run_token()).await.unwrap();
     let mut events = handle.events;

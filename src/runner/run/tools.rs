@@ -1,7 +1,7 @@
-//! Running one round's tool calls: the server's tools concurrently (bounded, each within
-//! the tool timeout), then the caller's own tools through the mailbox. Each result is
-//! stored and announced as it arrives; the round's thought ends up holding every result in
-//! call order.
+//! Running one round's tool calls: first a decision on the calls that need approval, then
+//! the server's tools concurrently (bounded, each within the tool timeout), then the
+//! caller's own tools through the mailbox. Each result is stored and announced as it
+//! arrives; the round's thought ends up holding every result in call order.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,11 +14,27 @@ use super::halt::{or_cancel, Halt};
 use super::recorder::Recorder;
 use super::state::Round;
 use crate::domain::{Message, MessageStatus, RunEvent, ToolCallRecord};
-use crate::runner::live::{ClientOutput, Mailbox};
+use crate::runner::live::{Awaited, ClientOutput, Decision, Delivery, Mailbox};
 use crate::runner::settings::RunnerSettings;
 use crate::telemetry::Metrics;
 use crate::tools::http_api::truncate_output;
 use crate::tools::{Invocation, ProviderKind, ToolSet};
+
+/// One wait of a run on the outside.
+struct Wait {
+    /// What answers it.
+    awaited: Awaited,
+    /// The calls waited on.
+    ids: Vec<String>,
+    /// The message's status meanwhile.
+    status: MessageStatus,
+    /// The event that tells the outside what is waited on.
+    announcement: RunEvent,
+    /// How long to wait.
+    limit: Duration,
+    /// How the run ends when nobody answers in time.
+    on_timeout: Halt,
+}
 
 /// What running a round's calls needs from its run.
 pub struct RoundTools<'a> {
@@ -41,6 +57,7 @@ pub struct RoundTools<'a> {
 impl RoundTools<'_> {
     /// Runs every call of `round` and records each result.
     pub async fn run(&mut self, round: &mut Round) -> Result<(), Halt> {
+        let declined = self.ask_approval(round).await?;
         let thought = &round.thought;
         for call in &thought.tool_calls {
             self.recorder.announce(RunEvent::ToolStarted {
@@ -50,12 +67,72 @@ impl RoundTools<'_> {
             });
         }
         let (client, server): (Vec<usize>, Vec<usize>) = (0..thought.tool_calls.len())
+            .filter(|index| !declined.iter().any(|(at, _)| at == index))
             .partition(|index| self.tools.is_client(&thought.tool_calls[*index].name));
+        for (index, reason) in declined {
+            let name = round.thought.tool_calls[index].name.clone();
+            let invocation = self.tools.declined(&name, &reason);
+            self.record(round, index, invocation)?;
+        }
         self.run_server_calls(round, server).await?;
         self.run_client_calls(round, client).await?;
         self.recorder
             .announce(RunEvent::Thought(Box::new(round.thought.clone())));
         Ok(())
+    }
+
+    /// Waits for a decision on each call that needs approval; returns the declined ones
+    /// with their reasons. Calls of unknown tools need none: they fail without running.
+    async fn ask_approval(&mut self, round: &Round) -> Result<Vec<(usize, String)>, Halt> {
+        let gated: Vec<usize> = (0..round.thought.tool_calls.len())
+            .filter(|index| {
+                self.tools
+                    .needs_approval(&round.thought.tool_calls[*index].name)
+            })
+            .collect();
+        if gated.is_empty() {
+            return Ok(Vec::new());
+        }
+        let calls: Vec<ToolCallRecord> = gated
+            .iter()
+            .map(|index| round.thought.tool_calls[*index].clone())
+            .collect();
+        let limit = self.settings.approval_timeout;
+        let delivery = self
+            .wait(Wait {
+                awaited: Awaited::Approval,
+                ids: calls.iter().map(|c| c.id.clone()).collect(),
+                status: MessageStatus::WaitingApproval,
+                announcement: RunEvent::ApprovalRequired {
+                    thought_id: round.thought.id,
+                    calls: calls.clone(),
+                },
+                limit,
+                on_timeout: Halt::failed(
+                    "approval_timeout",
+                    format!(
+                        "no decision on the tool calls was made within {}s",
+                        limit.as_secs()
+                    ),
+                ),
+            })
+            .await?;
+        let decisions: Vec<Decision> = match delivery {
+            Delivery::Decisions(decisions) => decisions,
+            Delivery::Outputs(_) => Vec::new(),
+        };
+        Ok(gated
+            .into_iter()
+            .zip(calls)
+            .filter_map(|(index, call)| {
+                let decision = decisions.iter().find(|d| d.tool_call_id == call.id);
+                match decision {
+                    Some(decision) if decision.approve => None,
+                    Some(decision) => Some((index, decision.reason.clone())),
+                    None => Some((index, "no decision was made".to_owned())),
+                }
+            })
+            .collect())
     }
 
     async fn run_server_calls(
@@ -115,35 +192,53 @@ impl RoundTools<'_> {
         Ok(())
     }
 
-    /// Marks the message as waiting, tells the caller what to run, and waits for the
-    /// results until the run is cancelled or the client-tool timeout passes.
+    /// Tells the caller what to run, and waits for the results until the run is cancelled
+    /// or the client-tool timeout passes.
     async fn wait_for_outputs(
         &mut self,
         round: &Round,
         calls: Vec<ToolCallRecord>,
     ) -> Result<Vec<ClientOutput>, Halt> {
-        let mut expected = self
-            .mailbox
-            .expect(calls.iter().map(|c| c.id.clone()).collect());
-        self.set_status(MessageStatus::WaitingToolOutputs)?;
-        self.recorder.announce(RunEvent::ToolCallsRequired {
-            thought_id: round.thought.id,
-            calls,
-        });
         let limit = self.settings.client_tool_timeout;
+        let delivery = self
+            .wait(Wait {
+                awaited: Awaited::ToolOutputs,
+                ids: calls.iter().map(|c| c.id.clone()).collect(),
+                status: MessageStatus::WaitingToolOutputs,
+                announcement: RunEvent::ToolCallsRequired {
+                    thought_id: round.thought.id,
+                    calls,
+                },
+                limit,
+                on_timeout: Halt::failed(
+                    "client_tool_timeout",
+                    format!("no tool outputs were submitted within {}s", limit.as_secs()),
+                ),
+            })
+            .await?;
+        Ok(match delivery {
+            Delivery::Outputs(outputs) => outputs,
+            Delivery::Decisions(_) => Vec::new(),
+        })
+    }
+
+    /// The one wait of a run on the outside: posts the calls in the mailbox, marks the
+    /// message waiting, announces the calls, and waits for the delivery until the run is
+    /// cancelled or the wait's limit passes.
+    async fn wait(&mut self, wait: Wait) -> Result<Delivery, Halt> {
+        let mut expected = self.mailbox.expect(wait.awaited, wait.ids);
+        self.set_status(wait.status)?;
+        self.recorder.announce(wait.announcement);
         let outcome = tokio::select! {
             biased;
             _ = self.cancel.cancelled() => Err(Halt::Cancelled),
-            _ = tokio::time::sleep(limit) => Err(Halt::failed(
-                "client_tool_timeout",
-                format!("no tool outputs were submitted within {}s", limit.as_secs()),
-            )),
-            outputs = expected.results() => outputs.ok_or(Halt::Cancelled),
+            _ = tokio::time::sleep(wait.limit) => Err(wait.on_timeout),
+            delivery = expected.delivered() => delivery.ok_or(Halt::Cancelled),
         };
         drop(expected);
-        let outputs = outcome?;
+        let delivery = outcome?;
         self.set_status(MessageStatus::Running)?;
-        Ok(outputs)
+        Ok(delivery)
     }
 
     fn set_status(&mut self, status: MessageStatus) -> Result<(), Halt> {

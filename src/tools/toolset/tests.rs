@@ -15,6 +15,7 @@ fn set(refs: &[(&str, &str, Value)]) -> ToolSet {
             provider: (*provider).to_owned(),
             name: (*name).to_owned(),
             preset: preset.as_object().cloned().unwrap_or_default(),
+            require_approval: false,
         })
         .collect();
     ToolSet::bind(
@@ -115,6 +116,7 @@ fn configuration_errors_name_the_entry() {
         provider: provider.into(),
         name: name.into(),
         preset: Map::new(),
+        require_approval: false,
     };
     let err = ToolSet::bind(
         &registry.snapshot(&crate::domain::Tenant::default_tenant()),

@@ -43,6 +43,16 @@ pub trait RunRequestExt: Sized {
         self
     }
 
+    /// Calls of the agent tool `name` wait for approval.
+    fn needs_approval(mut self, name: &str) -> Self {
+        for tool in &mut self.agent_mut().tools {
+            if tool.name == name {
+                tool.require_approval = true;
+            }
+        }
+        self
+    }
+
     /// At most `turns` turns of history.
     fn memory_turns(mut self, turns: u32) -> Self {
         self.agent_mut().memory = Some(pb::MemoryConfig { max_turns: turns });

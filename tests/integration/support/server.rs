@@ -246,6 +246,7 @@ pub fn run_request(query: &str, tools: &[(&str, &str)]) -> pb::RunRequest {
                     provider: (*provider).to_owned(),
                     name: (*name).to_owned(),
                     parameters: None,
+                    require_approval: false,
                 })
                 .collect(),
             ..Default::default()
