@@ -190,7 +190,7 @@ fn check(awaited: Awaited, ids: &[String], answered: &[&str]) -> Result<(), Fiel
         if !ids.iter().any(|waited| waited == id) {
             return Err(FieldError::new(
                 format!("{field}[{index}].tool_call_id"),
-                format!("{id:?} is not a call the run is waiting on"),
+                format!("{id:?} is not a call the run is waiting for"),
             ));
         }
         if answered[..index].contains(id) {
@@ -248,7 +248,7 @@ mod tests {
         );
         assert_eq!(
             check(outputs, &ids, &["a", "x"]).unwrap_err().to_string(),
-            "outputs[1].tool_call_id \"x\" is not a call the run is waiting on"
+            "outputs[1].tool_call_id \"x\" is not a call the run is waiting for"
         );
         assert!(check(outputs, &ids, &["a", "a", "b", "c"]).is_err());
     }
