@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    ConversationId, FileRecord, FinishReason, MessageId, RunFailure, StrategyKind, Thought,
-    ThoughtId, ToolCallRecord, Usage,
+    ConversationId, FileRecord, FinishReason, MessageId, RetrieverResource, RunFailure,
+    StrategyKind, Thought, ThoughtId, ToolCallRecord, Usage,
 };
 
 /// What happened in a run. Every variant is a snapshot taken when the event was produced, so
@@ -93,6 +93,15 @@ pub enum RunEvent {
         finish_reason: FinishReason,
         /// LLM rounds made.
         iterations: u32,
+        /// Passages the run's tools retrieved.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        retriever_resources: Vec<RetrieverResource>,
+        /// The answer as the document `output_schema` asked for, when it met it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        structured_output: Option<serde_json::Value>,
+        /// Why the answer does not meet `output_schema`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output_invalid: Option<String>,
     },
     /// The run failed; nothing follows.
     Error {

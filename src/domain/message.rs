@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::thought::RetrieverResource;
 use super::{ConversationId, MessageId, Tenant, Usage};
 
 /// A thread of messages.
@@ -127,4 +128,13 @@ pub struct Message {
     pub created_at: DateTime<Utc>,
     /// When the record last changed.
     pub updated_at: DateTime<Utc>,
+    /// Passages the run's tools retrieved, in the order the model saw them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retriever_resources: Vec<RetrieverResource>,
+    /// The answer as the document `output_schema` asked for, once it met the schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_output: Option<serde_json::Value>,
+    /// Why the answer does not meet `output_schema` (it is kept as text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_invalid: Option<String>,
 }

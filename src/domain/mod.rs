@@ -23,7 +23,7 @@ pub use message::{
     Conversation, FinishReason, IdempotencyRecord, Message, MessageStatus, RunFailure, StrategyKind,
 };
 pub use provider::{McpToolDef, ProviderKind, ProviderRecord, ProviderSource};
-pub use thought::{CallOutcome, Thought, ToolCallRecord, ToolInvokeMeta};
+pub use thought::{CallOutcome, RetrieverResource, Thought, ToolCallRecord, ToolInvokeMeta};
 pub use usage::{Pricing, TokenUsage, Usage};
 
 /// The current time as a UTC timestamp, in one place so records agree on the clock.

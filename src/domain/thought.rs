@@ -48,6 +48,28 @@ impl CallOutcome {
     }
 }
 
+/// A passage a tool retrieved, kept as evidence for the answer: where it came from and
+/// how well it matched. Knowledge tools give them; an API or MCP tool whose answer is an
+/// object with a `records` list of `{content, title, score, metadata}` gives them too.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RetrieverResource {
+    /// 1-based, in the order the model saw the passages within the message.
+    pub position: u32,
+    /// The provider of the tool that retrieved it.
+    pub provider: String,
+    /// The call that retrieved it.
+    pub tool_call_id: String,
+    /// The passage.
+    pub content: String,
+    /// Its title.
+    pub title: String,
+    /// The document or location it comes from (`metadata.source`, `.path`,
+    /// `.document_name` or `.url` of a record).
+    pub source: String,
+    /// How well it matched, as the knowledge base scored it.
+    pub score: Option<f64>,
+}
+
 /// One tool call of a round. Calls are kept in the order the model made them and keyed by
 /// their call id, so two calls of the same tool keep both results.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -85,10 +107,11 @@ pub struct Thought {
     pub answer: String,
     /// Files the round's tools produced.
     pub file_ids: Vec<String>,
+    /// Passages the round's tools retrieved, in the order the model saw them.
+    pub retriever_resources: Vec<RetrieverResource>,
     /// The round's LLM usage; `None` until the model has answered.
     pub usage: Option<Usage>,
     /// Provider of the model that answered the round (a fallback's when the primary failed).
-    #[serde(default)]
     pub provider: String,
     /// The model that answered the round.
     #[serde(default)]
@@ -111,6 +134,8 @@ struct ThoughtWire {
     #[serde(default)]
     answer_is_thought: bool,
     file_ids: Vec<String>,
+    #[serde(default)]
+    retriever_resources: Vec<RetrieverResource>,
     usage: Option<Usage>,
     #[serde(default)]
     provider: String,
@@ -134,6 +159,7 @@ impl From<ThoughtWire> for Thought {
             tool_calls: wire.tool_calls,
             answer,
             file_ids: wire.file_ids,
+            retriever_resources: wire.retriever_resources,
             usage: wire.usage,
             provider: wire.provider,
             model: wire.model,
@@ -145,7 +171,7 @@ impl From<ThoughtWire> for Thought {
 impl Serialize for Thought {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let same = !self.answer.is_empty() && self.answer == self.thought;
-        let mut out = serializer.serialize_struct("Thought", 11)?;
+        let mut out = serializer.serialize_struct("Thought", 12)?;
         out.serialize_field("id", &self.id)?;
         out.serialize_field("message_id", &self.message_id)?;
         out.serialize_field("position", &self.position)?;
@@ -157,6 +183,9 @@ impl Serialize for Thought {
             out.serialize_field("answer", &self.answer)?;
         }
         out.serialize_field("file_ids", &self.file_ids)?;
+        if !self.retriever_resources.is_empty() {
+            out.serialize_field("retriever_resources", &self.retriever_resources)?;
+        }
         out.serialize_field("usage", &self.usage)?;
         out.serialize_field("provider", &self.provider)?;
         out.serialize_field("model", &self.model)?;
@@ -176,6 +205,7 @@ impl Thought {
             tool_calls: Vec::new(),
             answer: String::new(),
             file_ids: Vec::new(),
+            retriever_resources: Vec::new(),
             usage: None,
             provider: String::new(),
             model: String::new(),

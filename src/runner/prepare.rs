@@ -130,6 +130,9 @@ pub fn new_message(
         user: spec.user.clone(),
         created_at: now,
         updated_at: now,
+        retriever_resources: Vec::new(),
+        structured_output: None,
+        output_invalid: None,
     })
 }
 

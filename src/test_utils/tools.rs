@@ -102,6 +102,7 @@ impl ErasedTool for ChartTool {
                 mime_type: "image/png".to_owned(),
                 content: FileContent::Bytes(CHART_BYTES.to_vec()),
             }],
+            resources: Vec::new(),
         })
     }
 }

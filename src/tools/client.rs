@@ -143,6 +143,7 @@ impl ToolSet {
                 provider: CLIENT_PROVIDER.to_owned(),
                 outcome: CallOutcome::Success,
                 files: Vec::new(),
+                resources: super::records::resources_in(&output),
                 observation: output,
                 meta: ToolInvokeMeta {
                     time_cost,

@@ -1,10 +1,10 @@
 //! Knowledge providers: one tool that searches a knowledge base through the External
 //! Knowledge API (`POST {endpoint}/retrieval`), rendering its records as numbered passages.
 
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::http_api::truncate_output;
+use super::records::{Record, Retrieval};
 use super::{http_body, ErasedTool, ToolDescriptor, ToolError, ToolOutput};
 
 /// Where and how to search.
@@ -31,22 +31,6 @@ pub struct KnowledgeTool {
     descriptor: ToolDescriptor,
     settings: KnowledgeSettings,
     http: reqwest::Client,
-}
-
-#[derive(Debug, Deserialize)]
-struct Retrieval {
-    #[serde(default)]
-    records: Vec<Record>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Record {
-    #[serde(default)]
-    content: String,
-    #[serde(default)]
-    score: Option<f64>,
-    #[serde(default)]
-    title: Option<String>,
 }
 
 impl KnowledgeTool {
@@ -93,6 +77,10 @@ fn render(records: &[Record], query: &str) -> String {
     if records.is_empty() {
         return format!("No passages in the knowledge base match {query:?}.");
     }
+    passages(records).join("\n\n")
+}
+
+fn passages(records: &[Record]) -> Vec<String> {
     records
         .iter()
         .enumerate()
@@ -108,8 +96,21 @@ fn render(records: &[Record], query: &str) -> String {
                 .unwrap_or_default();
             format!("{}. {title}{score}\n{}", i + 1, record.content.trim())
         })
-        .collect::<Vec<_>>()
-        .join("\n\n")
+        .collect()
+}
+
+/// How many passages begin within the first `limit` bytes of the rendering: the ones the
+/// model sees, and so the ones an answer may cite.
+fn seen(records: &[Record], limit: usize) -> usize {
+    let mut start = 0;
+    passages(records)
+        .iter()
+        .take_while(|passage| {
+            let visible = start < limit;
+            start += passage.len() + 2;
+            visible
+        })
+        .count()
 }
 
 #[async_trait::async_trait]
@@ -150,11 +151,16 @@ impl ErasedTool for KnowledgeTool {
         let retrieval: Retrieval = serde_json::from_str(&text).map_err(|err| {
             ToolError::Failed(format!("the knowledge answer is not a records list: {err}"))
         })?;
-        Ok(truncate_output(
-            render(&retrieval.records, query),
-            self.settings.max_output_bytes,
-        )
-        .into())
+        let limit = self.settings.max_output_bytes;
+        let resources = retrieval.records[..seen(&retrieval.records, limit)]
+            .iter()
+            .map(Record::resource)
+            .collect();
+        Ok(ToolOutput {
+            text: truncate_output(render(&retrieval.records, query), limit),
+            files: Vec::new(),
+            resources,
+        })
     }
 }
 
@@ -169,13 +175,19 @@ mod tests {
                 content: " Paris is the capital. ".into(),
                 score: Some(0.91),
                 title: Some("France".into()),
+                metadata: None,
             },
             Record {
                 content: "Lyon".into(),
-                score: None,
-                title: None,
+                ..Record::default()
             },
         ];
+        assert_eq!(seen(&records, 10_000), 2);
+        assert_eq!(
+            seen(&records, 10),
+            1,
+            "the second passage starts past the cut"
+        );
         assert_eq!(
             render(&records, "q"),
             "1. France (score 0.91)\nParis is the capital.\n\n2. untitled\nLyon"

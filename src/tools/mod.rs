@@ -16,6 +16,7 @@ pub mod mcp;
 pub mod observation;
 pub mod outbound;
 pub mod providers;
+pub mod records;
 mod registry;
 mod toolset;
 
@@ -54,13 +55,15 @@ pub struct ToolOutput {
     pub text: String,
     /// Files for the user (an image, a report …), announced and stored with the message.
     pub files: Vec<ToolFile>,
+    /// Passages the answer is made of, as evidence (knowledge tools).
+    pub resources: Vec<crate::domain::RetrieverResource>,
 }
 
 impl From<String> for ToolOutput {
     fn from(text: String) -> Self {
         Self {
             text,
-            files: Vec::new(),
+            ..Self::default()
         }
     }
 }

@@ -53,6 +53,7 @@ pub fn failure(
         provider,
         outcome,
         files: Vec::new(),
+        resources: Vec::new(),
         meta: ToolInvokeMeta {
             time_cost,
             error: Some(text.clone()),

@@ -114,6 +114,8 @@ pub struct Invocation {
     pub meta: ToolInvokeMeta,
     /// Files the tool produced.
     pub files: Vec<super::ToolFile>,
+    /// Passages the answer is made of, as evidence for the message's answer.
+    pub resources: Vec<crate::domain::RetrieverResource>,
     /// How the call ended.
     pub outcome: CallOutcome,
 }
@@ -236,6 +238,11 @@ impl ToolSet {
             Ok(Ok(output)) => Invocation {
                 provider,
                 files: output.files,
+                resources: if output.resources.is_empty() {
+                    super::records::resources_in(&output.text)
+                } else {
+                    output.resources
+                },
                 outcome: CallOutcome::Success,
                 observation: output.text,
                 meta: ToolInvokeMeta {

@@ -12,6 +12,7 @@
 mod anthropic;
 mod approvals;
 mod auth;
+mod citations;
 mod client_tools;
 mod conversations;
 mod hardening;

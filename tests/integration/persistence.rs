@@ -161,6 +161,9 @@ async fn messages_left_running_by_a_crash_become_interrupted() {
             user: String::new(),
             created_at: chrono::Utc::now(),
             updated_at: chrono::Utc::now(),
+            retriever_resources: Vec::new(),
+            structured_output: None,
+            output_invalid: None,
         };
         store
             .insert_message(&tenant, Some(&conversation), &message, None)

@@ -1,6 +1,6 @@
 //! Domain events → protobuf, one exhaustive match.
 
-use super::record::{finish_reason, strategy};
+use super::record::{document, finish_reason, strategy};
 use super::timestamp;
 use crate::domain::{EventEnvelope, RunEvent};
 use crate::pb;
@@ -95,11 +95,17 @@ fn event(event: RunEvent) -> Event {
             usage,
             finish_reason: reason,
             iterations,
+            retriever_resources,
+            structured_output,
+            output_invalid,
         } => Event::End(pb::MessageEnd {
             answer,
             usage: Some(usage.into()),
             finish_reason: finish_reason(reason).into(),
             iterations,
+            retriever_resources: retriever_resources.into_iter().map(Into::into).collect(),
+            structured_output: structured_output.as_ref().and_then(document),
+            output_invalid: output_invalid.unwrap_or_default(),
         }),
         RunEvent::Error {
             failure,

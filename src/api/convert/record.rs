@@ -3,8 +3,8 @@
 use super::json::json_to_struct;
 use super::timestamp;
 use crate::domain::{
-    FinishReason, Message, MessageStatus, RunFailure, StrategyKind, Thought, ToolCallRecord,
-    ToolInvokeMeta, Usage,
+    FinishReason, Message, MessageStatus, RetrieverResource, RunFailure, StrategyKind, Thought,
+    ToolCallRecord, ToolInvokeMeta, Usage,
 };
 use crate::pb;
 
@@ -64,8 +64,41 @@ impl From<Thought> for pb::AgentThought {
             provider: thought.provider,
             model: thought.model,
             created_at: Some(timestamp(thought.created_at)),
+            retriever_resources: thought
+                .retriever_resources
+                .into_iter()
+                .map(Into::into)
+                .collect(),
         }
     }
+}
+
+impl From<RetrieverResource> for pb::RetrieverResource {
+    fn from(resource: RetrieverResource) -> Self {
+        let RetrieverResource {
+            position,
+            provider,
+            tool_call_id,
+            content,
+            title,
+            source,
+            score,
+        } = resource;
+        Self {
+            position,
+            provider,
+            tool_call_id,
+            content,
+            title,
+            source,
+            score,
+        }
+    }
+}
+
+/// A JSON object document as a `Struct`; other values have no `Struct` form.
+pub fn document(value: &serde_json::Value) -> Option<prost_types::Struct> {
+    value.as_object().map(json_to_struct)
 }
 
 impl From<RunFailure> for pb::RunError {
@@ -134,6 +167,13 @@ impl From<Message> for pb::Message {
             inputs: message.inputs.into_iter().collect(),
             provider: message.provider,
             model: message.model,
+            retriever_resources: message
+                .retriever_resources
+                .into_iter()
+                .map(Into::into)
+                .collect(),
+            structured_output: message.structured_output.as_ref().and_then(document),
+            output_invalid: message.output_invalid.unwrap_or_default(),
         }
     }
 }

@@ -17,6 +17,7 @@ pub fn conclude(
     latency: f64,
 ) -> RunEvent {
     message.answer = state.answer();
+    message.retriever_resources = state.resources();
     message.usage = state.usage(latency);
     message.iterations = state.iterations();
     message.updated_at = crate::domain::now();
@@ -43,6 +44,9 @@ fn end(message: &mut Message, status: MessageStatus, reason: FinishReason) -> Ru
         usage: message.usage.clone(),
         finish_reason: reason,
         iterations: message.iterations,
+        retriever_resources: message.retriever_resources.clone(),
+        structured_output: message.structured_output.clone(),
+        output_invalid: message.output_invalid.clone(),
     }
 }
 

@@ -8,7 +8,7 @@
 //! joined by the same rule. For function calling that makes the answer exactly the text
 //! the deltas showed.
 
-use crate::domain::{MessageId, Thought, TokenUsage, ToolCallRecord, Usage};
+use crate::domain::{MessageId, RetrieverResource, Thought, TokenUsage, ToolCallRecord, Usage};
 use crate::llm::{ChatRequest, Reasoning, Tokenizer, ToolCallRequest, TurnEnd};
 use crate::runner::strategy::{ModelStep, RoundRecord};
 use crate::tools::Invocation;
@@ -30,6 +30,8 @@ pub struct RunState {
     unfinished: Option<Round>,
     /// Bytes the model wrote so far (text and tool calls), against the run's limit.
     written: usize,
+    /// Passages the finished rounds' tools retrieved, in the order the model saw them.
+    resources: Vec<RetrieverResource>,
 }
 
 impl RunState {
@@ -40,6 +42,7 @@ impl RunState {
             thought: Thought::begin(message_id, position),
             shown_any: false,
             reasoning: Vec::new(),
+            resources_before: self.resources.len(),
         }
     }
 
@@ -101,6 +104,8 @@ impl RunState {
     /// for the prompts of later rounds.
     pub fn close_round(&mut self, round: Round) {
         append_paragraph(&mut self.answer, &round.thought.answer);
+        self.resources
+            .extend(round.thought.retriever_resources.iter().cloned());
         if !round.thought.tool_calls.is_empty() {
             self.rounds.push(round.record());
         }
@@ -135,6 +140,15 @@ impl RunState {
         answer
     }
 
+    /// Passages retrieved so far, an interrupted round's included.
+    pub fn resources(&self) -> Vec<RetrieverResource> {
+        let unfinished = self
+            .unfinished
+            .iter()
+            .flat_map(|round| round.thought.retriever_resources.iter());
+        self.resources.iter().chain(unfinished).cloned().collect()
+    }
+
     /// Usage over every round, with the run's wall-clock `latency` in seconds.
     pub fn usage(&self, latency: f64) -> Usage {
         Usage {
@@ -164,6 +178,8 @@ pub struct Round {
     shown_any: bool,
     /// The model's reasoning in this round, kept to hand back with its calls; not stored.
     reasoning: Vec<Reasoning>,
+    /// Passages the run's earlier rounds retrieved: where this round's numbering starts.
+    resources_before: usize,
 }
 
 impl Round {
@@ -216,7 +232,36 @@ impl Round {
         call.meta = Some(invocation.meta);
         let call = call.clone();
         self.thought.file_ids.extend(file_ids);
+        let provider = invocation.provider;
+        self.thought
+            .retriever_resources
+            .extend(
+                invocation
+                    .resources
+                    .into_iter()
+                    .map(|resource| RetrieverResource {
+                        provider: provider.clone(),
+                        tool_call_id: call.id.clone(),
+                        ..resource
+                    }),
+            );
+        self.number_resources();
         Some(call)
+    }
+
+    /// Orders the round's passages as the model reads them (by call, then as each tool
+    /// gave them: results arrive in any order, prompts list them in call order) and numbers
+    /// them after the run's earlier ones.
+    fn number_resources(&mut self) {
+        let calls = &self.thought.tool_calls;
+        let call_index = |id: &str| calls.iter().position(|c| c.id == id);
+        self.thought
+            .retriever_resources
+            .sort_by_key(|resource| call_index(&resource.tool_call_id));
+        for (offset, resource) in self.thought.retriever_resources.iter_mut().enumerate() {
+            resource.position =
+                u32::try_from(self.resources_before + offset + 1).unwrap_or(u32::MAX);
+        }
     }
 
     /// The round as later prompts replay it: its text, and each call with its result.
@@ -308,7 +353,55 @@ mod tests {
                 tool_config: Default::default(),
             },
             files: vec![],
+            resources: vec![],
         }
+    }
+
+    fn retrieved(passages: &[&str]) -> Invocation {
+        Invocation {
+            resources: passages
+                .iter()
+                .map(|content| RetrieverResource {
+                    content: (*content).to_owned(),
+                    ..RetrieverResource::default()
+                })
+                .collect(),
+            ..observed("passages")
+        }
+    }
+
+    #[test]
+    fn passages_are_numbered_in_the_order_the_model_reads_them_across_rounds() {
+        let mut state = RunState::default();
+        let mut first = fc_round(&mut state, 1, &[], &["kb_a", "kb_b"]);
+        // The second call answers first; the model still reads the first call's first.
+        first.observe(1, retrieved(&["b1"]), vec![]);
+        first.observe(0, retrieved(&["a1", "a2"]), vec![]);
+        let numbered: Vec<(u32, &str, &str)> = first
+            .thought
+            .retriever_resources
+            .iter()
+            .map(|r| (r.position, r.content.as_str(), r.tool_call_id.as_str()))
+            .collect();
+        assert_eq!(
+            numbered,
+            [
+                (1, "a1", "id-kb_a"),
+                (2, "a2", "id-kb_a"),
+                (3, "b1", "id-kb_b")
+            ]
+        );
+        state.close_round(first);
+        let mut second = fc_round(&mut state, 2, &[], &["kb_a"]);
+        second.observe(0, retrieved(&["c1"]), vec![]);
+        assert_eq!(second.thought.retriever_resources[0].position, 4);
+        state.interrupt(second);
+        let all: Vec<u32> = state.resources().iter().map(|r| r.position).collect();
+        assert_eq!(
+            all,
+            [1, 2, 3, 4],
+            "an interrupted round's passages count too"
+        );
     }
 
     /// Plays a function-calling round: text shown as answer, then the model's decision.

@@ -285,6 +285,7 @@ impl OperationTool {
                 mime_type,
                 content: super::FileContent::Bytes(bytes),
             }],
+            resources: Vec::new(),
         }
     }
 }
