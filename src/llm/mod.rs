@@ -44,6 +44,9 @@ pub struct ChatRequest {
     /// The most the model may write (text and tool-call arguments), in bytes; the client
     /// stops reading past it and fails with [`LlmError::TooLarge`]. `None` is unbounded.
     pub max_output_bytes: Option<usize>,
+    /// A JSON Schema the provider holds the answer to, for models with native structured
+    /// output; `None` leaves the answer free.
+    pub response_schema: Option<Value>,
 }
 
 /// One message of a chat prompt.

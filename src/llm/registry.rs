@@ -90,6 +90,9 @@ pub enum Feature {
     StreamToolCall,
     /// Image input.
     Vision,
+    /// Native structured output: the answer held to a JSON Schema (OpenAI's
+    /// `response_format: json_schema`).
+    StructuredOutput,
 }
 
 fn default_features() -> Vec<Feature> {

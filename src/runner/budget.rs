@@ -151,6 +151,8 @@ mod tests {
             stop: vec![],
             user: String::new(),
             files: vec![],
+            response_schema: None,
+            repair: None,
         }
     }
 

@@ -34,8 +34,8 @@ pub use error::RunError;
 pub use live::{ClientOutput, Decision, EventStream};
 pub use settings::RunnerSettings;
 pub use spec::{
-    AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelRef, ModelSpec, RunSpec,
-    DEFAULT_MAX_ITERATION, MAX_FALLBACKS, MAX_ITERATION_LIMIT,
+    AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelRef, ModelSpec,
+    OutputFallback, OutputSpec, RunSpec, DEFAULT_MAX_ITERATION, MAX_FALLBACKS, MAX_ITERATION_LIMIT,
 };
 
 use crate::domain::{

@@ -6,13 +6,14 @@ use std::sync::Arc;
 
 use super::error::RunError;
 use super::history;
-use super::run::Agent;
+use super::run::{Agent, Output};
 use super::spec::RunSpec;
 use super::strategy::{self, PastTurn};
 use crate::domain::{
-    Conversation, ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus, Usage,
+    Conversation, ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus,
+    StrategyKind, Usage,
 };
-use crate::llm::ModelRegistry;
+use crate::llm::{Feature, ModelRegistry};
 use crate::store::{Inserted, Store};
 use crate::tools::{ToolRegistry, ToolSet};
 
@@ -47,6 +48,16 @@ pub fn prepare(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let strategy = strategy::choose(&spec.agent, &model.info)?;
+    let output = spec
+        .agent
+        .output
+        .as_ref()
+        .map(|output| {
+            let native = strategy.kind() == StrategyKind::FunctionCalling
+                && model.info.has(Feature::StructuredOutput);
+            Output::new(output, native)
+        })
+        .transpose()?;
     let mut bound = ToolSet::bind(&tools.snapshot(&spec.tenant), &spec.agent.tools)?;
     bound.add_client_tools(&spec.client_tools)?;
     let new_conversation = conversation_for(store, spec)?;
@@ -66,6 +77,7 @@ pub fn prepare(
             strategy,
             tools: Arc::new(bound),
             history,
+            output,
         },
         new_conversation,
         conversation_id,

@@ -66,6 +66,27 @@ pub struct AgentSpec {
     pub react_prompt: String,
     /// Earlier turns sent to the model at most; 0 sends all.
     pub max_history_turns: u32,
+    /// The shape the final answer must have, if any.
+    pub output: Option<OutputSpec>,
+}
+
+/// A final answer held to a JSON Schema.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputSpec {
+    /// The JSON Schema.
+    pub schema: Value,
+    /// What happens when the answer does not meet it after one repair round.
+    pub fallback: OutputFallback,
+}
+
+/// What a run does with an answer that does not meet its output schema.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OutputFallback {
+    /// The answer is kept as plain text; the end says why it is not the document.
+    #[default]
+    Text,
+    /// The run ends with `output_invalid`.
+    Error,
 }
 
 /// Where an image given with the query comes from.

@@ -27,6 +27,7 @@ mod resilience;
 mod run_control;
 mod run_function_calling;
 mod run_react;
+mod structured_output;
 mod support;
 mod tool_providers;
 mod validation;

@@ -12,7 +12,8 @@ use crate::api::status::invalid;
 use crate::domain::{StrategyKind, Tenant};
 use crate::pb;
 use crate::runner::{
-    AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelRef, ModelSpec, RunSpec,
+    AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelRef, ModelSpec,
+    OutputFallback, OutputSpec, RunSpec,
 };
 use crate::telemetry::TraceParent;
 use crate::tools::{ClientToolSpec, ToolRef};
@@ -163,6 +164,8 @@ fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {
         tools,
         react_prompt,
         memory,
+        output_schema,
+        output_fallback,
     } = agent;
     let max_history_turns = memory.map_or(0, |pb::MemoryConfig { max_turns }| max_turns);
     let model = model.ok_or_else(|| invalid("agent.model", "is required"))?;
@@ -174,7 +177,28 @@ fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {
         tools: tools.into_iter().map(tool_ref).collect(),
         react_prompt,
         max_history_turns,
+        output: output_spec(output_schema, output_fallback)?,
     })
+}
+
+fn output_spec(
+    schema: Option<prost_types::Struct>,
+    fallback: i32,
+) -> Result<Option<OutputSpec>, Status> {
+    let fallback = match pb::OutputFallback::try_from(fallback) {
+        Ok(pb::OutputFallback::Unspecified | pb::OutputFallback::Text) => OutputFallback::Text,
+        Ok(pb::OutputFallback::Error) => OutputFallback::Error,
+        Err(_) => {
+            return Err(invalid(
+                "agent.output_fallback",
+                &format!("has unknown value {fallback}"),
+            ))
+        }
+    };
+    Ok(schema.map(|schema| OutputSpec {
+        schema: serde_json::Value::Object(struct_to_json(schema)),
+        fallback,
+    }))
 }
 
 fn model_spec(model: pb::ModelConfig) -> Result<ModelSpec, Status> {

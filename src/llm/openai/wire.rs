@@ -47,6 +47,15 @@ pub fn request_body(request: &ChatRequest, stream: bool) -> Value {
     if let Some(user) = request.user.as_deref().filter(|u| !u.is_empty()) {
         body.insert("user".into(), json!(user));
     }
+    if let Some(schema) = &request.response_schema {
+        // Not strict: strict mode refuses schemas without `additionalProperties: false`
+        // everywhere; the answer is validated against the schema afterwards anyway.
+        body.insert(
+            "response_format".into(),
+            json!({"type": "json_schema",
+                   "json_schema": {"name": "final_answer", "schema": schema, "strict": false}}),
+        );
+    }
     Value::Object(body)
 }
 

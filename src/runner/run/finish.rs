@@ -18,6 +18,12 @@ pub fn conclude(
 ) -> RunEvent {
     message.answer = state.answer();
     message.retriever_resources = state.resources();
+    if let Some((document, text)) = state.document() {
+        // The answer is the document alone, not the text of earlier rounds before it.
+        message.answer.clone_from(text);
+        message.structured_output = Some(document.clone());
+    }
+    message.output_invalid = state.output_invalid().map(str::to_owned);
     message.usage = state.usage(latency);
     message.iterations = state.iterations();
     message.updated_at = crate::domain::now();

@@ -10,6 +10,7 @@
 
 mod finish;
 mod halt;
+mod output;
 mod recorder;
 mod retry;
 mod state;
@@ -28,13 +29,14 @@ use tracing::{field, Instrument};
 pub use recorder::Recorder;
 
 use self::halt::{or_cancel, Halt};
+pub use self::output::Output;
 use self::retry::{Attempts, Next};
 use self::state::{Round, RunState, Tally};
 use self::tools::RoundTools;
 use super::budget;
 use super::live::{Mailbox, Registration};
 use super::settings::RunnerSettings;
-use super::spec::{InputImage, RunSpec};
+use super::spec::{InputImage, OutputFallback, RunSpec};
 use super::strategy::{ModelStep, PastTurn, PromptContext, Strategy, TurnReader};
 use crate::domain::{
     FinishReason, HistoryReport, Message, MessageStatus, RunEvent, RunFailure, TokenUsage,
@@ -57,6 +59,8 @@ pub struct Agent {
     pub tools: Arc<ToolSet>,
     /// Earlier turns of the conversation, oldest first.
     pub history: Vec<PastTurn>,
+    /// The schema the final answer must meet, if any.
+    pub output: Option<Output>,
 }
 
 /// How a run is stopped and reached from outside while it is in progress.
@@ -206,16 +210,64 @@ impl RunTask {
             + 1;
         let first_tools: &[OfferedTool] = if max_rounds == 1 { &[] } else { &offered };
         self.start(first_tools)?;
-        for position in 1..=max_rounds {
-            let last = position == max_rounds;
+        let mut repairing = false;
+        for position in 1.. {
+            // A repair round offers no tools: it only corrects the answer.
+            let last = repairing || position >= max_rounds;
             let tools: &[OfferedTool] = if last { &[] } else { &offered };
             match self.round(position, last, tools).await? {
                 RoundEnd::Continue => continue,
-                RoundEnd::Answered => return Ok(FinishReason::Stop),
+                RoundEnd::LimitReached if repairing => {
+                    return self.output_failed(
+                        "the model called tools instead of correcting its answer".to_owned(),
+                    )
+                }
                 RoundEnd::LimitReached => return Ok(FinishReason::MaxIterations),
+                RoundEnd::Answered => match self.check_output() {
+                    Ok(()) => return Ok(FinishReason::Stop),
+                    Err(problems) if !repairing => {
+                        tracing::info!(%problems, "the answer does not meet the output schema; asking for a repair");
+                        self.context.repair =
+                            Some(Output::repair(self.state.last_answer(), &problems));
+                        repairing = true;
+                    }
+                    Err(problems) => return self.output_failed(problems),
+                },
             }
         }
         Ok(FinishReason::MaxIterations)
+    }
+
+    /// Checks the last answer against the output schema, keeping the document it holds.
+    fn check_output(&mut self) -> Result<(), String> {
+        let Some(output) = &self.agent.output else {
+            return Ok(());
+        };
+        let answer = self.state.last_answer();
+        let document = output.check(answer)?;
+        let text = answer.to_owned();
+        self.state.set_document(document, text);
+        Ok(())
+    }
+
+    /// The answer stays invalid: kept as text, or the run fails, as the run asked.
+    fn output_failed(&mut self, problems: String) -> Result<FinishReason, Halt> {
+        let fallback = self
+            .agent
+            .output
+            .as_ref()
+            .map(|output| output.fallback)
+            .unwrap_or_default();
+        match fallback {
+            OutputFallback::Text => {
+                self.state.set_output_invalid(problems);
+                Ok(FinishReason::Stop)
+            }
+            OutputFallback::Error => Err(Halt::failed(
+                "output_invalid",
+                format!("the answer does not meet agent.output_schema: {problems}"),
+            )),
+        }
     }
 
     /// Announces the run, with how much history fits the first prompt; a prompt that fits
@@ -657,13 +709,36 @@ fn prompt_context(spec: &RunSpec, agent: &Agent) -> PromptContext {
     let model = &spec.agent.model;
     PromptContext {
         model: model.name.clone(),
-        instruction: spec.filled_instruction(),
+        instruction: with_output_instruction(spec.filled_instruction(), agent),
         history: agent.history.clone(),
         query: spec.query.clone(),
         parameters: model.parameters.clone(),
         stop: model.stop.clone(),
         user: spec.user.clone(),
         files: image_parts(spec, &agent.model),
+        response_schema: agent
+            .output
+            .as_ref()
+            .filter(|output| output.native)
+            .map(|output| output.schema().clone()),
+        repair: None,
+    }
+}
+
+/// The instruction, and after it what the answer must look like when the model does not
+/// take schemas natively.
+fn with_output_instruction(instruction: String, agent: &Agent) -> String {
+    let Some(extra) = agent
+        .output
+        .as_ref()
+        .and_then(|output| output.instruction(agent.strategy.kind()))
+    else {
+        return instruction;
+    };
+    if instruction.trim().is_empty() {
+        extra
+    } else {
+        format!("{}\n\n{extra}", instruction.trim_end())
     }
 }
 

@@ -32,6 +32,12 @@ pub struct RunState {
     written: usize,
     /// Passages the finished rounds' tools retrieved, in the order the model saw them.
     resources: Vec<RetrieverResource>,
+    /// The answer of the last finished round.
+    last_answer: String,
+    /// The answer as the document the output schema asked for, with its text.
+    document: Option<(serde_json::Value, String)>,
+    /// Why the answer does not meet the output schema (kept as text).
+    output_invalid: Option<String>,
 }
 
 impl RunState {
@@ -104,6 +110,7 @@ impl RunState {
     /// for the prompts of later rounds.
     pub fn close_round(&mut self, round: Round) {
         append_paragraph(&mut self.answer, &round.thought.answer);
+        self.last_answer.clone_from(&round.thought.answer);
         self.resources
             .extend(round.thought.retriever_resources.iter().cloned());
         if !round.thought.tool_calls.is_empty() {
@@ -138,6 +145,31 @@ impl RunState {
             append_paragraph(&mut answer, &round.thought.answer);
         }
         answer
+    }
+
+    /// The answer of the last finished round: what an output schema checks.
+    pub fn last_answer(&self) -> &str {
+        &self.last_answer
+    }
+
+    /// The answer met the output schema as `document`; `text` becomes the whole answer.
+    pub fn set_document(&mut self, document: serde_json::Value, text: String) {
+        self.document = Some((document, text));
+    }
+
+    /// The answer did not meet the output schema, for `problems`; it stays text.
+    pub fn set_output_invalid(&mut self, problems: String) {
+        self.output_invalid = Some(problems);
+    }
+
+    /// The answer's document and its text, once it met the output schema.
+    pub fn document(&self) -> Option<&(serde_json::Value, String)> {
+        self.document.as_ref()
+    }
+
+    /// Why the answer does not meet the output schema, if it does not.
+    pub fn output_invalid(&self) -> Option<&str> {
+        self.output_invalid.as_deref()
     }
 
     /// Passages retrieved so far, an interrupted round's included.

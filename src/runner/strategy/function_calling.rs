@@ -35,6 +35,12 @@ impl Strategy for FunctionCalling {
         }
         messages.push(user_message(context, !rounds.is_empty()));
         push_rounds(&mut messages, rounds);
+        if let Some(repair) = &context.repair {
+            messages.push(ChatMessage::assistant_text(repair.answer.clone()));
+            messages.push(ChatMessage::user_text(
+                repair.request(StrategyKind::FunctionCalling),
+            ));
+        }
         context.request(messages, tools, context.stop.clone())
     }
 
@@ -106,6 +112,8 @@ mod tests {
             stop: vec![],
             user: String::new(),
             files: vec![],
+            response_schema: None,
+            repair: None,
         }
     }
 

@@ -36,6 +36,35 @@ pub struct PromptContext {
     pub user: String,
     /// Images sent with the query (only for models that can see them).
     pub files: Vec<ContentPart>,
+    /// A schema the provider holds the final answer to (native structured output).
+    pub response_schema: Option<serde_json::Value>,
+    /// An answer that did not meet the output schema, to be corrected in this round.
+    pub repair: Option<Repair>,
+}
+
+/// The request to correct an answer that does not meet the output schema.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Repair {
+    /// The answer as the model gave it.
+    pub answer: String,
+    /// What is wrong with it.
+    pub problems: String,
+}
+
+impl Repair {
+    /// What the model is told: the problems, and to answer again.
+    pub fn request(&self, strategy: StrategyKind) -> String {
+        let again = match strategy {
+            StrategyKind::FunctionCalling => "Reply with only the corrected JSON document.",
+            StrategyKind::ChainOfThought => {
+                "Give the Final Answer again, its action_input being the corrected JSON document."
+            }
+        };
+        format!(
+            "Your answer does not meet the required JSON Schema: {}. {again}",
+            self.problems
+        )
+    }
 }
 
 impl PromptContext {
@@ -62,6 +91,7 @@ impl PromptContext {
             parameters: self.parameters.clone(),
             user: Some(self.user.clone()).filter(|u| !u.is_empty()),
             max_output_bytes: None,
+            response_schema: self.response_schema.clone(),
         }
     }
 }

@@ -113,6 +113,12 @@ impl ChainOfThought {
             messages.push(ChatMessage::assistant_text(scratchpad(rounds)));
             messages.push(ChatMessage::user_text("continue"));
         }
+        if let Some(repair) = &context.repair {
+            messages.push(ChatMessage::assistant_text(final_answer(&repair.answer)));
+            messages.push(ChatMessage::user_text(
+                repair.request(StrategyKind::ChainOfThought),
+            ));
+        }
         messages
     }
 
@@ -122,11 +128,29 @@ impl ChainOfThought {
         rounds: &[RoundRecord],
         tools: &[OfferedTool],
     ) -> String {
+        let mut scratchpad = scratchpad(rounds);
+        if let Some(repair) = &context.repair {
+            scratchpad.push_str(&format!(
+                "{}\nObservation: {}\n",
+                final_answer(&repair.answer),
+                repair.request(StrategyKind::ChainOfThought)
+            ));
+        }
         self.fill_common(context, tools)
             .replace("{{historic_messages}}", &historic_text(&context.history))
-            .replace("{{agent_scratchpad}}", &scratchpad(rounds))
+            .replace("{{agent_scratchpad}}", &scratchpad)
             .replace("{{query}}", &context.query)
     }
+}
+
+/// A Final Answer action as the model writes it.
+fn final_answer(answer: &str) -> String {
+    let input =
+        serde_json::from_str::<Value>(answer).unwrap_or_else(|_| Value::String(answer.to_owned()));
+    format!(
+        "Action:\n```\n{}\n```",
+        json!({"action": "Final Answer", "action_input": input})
+    )
 }
 
 /// A past turn as one scratchpad: its tool rounds, then its answer.

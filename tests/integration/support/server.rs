@@ -27,6 +27,8 @@ pub const PLAIN_MODEL: &str = "plain-model";
 pub const SMALL_WINDOW_MODEL: &str = "small-window";
 /// A model that can see images.
 pub const VISION_MODEL: &str = "vision-model";
+/// A model with native structured output.
+pub const STRUCTURED_MODEL: &str = "structured-model";
 /// The same LLM server behind a one-second first-byte timeout, without retries.
 pub const IMPATIENT_PROVIDER: &str = "impatient";
 /// The same LLM server, retrying after waits of up to a minute.
@@ -101,6 +103,10 @@ pub fn config_toml(llm_base_url: &str, data_dir: &Path) -> String {
         [[providers.{PROVIDER}.models]]
         name = "{VISION_MODEL}"
         features = ["tool-call", "multi-tool-call", "stream-tool-call", "vision"]
+
+        [[providers.{PROVIDER}.models]]
+        name = "{STRUCTURED_MODEL}"
+        features = ["tool-call", "multi-tool-call", "stream-tool-call", "structured-output"]
 
         [providers.{IMPATIENT_PROVIDER}]
         base_url = "{llm_base_url}"

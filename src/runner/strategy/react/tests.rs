@@ -13,6 +13,8 @@ fn context() -> PromptContext {
         stop: vec!["\n\nUser:".into()],
         user: String::new(),
         files: vec![],
+        response_schema: None,
+        repair: None,
     }
 }
 
