@@ -12,7 +12,7 @@ use super::tenant_of;
 use crate::catalog::{Catalog, CatalogError};
 use crate::pb;
 use crate::pb::tool_registry_server::ToolRegistry as ToolRegistryService;
-use crate::tools::{ToolRef, ToolRegistry, ToolSet};
+use crate::tools::{FileContent, ToolFile, ToolRef, ToolRegistry, ToolSet};
 
 /// Implements `ToolRegistry`.
 pub struct ToolRegistryApi {
@@ -30,6 +30,45 @@ impl ToolRegistryApi {
             timeout,
         }
     }
+}
+
+/// The most file bytes one `InvokeTool` answer carries inline.
+const MAX_INLINE_FILE_BYTES: usize = 2 * 1024 * 1024;
+
+/// A direct call's files, their bytes inline while they fit the answer's cap.
+fn inline_files(files: Vec<ToolFile>) -> Vec<pb::ToolFile> {
+    let mut budget = MAX_INLINE_FILE_BYTES;
+    files
+        .into_iter()
+        .map(|file| {
+            let ToolFile {
+                name,
+                mime_type,
+                content,
+            } = file;
+            match content {
+                FileContent::Url(url) => pb::ToolFile {
+                    name,
+                    mime_type,
+                    url,
+                    ..Default::default()
+                },
+                FileContent::Bytes(bytes) => {
+                    let size = bytes.len() as u64;
+                    let fits = bytes.len() <= budget;
+                    budget = budget.saturating_sub(if fits { bytes.len() } else { 0 });
+                    pb::ToolFile {
+                        name,
+                        mime_type,
+                        content: if fits { bytes } else { Vec::new() },
+                        size,
+                        omitted: !fits,
+                        ..Default::default()
+                    }
+                }
+            }
+        })
+        .collect()
 }
 
 #[tonic::async_trait]
@@ -148,10 +187,13 @@ impl ToolRegistryService for ToolRegistryApi {
         };
         let set = ToolSet::bind(&self.tools.snapshot(&tenant), &[tool])
             .map_err(|_| from_error(CatalogError::NotFound(format!("{provider_name}/{name}"))))?;
+        // The tool may have been named by its original name; the set knows its valid one.
+        let name = set.offered().first().map_or(name, |tool| tool.name.clone());
         let invocation = set.invoke(&name, &arguments, self.timeout).await;
         Ok(Response::new(pb::InvokeToolResponse {
             observation: invocation.observation,
             meta: Some(invocation.meta.into()),
+            files: inline_files(invocation.files),
         }))
     }
 }

@@ -37,6 +37,7 @@ fn descriptor(name: &str, description: &str, parameters: Value) -> ToolDescripto
         name: name.to_owned(),
         description: description.to_owned(),
         parameters,
+        ..ToolDescriptor::default()
     }
 }
 

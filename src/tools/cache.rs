@@ -118,6 +118,7 @@ mod tests {
                 name: "t".into(),
                 description: String::new(),
                 parameters: json!({}),
+                ..ToolDescriptor::default()
             },
             calls: AtomicUsize::new(0),
         });

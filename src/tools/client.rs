@@ -79,6 +79,7 @@ impl ToolSet {
                     name: spec.name.clone(),
                     description: spec.description.clone(),
                     parameters: spec.parameters.clone(),
+                    ..ToolDescriptor::default()
                 },
             }) as Arc<dyn ErasedTool>);
         }

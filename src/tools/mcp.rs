@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, ContentBlock, Implementation,
+    ResourceContents,
 };
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -16,9 +17,11 @@ use tokio::sync::Mutex;
 
 use std::time::Duration;
 
+use base64::Engine as _;
+
 use super::http_api::truncate_output;
 use super::http_body::redacted;
-use super::{ErasedTool, ToolDescriptor, ToolError, ToolOutput};
+use super::{ErasedTool, FileContent, ToolDescriptor, ToolError, ToolFile, ToolOutput};
 use crate::domain::McpToolDef;
 
 type Session = RunningService<RoleClient, ClientConfig>;
@@ -67,13 +70,10 @@ impl McpConnection {
         match tokio::time::timeout(self.settings.timeout, step).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(err)) => {
+                // The detail (transport internals, type names) goes to the log; the text
+                // shown to the model and to clients says what happened in a few words.
                 tracing::warn!(%server, error = %err, "MCP {what} failed");
-                let text = if what == CONNECT {
-                    format!("cannot reach the MCP server at {server}")
-                } else {
-                    format!("the MCP server at {server} failed to {what}")
-                };
-                Err(ToolError::Failed(text))
+                Err(ToolError::Failed(explain(&server, what, &err.to_string())))
             }
             Err(_) => Err(ToolError::Failed(format!(
                 "the MCP server at {server} did not {what} within {}s",
@@ -150,7 +150,7 @@ impl McpConnection {
                     .await?
             }
         };
-        let mut text = render(&result.content);
+        let (mut text, files) = render(name, &result.content);
         if text.is_empty() {
             if let Some(structured) = &result.structured_content {
                 text = structured.to_string();
@@ -160,30 +160,81 @@ impl McpConnection {
         if result.is_error == Some(true) {
             Err(ToolError::Failed(text))
         } else {
-            Ok(text.into())
+            Ok(ToolOutput {
+                text,
+                files,
+                resources: Vec::new(),
+            })
         }
     }
 }
 
-/// Content blocks as observation text; what the model cannot read is named, not dropped.
+/// A failed step in a few words: a refusal of credentials, the server's own error message
+/// (a JSON-RPC error), or what could not be done.
+fn explain(server: &str, what: &str, detail: &str) -> String {
+    let lower = detail.to_ascii_lowercase();
+    let says = |words: &[&str]| words.iter().any(|word| lower.contains(word));
+    if says(&["unauthorized", "auth required", "authorization required"]) {
+        return format!("the MCP server at {server} refused: authentication required (check the bearer_token credential)");
+    }
+    if says(&["forbidden", "insufficient scope"]) {
+        return format!("the MCP server at {server} refused: access denied");
+    }
+    if let Some(error) = detail.strip_prefix("Mcp error: ") {
+        // `<code>: <message>`: the message is the server's own words.
+        let message = error.split_once(": ").map_or(error, |(_, message)| message);
+        return format!("the MCP server at {server} refused: {message}");
+    }
+    if what == CONNECT {
+        format!("cannot reach the MCP server at {server}")
+    } else {
+        format!("the MCP server at {server} failed to {what}")
+    }
+}
+
+/// Content blocks as observation text, and as files what the model cannot read (images,
+/// audio, binary resources): those go to the user, and the text says so.
 #[allow(clippy::wildcard_enum_match_arm)]
-fn render(content: &[ContentBlock]) -> String {
-    content
+fn render(tool: &str, content: &[ContentBlock]) -> (String, Vec<ToolFile>) {
+    let mut files = Vec::new();
+    let mut file = |kind: &str, mime_type: &str, data: &str| {
+        let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(data.trim()) else {
+            return format!("[{kind}: {mime_type}, not valid base64]");
+        };
+        let extension = super::extension_for(mime_type);
+        let name = format!("{tool}-{}.{extension}", files.len() + 1);
+        let text = format!("[{kind}: {mime_type}, sent to the user as {name}]");
+        files.push(ToolFile {
+            name,
+            mime_type: mime_type.to_owned(),
+            content: FileContent::Bytes(bytes),
+        });
+        text
+    };
+    let text = content
         .iter()
         .map(|block| match block {
             ContentBlock::Text(text) => text.text.clone(),
-            ContentBlock::Image(image) => format!("[image: {}]", image.mime_type),
-            ContentBlock::Audio(audio) => format!("[audio: {}]", audio.mime_type),
-            ContentBlock::Resource(resource) => serde_json::to_value(&resource.resource)
-                .ok()
-                .and_then(|v| v.get("text").and_then(Value::as_str).map(str::to_owned))
-                .unwrap_or_else(|| "[resource]".to_owned()),
+            ContentBlock::Image(image) => file("image", &image.mime_type, &image.data),
+            ContentBlock::Audio(audio) => file("audio", &audio.mime_type, &audio.data),
+            ContentBlock::Resource(resource) => match &resource.resource {
+                ResourceContents::TextResourceContents { text, .. } => text.clone(),
+                ResourceContents::BlobResourceContents {
+                    mime_type, blob, ..
+                } => file(
+                    "file",
+                    mime_type.as_deref().unwrap_or("application/octet-stream"),
+                    blob,
+                ),
+                _ => "[resource]".to_owned(),
+            },
             ContentBlock::ResourceLink(link) => format!("[resource: {}]", link.uri),
             // The enum is non-exhaustive: kinds added later are named, not dropped.
             _ => "[unsupported content]".to_owned(),
         })
         .collect::<Vec<_>>()
-        .join("\n")
+        .join("\n");
+    (text, files)
 }
 
 /// One tool of an MCP server.
@@ -193,17 +244,33 @@ pub struct McpTool {
 }
 
 impl McpTool {
-    /// The tool `def` of provider `provider`, called through `connection`.
-    pub fn new(provider: &str, def: &McpToolDef, connection: Arc<McpConnection>) -> Self {
+    /// The tool `def` of provider `provider` under the valid name `name`, called through
+    /// `connection` under the server's own name.
+    pub fn new(
+        provider: &str,
+        def: &McpToolDef,
+        name: String,
+        connection: Arc<McpConnection>,
+    ) -> Self {
         Self {
             descriptor: ToolDescriptor {
                 provider: provider.to_owned(),
-                name: def.name.clone(),
+                original_name: (name != def.name).then(|| def.name.clone()),
+                name,
                 description: def.description.clone(),
                 parameters: def.input_schema.clone(),
+                ..ToolDescriptor::default()
             },
             connection,
         }
+    }
+
+    /// The name the server knows the tool by.
+    fn server_name(&self) -> &str {
+        self.descriptor
+            .original_name
+            .as_deref()
+            .unwrap_or(&self.descriptor.name)
     }
 }
 
@@ -214,6 +281,37 @@ impl ErasedTool for McpTool {
     }
 
     async fn call(&self, arguments: Map<String, Value>) -> Result<ToolOutput, ToolError> {
-        self.connection.call(&self.descriptor.name, arguments).await
+        self.connection.call(self.server_name(), arguments).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_explained_in_a_few_words_without_internals() {
+        let server = "http://mcp.example";
+        assert_eq!(
+            explain(server, "call a tool", "Mcp error: -32603: database offline"),
+            "the MCP server at http://mcp.example refused: database offline"
+        );
+        assert_eq!(
+            explain(
+                server,
+                CONNECT,
+                "Transport [rmcp::transport::worker::WorkerTransport] error: Client error: \
+                 error sending request for url (http://mcp.example/mcp)"
+            ),
+            "cannot reach the MCP server at http://mcp.example"
+        );
+        assert_eq!(
+            explain(server, "list tools", "Transport error: HTTP 403 Forbidden"),
+            "the MCP server at http://mcp.example refused: access denied"
+        );
+        assert_eq!(
+            explain(server, "list tools", "unexpected end of stream"),
+            "the MCP server at http://mcp.example failed to list tools"
+        );
     }
 }

@@ -13,6 +13,8 @@ pub mod http_api;
 pub mod http_body;
 pub mod knowledge;
 pub mod mcp;
+pub mod names;
+pub mod nulls;
 pub mod observation;
 pub mod outbound;
 pub mod providers;
@@ -36,12 +38,18 @@ pub use toolset::{Invocation, OfferedTool, ToolRef, ToolSet, ToolSetError};
 pub use crate::domain::ProviderKind;
 
 /// What the model is told about a tool.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ToolDescriptor {
     /// Provider name.
     pub provider: String,
-    /// Tool name, unique within its provider.
+    /// Tool name, unique within its provider, valid for every model provider.
     pub name: String,
+    /// The name in the document or on the server, when it is not a valid tool name (or
+    /// was taken); calls may name the tool by it.
+    pub original_name: Option<String>,
+    /// Arguments that carry a file (base64, a `data:` URL, or the id of a file of the
+    /// run, which the run replaces with the file).
+    pub file_fields: Vec<String>,
     /// What the tool does, written for the model.
     pub description: String,
     /// JSON Schema of the arguments (an object schema).
@@ -77,6 +85,24 @@ pub struct ToolFile {
     pub mime_type: String,
     /// The bytes, or where they are.
     pub content: FileContent,
+}
+
+/// The file name extension for a MIME type, for names people and APIs see
+/// (`image/png` → `png`, `text/plain` → `txt`).
+pub fn extension_for(mime_type: &str) -> &str {
+    let subtype = mime_type
+        .split(';')
+        .next()
+        .and_then(|m| m.rsplit_once('/'))
+        .map_or("", |(_, subtype)| subtype.trim());
+    match subtype {
+        "plain" => "txt",
+        "jpeg" => "jpg",
+        "svg+xml" => "svg",
+        "mpeg" => "mp3",
+        "octet-stream" | "" => "bin",
+        other => other.rsplit('+').next().unwrap_or(other),
+    }
 }
 
 /// A file's content.
@@ -130,6 +156,7 @@ impl<T: Tool> Typed<T> {
             name: T::NAME.to_owned(),
             description: tool.description(),
             parameters: tool.parameters(),
+            ..ToolDescriptor::default()
         };
         Arc::new(Self { tool, descriptor })
     }

@@ -196,12 +196,20 @@ pub fn build(
                 record.credentials.get("bearer_token").cloned(),
                 settings.mcp(http),
             ));
+            // Server names like `files.read` are refused by model APIs: each tool gets a
+            // valid, unique name, and calls go out under the server's own.
+            let mut names = super::names::UniqueNames::default();
             let tools = record
                 .mcp_tools
                 .iter()
                 .map(|def| {
-                    Arc::new(McpTool::new(&record.name, def, Arc::clone(&connection)))
-                        as Arc<dyn ErasedTool>
+                    let name = names.claim(&def.name);
+                    Arc::new(McpTool::new(
+                        &record.name,
+                        def,
+                        name,
+                        Arc::clone(&connection),
+                    )) as Arc<dyn ErasedTool>
                 })
                 .collect();
             (String::new(), tools)

@@ -29,6 +29,15 @@ pub struct Provider {
 }
 
 impl Provider {
+    /// The tool called `name`, or whose document or server name is `name`.
+    pub fn tool(&self, name: &str) -> Option<&RegisteredTool> {
+        self.tools.get(name).or_else(|| {
+            self.tools
+                .values()
+                .find(|tool| tool.tool.descriptor().original_name.as_deref() == Some(name))
+        })
+    }
+
     /// A provider with `tools`, compiling each tool's argument schema; fails on a schema
     /// that is not valid JSON Schema.
     pub fn new(

@@ -143,23 +143,20 @@ impl ToolSet {
                         index,
                         provider: tool_ref.provider.clone(),
                     })?;
-            let tool =
-                provider
-                    .tools
-                    .get(&tool_ref.name)
-                    .ok_or_else(|| ToolSetError::UnknownTool {
-                        index,
-                        provider: tool_ref.provider.clone(),
-                        name: tool_ref.name.clone(),
-                    })?;
-            if set.has(&tool_ref.name) {
-                return Err(ToolSetError::DuplicateName {
+            let tool = provider
+                .tool(&tool_ref.name)
+                .ok_or_else(|| ToolSetError::UnknownTool {
                     index,
+                    provider: tool_ref.provider.clone(),
                     name: tool_ref.name.clone(),
-                });
+                })?;
+            // The model calls the tool by its valid name, whichever name configured it.
+            let name = tool.tool.descriptor().name.clone();
+            if set.has(&name) {
+                return Err(ToolSetError::DuplicateName { index, name });
             }
             set.push(
-                &tool_ref.name,
+                &name,
                 Bound {
                     provider: Arc::clone(provider),
                     tool: tool.clone(),
@@ -190,6 +187,13 @@ impl ToolSet {
     /// Kind of the provider of the tool the model calls `name`, if the run has it.
     pub fn kind_of(&self, name: &str) -> Option<super::ProviderKind> {
         self.bound(name).map(|bound| bound.provider.kind)
+    }
+
+    /// Arguments of the tool the model calls `name` that carry a file.
+    pub fn file_fields(&self, name: &str) -> &[String] {
+        self.bound(name).map_or(&[], |bound| {
+            bound.tool.tool.descriptor().file_fields.as_slice()
+        })
     }
 
     /// Whether calls of the tool the model calls `name` wait for approval.
@@ -251,6 +255,13 @@ impl ToolSet {
                     tool_config: config,
                 },
             },
+            Ok(Err(super::ToolError::InvalidArguments(reason))) => observation::failure(
+                CallOutcome::InvalidArguments,
+                provider,
+                observation::invalid_arguments(&reason),
+                time_cost,
+                config,
+            ),
             Ok(Err(err)) => observation::failure(
                 CallOutcome::Error,
                 provider,
@@ -335,6 +346,7 @@ pub(super) fn prepare_arguments(
     for (key, value) in &bound.preset {
         args.insert(key.clone(), value.clone());
     }
+    super::nulls::drop_optional_nulls(&bound.tool.tool.descriptor().parameters, &mut args);
     let instance = Value::Object(args);
     let problems: Vec<String> = bound
         .tool

@@ -10,6 +10,7 @@
 )]
 
 mod anthropic;
+mod api_requests;
 mod approvals;
 mod auth;
 mod citations;

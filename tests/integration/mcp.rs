@@ -4,6 +4,12 @@ use std::net::SocketAddr;
 
 use agent_runner::pb;
 use agent_runner::pb::provider_source::Source;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::IntoResponse;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -12,7 +18,7 @@ use rmcp::{tool, tool_router, ErrorData};
 use serde::Deserialize;
 use tonic::Code;
 
-use crate::support::{final_thoughts, run_request, run_to_end, TestServer};
+use crate::support::{final_thoughts, first_file, run_request, run_to_end, TestServer};
 use crate::support::{FakeOpenAi, Reply, ScriptedCall};
 
 #[derive(Clone, Default)]
@@ -44,15 +50,56 @@ impl Calculator {
             "the gizmo is broken",
         )]))
     }
+
+    /// Named the way many real servers name tools, which OpenAI's API would refuse.
+    #[tool(name = "files.read", description = "Read a file")]
+    fn files_read(&self) -> Result<CallToolResult, ErrorData> {
+        Ok(CallToolResult::success(vec![ContentBlock::text(
+            "contents of the file",
+        )]))
+    }
+
+    #[tool(description = "Draw a chart")]
+    fn chart(&self) -> Result<CallToolResult, ErrorData> {
+        Ok(CallToolResult::success(vec![
+            ContentBlock::text("Here is the chart."),
+            ContentBlock::image(BASE64.encode(CHART_PNG), "image/png"),
+        ]))
+    }
 }
 
+/// The image the `chart` tool answers with.
+const CHART_PNG: &[u8] = b"\x89PNG\r\n\x1a\nmcp chart";
+
 async fn mcp_server() -> SocketAddr {
+    serve_mcp(None).await
+}
+
+/// The server, refusing requests without `Authorization: Bearer <token>` when `token` is set.
+async fn serve_mcp(token: Option<&'static str>) -> SocketAddr {
     let service = StreamableHttpService::new(
         || Ok(Calculator),
         LocalSessionManager::default().into(),
         StreamableHttpServerConfig::default(),
     );
-    let router = axum::Router::new().nest_service("/mcp", service);
+    let router =
+        axum::Router::new()
+            .nest_service("/mcp", service)
+            .layer(axum::middleware::from_fn(
+                move |request: Request, next: Next| async move {
+                    let given = request
+                        .headers()
+                        .get("authorization")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
+                    match token {
+                        Some(token) if given.as_deref() != Some(&format!("Bearer {token}")) => {
+                            StatusCode::UNAUTHORIZED.into_response()
+                        }
+                        _ => next.run(request).await,
+                    }
+                },
+            ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
@@ -99,7 +146,7 @@ async fn mcp_tools_are_listed_and_called_in_a_run() {
 
     assert_eq!(created.kind, pb::ProviderKind::Mcp as i32);
     let names: Vec<&str> = created.tools.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(names, vec!["add", "broken"]);
+    assert_eq!(names, vec!["add", "broken", "chart", "files_read"]);
     let schema = created.tools[0].parameters_schema.as_ref().unwrap();
     assert!(format!("{schema:?}").contains("First addend"));
     let refreshed = tools
@@ -109,7 +156,7 @@ async fn mcp_tools_are_listed_and_called_in_a_run() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(refreshed.tools.len(), 2);
+    assert_eq!(refreshed.tools.len(), 4);
 
     let events = run_to_end(
         &mut server.agents().await,
@@ -145,4 +192,125 @@ async fn an_unreachable_mcp_server_is_refused() {
         "{}",
         status.message()
     );
+}
+
+/// A server's dotted tool name becomes a valid one the model is offered, the server is
+/// called under its own name, and an image the tool returns is stored as a file of the
+/// message with its `file` event; a direct call gets the image's bytes.
+#[tokio::test]
+async fn dotted_names_are_mapped_and_images_become_files() {
+    let mcp = mcp_server().await;
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(
+            &[],
+            vec![
+                ScriptedCall::new("r", "files_read", &["{}"]),
+                ScriptedCall::new("c", "chart", &["{}"]),
+            ],
+            (1, 1),
+        ),
+        Reply::text(&["Read it and drew it."], (1, 1)),
+    ])
+    .await;
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut tools = server.tools().await;
+    let created = tools
+        .create_provider(mcp_provider("files", format!("http://{mcp}/mcp")))
+        .await
+        .unwrap()
+        .into_inner();
+    let read = created
+        .tools
+        .iter()
+        .find(|t| t.original_name == "files.read")
+        .unwrap();
+    assert_eq!(read.name, "files_read");
+
+    let mut agents = server.agents().await;
+    let events = run_to_end(
+        &mut agents,
+        run_request(
+            "Read and chart",
+            &[("files", "files.read"), ("files", "chart")],
+        ),
+    )
+    .await;
+
+    let requests = llm.requests();
+    let offered: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(offered, vec!["files_read", "chart"]);
+    let thought = &final_thoughts(&events)[0];
+    assert_eq!(thought.tool_calls[0].observation, "contents of the file");
+    let file = first_file(&events);
+    assert_eq!(thought.file_ids, vec![file.id.clone()]);
+    assert_eq!(
+        thought.tool_calls[1].observation,
+        format!(
+            "Here is the chart.\n[image: image/png, sent to the user as chart-1.png]\n[file {}: chart-1.png]",
+            file.id
+        )
+    );
+    let stored = agents
+        .get_file(pb::GetFileRequest {
+            file_id: file.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (
+            stored.name.as_str(),
+            stored.mime_type.as_str(),
+            stored.data.as_slice()
+        ),
+        ("chart-1.png", "image/png", CHART_PNG)
+    );
+
+    let direct = tools
+        .invoke_tool(pb::InvokeToolRequest {
+            provider: "files".into(),
+            name: "chart".into(),
+            arguments: "{}".into(),
+            parameters: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(direct.files.len(), 1);
+    assert_eq!(direct.files[0].content, CHART_PNG);
+}
+
+/// A server that wants a bearer token says so in a few words, without transport internals;
+/// with the token the provider is created.
+#[tokio::test]
+async fn a_server_refusing_credentials_is_named_in_plain_words() {
+    let mcp = serve_mcp(Some("letmein")).await;
+    let llm = FakeOpenAi::start(vec![]).await;
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut tools = server.tools().await;
+
+    let refused = tools
+        .create_provider(mcp_provider("guarded", format!("http://{mcp}/mcp")))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    assert_eq!(
+        refused.message(),
+        format!(
+            "provider.source.mcp.url: the MCP server at http://{mcp} refused: authentication \
+             required (check the bearer_token credential)"
+        )
+    );
+
+    let mut request = mcp_provider("guarded", format!("http://{mcp}/mcp"));
+    if let Some(provider) = request.provider.as_mut() {
+        provider.credentials = [("bearer_token".to_owned(), "letmein".to_owned())].into();
+    }
+    let created = tools.create_provider(request).await.unwrap().into_inner();
+    assert_eq!(created.tools.len(), 4);
 }

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tonic::Code;
 
-use crate::support::{final_thoughts, run_request, run_to_end, TestServer};
+use crate::support::{final_thoughts, first_file, run_request, run_to_end, TestServer};
 use crate::support::{start, FakeOpenAi, Reply, ScriptedCall};
 
 type Seen = Arc<Mutex<Vec<Value>>>;
@@ -441,13 +441,7 @@ async fn files_from_tools_are_announced_stored_and_deleted_with_the_conversation
     )
     .await;
 
-    let file = events
-        .iter()
-        .find_map(|e| match &e.event {
-            Some(pb::run_event::Event::File(file)) => Some(file.clone()),
-            _ => None,
-        })
-        .expect("a file event");
+    let file = first_file(&events);
     assert_eq!(
         (
             file.r#type.as_str(),

@@ -117,6 +117,7 @@ pub fn descriptor(tool: &ToolDescriptor) -> pb::ToolDescriptor {
         name: tool.name.clone(),
         description: tool.description.clone(),
         parameters_schema: tool.parameters.as_object().map(json_to_struct),
+        original_name: tool.original_name.clone().unwrap_or_default(),
     }
 }
 

@@ -119,6 +119,19 @@ impl Recorder {
         Ok(records)
     }
 
+    /// A file of `message` (one a tool of this run produced) named by its id, as a `data:`
+    /// URL, for a tool argument that takes a file; `None` for any other text.
+    pub fn file_data_url(&self, message: MessageId, id: &str) -> Option<String> {
+        use base64::Engine as _;
+        let id: FileId = id.trim().parse().ok()?;
+        let (record, bytes) = self.store.get_file(&self.tenant, id).ok()??;
+        if record.message_id != message || !record.url.is_empty() {
+            return None;
+        }
+        let data = base64::engine::general_purpose::STANDARD.encode(bytes);
+        Some(format!("data:{};base64,{data}", record.mime_type))
+    }
+
     /// Adds the run's LLM tokens to what its tenant used today, for `limits.tokens_per_day`.
     pub fn count_tokens(&self, day: u32, tokens: u64) -> Result<(), StoreError> {
         if tokens == 0 {

@@ -142,7 +142,7 @@ impl RoundTools<'_> {
     ) -> Result<(), Halt> {
         let calls: Vec<(usize, ToolCallRecord)> = indices
             .into_iter()
-            .map(|index| (index, round.thought.tool_calls[index].clone()))
+            .map(|index| (index, self.with_run_files(&round.thought.tool_calls[index])))
             .collect();
         let timeout = self.settings.tool_timeout;
         let tools = Arc::clone(self.tools);
@@ -156,6 +156,31 @@ impl RoundTools<'_> {
             self.record(round, index, invocation)?;
         }
         Ok(())
+    }
+
+    /// The call as it is run: an argument that takes a file and names a file this run
+    /// produced gets that file. The recorded call keeps the id the model wrote.
+    fn with_run_files(&self, call: &ToolCallRecord) -> ToolCallRecord {
+        let fields = self.tools.file_fields(&call.name);
+        if fields.is_empty() {
+            return call.clone();
+        }
+        let Ok(serde_json::Value::Object(mut args)) = serde_json::from_str(&call.arguments) else {
+            return call.clone();
+        };
+        for field in fields {
+            let file = args
+                .get(field)
+                .and_then(serde_json::Value::as_str)
+                .and_then(|id| self.recorder.file_data_url(self.message.id, id));
+            if let Some(file) = file {
+                args.insert(field.clone(), serde_json::Value::String(file));
+            }
+        }
+        ToolCallRecord {
+            arguments: serde_json::Value::Object(args).to_string(),
+            ..call.clone()
+        }
     }
 
     /// Hands the caller's calls to it and records what it sends back; calls whose
@@ -253,7 +278,7 @@ impl RoundTools<'_> {
         &mut self,
         round: &mut Round,
         index: usize,
-        invocation: Invocation,
+        mut invocation: Invocation,
     ) -> Result<(), Halt> {
         if let Some(call) = round.thought.tool_calls.get(index) {
             self.metrics.tool_call(
@@ -264,6 +289,12 @@ impl RoundTools<'_> {
             );
         }
         let files = self.recorder.files(self.message.id, &invocation.files)?;
+        // The model learns each file's id, so it can hand the file to another tool.
+        for file in &files {
+            invocation
+                .observation
+                .push_str(&format!("\n[file {}: {}]", file.id, file.name));
+        }
         let file_ids = files.iter().map(|f| f.id.to_string());
         if let Some(call) = round.observe(index, invocation, file_ids) {
             self.recorder.tool_finished(&round.thought, call)?;

@@ -2,14 +2,16 @@
 //! over HTTP. The response (text or JSON) is the observation, cut at a size limit with a
 //! marker; a non-2xx answer is a failure whose observation carries the status.
 
+mod body;
 pub mod openapi;
+mod serialize;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use self::openapi::{ApiKeyScheme, Body, Location, Operation};
+use self::openapi::{ApiKeyScheme, Location, Operation, Parameter};
 use super::{http_body, ErasedTool, ToolDescriptor, ToolError, ToolOutput};
 
 /// How calls authenticate, from the provider's credentials.
@@ -127,6 +129,11 @@ impl OperationTool {
         let descriptor = ToolDescriptor {
             provider: provider.to_owned(),
             name: operation.name.clone(),
+            original_name: operation.original_name.clone(),
+            file_fields: match operation.body.as_ref().map(|body| &body.media) {
+                Some(openapi::Media::Multipart { files }) => files.clone(),
+                Some(openapi::Media::Json | openapi::Media::Form) | None => Vec::new(),
+            },
             description: operation.description.clone(),
             parameters: operation.schema.clone(),
         };
@@ -135,6 +142,30 @@ impl OperationTool {
             operation,
             settings,
             http,
+        }
+    }
+
+    /// The value of parameter `name`, if given and not null.
+    fn given<'a>(args: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+        args.get(name).filter(|value| !value.is_null())
+    }
+
+    /// Refuses a call that leaves out (or nulls) a required parameter, before any request.
+    fn check_required(&self, args: &Map<String, Value>) -> Result<(), ToolError> {
+        let missing: Vec<&str> = self
+            .operation
+            .parameters
+            .iter()
+            .filter(|p| p.required && Self::given(args, &p.name).is_none())
+            .map(|p| p.name.as_str())
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(ToolError::InvalidArguments(format!(
+                "{} is required and must not be null",
+                missing.join(", ")
+            )))
         }
     }
 
@@ -151,48 +182,93 @@ impl OperationTool {
                 .map_err(|()| ToolError::Failed("the server URL cannot have a path".to_owned()))?;
             segments.pop_if_empty();
             for segment in self.operation.path.split('/').filter(|s| !s.is_empty()) {
-                match segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
-                    Some(name) => segments.push(&text_of(args.get(name).unwrap_or(&Value::Null))),
+                match segment
+                    .strip_prefix('{')
+                    .and_then(|s| s.strip_suffix('}'))
+                    .and_then(|name| self.parameter(name, Location::Path))
+                {
+                    Some(parameter) => {
+                        let value = Self::given(args, &parameter.name).unwrap_or(&Value::Null);
+                        segments.push(&serialize::segment(parameter, value))
+                    }
                     None => segments.push(segment),
                 };
             }
         }
-        for parameter in self.parameters(Location::Query) {
-            if let Some(value) = args.get(&parameter) {
-                url.query_pairs_mut()
-                    .append_pair(&parameter, &text_of(value));
+        let mut pairs = Vec::new();
+        for parameter in self.located(Location::Query) {
+            if let Some(value) = Self::given(args, &parameter.name) {
+                pairs.extend(serialize::pairs(parameter, value));
             }
         }
         if let Auth::ApiKey {
             location: Location::Query,
             name,
             value,
-        } = &self.settings.auth
+        } = self.auth()
         {
-            url.query_pairs_mut().append_pair(name, value);
+            pairs.push((name.clone(), value.clone()));
+        }
+        if !pairs.is_empty() {
+            url.query_pairs_mut().extend_pairs(pairs);
         }
         Ok(url)
     }
 
-    fn parameters(&self, location: Location) -> Vec<String> {
+    fn parameter(&self, name: &str, location: Location) -> Option<&Parameter> {
         self.operation
             .parameters
             .iter()
-            .filter(|p| p.location == location)
-            .map(|p| p.name.clone())
-            .collect()
+            .find(|p| p.name == name && p.location == location)
+    }
+
+    fn located(&self, location: Location) -> impl Iterator<Item = &Parameter> {
+        self.operation
+            .parameters
+            .iter()
+            .filter(move |p| p.location == location)
+    }
+
+    /// The credentials this operation sends: none when its `security` says it is public.
+    fn auth(&self) -> &Auth {
+        if self.operation.sends_credentials {
+            &self.settings.auth
+        } else {
+            &Auth::None
+        }
     }
 
     fn request(&self, args: &Map<String, Value>) -> Result<reqwest::RequestBuilder, ToolError> {
+        self.check_required(args)?;
         let method = reqwest::Method::from_bytes(self.operation.method.as_bytes())
             .map_err(|_| ToolError::Failed(format!("unknown method {}", self.operation.method)))?;
         let mut request = self.http.request(method, self.url(args)?);
-        for name in self.parameters(Location::Header) {
-            if let Some(value) = args.get(&name) {
-                request = request.header(name.as_str(), text_of(value));
+        for parameter in self.located(Location::Header) {
+            if let Some(value) = Self::given(args, &parameter.name) {
+                request = request.header(
+                    parameter.name.as_str(),
+                    serialize::segment(parameter, value),
+                );
             }
         }
-        request = match &self.settings.auth {
+        let cookies: Vec<String> = self
+            .located(Location::Cookie)
+            .filter_map(|parameter| {
+                let value = Self::given(args, &parameter.name)?;
+                let pairs = serialize::pairs(parameter, value);
+                Some(
+                    pairs
+                        .into_iter()
+                        .map(|(name, value)| format!("{name}={value}"))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                )
+            })
+            .collect();
+        if !cookies.is_empty() {
+            request = request.header(reqwest::header::COOKIE, cookies.join("; "));
+        }
+        request = match self.auth() {
             Auth::ApiKey {
                 location: Location::Header,
                 name,
@@ -203,25 +279,9 @@ impl OperationTool {
             Auth::ApiKey { .. } | Auth::None => request,
         };
         match &self.operation.body {
-            Some(Body::Properties(names)) => {
-                let body: Map<String, Value> = names
-                    .iter()
-                    .filter_map(|n| args.get(n).map(|v| (n.clone(), v.clone())))
-                    .collect();
-                Ok(request.json(&body))
-            }
-            Some(Body::Whole) => Ok(request.json(args.get("body").unwrap_or(&Value::Null))),
+            Some(body) => body::attach(request, body, args),
             None => Ok(request),
         }
-    }
-}
-
-/// A value as text for a URL or header: strings as they are, anything else as JSON.
-fn text_of(value: &Value) -> String {
-    match value {
-        Value::String(text) => text.clone(),
-        Value::Null => String::new(),
-        Value::Bool(_) | Value::Number(_) | Value::Array(_) | Value::Object(_) => value.to_string(),
     }
 }
 
@@ -273,7 +333,7 @@ impl OperationTool {
         let name = format!(
             "{}.{}",
             self.operation.name,
-            mime_type.rsplit('/').next().unwrap_or("bin")
+            super::extension_for(&mime_type)
         );
         ToolOutput {
             text: format!(
@@ -334,7 +394,10 @@ impl ErasedTool for OperationTool {
         let limit = self.settings.max_output_bytes;
         let body = http_body::read_limited(response, limit.saturating_add(1)).await?;
         let text = cut_text(&body, limit);
-        if status.is_success() {
+        if status.is_success() && text.trim().is_empty() {
+            // An empty string would read as if the call did nothing; say what came back.
+            Ok(format!("HTTP {}, no content", status.as_u16()).into())
+        } else if status.is_success() {
             Ok(text.into())
         } else {
             Err(ToolError::Failed(format!("HTTP {status}: {text}")))

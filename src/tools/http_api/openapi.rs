@@ -84,6 +84,27 @@ pub enum Location {
     Query,
     /// A request header.
     Header,
+    /// A cookie.
+    Cookie,
+}
+
+/// How a parameter's value is written (OpenAPI's `style`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// `name=value`, arrays repeated or comma-joined (query and cookie default).
+    Form,
+    /// Arrays joined by spaces.
+    SpaceDelimited,
+    /// Arrays joined by `|`.
+    PipeDelimited,
+    /// Objects as `name[key]=value`.
+    DeepObject,
+    /// Comma-separated (path and header default).
+    Simple,
+    /// `.value` path segments.
+    Label,
+    /// `;name=value` path segments.
+    Matrix,
 }
 
 /// A parameter of an operation.
@@ -93,11 +114,42 @@ pub struct Parameter {
     pub name: String,
     /// Where it goes.
     pub location: Location,
+    /// How its value is written.
+    pub style: Style,
+    /// Whether arrays and objects are spread over several pairs (or `k=v` items).
+    pub explode: bool,
+    /// Whether a value must be given (path parameters always).
+    pub required: bool,
 }
 
-/// How the JSON request body is built from the arguments.
+/// The media type a request body is sent as.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Body {
+pub enum Media {
+    /// `application/json`.
+    Json,
+    /// `application/x-www-form-urlencoded`.
+    Form,
+    /// `multipart/form-data`; `files` are the fields sent as file parts.
+    Multipart {
+        /// Fields whose value is a file.
+        files: Vec<String>,
+    },
+}
+
+/// How the request body is built from the arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Body {
+    /// What it is sent as.
+    pub media: Media,
+    /// Which arguments make it.
+    pub shape: BodyShape,
+    /// Properties whose schema allows null: a null is sent for them, left out for others.
+    pub nullable: Vec<String>,
+}
+
+/// Which arguments make a request body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyShape {
     /// An object body whose properties are top-level arguments.
     Properties(Vec<String>),
     /// Any other body, given as the `body` argument.
@@ -107,8 +159,11 @@ pub enum Body {
 /// One callable operation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Operation {
-    /// Tool name: the `operationId`, else method and path.
+    /// Tool name: the `operationId` when it is a valid tool name, else a valid name made
+    /// from it (or from method and path), unique within the document.
     pub name: String,
+    /// The `operationId`, when the tool name differs from it.
+    pub original_name: Option<String>,
     /// Summary and description, for the model.
     pub description: String,
     /// Upper-case HTTP method.
@@ -121,6 +176,9 @@ pub struct Operation {
     pub body: Option<Body>,
     /// JSON Schema of the tool's arguments.
     pub schema: Value,
+    /// Whether calls carry the provider's credentials: not when the operation's (or the
+    /// document's) `security` is `[]`.
+    pub sends_credentials: bool,
 }
 
 /// Where an API key goes, from the document's `apiKey` security scheme.
@@ -191,7 +249,8 @@ fn operations(doc: &Value, limits: &SpecLimits) -> Result<Vec<Operation>, SpecEr
     let Some(paths) = doc.get("paths").and_then(Value::as_object) else {
         return Ok(Vec::new());
     };
-    let mut out = Vec::new();
+    let mut out: Vec<Operation> = Vec::new();
+    let mut names = crate::tools::names::UniqueNames::default();
     for (path, item) in paths {
         let at = format!("paths.{path}");
         let item = path_item(doc, item, &at)?;
@@ -219,6 +278,15 @@ fn operations(doc: &Value, limits: &SpecLimits) -> Result<Vec<Operation>, SpecEr
                 &format!("{at}.{method}"),
             )
             .map_err(|err| err.at(&label))?;
+            let mut operation = operation;
+            let raw = op["operationId"]
+                .as_str()
+                .filter(|id| !id.trim().is_empty())
+                .map_or_else(|| format!("{method}_{path}"), str::to_owned);
+            operation.name = names.claim(&raw);
+            operation.original_name =
+                (operation.name != raw && op["operationId"].is_string()).then_some(raw);
+            operation.sends_credentials = sends_credentials(doc, op);
             if operation.schema.to_string().len() > limits.max_schema_bytes {
                 return Err(SpecError::SchemaTooLarge {
                     operation: label,
@@ -263,9 +331,10 @@ fn operation(
         .chain(op["parameters"].as_array().into_iter().flatten());
     for (index, parameter) in all.enumerate() {
         let parameter = resolver.resolve(parameter, &format!("{at}.parameters[{index}]"))?;
-        let Some((name, location)) = parameter_place(&parameter) else {
+        let Some(place) = parameter_place(&parameter) else {
             continue;
         };
+        let name = place.name.clone();
         let mut schema = resolver.resolve(
             &parameter["schema"],
             &format!("{at}.parameters[{index}].schema"),
@@ -277,12 +346,12 @@ fn operation(
         {
             map.entry("description").or_insert_with(|| json!(text));
         }
-        if location == Location::Path || parameter["required"].as_bool() == Some(true) {
+        if place.required {
             required.push(json!(name));
         }
         properties.insert(name.clone(), schema);
         parameters.retain(|p: &Parameter| p.name != name);
-        parameters.push(Parameter { name, location });
+        parameters.push(place);
     }
     let body = request_body(resolver, op, at, &mut properties, &mut required)?;
     let description = [op["summary"].as_str(), op["description"].as_str()]
@@ -291,7 +360,8 @@ fn operation(
         .collect::<Vec<_>>()
         .join("\n");
     Ok(Operation {
-        name: tool_name(op["operationId"].as_str(), method, path),
+        name: String::new(),
+        original_name: None,
         description: if description.is_empty() {
             format!("{} {path}", method.to_uppercase())
         } else {
@@ -302,18 +372,88 @@ fn operation(
         parameters,
         body,
         schema: json!({"type": "object", "properties": properties, "required": required}),
+        sends_credentials: true,
     })
 }
 
-fn parameter_place(parameter: &Value) -> Option<(String, Location)> {
+/// A parameter's place and how it is written, with OpenAPI's defaults: `form` and
+/// exploded in the query and cookies, `simple` and not exploded in the path and headers.
+fn parameter_place(parameter: &Value) -> Option<Parameter> {
     let name = parameter["name"].as_str()?.to_owned();
     let location = match parameter["in"].as_str()? {
         "path" => Location::Path,
         "query" => Location::Query,
         "header" => Location::Header,
+        "cookie" => Location::Cookie,
         _ => return None,
     };
-    Some((name, location))
+    let default_style = match location {
+        Location::Query | Location::Cookie => Style::Form,
+        Location::Path | Location::Header => Style::Simple,
+    };
+    let style = match parameter["style"].as_str() {
+        Some("form") => Style::Form,
+        Some("spaceDelimited") => Style::SpaceDelimited,
+        Some("pipeDelimited") => Style::PipeDelimited,
+        Some("deepObject") => Style::DeepObject,
+        Some("simple") => Style::Simple,
+        Some("label") => Style::Label,
+        Some("matrix") => Style::Matrix,
+        _ => default_style,
+    };
+    let explode = parameter["explode"]
+        .as_bool()
+        .unwrap_or(style == Style::Form || style == Style::DeepObject);
+    let required = location == Location::Path || parameter["required"].as_bool() == Some(true);
+    Some(Parameter {
+        name,
+        location,
+        style,
+        explode,
+        required,
+    })
+}
+
+/// Whether an operation's calls carry credentials: its `security`, else the document's,
+/// says so; an empty list means the operation is public. A document that declares no
+/// security at all gets the credentials its provider was given.
+fn sends_credentials(doc: &Value, op: &Value) -> bool {
+    let security = op.get("security").or_else(|| doc.get("security"));
+    !matches!(security.and_then(Value::as_array), Some(requirements) if requirements.is_empty())
+}
+
+/// OpenAPI 3.0's `nullable: true` as JSON Schema (`type: [T, "null"]`), which is what the
+/// argument validator and the model providers understand.
+fn nullable_as_type(mut schema: Map<String, Value>) -> Map<String, Value> {
+    if schema.get("nullable") != Some(&json!(true)) {
+        return schema;
+    }
+    if let Some(Value::String(kind)) = schema.get("type").cloned() {
+        schema.insert("type".to_owned(), json!([kind, "null"]));
+        if let Some(Value::Array(values)) = schema.get_mut("enum") {
+            values.push(Value::Null);
+        }
+    }
+    schema
+}
+
+/// Whether a multipart field carries a file: a binary string (`format: binary` in 3.0,
+/// `contentMediaType` or `contentEncoding` in 3.1).
+fn is_file_field(schema: &Value) -> bool {
+    schema["format"] == "binary"
+        || schema["format"] == "byte"
+        || schema.get("contentMediaType").is_some()
+        || schema.get("contentEncoding").is_some()
+}
+
+/// What the model sees for a file field.
+fn file_field_schema(description: Option<&str>) -> Value {
+    let what = "The file: its contents in base64 (or a data: URL), or the id of a file produced earlier in this run";
+    let text = match description {
+        Some(own) => format!("{own}. {what}"),
+        None => what.to_owned(),
+    };
+    json!({"type": "string", "description": text})
 }
 
 /// Adds the JSON body's arguments: an object's properties at top level, anything else as
@@ -329,37 +469,70 @@ fn request_body(
         return Ok(None);
     };
     let body = resolver.resolve(body, &format!("{at}.requestBody"))?;
-    let content = &body["content"];
-    let Some(media) = content.get("application/json").or_else(|| {
-        content
-            .as_object()
-            .and_then(|m| m.iter().find(|(k, _)| k.contains("json")).map(|(_, v)| v))
-    }) else {
+    let Some((mut media, content)) = media_of(&body["content"]) else {
         return Ok(None);
     };
-    let schema = resolver.resolve(&media["schema"], &format!("{at}.requestBody.schema"))?;
+    let schema = resolver.resolve(&content["schema"], &format!("{at}.requestBody.schema"))?;
     let body_required = body["required"].as_bool() == Some(true);
     match schema.get("properties").and_then(Value::as_object) {
         Some(fields) if schema["type"] == "object" || schema.get("type").is_none() => {
             let names: Vec<String> = fields.keys().cloned().collect();
+            let mut nullable = Vec::new();
             for (name, field) in fields {
-                properties
-                    .entry(name.clone())
-                    .or_insert_with(|| field.clone());
+                if crate::tools::nulls::allows_null(field) {
+                    nullable.push(name.clone());
+                }
+                let field = match &mut media {
+                    Media::Multipart { files } if is_file_field(field) => {
+                        files.push(name.clone());
+                        file_field_schema(field["description"].as_str())
+                    }
+                    Media::Json | Media::Form | Media::Multipart { .. } => field.clone(),
+                };
+                properties.entry(name.clone()).or_insert(field);
             }
             if body_required {
                 required.extend(schema["required"].as_array().cloned().unwrap_or_default());
             }
-            Ok(Some(Body::Properties(names)))
+            Ok(Some(Body {
+                media,
+                shape: BodyShape::Properties(names),
+                nullable,
+            }))
         }
+        // A form is a set of fields: without properties there is nothing to send.
+        _ if media != Media::Json => Ok(None),
         _ => {
             properties.insert("body".to_owned(), schema);
             if body_required {
                 required.push(json!("body"));
             }
-            Ok(Some(Body::Whole))
+            Ok(Some(Body {
+                media,
+                shape: BodyShape::Whole,
+                nullable: Vec::new(),
+            }))
         }
     }
+}
+
+/// The body's media type, JSON first, then a URL-encoded form, then a multipart form.
+fn media_of(content: &Value) -> Option<(Media, &Value)> {
+    let types = content.as_object()?;
+    let find = |wanted: &dyn Fn(&str) -> bool| {
+        types
+            .iter()
+            .find(|(kind, _)| wanted(kind.as_str()))
+            .map(|(_, value)| value)
+    };
+    if let Some(json) = find(&|kind| kind.contains("json")) {
+        return Some((Media::Json, json));
+    }
+    if let Some(form) = find(&|kind| kind == "application/x-www-form-urlencoded") {
+        return Some((Media::Form, form));
+    }
+    find(&|kind| kind == "multipart/form-data")
+        .map(|multipart| (Media::Multipart { files: Vec::new() }, multipart))
 }
 
 /// Why inlining an operation's `$ref`s stopped.
@@ -429,7 +602,7 @@ impl<'a> Resolver<'a> {
                     for (key, item) in map {
                         out.insert(key.clone(), self.resolve(item, &format!("{at}.{key}"))?);
                     }
-                    Ok(Value::Object(out))
+                    Ok(Value::Object(nullable_as_type(out)))
                 }
             },
             Value::Array(items) => items
@@ -478,28 +651,6 @@ fn api_key_scheme(doc: &Value) -> Option<ApiKeyScheme> {
             name: scheme["name"].as_str()?.to_owned(),
         })
     })
-}
-
-/// A name models accept: letters, digits, `_` and `-`, at most 64 characters.
-fn tool_name(operation_id: Option<&str>, method: &str, path: &str) -> String {
-    let raw = match operation_id {
-        Some(id) if !id.trim().is_empty() => id.to_owned(),
-        _ => format!("{method}_{path}"),
-    };
-    let mut name: String = raw
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    while name.contains("__") {
-        name = name.replace("__", "_");
-    }
-    name.trim_matches('_').chars().take(64).collect()
 }
 
 #[cfg(test)]

@@ -238,6 +238,7 @@ async fn completions(
         }
         Some(Reply::Completion { text, calls, usage }) => completion(&model, text, &calls, usage),
         Some(Reply::Stream { text, calls, usage }) => {
+            let calls = with_file_id(calls, &body);
             sse(stream_frames(&model, &text, &calls, usage), false)
         }
         Some(Reply::Stall(text)) => {
@@ -271,6 +272,35 @@ async fn completions(
             true,
         ),
     }
+}
+
+/// Writes into `{file}` of the calls' arguments the id of the last file an observation
+/// announced (`[file <id>: <name>]`), as a model handing a tool's file on would.
+fn with_file_id(calls: Vec<ScriptedCall>, body: &Value) -> Vec<ScriptedCall> {
+    let announced = body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_str())
+        .filter_map(|text| text.rsplit_once("[file ")?.1.split_once(':'))
+        .map(|(id, _)| id.to_owned())
+        .next_back();
+    let Some(id) = announced else {
+        return calls;
+    };
+    calls
+        .into_iter()
+        .map(|call| ScriptedCall {
+            argument_chunks: call
+                .argument_chunks
+                .iter()
+                .map(|chunk| -> &'static str {
+                    Box::leak(chunk.replace("{file}", &id).into_boxed_str())
+                })
+                .collect(),
+            ..call
+        })
+        .collect()
 }
 
 fn has_null_content_beside_tool_calls(body: &Value) -> bool {

@@ -352,6 +352,17 @@ pub async fn settled_status(client: &mut Agents, message_id: &str) -> i32 {
 }
 
 /// The stream's `error` event, which must be the last.
+/// The first `file` event of a run.
+pub fn first_file(events: &[pb::RunEvent]) -> pb::MessageFile {
+    events
+        .iter()
+        .find_map(|e| match &e.event {
+            Some(pb::run_event::Event::File(file)) => Some(file.clone()),
+            _ => None,
+        })
+        .expect("a file event")
+}
+
 pub fn last_error(events: &[pb::RunEvent]) -> pb::RunError {
     match events.last().and_then(|e| e.event.clone()) {
         Some(pb::run_event::Event::Error(error)) => error,

@@ -76,7 +76,11 @@ fn a_yaml_document_becomes_one_tool_per_operation() {
     let add = &doc.operations[0];
     assert_eq!(
         add.body,
-        Some(Body::Properties(vec!["name".into(), "tag".into()]))
+        Some(Body {
+            media: Media::Json,
+            shape: BodyShape::Properties(vec!["name".into(), "tag".into()]),
+            nullable: vec![],
+        })
     );
     assert_eq!(
         add.schema["properties"]["tag"],
