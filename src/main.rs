@@ -1,27 +1,56 @@
-//! `agent-runner`: `serve` runs the service; `health` probes a running one (for container
-//! health checks, with no extra binary in the image); `keys` manages API keys.
+//! `agent-runner`: `serve` runs the service; `run`, `chat`, `attach`, `show` and `tools`
+//! are its terminal client; `health` probes a running one (for container health checks,
+//! with no extra binary in the image); `keys` manages API keys.
+//!
+//! Exit codes: 0 done (a run completed), 1 failed (a run's error, or the server refused:
+//! its gRPC status is on stderr), 2 bad command line, 3 server unreachable, 130 cancelled.
+
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
 use tokio::net::TcpListener;
 
 use agent_runner::app::{self, Extensions};
-use agent_runner::cli;
-use agent_runner::config::{Cli, Command, Config, KeysArgs, LogFormat, ServeArgs};
+use agent_runner::cli::args::{Cli, Command, KeysArgs};
+use agent_runner::cli::{self, Outcome};
+use agent_runner::config::{Config, LogFormat, ServeArgs};
 use agent_runner::telemetry::traces;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
     let Cli { command } = Cli::parse();
+    match dispatch(command).await {
+        Ok(outcome) => ExitCode::from(outcome.exit_code()),
+        // A reader that went away (`| head`) is not an error to report.
+        Err(error) if cli::is_broken_pipe(&error) => ExitCode::from(141),
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(cli::error_exit_code(&error))
+        }
+    }
+}
+
+async fn dispatch(command: Command) -> anyhow::Result<Outcome> {
     match command {
-        Command::Serve(args) => serve(args).await,
+        Command::Serve(args) => serve(args).await.map(|()| Outcome::Completed),
+        Command::Run(args) => cli::run(args).await,
+        Command::Chat(args) => cli::chat(args).await,
+        Command::Attach(args) => cli::attach(args).await,
+        Command::Show(args) => print(cli::show(args).await?),
+        Command::Tools(args) => print(cli::tools(args).await?),
         Command::Health(args) => {
             cli::check_health(&args).await?;
             println!("SERVING");
-            Ok(())
+            Ok(Outcome::Completed)
         }
-        Command::Keys(args) => keys(args).await,
+        Command::Keys(args) => keys(args).await.map(|()| Outcome::Completed),
     }
+}
+
+fn print(text: String) -> anyhow::Result<Outcome> {
+    print!("{text}");
+    Ok(Outcome::Completed)
 }
 
 async fn keys(args: KeysArgs) -> anyhow::Result<()> {

@@ -3,7 +3,7 @@
 //! certificates, and per-tenant limits with their retry hints.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use agent_runner::config::Config;
@@ -17,6 +17,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_types::StatusExt;
 
+use crate::support::process::agent_runner;
 use crate::support::tls::Pki;
 use crate::support::{config, end_of, run_request, FakeOpenAi, Reply, TestServer};
 
@@ -38,7 +39,7 @@ fn requiring_auth(config: &mut Config) {
     config.auth.admin_token = Some(Secret::new(ADMIN_TOKEN));
 }
 
-async fn auth_server(llm: &FakeOpenAi, edit: impl FnOnce(&mut Config)) -> TestServer {
+pub(crate) async fn auth_server(llm: &FakeOpenAi, edit: impl FnOnce(&mut Config)) -> TestServer {
     TestServer::start_edited(&llm.base_url(), |config| {
         requiring_auth(config);
         edit(config);
@@ -51,7 +52,7 @@ async fn admin(server: &TestServer) -> AdminServiceClient<Channel> {
 }
 
 /// A new key of `tenant` with `limits`: its id and the secret to send.
-async fn create_key(
+pub(crate) async fn create_key(
     server: &TestServer,
     tenant: &str,
     limits: pb::TenantLimits,
@@ -359,21 +360,6 @@ async fn reflection_is_open_by_default_and_can_be_closed() {
     );
 }
 
-/// Runs the `agent-runner` binary to its exit, off the test's runtime (which serves the
-/// in-process server the command talks to).
-async fn agent_runner(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_agent-runner"));
-    command
-        .args(args)
-        .env_remove("AGENT_RUNNER_ADMIN_TOKEN")
-        .env_remove("AGENT_RUNNER_LISTEN")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null());
-    tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap()
-}
-
 fn stdout_lines(output: &Output) -> Vec<String> {
     String::from_utf8_lossy(&output.stdout)
         .lines()
@@ -569,7 +555,7 @@ async fn mutual_tls_admits_only_certificates_of_the_client_ca() {
     assert!(!anonymous.status.success());
 }
 
-fn limits(concurrent: u32, per_minute: u32, tokens: u64) -> pb::TenantLimits {
+pub(crate) fn limits(concurrent: u32, per_minute: u32, tokens: u64) -> pb::TenantLimits {
     pb::TenantLimits {
         max_concurrent_runs: concurrent,
         runs_per_minute: per_minute,

@@ -14,6 +14,7 @@ mod api_requests;
 mod approvals;
 mod auth;
 mod citations;
+mod cli;
 mod client_tools;
 mod conversations;
 mod hardening;

@@ -1,9 +1,10 @@
 //! The real `agent-runner` binary as a child process, for what only a whole process shows:
 //! signals, crash recovery, and process-wide tracing.
 
+use std::io::Write as _;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use agent_runner::pb::agent_service_client::AgentServiceClient;
@@ -112,4 +113,42 @@ pub async fn wait_for_exit(child: &mut Child, limit: Duration) -> Option<ExitSta
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     None
+}
+
+/// Runs the `agent-runner` binary to its exit with `args`, `env` and `stdin`, off the
+/// test's runtime (which serves the in-process server the command talks to). Variables a
+/// developer's shell may set are cleared first.
+pub async fn agent_runner_with(args: &[&str], env: &[(&str, &str)], stdin: &str) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agent-runner"));
+    command.args(args);
+    for name in [
+        "AGENT_RUNNER_ADMIN_TOKEN",
+        "AGENT_RUNNER_LISTEN",
+        "AGENT_RUNNER_API_KEY",
+        "AGENT_RUNNER_MODEL",
+        "AGENT_RUNNER_TENANT",
+        "NO_COLOR",
+    ] {
+        command.env_remove(name);
+    }
+    command
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let stdin = stdin.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut child = command.spawn().unwrap();
+        if let Some(mut input) = child.stdin.take() {
+            input.write_all(stdin.as_bytes()).unwrap();
+        }
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+/// [`agent_runner_with`] with nothing on stdin.
+pub async fn agent_runner(args: &[&str], env: &[(&str, &str)]) -> Output {
+    agent_runner_with(args, env, "").await
 }

@@ -1,67 +1,19 @@
-//! The client side of the command line: `health` and `keys` against a running server.
-//!
-//! Errors are for a person at a terminal, so they are `anyhow` chains; the server's status
-//! code leads each one.
+//! Operator commands: `health` for container probes and `keys` for API keys.
 
 use anyhow::Context;
 use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::Request;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-use crate::config::{ClientArgs, KeysCommand};
+use super::args::{ClientArgs, KeysCommand};
+use super::connection::{connect, status_error};
 use crate::pb;
 use crate::pb::admin_service_client::AdminServiceClient;
 
 /// The environment variable holding the admin token.
 pub const ADMIN_TOKEN_ENV: &str = "AGENT_RUNNER_ADMIN_TOKEN";
-
-/// A channel to the server `args` name, over TLS when a CA is given.
-pub async fn connect(args: &ClientArgs) -> anyhow::Result<Channel> {
-    let host = reachable(&args.addr);
-    let scheme = if args.tls_ca.is_some() {
-        "https"
-    } else {
-        "http"
-    };
-    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{host}"))
-        .with_context(|| format!("--addr {:?} is not host:port", args.addr))?;
-    if let Some(ca) = &args.tls_ca {
-        let read = |path: &std::path::PathBuf| {
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
-        };
-        let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(ca)?));
-        if let Some(name) = &args.tls_server_name {
-            tls = tls.domain_name(name.clone());
-        }
-        if let (Some(cert), Some(key)) = (&args.tls_client_cert, &args.tls_client_key) {
-            tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
-        }
-        endpoint = endpoint.tls_config(tls)?;
-    }
-    endpoint
-        .connect()
-        .await
-        .with_context(|| format!("cannot connect to {host}"))
-}
-
-/// `host:port` to dial: a wildcard listen address is not something to connect to, so it
-/// becomes loopback on the same port.
-fn reachable(addr: &str) -> String {
-    match addr.parse::<std::net::SocketAddr>() {
-        Ok(socket) if socket.ip().is_unspecified() => {
-            let loopback: std::net::IpAddr = if socket.is_ipv4() {
-                std::net::Ipv4Addr::LOCALHOST.into()
-            } else {
-                std::net::Ipv6Addr::LOCALHOST.into()
-            };
-            std::net::SocketAddr::new(loopback, socket.port()).to_string()
-        }
-        _ => addr.to_owned(),
-    }
-}
 
 /// Succeeds when both services answer `SERVING`.
 pub async fn check_health(args: &ClientArgs) -> anyhow::Result<()> {
@@ -173,8 +125,4 @@ fn key_line(key: &pb::ApiKey) -> String {
         limits.runs_per_minute,
         limits.tokens_per_day
     )
-}
-
-fn status_error(status: tonic::Status) -> anyhow::Error {
-    anyhow::anyhow!("{:?}: {}", status.code(), status.message())
 }

@@ -1,0 +1,221 @@
+//! The command line: `serve` runs the service; every other subcommand is a client of a
+//! running one.
+
+use std::path::PathBuf;
+
+use crate::config::ServeArgs;
+
+/// `agent-runner` command line.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "agent-runner",
+    version,
+    about = "Runs LLM agents behind a gRPC API"
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Serve the gRPC API.
+    Serve(ServeArgs),
+    /// Run one query through an agent and show the run as it streams.
+    Run(RunArgs),
+    /// Talk with an agent: each line you type is a turn of one conversation.
+    Chat(ChatArgs),
+    /// Follow a message's events: those after --after, then live ones until it ends.
+    Attach(AttachArgs),
+    /// Show a stored message and its thoughts as a tree.
+    Show(ShowArgs),
+    /// List the tools agents can use.
+    Tools(ToolsArgs),
+    /// Ask a running server's health service; exits 0 when both services are SERVING.
+    Health(ClientArgs),
+    /// Create, list and revoke API keys on a running server (needs
+    /// `AGENT_RUNNER_ADMIN_TOKEN`).
+    Keys(KeysArgs),
+}
+
+/// How the CLI reaches a running server; the flags go before or after a subcommand.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClientArgs {
+    /// The server, `host:port`; a wildcard address means this machine.
+    #[arg(
+        long,
+        global = true,
+        env = "AGENT_RUNNER_LISTEN",
+        default_value = "127.0.0.1:50051"
+    )]
+    pub addr: String,
+    /// Connect over TLS, trusting this CA certificate (PEM).
+    #[arg(long, global = true, env = "AGENT_RUNNER_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// The name the server's certificate is checked against [default: the host of --addr].
+    #[arg(long, global = true)]
+    pub tls_server_name: Option<String>,
+    /// A client certificate (PEM) for servers that require one (mTLS).
+    #[arg(long, global = true, requires = "tls_client_key")]
+    pub tls_client_cert: Option<PathBuf>,
+    /// The key of --tls-client-cert (PEM).
+    #[arg(long, global = true, requires = "tls_client_cert")]
+    pub tls_client_key: Option<PathBuf>,
+    /// The API key calls are made with (sent as `authorization: Bearer <key>`).
+    #[arg(
+        long,
+        global = true,
+        env = "AGENT_RUNNER_API_KEY",
+        hide_env_values = true
+    )]
+    pub api_key: Option<String>,
+    /// The tenant to act for on a server without API keys (the `x-tenant-id` header).
+    #[arg(long, global = true, env = "AGENT_RUNNER_TENANT")]
+    pub tenant_id: Option<String>,
+}
+
+/// What a run (or each turn of a chat) asks of the agent.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AgentArgs {
+    /// The model, `provider/name` (a provider of the server's configuration).
+    #[arg(long, short, env = "AGENT_RUNNER_MODEL")]
+    pub model: String,
+    /// A tool the agent may call, `provider/name`; repeat for more.
+    #[arg(long = "tool", short = 't', value_name = "PROVIDER/NAME")]
+    pub tools: Vec<String>,
+    /// How the agent calls tools [default: function calling when the model can].
+    #[arg(long, value_enum)]
+    pub strategy: Option<StrategyArg>,
+    /// The system prompt.
+    #[arg(long, short)]
+    pub instruction: Option<String>,
+    /// Tool rounds at most (1 to 99) [default: the server's, 10].
+    #[arg(long)]
+    pub max_iteration: Option<u32>,
+    /// Add the turn to this conversation [default: a new one].
+    #[arg(long, short)]
+    pub conversation: Option<String>,
+    /// Print the events as JSON lines, one object per event, for scripts.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--strategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StrategyArg {
+    /// Function calling.
+    Fc,
+    /// Chain of thought (ReAct).
+    Cot,
+}
+
+/// `run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The user's query.
+    pub query: String,
+    /// The agent.
+    #[command(flatten)]
+    pub agent: AgentArgs,
+    /// Which server.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `chat`.
+#[derive(Debug, clap::Args)]
+pub struct ChatArgs {
+    /// The agent.
+    #[command(flatten)]
+    pub agent: AgentArgs,
+    /// Which server.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `attach`.
+#[derive(Debug, clap::Args)]
+pub struct AttachArgs {
+    /// The message to follow.
+    pub message_id: String,
+    /// Replay only events after this sequence number.
+    #[arg(long, default_value_t = 0)]
+    pub after: u64,
+    /// Print the events as JSON lines.
+    #[arg(long)]
+    pub json: bool,
+    /// Which server.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `show`.
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    /// The message to show.
+    pub message_id: String,
+    /// Print the message and its thoughts as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Which server.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `tools`.
+#[derive(Debug, clap::Args)]
+pub struct ToolsArgs {
+    /// Only this provider's tools.
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// Which server.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `keys` and its subcommands.
+#[derive(Debug, clap::Args)]
+pub struct KeysArgs {
+    /// Which server.
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// What to do with keys.
+    #[command(subcommand)]
+    pub command: KeysCommand,
+}
+
+/// What `keys` does.
+#[derive(Debug, clap::Subcommand)]
+pub enum KeysCommand {
+    /// Create a key for a tenant; prints the key alone on the last line.
+    Create {
+        /// The tenant the key acts for.
+        #[arg(long)]
+        tenant: String,
+        /// A name for people, e.g. `ci`.
+        #[arg(long, default_value = "")]
+        name: String,
+        /// Runs in progress at once with this key [default: the server's limit].
+        #[arg(long, default_value_t = 0)]
+        max_concurrent_runs: u32,
+        /// Runs started per minute with this key [default: the server's limit].
+        #[arg(long, default_value_t = 0)]
+        runs_per_minute: u32,
+        /// LLM tokens per UTC day with this key [default: the server's limit].
+        #[arg(long, default_value_t = 0)]
+        tokens_per_day: u64,
+    },
+    /// List a tenant's keys, one per line, id first; never the secrets.
+    List {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Revoke a key; calls with it fail from the next one on.
+    Revoke {
+        /// The key's id (the first column of `keys list`).
+        id: String,
+    },
+}

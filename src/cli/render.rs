@@ -1,0 +1,399 @@
+//! A run as a person watches it: answer text as it arrives, each tool call with its
+//! arguments, (cut) observation and time, retries, and a closing line with tokens, cost,
+//! latency and the ids to read the run back. Colours only on a terminal without
+//! `NO_COLOR`; or, with `--json`, one JSON object per event.
+
+use std::io::{IsTerminal, Write};
+
+use super::json;
+use crate::pb;
+use crate::pb::run_event::Event;
+
+/// How much of an argument list or an observation one line shows.
+const SHOWN_CHARS: usize = 200;
+
+/// ANSI colours, or none.
+#[derive(Debug, Clone, Copy)]
+pub struct Paint {
+    colour: bool,
+}
+
+impl Paint {
+    /// Colours when stdout is a terminal and `NO_COLOR` is unset or empty.
+    pub fn for_stdout() -> Self {
+        let no_colour = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        Self {
+            colour: std::io::stdout().is_terminal() && !no_colour,
+        }
+    }
+
+    fn wrap(self, code: &str, text: &str) -> String {
+        if self.colour {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_owned()
+        }
+    }
+
+    /// Secondary detail.
+    pub fn dim(self, text: &str) -> String {
+        self.wrap("2", text)
+    }
+
+    /// Failures.
+    pub fn red(self, text: &str) -> String {
+        self.wrap("31", text)
+    }
+
+    /// Success.
+    pub fn green(self, text: &str) -> String {
+        self.wrap("32", text)
+    }
+
+    /// Waits, retries, cancels.
+    pub fn yellow(self, text: &str) -> String {
+        self.wrap("33", text)
+    }
+
+    /// Tool names.
+    pub fn cyan(self, text: &str) -> String {
+        self.wrap("36", text)
+    }
+
+    /// Headings.
+    pub fn bold(self, text: &str) -> String {
+        self.wrap("1", text)
+    }
+}
+
+/// Where a run's events go: a person's view or JSON lines.
+pub enum Printer {
+    /// Readable lines.
+    Human(HumanView),
+    /// One JSON object per line.
+    Json,
+}
+
+impl Printer {
+    /// JSON lines when `json`, else the readable view.
+    pub fn new(json: bool) -> Self {
+        if json {
+            Printer::Json
+        } else {
+            Printer::Human(HumanView::new(Paint::for_stdout()))
+        }
+    }
+
+    /// Shows one event.
+    pub fn event(&mut self, event: &pb::RunEvent) -> std::io::Result<()> {
+        let mut out = std::io::stdout().lock();
+        match self {
+            Printer::Json => writeln!(out, "{}", json::event(event))?,
+            Printer::Human(view) => out.write_all(view.render(event).as_bytes())?,
+        }
+        out.flush()
+    }
+
+    /// A remark of the CLI's own (`cancelling…`): on stderr, so JSON output stays events only.
+    pub fn note(&mut self, text: &str) {
+        let line = match self {
+            Printer::Human(view) => view.paint.yellow(text),
+            Printer::Json => text.to_owned(),
+        };
+        let newline = match self {
+            Printer::Human(view) => std::mem::take(&mut view.mid_line),
+            Printer::Json => false,
+        };
+        if newline {
+            println!();
+        }
+        eprintln!("{line}");
+    }
+}
+
+/// The readable view's state: where the cursor is and what was already shown.
+pub struct HumanView {
+    paint: Paint,
+    /// Answer text ended without a newline.
+    mid_line: bool,
+    /// Answer text arrived since the last thought event.
+    streamed_since_thought: bool,
+    /// Any answer text arrived.
+    streamed: bool,
+}
+
+impl HumanView {
+    /// A view painting with `paint`.
+    pub fn new(paint: Paint) -> Self {
+        Self {
+            paint,
+            mid_line: false,
+            streamed_since_thought: false,
+            streamed: false,
+        }
+    }
+
+    /// The text one event adds to the screen.
+    pub fn render(&mut self, event: &pb::RunEvent) -> String {
+        let p = self.paint;
+        let lines = match &event.event {
+            Some(Event::Delta(delta)) => {
+                self.streamed = true;
+                self.streamed_since_thought = true;
+                self.mid_line = !delta.text.ends_with('\n');
+                return delta.text.clone();
+            }
+            Some(Event::Started(started)) => vec![p.dim(&started_line(started))],
+            Some(Event::Thought(thought)) => self.thought_lines(thought),
+            Some(Event::ToolStarted(started)) => started
+                .tool_call
+                .as_ref()
+                .map(|call| vec![self.call_line(call)])
+                .unwrap_or_default(),
+            Some(Event::ToolFinished(finished)) => finished
+                .tool_call
+                .as_ref()
+                .map(|call| vec![self.result_line(call)])
+                .unwrap_or_default(),
+            Some(Event::File(file)) => vec![p.dim(&format!(
+                "  + file {} ({}{})",
+                file.id,
+                file.mime_type,
+                if file.url.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {}", file.url)
+                }
+            ))],
+            Some(Event::Retry(retry)) => vec![p.yellow(&format!(
+                "↻ {}: {} — attempt {} with {}/{} in {:.1}s",
+                retry.code, retry.message, retry.attempt, retry.provider, retry.model, retry.delay
+            ))],
+            Some(Event::ToolCallsRequired(required)) => {
+                let mut lines = vec![p.yellow("… waiting for the caller to run these tools:")];
+                lines.extend(required.tool_calls.iter().map(|c| self.call_line(c)));
+                lines
+            }
+            Some(Event::ApprovalRequired(required)) => {
+                let mut lines = vec![p.yellow("… waiting for approval (ApproveToolCalls) of:")];
+                lines.extend(required.tool_calls.iter().map(|c| self.call_line(c)));
+                lines
+            }
+            Some(Event::End(end)) => self.end_lines(event, end),
+            Some(Event::Error(error)) => {
+                let mut lines =
+                    vec![p.red(&format!("✗ failed: {}: {}", error.code, error.message))];
+                lines.push(p.dim(&usage_line(error.iterations, error.usage.as_ref())));
+                lines.push(p.dim(&ids_line(event)));
+                lines
+            }
+            None => Vec::new(),
+        };
+        self.lines(lines)
+    }
+
+    /// Whole lines, on a line of their own even after answer text without a newline.
+    fn lines(&mut self, lines: Vec<String>) -> String {
+        if lines.is_empty() {
+            return String::new();
+        }
+        let mut text = String::new();
+        if std::mem::take(&mut self.mid_line) {
+            text.push('\n');
+        }
+        for line in lines {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    }
+
+    /// A round's reasoning, when it was not streamed as text (chain of thought).
+    fn thought_lines(&mut self, thought: &pb::AgentThought) -> Vec<String> {
+        let streamed = std::mem::take(&mut self.streamed_since_thought);
+        let reasoning = thought.thought.trim();
+        if streamed || reasoning.is_empty() || thought.tool_calls.is_empty() {
+            return Vec::new();
+        }
+        vec![self
+            .paint
+            .dim(&format!("· {}", one_line(reasoning, SHOWN_CHARS)))]
+    }
+
+    fn call_line(&self, call: &pb::ToolCall) -> String {
+        let name = if call.provider.is_empty() {
+            call.name.clone()
+        } else {
+            format!("{}/{}", call.provider, call.name)
+        };
+        format!(
+            "→ {} {}",
+            self.paint.cyan(&name),
+            one_line(&call.arguments, SHOWN_CHARS)
+        )
+    }
+
+    fn result_line(&self, call: &pb::ToolCall) -> String {
+        let meta = call.meta.clone().unwrap_or_default();
+        let text = format!(
+            "{} ({:.2}s)",
+            one_line(&call.observation, SHOWN_CHARS),
+            meta.time_cost
+        );
+        if meta.error.is_empty() {
+            format!("  ← {text}")
+        } else {
+            self.paint.red(&format!("  ✗ {text}"))
+        }
+    }
+
+    fn end_lines(&mut self, event: &pb::RunEvent, end: &pb::MessageEnd) -> Vec<String> {
+        let p = self.paint;
+        let mut lines = Vec::new();
+        if !self.streamed && !end.answer.is_empty() {
+            lines.push(end.answer.clone());
+        }
+        if !end.output_invalid.is_empty() {
+            lines.push(p.yellow(&format!(
+                "! the answer does not meet the output schema: {}",
+                end.output_invalid
+            )));
+        }
+        let finish = json::finish_reason_name(end.finish_reason);
+        let head = match pb::FinishReason::try_from(end.finish_reason) {
+            Ok(pb::FinishReason::Cancelled) => p.yellow("■ cancelled"),
+            Ok(pb::FinishReason::MaxIterations) => {
+                p.yellow("✓ completed (the model still wanted tools after the last round)")
+            }
+            Ok(pb::FinishReason::Stop | pb::FinishReason::Unspecified) | Err(_) => {
+                p.green(&format!("✓ completed ({finish})"))
+            }
+        };
+        lines.push(format!(
+            "{head} {}",
+            p.dim(&usage_line(end.iterations, end.usage.as_ref()))
+        ));
+        lines.push(p.dim(&ids_line(event)));
+        lines
+    }
+}
+
+fn started_line(started: &pb::RunStarted) -> String {
+    let mut line = format!(
+        "▶ {}/{} · {} · up to {} rounds",
+        started.provider,
+        started.model,
+        json::strategy_name(started.strategy).replace('_', " "),
+        started.max_iteration
+    );
+    match started.history_turns {
+        0 => {}
+        1 => line.push_str(" · 1 earlier turn"),
+        turns => line.push_str(&format!(" · {turns} earlier turns")),
+    }
+    line
+}
+
+/// `· 2 rounds · tokens 120 in, 30 out · 0.0012 USD · 1.23s`
+fn usage_line(iterations: u32, usage: Option<&pb::Usage>) -> String {
+    let usage = usage.cloned().unwrap_or_default();
+    let mut line = format!(
+        "· {iterations} {} · tokens {} in, {} out{}",
+        if iterations == 1 { "round" } else { "rounds" },
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        if usage.estimated { " (estimated)" } else { "" }
+    );
+    if !usage.total_price.is_empty() && !usage.currency.is_empty() {
+        line.push_str(&format!(" · {} {}", usage.total_price, usage.currency));
+    }
+    line.push_str(&format!(" · {:.2}s", usage.latency));
+    line
+}
+
+fn ids_line(event: &pb::RunEvent) -> String {
+    format!(
+        "  message {}  conversation {}",
+        event.message_id, event.conversation_id
+    )
+}
+
+/// `text` on one line, cut to `max` characters with an ellipsis.
+pub fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let flat = flat.trim();
+    if flat.chars().count() <= max {
+        return flat.to_owned();
+    }
+    let cut: String = flat.chars().take(max).collect();
+    format!("{cut}…")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(event: Event) -> pb::RunEvent {
+        pb::RunEvent {
+            seq: 1,
+            message_id: "m-1".into(),
+            conversation_id: "c-1".into(),
+            created_at: None,
+            event: Some(event),
+        }
+    }
+
+    #[test]
+    fn a_tool_line_follows_answer_text_on_a_line_of_its_own() {
+        let mut view = HumanView::new(Paint { colour: false });
+        let text = view.render(&event(Event::Delta(pb::MessageDelta {
+            text: "Let me look".into(),
+        })));
+        assert_eq!(text, "Let me look");
+        let call = pb::ToolCall {
+            id: "c".into(),
+            name: "current_time".into(),
+            provider: "time".into(),
+            arguments: "{\"timezone\":\n\"UTC\"}".into(),
+            ..Default::default()
+        };
+        let line = view.render(&event(Event::ToolStarted(pb::ToolStarted {
+            tool_call: Some(call),
+            ..Default::default()
+        })));
+        assert_eq!(line, "\n→ time/current_time {\"timezone\": \"UTC\"}\n");
+    }
+
+    #[test]
+    fn the_end_says_how_it_went_with_usage_and_ids() {
+        let mut view = HumanView::new(Paint { colour: false });
+        let text = view.render(&event(Event::End(pb::MessageEnd {
+            answer: "42".into(),
+            finish_reason: pb::FinishReason::Stop as i32,
+            iterations: 2,
+            usage: Some(pb::Usage {
+                prompt_tokens: 120,
+                completion_tokens: 30,
+                total_price: "0.0012".into(),
+                currency: "USD".into(),
+                latency: 1.234,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })));
+        assert_eq!(
+            text,
+            "42\n✓ completed (stop) · 2 rounds · tokens 120 in, 30 out · 0.0012 USD · 1.23s\n  \
+             message m-1  conversation c-1\n"
+        );
+    }
+
+    #[test]
+    fn long_text_is_cut_on_one_line() {
+        assert_eq!(one_line("a\nb", 10), "a b");
+        assert_eq!(one_line("abcdef", 3), "abc…");
+    }
+}

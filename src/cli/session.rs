@@ -1,0 +1,236 @@
+//! `run`, `chat` and `attach`: follow a run's events to its end. Ctrl-C asks the server to
+//! cancel the run and shows the cancelled end; a second Ctrl-C leaves at once.
+
+use anyhow::Context;
+use tokio::io::AsyncBufReadExt;
+
+use super::args::{AgentArgs, AttachArgs, ChatArgs, RunArgs, StrategyArg};
+use super::connection::{agents, status_error, Authed};
+use super::render::Printer;
+use super::Outcome;
+use crate::pb;
+use crate::pb::agent_service_client::AgentServiceClient;
+use crate::pb::run_event::Event;
+
+type Agents = AgentServiceClient<Authed>;
+
+/// SIGINT as a stream: listening from the start, so a Ctrl-C between two waits is not lost.
+struct Interrupts {
+    #[cfg(unix)]
+    signal: tokio::signal::unix::Signal,
+}
+
+impl Interrupts {
+    fn listen() -> anyhow::Result<Self> {
+        Ok(Self {
+            #[cfg(unix)]
+            signal: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+                .context("cannot listen for Ctrl-C")?,
+        })
+    }
+
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        self.signal.recv().await;
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// `agent-runner run`.
+pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
+    let mut interrupts = Interrupts::listen()?;
+    let mut client = agents(&args.client).await?;
+    let request = run_request(&args.agent, args.query, args.agent.conversation.clone())?;
+    let mut printer = Printer::new(args.agent.json);
+    let stream = client
+        .run(request)
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    let followed = follow(&mut client, stream, &mut printer, &mut interrupts).await?;
+    Ok(followed.outcome)
+}
+
+/// `agent-runner attach`.
+pub async fn attach(args: AttachArgs) -> anyhow::Result<Outcome> {
+    let mut interrupts = Interrupts::listen()?;
+    let mut client = agents(&args.client).await?;
+    let mut printer = Printer::new(args.json);
+    let stream = client
+        .attach(pb::AttachRequest {
+            message_id: args.message_id,
+            after_seq: args.after,
+        })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    let followed = follow(&mut client, stream, &mut printer, &mut interrupts).await?;
+    Ok(followed.outcome)
+}
+
+/// `agent-runner chat`: each line read is a turn of one conversation; an empty input, end
+/// of input, `/exit` or Ctrl-C at the prompt ends it. Exits as the last turn ended.
+pub async fn chat(args: ChatArgs) -> anyhow::Result<Outcome> {
+    let mut interrupts = Interrupts::listen()?;
+    let mut client = agents(&args.client).await?;
+    let mut printer = Printer::new(args.agent.json);
+    let prompt = std::io::IsTerminal::is_terminal(&std::io::stdin());
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let mut conversation = args.agent.conversation.clone();
+    let mut last = Outcome::Completed;
+    loop {
+        if prompt {
+            eprint!("› ");
+        }
+        let line = tokio::select! {
+            line = lines.next_line() => line.context("cannot read standard input")?,
+            () = interrupts.next() => None,
+        };
+        let Some(line) = line else { break };
+        let query = line.trim();
+        if query.is_empty() {
+            continue;
+        }
+        if query == "/exit" || query == "/quit" {
+            break;
+        }
+        let request = run_request(&args.agent, query.to_owned(), conversation.clone())?;
+        let stream = client
+            .run(request)
+            .await
+            .map_err(status_error)?
+            .into_inner();
+        let followed = follow(&mut client, stream, &mut printer, &mut interrupts).await?;
+        conversation = followed.conversation_id.or(conversation);
+        last = followed.outcome;
+    }
+    Ok(last)
+}
+
+/// The request for one turn.
+fn run_request(
+    agent: &AgentArgs,
+    query: String,
+    conversation: Option<String>,
+) -> anyhow::Result<pb::RunRequest> {
+    let (provider, name) = agent
+        .model
+        .split_once('/')
+        .filter(|(provider, name)| !provider.is_empty() && !name.is_empty())
+        .with_context(|| {
+            format!(
+                "--model {:?} must be provider/name, e.g. openai/gpt-4o-mini",
+                agent.model
+            )
+        })?;
+    let tools = agent
+        .tools
+        .iter()
+        .map(|tool| {
+            let (provider, name) = tool
+                .split_once('/')
+                .filter(|(provider, name)| !provider.is_empty() && !name.is_empty())
+                .with_context(|| {
+                    format!("--tool {tool:?} must be provider/name, e.g. time/current_time")
+                })?;
+            Ok(pb::AgentTool {
+                provider: provider.to_owned(),
+                name: name.to_owned(),
+                ..Default::default()
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let strategy = match agent.strategy {
+        Some(StrategyArg::Fc) => pb::Strategy::FunctionCalling,
+        Some(StrategyArg::Cot) => pb::Strategy::ChainOfThought,
+        None => pb::Strategy::Unspecified,
+    };
+    Ok(pb::RunRequest {
+        conversation_id: conversation.unwrap_or_default(),
+        query,
+        agent: Some(pb::AgentConfig {
+            model: Some(pb::ModelConfig {
+                provider: provider.to_owned(),
+                name: name.to_owned(),
+                ..Default::default()
+            }),
+            strategy: strategy as i32,
+            max_iteration: agent.max_iteration.unwrap_or(0),
+            instruction: agent.instruction.clone().unwrap_or_default(),
+            tools,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// What following a run found.
+struct Followed {
+    outcome: Outcome,
+    conversation_id: Option<String>,
+}
+
+/// Shows a run's events until its stream ends; Ctrl-C cancels the run (the stream then
+/// ends with the cancelled `end`), a second one leaves without waiting.
+async fn follow(
+    client: &mut Agents,
+    mut stream: tonic::Streaming<pb::RunEvent>,
+    printer: &mut Printer,
+    interrupts: &mut Interrupts,
+) -> anyhow::Result<Followed> {
+    let mut message_id: Option<String> = None;
+    let mut conversation_id = None;
+    let mut outcome = None;
+    let mut cancelling = false;
+    loop {
+        tokio::select! {
+            next = stream.message() => {
+                let Some(event) = next.map_err(status_error)? else { break };
+                message_id.get_or_insert_with(|| event.message_id.clone());
+                conversation_id.get_or_insert_with(|| event.conversation_id.clone());
+                printer.event(&event)?;
+                outcome = outcome_of(&event).or(outcome);
+            }
+            () = interrupts.next() => {
+                let Some(id) = message_id.clone().filter(|_| !cancelling) else {
+                    return Ok(Followed { outcome: Outcome::Cancelled, conversation_id });
+                };
+                cancelling = true;
+                printer.note("cancelling… (Ctrl-C again to leave at once)");
+                client
+                    .cancel(pb::CancelRequest { message_id: id })
+                    .await
+                    .map_err(status_error)?;
+            }
+        }
+    }
+    let outcome = outcome.context("the stream ended before the run did")?;
+    Ok(Followed {
+        outcome,
+        conversation_id,
+    })
+}
+
+/// How the run ended, when `event` is its end.
+fn outcome_of(event: &pb::RunEvent) -> Option<Outcome> {
+    match &event.event {
+        Some(Event::End(end)) if end.finish_reason == pb::FinishReason::Cancelled as i32 => {
+            Some(Outcome::Cancelled)
+        }
+        Some(Event::End(_)) => Some(Outcome::Completed),
+        Some(Event::Error(_)) => Some(Outcome::Failed),
+        Some(
+            Event::Started(_)
+            | Event::Delta(_)
+            | Event::Thought(_)
+            | Event::ToolStarted(_)
+            | Event::ToolFinished(_)
+            | Event::ToolCallsRequired(_)
+            | Event::File(_)
+            | Event::Retry(_)
+            | Event::ApprovalRequired(_),
+        )
+        | None => None,
+    }
+}
