@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 use super::thought::RetrieverResource;
 use super::{ConversationId, MessageId, Tenant, Usage};
 
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
 /// A thread of messages.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Conversation {
@@ -100,6 +104,11 @@ pub struct Message {
     pub conversation_id: ConversationId,
     /// Position within the conversation; increases with every message.
     pub seq: u64,
+    /// How many messages the conversation had with this one (1 for its first), so a run
+    /// knows how many earlier turns it left unread without counting them; 0 in records
+    /// of earlier versions.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ordinal: u64,
     /// The user's query.
     pub query: String,
     /// Values given for the instruction's variables.
@@ -137,4 +146,8 @@ pub struct Message {
     /// Why the answer does not meet `output_schema` (it is kept as text).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_invalid: Option<String>,
+    /// Tokens the turn takes as history, by tokenizer name: counted once when the turn
+    /// ended, so later turns fit their history without reading or counting it again.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub history_tokens: BTreeMap<String, u64>,
 }

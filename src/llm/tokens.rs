@@ -52,6 +52,14 @@ impl Tokenizer {
         }
     }
 
+    /// The vocabulary's name, under which counts made with it are kept.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tokenizer::Cl100kBase => "cl100k_base",
+            Tokenizer::O200kBase => "o200k_base",
+        }
+    }
+
     fn bpe(self) -> &'static CoreBPE {
         match self {
             Tokenizer::Cl100kBase => tiktoken_rs::cl100k_base_singleton(),

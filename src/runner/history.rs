@@ -2,8 +2,22 @@
 //! sees its own earlier tool calls and results under their original call ids.
 
 use super::strategy::{PastTurn, RoundRecord};
-use crate::domain::{Message, Thought};
-use crate::llm::ToolCallRequest;
+use crate::domain::{FinishReason, Message, MessageStatus, Thought};
+use crate::llm::{Tokenizer, ToolCallRequest};
+
+/// The earlier turns a run starts with, and what was left out of them unread.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    /// Turns that may reach the prompt, oldest first.
+    pub turns: Vec<PastTurn>,
+    /// Earlier messages not read: beyond `memory.max_turns` or the context window.
+    pub left_out_turns: u32,
+    /// Tokens of the left-out turns whose size was known.
+    pub left_out_tokens: u64,
+    /// The ordinal of the conversation's newest message: 0 when it has none, `None` when
+    /// its record does not say.
+    pub newest_ordinal: Option<u64>,
+}
 
 /// A past turn from its message and thoughts. Calls without a result are left out: a call
 /// the model never saw answered must not be replayed as if it had been.
@@ -21,7 +35,46 @@ pub fn past_turn(message: &Message, thoughts: &[Thought]) -> PastTurn {
         query: message.query.clone(),
         rounds,
         answer: final_text(message, thoughts),
+        tokens: None,
     }
+}
+
+/// The turn of a message that was answered in one round without tools, from the message
+/// alone: its thoughts add nothing to the prompt, so they need not be read.
+pub fn answered_at_once(message: &Message) -> Option<PastTurn> {
+    let at_once = message.iterations <= 1
+        && message.finish_reason == Some(FinishReason::Stop)
+        && message.status == MessageStatus::Completed
+        && !message.answer.is_empty();
+    at_once.then(|| PastTurn {
+        query: message.query.clone(),
+        rounds: Vec::new(),
+        answer: message.answer.clone(),
+        tokens: None,
+    })
+}
+
+/// A turn's tokens as history, without a prompt to measure it in: its texts, each call's
+/// name, arguments and result, and the framing of each message. For turns written before
+/// counts were kept with the message; the fitting of the prompt corrects what it misses.
+pub fn estimate_tokens(turn: &PastTurn, tokenizer: Tokenizer) -> u64 {
+    const PER_MESSAGE: usize = 4;
+    let count = |text: &str| tokenizer.count_text(text) + PER_MESSAGE;
+    let rounds: usize = turn
+        .rounds
+        .iter()
+        .map(|round| {
+            count(&round.text)
+                + round
+                    .calls
+                    .iter()
+                    .map(|(call, observation)| {
+                        count(&call.name) + count(&call.arguments) + count(observation)
+                    })
+                    .sum::<usize>()
+        })
+        .sum();
+    (count(&turn.query) + rounds + count(&turn.answer)) as u64
 }
 
 fn answered_calls(thought: &Thought) -> Vec<(ToolCallRequest, String)> {

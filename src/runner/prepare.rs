@@ -4,16 +4,17 @@
 
 use std::sync::Arc;
 
+use super::budget;
 use super::error::RunError;
-use super::history;
+use super::history::{self, History};
 use super::run::{Agent, Output};
 use super::spec::RunSpec;
-use super::strategy::{self, PastTurn};
+use super::strategy;
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus,
     StrategyKind, Usage,
 };
-use crate::llm::{Feature, ModelRegistry};
+use crate::llm::{Feature, ModelInfo, ModelRegistry};
 use crate::store::{Inserted, Store};
 use crate::tools::{ToolRegistry, ToolSet};
 
@@ -67,8 +68,11 @@ pub fn prepare(
         (None, None) => ConversationId::new(),
     };
     let history = match new_conversation {
-        Some(_) => Vec::new(),
-        None => past_turns(store, spec, conversation_id)?,
+        Some(_) => History {
+            newest_ordinal: Some(0),
+            ..History::default()
+        },
+        None => past_turns(store, spec, &model.info, conversation_id)?,
     };
     Ok(Prepared {
         agent: Agent {
@@ -145,29 +149,96 @@ pub fn new_message(
         retriever_resources: Vec::new(),
         structured_output: None,
         output_invalid: None,
+        history_tokens: Default::default(),
+        ordinal: prepared.agent.history.newest_ordinal.map_or(0, |n| n + 1),
     })
 }
 
-/// The earlier turns of a conversation, oldest first, at most `memory.max_turns` of them.
+/// The earlier turns of a conversation that can reach the prompt, oldest first: read newest
+/// first and no further than `memory.max_turns` turns or, with a context window, than the
+/// tokens the window leaves for history (by the counts kept with each message). What was not
+/// read is reported as left out.
 fn past_turns(
     store: &Store,
     spec: &RunSpec,
+    model: &ModelInfo,
     conversation_id: ConversationId,
-) -> Result<Vec<PastTurn>, RunError> {
-    let messages = store.list_messages(&spec.tenant, conversation_id, 0, usize::MAX)?;
-    let mut turns = Vec::with_capacity(messages.len());
-    for message in &messages {
-        let thoughts = store.list_thoughts(&spec.tenant, message.id)?;
-        let turn = history::past_turn(message, &thoughts);
-        if history::is_useful(message, &turn) {
-            turns.push(turn);
-        }
-    }
-    let keep = match spec.agent.max_history_turns {
-        0 => turns.len(),
+) -> Result<History, RunError> {
+    let tokenizer = model.tokenizer;
+    let budget = history_budget(spec, model);
+    let max_turns = match spec.agent.max_history_turns {
+        0 => usize::MAX,
         n => usize::try_from(n).unwrap_or(usize::MAX),
     };
-    Ok(turns.split_off(turns.len().saturating_sub(keep)))
+    let mut history = History {
+        newest_ordinal: Some(0),
+        ..History::default()
+    };
+    let mut used = 0u64;
+    let mut examined = 0u64;
+    let mut ids = store.message_ids_newest_first(&spec.tenant, conversation_id);
+    let stop = loop {
+        let Some(id) = ids.next() else {
+            break None;
+        };
+        examined += 1;
+        let Some(message) = store.get_message(&spec.tenant, id?)? else {
+            continue;
+        };
+        if examined == 1 {
+            // Records of earlier versions have no ordinal: unknown then.
+            history.newest_ordinal = (message.ordinal > 0).then_some(message.ordinal);
+        }
+        if !message.status.is_terminal() {
+            continue;
+        }
+        if history.turns.len() == max_turns {
+            break Some(0);
+        }
+        let kept = message.history_tokens.get(tokenizer.name()).copied();
+        if let Some(size) = kept.filter(|size| used + size > budget) {
+            break Some(size);
+        }
+        let mut turn = match history::answered_at_once(&message) {
+            Some(turn) => turn,
+            None => history::past_turn(&message, &store.list_thoughts(&spec.tenant, message.id)?),
+        };
+        if !history::is_useful(&message, &turn) {
+            continue;
+        }
+        let size = kept.unwrap_or_else(|| history::estimate_tokens(&turn, tokenizer));
+        if used + size > budget {
+            break Some(size);
+        }
+        used += size;
+        // Only a kept count is trusted for fitting; an estimate is measured again there.
+        turn.tokens = kept;
+        history.turns.push(turn);
+    };
+    if let Some(size) = stop {
+        // This message and every older one are left out: known from the newest one's
+        // ordinal, else counted by their keys (never read).
+        let older = match history.newest_ordinal {
+            Some(newest) => newest.saturating_sub(examined),
+            None => ids.count() as u64,
+        };
+        history.left_out_turns = u32::try_from(older + 1).unwrap_or(u32::MAX);
+        history.left_out_tokens = size;
+    }
+    history.turns.reverse();
+    Ok(history)
+}
+
+/// Tokens the context window leaves for history: the window less the answer's reserve and
+/// the query and instruction; unbounded without a window.
+fn history_budget(spec: &RunSpec, model: &ModelInfo) -> u64 {
+    let Some(window) = model.context_window.map(u64::from) else {
+        return u64::MAX;
+    };
+    let reserve = budget::reserved_answer_tokens(&spec.agent.model.parameters);
+    let prompt = model.tokenizer.count_text(&spec.query)
+        + model.tokenizer.count_text(&spec.agent.instruction);
+    window.saturating_sub(reserve + prompt as u64)
 }
 
 /// The conversation to create, or `None` when the request continues an existing one.

@@ -3,7 +3,7 @@
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::pieces::{self, Owner};
 use super::{decode, encode, keys, Store, StoreError};
@@ -23,14 +23,6 @@ pub enum Inserted {
 
 /// A message as stored: its answer kept apart in the `answers` tree when it has one
 /// (records of earlier versions have it inline and no flag).
-#[derive(Deserialize)]
-struct StoredMessage {
-    #[serde(flatten)]
-    message: Message,
-    #[serde(default)]
-    answer_apart: bool,
-}
-
 #[derive(Serialize)]
 struct StoredMessageRef<'a> {
     #[serde(flatten)]
@@ -151,9 +143,11 @@ impl Store {
         let Some(bytes) = self.messages.get(&key)? else {
             return Ok(None);
         };
-        let stored: StoredMessage = decode("messages", &bytes)?;
-        let mut message = stored.message;
-        if stored.answer_apart {
+        // Decoded as a plain message, to which `answer_apart` is an unknown field: a
+        // flattened wrapper made serde buffer every field first, which slowed reading history.
+        // An answer written apart left the record's own empty.
+        let mut message: Message = decode("messages", &bytes)?;
+        if message.answer.is_empty() {
             if let Some(answer) = self.answers.get(&key)? {
                 let answer = pieces::join(&self.pieces, Owner::Answer, &key, answer)?;
                 message.answer = String::from_utf8_lossy(&answer).into_owned();
@@ -211,6 +205,26 @@ impl Store {
             }
         }
         Ok(out)
+    }
+
+    /// The ids of a conversation's messages, newest first, read as the caller goes (keys
+    /// only): history stops reading once it has what fits, and counts the rest cheaply.
+    pub fn message_ids_newest_first<'a>(
+        &'a self,
+        tenant: &Tenant,
+        conversation: ConversationId,
+    ) -> impl Iterator<Item = Result<MessageId, StoreError>> + 'a {
+        let prefix = keys::conversation_messages(tenant, conversation);
+        self.conversation_messages
+            .scan_prefix(prefix)
+            .values()
+            .rev()
+            .filter_map(|value| match value {
+                Ok(value) => <[u8; 16]>::try_from(value.as_ref())
+                    .ok()
+                    .map(|bytes| Ok(MessageId(uuid::Uuid::from_bytes(bytes)))),
+                Err(err) => Some(Err(err.into())),
+            })
     }
 
     /// Deletes a conversation with all its messages, thoughts, events and idempotency keys;

@@ -10,7 +10,7 @@ use tonic::Code;
 
 use crate::support::RunRequestExt;
 use crate::support::{
-    end_of, run_request, run_to_end, TestServer, SMALL_WINDOW_MODEL, VISION_MODEL,
+    end_of, run_request, run_to_end, TestServer, PLAIN_MODEL, SMALL_WINDOW_MODEL, VISION_MODEL,
 };
 use crate::support::{start, FakeOpenAi, Reply, ScriptedCall};
 
@@ -148,6 +148,16 @@ async fn react_turns_replay_as_collapsed_scratchpads() {
     );
 }
 
+/// A turn of `conversation_id` on `model` that reserves 60 tokens for its answer.
+fn limited_turn(query: &str, conversation_id: String, model: &str) -> pb::RunRequest {
+    let mut request = run_request(query, &[]).model(model);
+    request.conversation_id = conversation_id;
+    request.model_mut().parameters = Some(json_to_struct(
+        json!({"max_tokens": 60}).as_object().unwrap(),
+    ));
+    request
+}
+
 /// With a small context window the oldest turns are dropped whole: the request the model
 /// receives fits `window − max_tokens` as counted by the same tokenizer, it holds the
 /// newest turns, and `started` reports what was left out.
@@ -161,12 +171,7 @@ async fn the_oldest_turns_are_dropped_to_fit_the_context_window() {
     let server = TestServer::start(&llm.base_url()).await;
     let mut client = server.agents().await;
     let ask = |query: String, conversation_id: String| {
-        let mut request = run_request(&query, &[]).model(SMALL_WINDOW_MODEL);
-        request.conversation_id = conversation_id;
-        request.model_mut().parameters = Some(json_to_struct(
-            json!({"max_tokens": 60}).as_object().unwrap(),
-        ));
-        request
+        limited_turn(&query, conversation_id, SMALL_WINDOW_MODEL)
     };
     let first = run_to_end(
         &mut client,
@@ -215,6 +220,64 @@ async fn the_oldest_turns_are_dropped_to_fit_the_context_window() {
         "{users:?}"
     );
     assert_eq!(users.last().unwrap(), "the final question");
+}
+
+/// Turns written without a context window keep no token counts (as records of earlier
+/// versions): a model with a window continuing the conversation still fits its prompt,
+/// measuring those turns itself, and keeps the newest. Turns it writes then carry counts,
+/// and a later turn fits by them alike.
+#[tokio::test]
+async fn turns_without_kept_counts_are_measured_and_the_prompt_still_fits() {
+    let llm = FakeOpenAi::start(vec![]).await;
+    llm.repeat(Reply::text(
+        &["A fairly short answer to that question."],
+        (1, 1),
+    ));
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut client = server.agents().await;
+    let ask = |query: String, conversation_id: String, model: &str| {
+        limited_turn(&query, conversation_id, model)
+    };
+    let mut conversation_id = String::new();
+    for turn in 0..6 {
+        let events = run_to_end(
+            &mut client,
+            ask(
+                format!("turn {turn}: {}", "tell me more ".repeat(12)),
+                conversation_id.clone(),
+                PLAIN_MODEL,
+            ),
+        )
+        .await;
+        conversation_id = events[0].conversation_id.clone();
+    }
+    for question in ["a windowed question", "one more"] {
+        let events = run_to_end(
+            &mut client,
+            ask(question.into(), conversation_id.clone(), SMALL_WINDOW_MODEL),
+        )
+        .await;
+        let Some(Event::Started(started)) = &events[0].event else {
+            panic!("no started event")
+        };
+        assert!(started.history_turns_dropped > 0, "{started:?}");
+        assert_eq!(
+            (started.history_turns + started.history_turns_dropped) as usize,
+            if question == "one more" { 7 } else { 6 }
+        );
+        let request = llm.requests().pop().unwrap();
+        let tokens = Tokenizer::Cl100kBase.count_body(&request) as u64;
+        assert!(tokens + 60 <= 400, "the request needs {tokens} tokens");
+        let users: Vec<&str> = request["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .map(|m| m["content"].as_str().unwrap())
+            .collect();
+        assert_eq!(users.last(), Some(&question));
+        assert!(users.len() >= 2, "the newest turns are kept: {users:?}");
+    }
 }
 
 /// An image reaches a vision model as an image part in round 1 and as `[image]` in round 2;

@@ -164,6 +164,8 @@ async fn messages_left_running_by_a_crash_become_interrupted() {
             retriever_resources: Vec::new(),
             structured_output: None,
             output_invalid: None,
+            history_tokens: Default::default(),
+            ordinal: 0,
         };
         store
             .insert_message(&tenant, Some(&conversation), &message, None)

@@ -7,6 +7,7 @@
 //! an answer of about 20 chunks. Build with `--release`.
 
 mod large;
+mod long;
 mod measure;
 mod otlp;
 mod processes;
@@ -30,6 +31,9 @@ enum Preset {
     Streams10k,
     /// Ten runs answering 2 MB each: memory after, and disk per answer byte.
     Large,
+    /// One conversation of --turns turns with history trimming on: the cost of the last
+    /// ten turns over the first ten.
+    Long,
 }
 
 #[derive(Debug, Parser)]
@@ -56,6 +60,9 @@ struct Args {
     /// costs).
     #[arg(long)]
     auth: bool,
+    /// Turns of the `long` case.
+    #[arg(long, default_value_t = 300)]
+    turns: usize,
 }
 
 /// The workload of a preset measured through [`run_case`]; `None` for `large`, which is
@@ -88,7 +95,7 @@ fn case(
         Preset::C50 => fast("c50", 50, 2000),
         Preset::Streams2k => slow("streams2k", 2000),
         Preset::Streams10k => slow("streams10k", 10_000),
-        Preset::Large => return None,
+        Preset::Large | Preset::Long => return None,
     })
 }
 
@@ -115,10 +122,30 @@ async fn main() -> anyhow::Result<()> {
         service_env.push(("AGENT_RUNNER_ADMIN_TOKEN".into(), token.clone()));
     }
     let large = presets.contains(&Preset::Large);
+    let long = presets.contains(&Preset::Long);
     let presets: Vec<Preset> = presets
         .into_iter()
-        .filter(|p| *p != Preset::Large)
+        .filter(|p| *p != Preset::Large && *p != Preset::Long)
         .collect();
+    if long {
+        let report = long::run_long(args.turns, &service_env).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            println!(
+                "long: {} turns, {} errors; latency at the client, median of the first ten {:.2} ms, of the last ten {:.2} ms: ratio {:.2}; in the service {:.2} / {:.2} ms: {:.2} ({} earlier turns sent with the last)",
+                report.turns, report.errors, report.first_turns_ms, report.last_turns_ms,
+                report.ratio, report.service_first_turns_ms, report.service_last_turns_ms,
+                report.service_ratio, report.last_history_turns
+            );
+            if let Some(error) = &report.first_error {
+                println!("long: first failure: {error}");
+            }
+        }
+        if presets.is_empty() && !large {
+            return Ok(());
+        }
+    }
     let mut reports: Vec<Vec<Report>> = presets.iter().map(|_| Vec::new()).collect();
     for _ in 0..args.repeats.max(1) {
         for (preset, runs) in presets.iter().zip(reports.iter_mut()) {

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::Channel;
 
-use crate::processes::{memory_kib, start_mock, start_service};
+use crate::processes::{cpu_time, memory_kib, start_mock, start_service};
 
 /// Concurrent streams per gRPC connection.
 const STREAMS_PER_CONNECTION: usize = 100;
@@ -90,6 +90,9 @@ pub struct Report {
     pub idle_rss_mib: f64,
     pub peak_rss_mib: f64,
     pub rss_per_run_kib: f64,
+    /// The service's CPU time (user + system) over the measured runs, per run: steadier
+    /// than runs/s on a shared machine.
+    pub cpu_per_run_ms: f64,
 }
 
 struct RunResult {
@@ -144,14 +147,16 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
         Arc::clone(&peak),
         Arc::clone(&sampling),
     ));
+    let cpu_before = cpu_time(service.pid());
     let started = Instant::now();
     let results = drive(&channels, case, &credentials).await;
     let elapsed = started.elapsed();
+    let cpu = cpu_time(service.pid()).saturating_sub(cpu_before);
     sampling.store(false, Ordering::SeqCst);
     let _ = sampler.await;
     let (_, hwm) = memory_kib(service.pid());
     let peak_rss = peak.load(Ordering::SeqCst).max(hwm);
-    Ok(summarize(
+    let mut report = summarize(
         case,
         &results,
         elapsed,
@@ -159,7 +164,9 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
         floor_ttft,
         idle_rss,
         peak_rss,
-    ))
+    );
+    report.cpu_per_run_ms = millis(cpu) / results.len().max(1) as f64;
+    Ok(report)
 }
 
 fn summarize(
@@ -200,6 +207,7 @@ fn summarize(
         idle_rss_mib: idle_rss as f64 / 1024.0,
         peak_rss_mib: peak_rss as f64 / 1024.0,
         rss_per_run_kib: peak_rss.saturating_sub(idle_rss) as f64 / case.concurrency as f64,
+        cpu_per_run_ms: 0.0,
     }
 }
 
@@ -362,16 +370,17 @@ pub fn median_report(mut reports: Vec<Report>) -> Report {
 
 pub fn print_table(reports: &[Report]) {
     println!(
-        "{:<11} {:>6} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9} {:>10}",
+        "{:<11} {:>6} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9} {:>10} {:>10}",
         "case", "C", "runs", "errors", "runs/s", "lat p50", "lat p99", "ttft p50", "ttft p99",
-        "floor ttft", "floor lat", "ovh p50", "ovh p99", "peak MiB", "KiB/run"
+        "floor ttft", "floor lat", "ovh p50", "ovh p99", "peak MiB", "KiB/run", "CPU ms/run"
     );
     for r in reports {
         println!(
-            "{:<11} {:>6} {:>6} {:>7} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>10.2} {:>10.2} {:>9.3} {:>9.3} {:>9.1} {:>10.1}",
+            "{:<11} {:>6} {:>6} {:>7} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>10.2} {:>10.2} {:>9.3} {:>9.3} {:>9.1} {:>10.1} {:>10.3}",
             r.case, r.concurrency, r.runs, r.errors, r.runs_per_sec, r.latency_p50_ms, r.latency_p99_ms,
             r.ttft_p50_ms, r.ttft_p99_ms, r.floor_ttft_p50_ms, r.floor_latency_p50_ms,
-            r.overhead_per_round_p50_ms, r.overhead_per_round_p99_ms, r.peak_rss_mib, r.rss_per_run_kib
+            r.overhead_per_round_p50_ms, r.overhead_per_round_p99_ms, r.peak_rss_mib, r.rss_per_run_kib,
+            r.cpu_per_run_ms
         );
     }
     println!("(times in ms; ovh = orchestration overhead per round: (run latency − direct two-call floor − tool time) / 2)");

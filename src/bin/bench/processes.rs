@@ -107,11 +107,21 @@ pub async fn start_service(
     llm: SocketAddr,
     env: &[(String, String)],
 ) -> anyhow::Result<Process> {
+    start_service_with(dir, llm, env, "").await
+}
+
+/// [`start_service`] with `extra` appended to its configuration file (model tables, say).
+pub async fn start_service_with(
+    dir: &Path,
+    llm: SocketAddr,
+    env: &[(String, String)],
+    extra: &str,
+) -> anyhow::Result<Process> {
     let config = dir.join("config.toml");
     std::fs::write(
         &config,
         format!(
-            "[server]\ndata_dir = \"{}\"\nshutdown_grace_secs = 5\n\n[providers.mock]\nbase_url = \"http://{llm}/v1\"\nfirst_byte_timeout_secs = 60\n",
+            "[server]\ndata_dir = \"{}\"\nshutdown_grace_secs = 5\n\n[providers.mock]\nbase_url = \"http://{llm}/v1\"\nfirst_byte_timeout_secs = 60\n{extra}",
             dir.join("data").display()
         ),
     )?;
@@ -155,4 +165,21 @@ pub fn memory_kib(pid: u32) -> (u64, u64) {
             .unwrap_or(0)
     };
     (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// CPU time (user + system) a process has used so far. `/proc/<pid>/stat` counts it in
+/// clock ticks of 1/100 s (Linux's USER_HZ, fixed for user space).
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name (field 2) may hold spaces; the fields after its `)` are plain.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // utime and stime are fields 14 and 15, i.e. 12 and 13 after the name's `)`.
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
+        .sum();
+    Duration::from_millis(ticks * 10)
 }

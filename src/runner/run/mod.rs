@@ -34,10 +34,11 @@ use self::retry::{Attempts, Next};
 use self::state::{Round, RunState, Tally};
 use self::tools::RoundTools;
 use super::budget;
+use super::history::{self, History};
 use super::live::{Mailbox, Registration};
 use super::settings::RunnerSettings;
 use super::spec::{InputImage, OutputFallback, RunSpec};
-use super::strategy::{ModelStep, PastTurn, PromptContext, Strategy, TurnReader};
+use super::strategy::{ModelStep, PromptContext, Strategy, TurnReader};
 use crate::domain::{
     FinishReason, HistoryReport, Message, MessageStatus, RunEvent, RunFailure, TokenUsage,
 };
@@ -57,8 +58,8 @@ pub struct Agent {
     pub strategy: Box<dyn Strategy>,
     /// The tools the model may call.
     pub tools: Arc<ToolSet>,
-    /// Earlier turns of the conversation, oldest first.
-    pub history: Vec<PastTurn>,
+    /// Earlier turns of the conversation, oldest first, and what was left out unread.
+    pub history: History,
     /// The schema the final answer must meet, if any.
     pub output: Option<Output>,
 }
@@ -285,8 +286,8 @@ impl RunTask {
             max_iteration: self.spec.agent.max_iteration,
             history: HistoryReport {
                 kept_turns: u32::try_from(self.context.history.len()).unwrap_or(u32::MAX),
-                dropped_turns: trim.turns,
-                dropped_tokens: trim.tokens,
+                dropped_turns: trim.turns.saturating_add(self.agent.history.left_out_turns),
+                dropped_tokens: trim.tokens + self.agent.history.left_out_tokens,
             },
         });
         fitted.map_err(overflow)?;
@@ -632,6 +633,36 @@ impl RunTask {
         }
     }
 
+    /// With a context window, counts the tokens this turn will take in later prompts and
+    /// keeps them with the message: later turns then read no more history than fits, and
+    /// count none of it again.
+    fn keep_history_tokens(&mut self) {
+        if self.agent.model.info.context_window.is_none() {
+            return;
+        }
+        let turn = match history::answered_at_once(&self.message) {
+            Some(turn) => turn,
+            None => match self.recorder.thoughts(self.message.id) {
+                Ok(thoughts) => history::past_turn(&self.message, &thoughts),
+                Err(err) => {
+                    tracing::warn!(error = %err, "could not read the run's thoughts to count its history tokens");
+                    return;
+                }
+            },
+        };
+        if !history::is_useful(&self.message, &turn) {
+            return;
+        }
+        let tokenizer = self.agent.model.info.tokenizer;
+        let strategy = &self.agent.strategy;
+        let tokens = budget::turn_tokens(&self.context, &turn, tokenizer, |c| {
+            strategy.build_request(c, &[], &[])
+        });
+        self.message
+            .history_tokens
+            .insert(tokenizer.name().to_owned(), tokens);
+    }
+
     /// Counts the ended run and marks its span as failed when it failed.
     fn observe_end(&self) {
         let message = &self.message;
@@ -687,6 +718,7 @@ impl RunTask {
             self.started.elapsed().as_secs_f64(),
         );
         tracing::info!(status = ?self.message.status, iterations = self.message.iterations, "run ended");
+        self.keep_history_tokens();
         self.observe_end();
         let recorded = self.record_end().await;
         let tokens = self.message.usage.tokens.total_tokens;
@@ -710,7 +742,7 @@ fn prompt_context(spec: &RunSpec, agent: &Agent) -> PromptContext {
     PromptContext {
         model: model.name.clone(),
         instruction: with_output_instruction(spec.filled_instruction(), agent),
-        history: agent.history.clone(),
+        history: agent.history.turns.clone(),
         query: spec.query.clone(),
         parameters: model.parameters.clone(),
         stop: model.stop.clone(),

@@ -140,6 +140,11 @@ impl Recorder {
         self.store.add_tenant_tokens(&self.tenant, day, tokens)
     }
 
+    /// The thoughts of `message` as stored.
+    pub fn thoughts(&self, message: MessageId) -> Result<Vec<Thought>, StoreError> {
+        self.store.list_thoughts(&self.tenant, message)
+    }
+
     /// Writes the message as it stands.
     pub fn message(&self, message: &Message) -> Result<(), StoreError> {
         self.store.update_message(&self.tenant, message)

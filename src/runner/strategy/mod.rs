@@ -42,6 +42,24 @@ pub struct PromptContext {
     pub repair: Option<Repair>,
 }
 
+impl PromptContext {
+    /// A copy without the history (which may be long), for measuring the rest.
+    pub fn clone_without_history(&self) -> Self {
+        Self {
+            model: self.model.clone(),
+            instruction: self.instruction.clone(),
+            history: Vec::new(),
+            query: self.query.clone(),
+            parameters: self.parameters.clone(),
+            stop: self.stop.clone(),
+            user: self.user.clone(),
+            files: self.files.clone(),
+            response_schema: self.response_schema.clone(),
+            repair: self.repair.clone(),
+        }
+    }
+}
+
 /// The request to correct an answer that does not meet the output schema.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Repair {
@@ -123,6 +141,9 @@ pub struct PastTurn {
     pub rounds: Vec<RoundRecord>,
     /// The answer the turn ended with.
     pub answer: String,
+    /// Tokens the turn takes in a prompt, when known (kept with its message), so fitting
+    /// the history does not count it again.
+    pub tokens: Option<u64>,
 }
 
 /// One finished round of this run, as later prompts need it.
