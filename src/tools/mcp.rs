@@ -34,6 +34,8 @@ const CONNECT: &str = "connect";
 pub struct McpSettings {
     /// Longest observation, in bytes.
     pub max_output_bytes: usize,
+    /// Largest file (image, audio, blob) a call may return, in bytes.
+    pub max_file_bytes: usize,
     /// Longest any step may take: connect and initialize, list, call.
     pub timeout: Duration,
     /// The HTTP client (with the outbound policy).
@@ -150,7 +152,7 @@ impl McpConnection {
                     .await?
             }
         };
-        let (mut text, files) = render(name, &result.content);
+        let (mut text, files) = render(name, &result.content, self.settings.max_file_bytes);
         if text.is_empty() {
             if let Some(structured) = &result.structured_content {
                 text = structured.to_string();
@@ -195,9 +197,14 @@ fn explain(server: &str, what: &str, detail: &str) -> String {
 /// Content blocks as observation text, and as files what the model cannot read (images,
 /// audio, binary resources): those go to the user, and the text says so.
 #[allow(clippy::wildcard_enum_match_arm)]
-fn render(tool: &str, content: &[ContentBlock]) -> (String, Vec<ToolFile>) {
+fn render(tool: &str, content: &[ContentBlock], max_file_bytes: usize) -> (String, Vec<ToolFile>) {
     let mut files = Vec::new();
     let mut file = |kind: &str, mime_type: &str, data: &str| {
+        if decoded_len(data) > max_file_bytes {
+            return format!(
+                "[{kind}: {mime_type}, larger than {max_file_bytes} bytes (runner.tool_file_limit_bytes), not kept]"
+            );
+        }
         let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(data.trim()) else {
             return format!("[{kind}: {mime_type}, not valid base64]");
         };
@@ -235,6 +242,14 @@ fn render(tool: &str, content: &[ContentBlock]) -> (String, Vec<ToolFile>) {
         .collect::<Vec<_>>()
         .join("\n");
     (text, files)
+}
+
+/// The bytes base64 `data` decodes to (4 characters for 3 bytes, less the padding), known
+/// before decoding it.
+fn decoded_len(data: &str) -> usize {
+    let data = data.trim();
+    let padding = data.bytes().rev().take_while(|b| *b == b'=').count();
+    (data.len() / 4 * 3).saturating_sub(padding)
 }
 
 /// One tool of an MCP server.
@@ -288,6 +303,24 @@ impl ErasedTool for McpTool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn images_become_files_within_the_file_limit() {
+        let image = ContentBlock::image("aGVsbG8=", "image/png");
+        let (text, files) = render("chart", &[ContentBlock::text("Drawn."), image.clone()], 5);
+        assert_eq!(
+            text,
+            "Drawn.\n[image: image/png, sent to the user as chart-1.png]"
+        );
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].content, FileContent::Bytes(b"hello".to_vec()));
+        let (text, files) = render("chart", &[image], 4);
+        assert_eq!(
+            text,
+            "[image: image/png, larger than 4 bytes (runner.tool_file_limit_bytes), not kept]"
+        );
+        assert!(files.is_empty());
+    }
 
     #[test]
     fn failures_are_explained_in_a_few_words_without_internals() {

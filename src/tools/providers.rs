@@ -73,6 +73,7 @@ impl ProviderSettings {
     pub fn mcp(&self, http: &reqwest::Client) -> McpSettings {
         McpSettings {
             max_output_bytes: self.max_output_bytes,
+            max_file_bytes: self.max_file_bytes,
             timeout: self.mcp_timeout,
             http: http.clone(),
         }
