@@ -146,7 +146,7 @@ async function deadlineThenAttach(agents) {
   console.log('== a deadline cancels the run; Attach replays what followed');
   let seen = [];
   try {
-    await collect(agents.Run(runRequest('What time is it?'), metadata(), deadline(0.3)));
+    await collect(agents.Run(runRequest('What time is it?'), metadata(), deadline(0.5)));
     assert.fail('the deadline passes before the run ends');
   } catch (err) {
     assert.equal(err.code, grpc.status.DEADLINE_EXCEEDED, err.message);

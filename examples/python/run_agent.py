@@ -115,7 +115,7 @@ def deadline_then_attach(agents):
     print("== a deadline cancels the run; Attach replays what followed")
     message_id, last_seq = None, 0
     try:
-        for event in agents.Run(run_request("What time is it?"), metadata=metadata(), timeout=0.3):
+        for event in agents.Run(run_request("What time is it?"), metadata=metadata(), timeout=0.5):
             message_id, last_seq = event.message_id, event.seq
     except grpc.RpcError as err:
         assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED, err
