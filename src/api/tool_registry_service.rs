@@ -197,3 +197,52 @@ impl ToolRegistryService for ToolRegistryApi {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(name: &str, size: usize) -> ToolFile {
+        ToolFile {
+            name: name.to_owned(),
+            mime_type: "image/png".to_owned(),
+            content: FileContent::Bytes(vec![7; size]),
+        }
+    }
+
+    #[test]
+    fn inline_bytes_stop_at_the_cap_and_later_files_are_listed_as_omitted() {
+        let half = MAX_INLINE_FILE_BYTES / 2;
+        let files = inline_files(vec![
+            bytes("a.png", half),
+            bytes("b.png", half + 1),
+            bytes("c.png", half),
+            ToolFile {
+                name: "d.png".to_owned(),
+                mime_type: "image/png".to_owned(),
+                content: FileContent::Url("https://example.com/d.png".to_owned()),
+            },
+        ]);
+        let shown: Vec<(&str, usize, u64, bool, &str)> = files
+            .iter()
+            .map(|f| {
+                (
+                    f.name.as_str(),
+                    f.content.len(),
+                    f.size,
+                    f.omitted,
+                    f.url.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                ("a.png", half, half as u64, false, ""),
+                ("b.png", 0, half as u64 + 1, true, ""),
+                ("c.png", half, half as u64, false, ""),
+                ("d.png", 0, 0, false, "https://example.com/d.png"),
+            ]
+        );
+    }
+}

@@ -221,14 +221,9 @@ impl HumanView {
     }
 
     fn call_line(&self, call: &pb::ToolCall) -> String {
-        let name = if call.provider.is_empty() {
-            call.name.clone()
-        } else {
-            format!("{}/{}", call.provider, call.name)
-        };
         format!(
             "→ {} {}",
-            self.paint.cyan(&name),
+            self.paint.cyan(&tool_name(call)),
             one_line(&call.arguments, SHOWN_CHARS)
         )
     }
@@ -316,6 +311,15 @@ fn ids_line(event: &pb::RunEvent) -> String {
         "  message {}  conversation {}",
         event.message_id, event.conversation_id
     )
+}
+
+/// `provider/name` of a call, or the name alone for a tool no provider has.
+pub fn tool_name(call: &pb::ToolCall) -> String {
+    if call.provider.is_empty() {
+        call.name.clone()
+    } else {
+        format!("{}/{}", call.provider, call.name)
+    }
 }
 
 /// `text` on one line, cut to `max` characters with an ellipsis.

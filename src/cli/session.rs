@@ -4,7 +4,7 @@
 use anyhow::Context;
 use tokio::io::AsyncBufReadExt;
 
-use super::args::{AgentArgs, AttachArgs, ChatArgs, RunArgs, StrategyArg};
+use super::args::{AgentArgs, AttachArgs, ChatArgs, ClientArgs, RunArgs, StrategyArg};
 use super::connection::{agents, status_error, Authed};
 use super::render::Printer;
 use super::Outcome;
@@ -37,44 +37,65 @@ impl Interrupts {
     }
 }
 
+/// What following runs from the command line needs: Ctrl-C, the client, the printer.
+struct Session {
+    interrupts: Interrupts,
+    client: Agents,
+    printer: Printer,
+}
+
+impl Session {
+    /// Listens for Ctrl-C first, so none is lost, then connects.
+    async fn open(client: &ClientArgs, json: bool) -> anyhow::Result<Self> {
+        let interrupts = Interrupts::listen()?;
+        Ok(Self {
+            client: agents(client).await?,
+            printer: Printer::new(json),
+            interrupts,
+        })
+    }
+
+    /// Shows the events of the stream the call opened until it ends.
+    async fn follow(
+        &mut self,
+        opened: Result<tonic::Response<tonic::Streaming<pb::RunEvent>>, tonic::Status>,
+    ) -> anyhow::Result<Followed> {
+        let stream = opened.map_err(status_error)?.into_inner();
+        follow(
+            &mut self.client,
+            stream,
+            &mut self.printer,
+            &mut self.interrupts,
+        )
+        .await
+    }
+}
+
 /// `agent-runner run`.
 pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
-    let mut interrupts = Interrupts::listen()?;
-    let mut client = agents(&args.client).await?;
     let request = run_request(&args.agent, args.query, args.agent.conversation.clone())?;
-    let mut printer = Printer::new(args.agent.json);
-    let stream = client
-        .run(request)
-        .await
-        .map_err(status_error)?
-        .into_inner();
-    let followed = follow(&mut client, stream, &mut printer, &mut interrupts).await?;
-    Ok(followed.outcome)
+    let mut session = Session::open(&args.client, args.agent.json).await?;
+    let opened = session.client.run(request).await;
+    Ok(session.follow(opened).await?.outcome)
 }
 
 /// `agent-runner attach`.
 pub async fn attach(args: AttachArgs) -> anyhow::Result<Outcome> {
-    let mut interrupts = Interrupts::listen()?;
-    let mut client = agents(&args.client).await?;
-    let mut printer = Printer::new(args.json);
-    let stream = client
+    let mut session = Session::open(&args.client, args.json).await?;
+    let opened = session
+        .client
         .attach(pb::AttachRequest {
             message_id: args.message_id,
             after_seq: args.after,
         })
-        .await
-        .map_err(status_error)?
-        .into_inner();
-    let followed = follow(&mut client, stream, &mut printer, &mut interrupts).await?;
-    Ok(followed.outcome)
+        .await;
+    Ok(session.follow(opened).await?.outcome)
 }
 
 /// `agent-runner chat`: each line read is a turn of one conversation; an empty input, end
 /// of input, `/exit` or Ctrl-C at the prompt ends it. Exits as the last turn ended.
 pub async fn chat(args: ChatArgs) -> anyhow::Result<Outcome> {
-    let mut interrupts = Interrupts::listen()?;
-    let mut client = agents(&args.client).await?;
-    let mut printer = Printer::new(args.agent.json);
+    let mut session = Session::open(&args.client, args.agent.json).await?;
     let prompt = std::io::IsTerminal::is_terminal(&std::io::stdin());
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     let mut conversation = args.agent.conversation.clone();
@@ -85,7 +106,7 @@ pub async fn chat(args: ChatArgs) -> anyhow::Result<Outcome> {
         }
         let line = tokio::select! {
             line = lines.next_line() => line.context("cannot read standard input")?,
-            () = interrupts.next() => None,
+            () = session.interrupts.next() => None,
         };
         let Some(line) = line else { break };
         let query = line.trim();
@@ -96,16 +117,25 @@ pub async fn chat(args: ChatArgs) -> anyhow::Result<Outcome> {
             break;
         }
         let request = run_request(&args.agent, query.to_owned(), conversation.clone())?;
-        let stream = client
-            .run(request)
-            .await
-            .map_err(status_error)?
-            .into_inner();
-        let followed = follow(&mut client, stream, &mut printer, &mut interrupts).await?;
+        let opened = session.client.run(request).await;
+        let followed = session.follow(opened).await?;
         conversation = followed.conversation_id.or(conversation);
         last = followed.outcome;
     }
     Ok(last)
+}
+
+/// `provider/name` split at its first `/` (a model name may hold more); `flag` names the
+/// argument in the error.
+fn provider_and_name<'a>(
+    value: &'a str,
+    flag: &str,
+    example: &str,
+) -> anyhow::Result<(&'a str, &'a str)> {
+    value
+        .split_once('/')
+        .filter(|(provider, name)| !provider.is_empty() && !name.is_empty())
+        .with_context(|| format!("{flag} {value:?} must be provider/name, e.g. {example}"))
 }
 
 /// The request for one turn.
@@ -114,26 +144,12 @@ fn run_request(
     query: String,
     conversation: Option<String>,
 ) -> anyhow::Result<pb::RunRequest> {
-    let (provider, name) = agent
-        .model
-        .split_once('/')
-        .filter(|(provider, name)| !provider.is_empty() && !name.is_empty())
-        .with_context(|| {
-            format!(
-                "--model {:?} must be provider/name, e.g. openai/gpt-4o-mini",
-                agent.model
-            )
-        })?;
+    let (provider, name) = provider_and_name(&agent.model, "--model", "openai/gpt-4o-mini")?;
     let tools = agent
         .tools
         .iter()
         .map(|tool| {
-            let (provider, name) = tool
-                .split_once('/')
-                .filter(|(provider, name)| !provider.is_empty() && !name.is_empty())
-                .with_context(|| {
-                    format!("--tool {tool:?} must be provider/name, e.g. time/current_time")
-                })?;
+            let (provider, name) = provider_and_name(tool, "--tool", "time/current_time")?;
             Ok(pb::AgentTool {
                 provider: provider.to_owned(),
                 name: name.to_owned(),

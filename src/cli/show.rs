@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use super::args::{ShowArgs, ToolsArgs};
 use super::connection::{agents, registry, status_error};
 use super::json;
-use super::render::{one_line, Paint};
+use super::render::{one_line, tool_name, Paint};
 use crate::pb;
 
 /// How much of an observation or answer a tree line shows.
@@ -146,11 +146,6 @@ fn tree(message: &pb::Message, thoughts: &[pb::AgentThought], p: Paint) -> Strin
 
 fn call_leaf(call: &pb::ToolCall, p: Paint) -> String {
     let meta = call.meta.clone().unwrap_or_default();
-    let name = if call.provider.is_empty() {
-        call.name.clone()
-    } else {
-        format!("{}/{}", call.provider, call.name)
-    };
     let result = format!(
         "{} ({:.2}s)",
         one_line(&call.observation, SHOWN_CHARS),
@@ -163,7 +158,7 @@ fn call_leaf(call: &pb::ToolCall, p: Paint) -> String {
     };
     format!(
         "{} {} → {result}",
-        p.cyan(&name),
+        p.cyan(&tool_name(call)),
         one_line(&call.arguments, SHOWN_CHARS)
     )
 }

@@ -29,6 +29,9 @@ pub enum Tokenizer {
 }
 
 impl Tokenizer {
+    /// Tokens the chat format adds per message, for estimates made without a request.
+    pub const PER_MESSAGE: usize = PER_MESSAGE;
+
     /// The vocabulary of a model family, judged by its name, or `fallback`.
     pub fn for_model(model: &str, fallback: Option<Tokenizer>) -> Self {
         let name = model.to_ascii_lowercase();

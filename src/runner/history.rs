@@ -58,8 +58,7 @@ pub fn answered_at_once(message: &Message) -> Option<PastTurn> {
 /// name, arguments and result, and the framing of each message. For turns written before
 /// counts were kept with the message; the fitting of the prompt corrects what it misses.
 pub fn estimate_tokens(turn: &PastTurn, tokenizer: Tokenizer) -> u64 {
-    const PER_MESSAGE: usize = 4;
-    let count = |text: &str| tokenizer.count_text(text) + PER_MESSAGE;
+    let count = |text: &str| tokenizer.count_text(text) + Tokenizer::PER_MESSAGE;
     let rounds: usize = turn
         .rounds
         .iter()

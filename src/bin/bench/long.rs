@@ -12,6 +12,7 @@ use agent_runner::pb::run_event::Event;
 use serde::Serialize;
 use tonic::transport::Channel;
 
+use crate::measure::{percentile, sorted};
 use crate::processes::{start_mock, start_service_with};
 
 /// How many turns at each end of the conversation are compared.
@@ -163,10 +164,6 @@ async fn run_turn(
     ended.ok_or_else(|| "the stream ended without an end".to_owned())
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+fn median(values: Vec<f64>) -> f64 {
+    percentile(&sorted(values), 50.0)
 }
