@@ -70,8 +70,15 @@ impl Store {
     }
 
     /// Writes a new message as running, with its conversation when that is new and its
-    /// idempotency key when it has one, in one transaction: no message exists without its
-    /// conversation and index entry, and of two requests racing with one key only one wins.
+    /// idempotency key when it has one.
+    ///
+    /// Without a key the records are plain inserts, in an order that a crash can only cut
+    /// into a state start-up recovery mends (see [`Store::interrupt_unfinished`]): the
+    /// conversation, the running marker, the message, then its index entry. A sled
+    /// transaction would make them atomic but forces two log writes and holds a lock
+    /// every other writer waits on, on every run. With a key, one transaction writes them
+    /// all: of two requests racing with one key only one may win, and the loser must find
+    /// the winner's message whole.
     pub fn insert_message(
         &self,
         tenant: &Tenant,
@@ -82,14 +89,22 @@ impl Store {
         let conversation = conversation
             .map(|c| encode("conversations", c).map(|v| (keys::conversation(tenant, c.id), v)))
             .transpose()?;
-        let idempotency = idempotency
-            .map(|(key, record)| {
-                encode("idempotency", record).map(|v| (keys::named(tenant, key), v))
-            })
-            .transpose()?;
         let message_key = keys::message(tenant, message.id);
         let message_value = self.encode_message(&message_key, message)?;
         let index_key = keys::conversation_message(tenant, message.conversation_id, message.seq);
+        let Some((key, record)) = idempotency else {
+            if let Some((key, value)) = &conversation {
+                self.conversations
+                    .insert(key.as_slice(), value.as_slice())?;
+            }
+            self.running.insert(message_key.as_slice(), &[] as &[u8])?;
+            self.messages
+                .insert(message_key.as_slice(), message_value.as_slice())?;
+            self.conversation_messages
+                .insert(index_key.as_slice(), message.id.as_bytes().as_slice())?;
+            return Ok(Inserted::Yes);
+        };
+        let idempotency = (keys::named(tenant, key), encode("idempotency", record)?);
         let trees = (
             &self.conversations,
             &self.messages,
@@ -98,14 +113,13 @@ impl Store {
             &self.idempotency,
         );
         let result = trees.transaction(|(conversations, messages, index, running, keys_tree)| {
-            if let Some((key, value)) = &idempotency {
-                if let Some(existing) = keys_tree.get(key.as_slice())? {
-                    let record = decode("idempotency", &existing)
-                        .map_err(ConflictableTransactionError::Abort)?;
-                    return Ok(Inserted::KeyTaken(record));
-                }
-                keys_tree.insert(key.as_slice(), value.as_slice())?;
+            let (key, value) = &idempotency;
+            if let Some(existing) = keys_tree.get(key.as_slice())? {
+                let record = decode("idempotency", &existing)
+                    .map_err(ConflictableTransactionError::Abort)?;
+                return Ok(Inserted::KeyTaken(record));
             }
+            keys_tree.insert(key.as_slice(), value.as_slice())?;
             if let Some((key, value)) = &conversation {
                 conversations.insert(key.as_slice(), value.as_slice())?;
             }
@@ -117,20 +131,17 @@ impl Store {
         result.map_err(transaction_error)
     }
 
-    /// Overwrites a message; a terminal status also clears its running marker.
+    /// Overwrites a message; a terminal status also clears its running marker, after the
+    /// message is written: a crash between the two leaves a marker on an ended message,
+    /// which recovery clears, never a running message without its marker.
     pub fn update_message(&self, tenant: &Tenant, message: &Message) -> Result<(), StoreError> {
         let key = keys::message(tenant, message.id);
         let value = self.encode_message(&key, message)?;
-        let terminal = message.status.is_terminal();
-        (&self.messages, &self.running)
-            .transaction(|(messages, running)| {
-                messages.insert(key.as_slice(), value.as_slice())?;
-                if terminal {
-                    running.remove(key.as_slice())?;
-                }
-                Ok::<_, ConflictableTransactionError<StoreError>>(())
-            })
-            .map_err(transaction_error)
+        self.messages.insert(key.as_slice(), value)?;
+        if message.status.is_terminal() {
+            self.running.remove(key.as_slice())?;
+        }
+        Ok(())
     }
 
     /// Reads a message.
@@ -292,6 +303,10 @@ impl Store {
 
     /// Marks every message a previous process left running as interrupted. Called once at
     /// start-up, before any run can begin; returns how many were found.
+    ///
+    /// Also mends what a crash while a message was being written or ending can leave (see
+    /// [`Store::insert_message`]): a marker without its message, or on a message that had
+    /// ended, is removed; a message whose index entry was not yet written gets it.
     pub fn interrupt_unfinished(&self) -> Result<usize, StoreError> {
         let mut count = 0;
         for entry in self.running.iter() {
@@ -300,19 +315,140 @@ impl Store {
                 self.running.remove(&key)?;
                 continue;
             };
-            if let Some(mut message) = self.get_message(&tenant, id)? {
-                message.status = MessageStatus::Interrupted;
-                message.error = Some(RunFailure {
-                    code: "interrupted".to_owned(),
-                    message: "the server stopped while this message was running".to_owned(),
-                });
-                message.updated_at = crate::domain::now();
-                self.update_message(&tenant, &message)?;
-                count += 1;
-            } else {
-                self.running.remove(&key)?;
+            match self.get_message(&tenant, id)? {
+                Some(message) if message.status.is_terminal() => {
+                    self.running.remove(&key)?;
+                }
+                Some(mut message) => {
+                    let index_key =
+                        keys::conversation_message(&tenant, message.conversation_id, message.seq);
+                    self.conversation_messages
+                        .insert(index_key, message.id.as_bytes().as_slice())?;
+                    message.status = MessageStatus::Interrupted;
+                    message.error = Some(RunFailure {
+                        code: "interrupted".to_owned(),
+                        message: "the server stopped while this message was running".to_owned(),
+                    });
+                    message.updated_at = crate::domain::now();
+                    self.update_message(&tenant, &message)?;
+                    count += 1;
+                }
+                None => {
+                    self.running.remove(&key)?;
+                }
             }
         }
         Ok(count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{StrategyKind, Usage};
+
+    fn running_message(conversation: ConversationId, seq: u64) -> Message {
+        let now = crate::domain::now();
+        Message {
+            id: MessageId::new(),
+            conversation_id: conversation,
+            seq,
+            query: "q".into(),
+            inputs: Default::default(),
+            answer: String::new(),
+            status: MessageStatus::Running,
+            finish_reason: None,
+            error: None,
+            usage: Usage::default(),
+            iterations: 0,
+            strategy: StrategyKind::FunctionCalling,
+            provider: "p".into(),
+            model: "m".into(),
+            user: String::new(),
+            created_at: now,
+            updated_at: now,
+            retriever_resources: Vec::new(),
+            structured_output: None,
+            output_invalid: None,
+            history_tokens: Default::default(),
+            ordinal: 0,
+        }
+    }
+
+    fn conversation(tenant: &Tenant) -> Conversation {
+        Conversation {
+            id: ConversationId::new(),
+            tenant: tenant.clone(),
+            user: String::new(),
+            created_at: crate::domain::now(),
+        }
+    }
+
+    /// A crash after the message but before its index entry (the last of the inserts)
+    /// leaves a message recovery can find by its marker: it is interrupted and listed.
+    #[test]
+    fn recovery_lists_a_message_whose_index_entry_a_crash_lost() {
+        let store = Store::temporary().unwrap();
+        let tenant = Tenant::default_tenant();
+        let conversation = conversation(&tenant);
+        let message = running_message(conversation.id, store.next_id().unwrap());
+        store
+            .insert_message(&tenant, Some(&conversation), &message, None)
+            .unwrap();
+        let index_key = keys::conversation_message(&tenant, conversation.id, message.seq);
+        store.conversation_messages.remove(index_key).unwrap();
+        assert!(store
+            .list_messages(&tenant, conversation.id, 0, 10)
+            .unwrap()
+            .is_empty());
+
+        assert_eq!(store.interrupt_unfinished().unwrap(), 1);
+
+        let listed = store
+            .list_messages(&tenant, conversation.id, 0, 10)
+            .unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].id, message.id);
+        assert_eq!(listed[0].status, MessageStatus::Interrupted);
+        assert!(store.running.is_empty());
+    }
+
+    /// A crash between writing a message's end and clearing its marker leaves the marker:
+    /// recovery clears it and keeps the status the message ended with.
+    #[test]
+    fn recovery_keeps_the_end_of_a_message_whose_marker_a_crash_left() {
+        let store = Store::temporary().unwrap();
+        let tenant = Tenant::default_tenant();
+        let conversation = conversation(&tenant);
+        let mut message = running_message(conversation.id, store.next_id().unwrap());
+        store
+            .insert_message(&tenant, Some(&conversation), &message, None)
+            .unwrap();
+        message.status = MessageStatus::Completed;
+        message.answer = "done".into();
+        store.update_message(&tenant, &message).unwrap();
+        assert!(store.running.is_empty(), "an end clears the marker");
+        let key = keys::message(&tenant, message.id);
+        store.running.insert(&key, &[] as &[u8]).unwrap();
+
+        assert_eq!(store.interrupt_unfinished().unwrap(), 0);
+
+        let read = store.get_message(&tenant, message.id).unwrap().unwrap();
+        assert_eq!(read.status, MessageStatus::Completed);
+        assert_eq!(read.answer, "done");
+        assert!(store.running.is_empty());
+    }
+
+    /// A crash after the marker but before the message leaves a marker of nothing:
+    /// recovery removes it and reports no message.
+    #[test]
+    fn recovery_drops_a_marker_without_its_message() {
+        let store = Store::temporary().unwrap();
+        let tenant = Tenant::default_tenant();
+        let key = keys::message(&tenant, MessageId::new());
+        store.running.insert(&key, &[] as &[u8]).unwrap();
+
+        assert_eq!(store.interrupt_unfinished().unwrap(), 0);
+        assert!(store.running.is_empty());
     }
 }

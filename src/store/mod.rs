@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub use error::StoreError;
+pub use flusher::WriterGuard;
 pub use messages::Inserted;
 pub use sealed::SecretKey;
 
@@ -145,6 +146,13 @@ impl Store {
     /// Dropping the future does not stop the flush; the writes become durable anyway.
     pub async fn flush(&self) -> Result<(), StoreError> {
         self.flusher.flush().await
+    }
+
+    /// Counts the caller, until the guard is dropped, as a writer that will ask for
+    /// flushes again and again (a run's event publisher): while two or more are counted, a
+    /// flush waits up to a millisecond for the others, so one disk write serves many runs.
+    pub fn writer(&self) -> WriterGuard {
+        self.flusher.writer()
     }
 
     /// Follows whether writes reach the disk: `false` after a failed flush (a full disk),

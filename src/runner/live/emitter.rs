@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::{ConversationId, MessageId, Tenant};
 use crate::domain::{EventEnvelope, RunEvent};
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, WriterGuard};
 
 /// The run's side of its event stream.
 pub struct Emitter {
@@ -47,6 +47,7 @@ impl Emitter {
         let (stored, queue) = mpsc::unbounded_channel();
         let failed = Arc::new(AtomicBool::new(false));
         let publisher = Publisher {
+            _writer: store.writer(),
             store,
             tenant,
             events,
@@ -104,6 +105,8 @@ const CLOSING_RETRIES: [Duration; 3] = [
 
 /// Stores, flushes and broadcasts emitted events in batches until the emitter is closed.
 struct Publisher {
+    /// Counts this run among the writers a flush waits for.
+    _writer: WriterGuard,
     store: Store,
     tenant: Tenant,
     events: broadcast::Sender<EventEnvelope>,
