@@ -56,7 +56,6 @@ impl AgentService for AgentApi {
         let handle = self
             .runner
             .start(spec, cancel.clone())
-            .await
             .map_err(from_error)?;
         let guard = cancel_on_disconnect.then(|| cancel.drop_guard());
         Ok(Response::new(Box::pin(RunEventStream::new(

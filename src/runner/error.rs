@@ -79,6 +79,9 @@ pub enum RunError {
         /// How long to wait before the limit admits a run, when waiting helps.
         retry_after: Option<std::time::Duration>,
     },
+    /// The store's last flush failed (a full disk, say): a run could announce nothing.
+    #[error("the store cannot write (is the disk full?); no run starts until it can, and health is NOT_SERVING meanwhile")]
+    StoreUnwritable,
     /// A run ended without its last events stored: the store cannot write.
     #[error("the run's last events could not be recorded (the store cannot write); GetMessage shows how it ended")]
     EventsLost,
@@ -122,7 +125,7 @@ impl RunError {
             Self::KeyReused => ErrorKind::AlreadyExists,
             Self::NotWaiting { .. } => ErrorKind::FailedPrecondition,
             Self::ConversationBusy { .. } => ErrorKind::FailedPrecondition,
-            Self::ShuttingDown | Self::EventsLost => ErrorKind::Unavailable,
+            Self::ShuttingDown | Self::EventsLost | Self::StoreUnwritable => ErrorKind::Unavailable,
             Self::LimitExceeded { .. } => ErrorKind::ResourceExhausted,
         }
     }

@@ -251,12 +251,9 @@ impl Runner {
 
 impl Runner {
     /// Validates `spec`, writes the message as running and starts the run. A retry with
-    /// the idempotency key and request of an earlier run follows that run instead.
-    pub async fn start(
-        &self,
-        spec: RunSpec,
-        cancel: CancellationToken,
-    ) -> Result<RunHandle, RunError> {
+    /// the idempotency key and request of an earlier run follows that run instead. While the
+    /// store cannot write (its last flush failed), no run starts.
+    pub fn start(&self, spec: RunSpec, cancel: CancellationToken) -> Result<RunHandle, RunError> {
         if self.shutdown.is_cancelled() {
             return Err(RunError::ShuttingDown);
         }
@@ -268,12 +265,17 @@ impl Runner {
         let permit = self.admit(&spec)?;
         let prepared = prepare::prepare(&self.store, &self.models, &self.tools, &spec)?;
         let message = prepare::new_message(&self.store, &spec, &prepared)?;
+        if !self.store.is_writable() {
+            return Err(RunError::StoreUnwritable);
+        }
         if let Inserted::KeyTaken(record) =
             prepare::insert_message(&self.store, &spec, &prepared, &message)?
         {
             return self.follow_retry(&spec, &record);
         }
-        self.store.flush().await?;
+        // Not flushed here: the caller learns the message's id from its first event, whose
+        // flush makes the message durable too. Waiting for a flush of its own would hold
+        // the first model call back by a disk write.
         Ok(self.launch(spec, prepared, message, cancel, permit))
     }
 

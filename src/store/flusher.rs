@@ -94,6 +94,11 @@ impl Flusher {
         self.inner.shared.writable.subscribe()
     }
 
+    /// Whether the last flush succeeded.
+    pub fn is_writable(&self) -> bool {
+        *self.inner.shared.writable.borrow()
+    }
+
     /// Makes every flush fail (`true`) or work again (`false`), as a full disk would.
     #[cfg(any(test, feature = "test-utils"))]
     pub fn fail(&self, fail: bool) {

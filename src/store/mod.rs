@@ -161,6 +161,11 @@ impl Store {
         self.flusher.writable()
     }
 
+    /// Whether the last flush succeeded: `false` while writes fail (a full disk).
+    pub fn is_writable(&self) -> bool {
+        self.flusher.is_writable()
+    }
+
     /// Writes and flushes a small marker: whether the store can write at all. A success
     /// marks it writable again.
     pub async fn probe(&self) -> Result<(), StoreError> {

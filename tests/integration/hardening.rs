@@ -463,7 +463,8 @@ async fn health(server: &TestServer) -> i32 {
 
 /// When the disk fills up mid-run: the run's stream ends with a non-OK status (its events
 /// cannot be stored), its message is FAILED with `store_error` and stays readable, health
-/// turns NOT_SERVING; once writes work again, health is SERVING and runs work.
+/// turns NOT_SERVING and new runs are refused as UNAVAILABLE before any model call; once
+/// writes work again, health is SERVING and runs work.
 #[tokio::test]
 async fn a_store_that_cannot_write_fails_the_run_and_health_until_it_can() {
     let (_llm, server, mut client) = start(vec![
@@ -502,6 +503,16 @@ async fn a_store_that_cannot_write_fails_the_run_and_health_until_it_can() {
     assert_eq!(
         unhealthy,
         tonic_health::pb::health_check_response::ServingStatus::NotServing as i32
+    );
+    let refused = client
+        .run(run_request("while full", &[]))
+        .await
+        .expect_err("no run starts while the store cannot write");
+    assert_eq!(refused.code(), Code::Unavailable);
+    assert!(
+        refused.message().contains("the store cannot write"),
+        "{}",
+        refused.message()
     );
 
     server.store.fail_flushes(false);

@@ -68,7 +68,7 @@ fn spec(tools: &[(&str, &str)]) -> RunSpec {
 }
 
 async fn run_to_end(runner: &Runner, spec: RunSpec) -> Vec<EventEnvelope> {
-    let handle = runner.start(spec, runner.run_token()).await.unwrap();
+    let handle = runner.start(spec, runner.run_token()).unwrap();
     drain(handle.events).await
 }
 
@@ -210,7 +210,6 @@ async fn a_cancel_between_rounds_stops_before_the_next_model_call() {
     let (runner, store) = runner(Arc::clone(&model));
     let handle = runner
         .start(spec(&[("testing", "sleep")]), runner.run_token())
-        .await
         .unwrap();
     let mut events = handle.events;
     let mut seen = read_until(&mut events, |e| matches!(e, RunEvent::ToolStarted { .. })).await;
@@ -249,7 +248,7 @@ async fn a_client_tool_call_waits_for_the_callers_result_then_goes_on() {
         parameters: serde_json::json!({"type": "object", "properties": {"key": {"type": "string"}}}),
         require_approval: false,
     }];
-    let handle = runner.start(spec, runner.run_token()).await.unwrap();
+    let handle = runner.start(spec, runner.run_token()).unwrap();
     let mut events = handle.events;
     let mut seen = read_until(&mut events, |e| {
         matches!(e, RunEvent::ToolCallsRequired { .. })
