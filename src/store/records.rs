@@ -7,12 +7,26 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{FileId, FileRecord, MessageId, ProviderRecord, RunEvent, Tenant, Thought};
+use crate::domain::{
+    ConversationId, FileId, FileRecord, MessageId, ProviderRecord, RunEvent, Tenant, Thought,
+};
+use chrono::DateTime;
 
-/// A stored batch of events: as emitted, or with the end's answer left to the message.
+/// A stored batch of events. Written as [`StoredBatch::Compact`]; the other forms are read
+/// from records of earlier versions.
 #[derive(Deserialize, Serialize)]
 #[serde(untagged)]
 enum StoredBatch {
+    /// The batch's ids once, its `seq`s implied by the first (a batch is consecutive), each
+    /// event as `[created_at in ns, event]`, and the end's answer left to the message: a
+    /// third of the bytes of whole envelopes for answer deltas.
+    Compact {
+        conversation_id: ConversationId,
+        message_id: MessageId,
+        first_seq: u64,
+        timed: Vec<(i64, RunEvent)>,
+        answer_apart: bool,
+    },
     /// Every event whole.
     Whole(Vec<EventEnvelope>),
     /// The `end` event's answer is the message's answer, not repeated here.
@@ -22,8 +36,63 @@ enum StoredBatch {
     },
 }
 
-fn ends_with_answer(event: &EventEnvelope) -> bool {
-    matches!(&event.event, RunEvent::MessageEnd { answer, .. } if !answer.is_empty())
+impl StoredBatch {
+    /// The compact form of `events`, consecutive events of one message.
+    fn compact(first: &EventEnvelope, events: &[EventEnvelope]) -> Self {
+        let mut answer_apart = false;
+        let timed = events
+            .iter()
+            .map(|envelope| {
+                let mut event = envelope.event.clone();
+                // The end's answer is the message's: kept once, there, and put back on reading.
+                if let RunEvent::MessageEnd { answer, .. } = &mut event {
+                    answer_apart |= !answer.is_empty();
+                    answer.clear();
+                }
+                (
+                    envelope
+                        .created_at
+                        .timestamp_nanos_opt()
+                        .unwrap_or(i64::MAX),
+                    event,
+                )
+            })
+            .collect();
+        StoredBatch::Compact {
+            conversation_id: first.conversation_id,
+            message_id: first.message_id,
+            first_seq: first.seq,
+            timed,
+            answer_apart,
+        }
+    }
+
+    /// The batch's envelopes, and whether the end's answer must be put back.
+    fn into_envelopes(self) -> (Vec<EventEnvelope>, bool) {
+        match self {
+            StoredBatch::Compact {
+                conversation_id,
+                message_id,
+                first_seq,
+                timed,
+                answer_apart,
+            } => {
+                let events = (first_seq..)
+                    .zip(timed)
+                    .map(|(seq, (nanos, event))| EventEnvelope {
+                        seq,
+                        conversation_id,
+                        message_id,
+                        created_at: DateTime::from_timestamp_nanos(nanos),
+                        event,
+                    })
+                    .collect();
+                (events, answer_apart)
+            }
+            StoredBatch::Whole(events) => (events, false),
+            StoredBatch::AnswerApart { events, .. } => (events, true),
+        }
+    }
 }
 
 /// A provider as stored: the definition without its credentials, which are sealed beside
@@ -196,23 +265,7 @@ impl Store {
             return Ok(());
         };
         let key = keys::event(tenant, first.message_id, first.seq);
-        let value = match events.iter().position(ends_with_answer) {
-            // The end's answer is the message's: kept once, there, and put back on reading.
-            Some(end) => {
-                let mut events = events.to_vec();
-                if let RunEvent::MessageEnd { answer, .. } = &mut events[end].event {
-                    answer.clear();
-                }
-                encode(
-                    "events",
-                    &StoredBatch::AnswerApart {
-                        events,
-                        answer_apart: true,
-                    },
-                )?
-            }
-            None => encode("events", &events)?,
-        };
+        let value = encode("events", &StoredBatch::compact(first, events))?;
         pieces::put(&self.events, &self.pieces, Owner::Events, &key, &value)
     }
 
@@ -230,24 +283,167 @@ impl Store {
             &keys::message_children(tenant, message),
         )?;
         let mut events = Vec::new();
+        let mut answer: Option<String> = None;
         for batch in batches {
-            match batch {
-                StoredBatch::Whole(batch) => events.extend(batch),
-                StoredBatch::AnswerApart { events: batch, .. } => {
-                    let answer = self
-                        .get_message(tenant, message)?
-                        .map(|m| m.answer)
-                        .unwrap_or_default();
-                    events.extend(batch.into_iter().map(|mut event| {
-                        if let RunEvent::MessageEnd { answer: end, .. } = &mut event.event {
-                            end.clone_from(&answer);
-                        }
-                        event
-                    }));
+            let (batch, answer_apart) = batch.into_envelopes();
+            for mut envelope in batch {
+                if let (true, RunEvent::MessageEnd { answer: end, .. }) =
+                    (answer_apart, &mut envelope.event)
+                {
+                    if answer.is_none() {
+                        answer = Some(
+                            self.get_message(tenant, message)?
+                                .map(|m| m.answer)
+                                .unwrap_or_default(),
+                        );
+                    }
+                    if let Some(whole) = &answer {
+                        end.clone_from(whole);
+                    }
                 }
+                events.push(envelope);
             }
         }
         events.retain(|event| event.seq > after_seq);
         Ok(events)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{Conversation, FinishReason, Message, MessageStatus, Usage};
+
+    fn envelope(message: &Message, seq: u64, event: RunEvent) -> EventEnvelope {
+        EventEnvelope {
+            seq,
+            conversation_id: message.conversation_id,
+            message_id: message.id,
+            created_at: DateTime::from_timestamp_nanos(1_795_000_000_123_456_789 + seq as i64),
+            event,
+        }
+    }
+
+    fn ended_message(store: &Store, tenant: &Tenant) -> Message {
+        let conversation = Conversation {
+            id: ConversationId::new(),
+            tenant: tenant.clone(),
+            user: String::new(),
+            created_at: crate::domain::now(),
+        };
+        let now = crate::domain::now();
+        let message = Message {
+            id: MessageId::new(),
+            conversation_id: conversation.id,
+            seq: store.next_id().unwrap(),
+            query: "q".into(),
+            inputs: Default::default(),
+            answer: "Hello there.".into(),
+            status: MessageStatus::Completed,
+            finish_reason: Some(FinishReason::Stop),
+            error: None,
+            usage: Usage::default(),
+            iterations: 1,
+            strategy: crate::domain::StrategyKind::FunctionCalling,
+            provider: "p".into(),
+            model: "m".into(),
+            user: String::new(),
+            created_at: now,
+            updated_at: now,
+            retriever_resources: Vec::new(),
+            structured_output: None,
+            output_invalid: None,
+            history_tokens: Default::default(),
+            ordinal: 0,
+        };
+        store
+            .insert_message(tenant, Some(&conversation), &message, None)
+            .unwrap();
+        message
+    }
+
+    fn end(answer: &str) -> RunEvent {
+        RunEvent::MessageEnd {
+            answer: answer.into(),
+            usage: Usage::default(),
+            finish_reason: FinishReason::Stop,
+            iterations: 1,
+            retriever_resources: Vec::new(),
+            structured_output: None,
+            output_invalid: None,
+        }
+    }
+
+    fn delta(text: &str) -> RunEvent {
+        RunEvent::AnswerDelta { text: text.into() }
+    }
+
+    /// Batches read back as the envelopes written, to the nanosecond, with the end's
+    /// answer (stored once, with the message) put back; `after_seq` skips what was seen.
+    #[test]
+    fn stored_batches_read_back_as_written() {
+        let store = Store::temporary().unwrap();
+        let tenant = Tenant::default_tenant();
+        let message = ended_message(&store, &tenant);
+        let first = vec![
+            envelope(&message, 1, delta("Hello ")),
+            envelope(&message, 2, delta("there.")),
+        ];
+        let second = vec![envelope(&message, 3, end("Hello there."))];
+        store.put_events(&tenant, &first).unwrap();
+        store.put_events(&tenant, &second).unwrap();
+
+        let all: Vec<EventEnvelope> = first.iter().chain(&second).cloned().collect();
+        assert_eq!(store.list_events(&tenant, message.id, 0).unwrap(), all);
+        assert_eq!(
+            store.list_events(&tenant, message.id, 2).unwrap(),
+            second,
+            "after_seq skips what was seen"
+        );
+        let stored = store
+            .events
+            .get(keys::event(&tenant, message.id, 3))
+            .unwrap()
+            .unwrap();
+        assert!(
+            !String::from_utf8_lossy(&stored).contains("Hello there."),
+            "the end's answer is stored once, with the message"
+        );
+    }
+
+    /// Batches written whole by earlier versions, with or without the end's answer apart,
+    /// still read.
+    #[test]
+    fn batches_of_earlier_versions_still_read() {
+        let store = Store::temporary().unwrap();
+        let tenant = Tenant::default_tenant();
+        let message = ended_message(&store, &tenant);
+        let whole = vec![envelope(&message, 1, delta("Hello there."))];
+        let apart = vec![envelope(&message, 2, end(""))];
+        store
+            .events
+            .insert(
+                keys::event(&tenant, message.id, 1),
+                encode("events", &StoredBatch::Whole(whole.clone())).unwrap(),
+            )
+            .unwrap();
+        store
+            .events
+            .insert(
+                keys::event(&tenant, message.id, 2),
+                encode(
+                    "events",
+                    &StoredBatch::AnswerApart {
+                        events: apart.clone(),
+                        answer_apart: true,
+                    },
+                )
+                .unwrap(),
+            )
+            .unwrap();
+
+        let read = store.list_events(&tenant, message.id, 0).unwrap();
+        assert_eq!(read[0], whole[0]);
+        assert_eq!(read[1].event, end("Hello there."));
     }
 }
