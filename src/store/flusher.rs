@@ -110,6 +110,7 @@ impl Flusher {
         self.inner.shared.writers.fetch_add(1, Ordering::Relaxed);
         WriterGuard {
             shared: Arc::clone(&self.inner.shared),
+            idle: AtomicBool::new(false),
         }
     }
 
@@ -187,11 +188,31 @@ fn gather(
 /// A writer counted by the flush thread (see [`Flusher::writer`]).
 pub struct WriterGuard {
     shared: Arc<Shared>,
+    /// Not counted while idle.
+    idle: AtomicBool,
+}
+
+impl WriterGuard {
+    /// Stops counting the writer while it is idle (a run waiting on its caller, which may
+    /// take minutes), so flushes do not wait for a request that will not come; counts it
+    /// again once it is not.
+    pub fn set_idle(&self, idle: bool) {
+        if self.idle.swap(idle, Ordering::SeqCst) == idle {
+            return;
+        }
+        if idle {
+            self.shared.writers.fetch_sub(1, Ordering::Relaxed);
+        } else {
+            self.shared.writers.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Drop for WriterGuard {
     fn drop(&mut self) {
-        self.shared.writers.fetch_sub(1, Ordering::Relaxed);
+        if !self.idle.load(Ordering::SeqCst) {
+            self.shared.writers.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -209,6 +230,28 @@ mod tests {
             counted.fetch_add(1, Ordering::SeqCst);
         }));
         (flusher, flushes)
+    }
+
+    /// An idle writer is not counted, so no flush waits for it; counting is undone once,
+    /// however often the state is set.
+    #[test]
+    fn idle_writers_are_not_counted() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let flusher = Flusher::start(db).unwrap();
+        let writers = || flusher.inner.shared.writers.load(Ordering::Relaxed);
+        let one = flusher.writer();
+        let two = flusher.writer();
+        assert_eq!(writers(), 2);
+        two.set_idle(true);
+        two.set_idle(true);
+        assert_eq!(writers(), 1);
+        two.set_idle(false);
+        assert_eq!(writers(), 2);
+        two.set_idle(true);
+        drop(two);
+        assert_eq!(writers(), 1);
+        drop(one);
+        assert_eq!(writers(), 0);
     }
 
     fn request() -> Reply {

@@ -29,6 +29,8 @@ pub struct Emitter {
     publisher: JoinHandle<()>,
     /// Set once events could not be made durable: the run must end as a store failure.
     failed: Arc<AtomicBool>,
+    /// Counts the run among the writers a flush waits for, until the emitter is closed.
+    writer: WriterGuard,
 }
 
 impl Emitter {
@@ -46,8 +48,8 @@ impl Emitter {
     ) -> Self {
         let (stored, queue) = mpsc::unbounded_channel();
         let failed = Arc::new(AtomicBool::new(false));
+        let writer = store.writer();
         let publisher = Publisher {
-            _writer: store.writer(),
             store,
             tenant,
             events,
@@ -63,6 +65,7 @@ impl Emitter {
             stored,
             publisher,
             failed,
+            writer,
         }
     }
 
@@ -81,6 +84,12 @@ impl Emitter {
         // The publisher only stops when this emitter is dropped or storage failed; in both
         // cases there is no one left to tell.
         let _ = self.stored.send(envelope);
+    }
+
+    /// Tells the store whether the run is waiting on its caller (client tools, approval),
+    /// when it emits nothing for a long while and flushes should not wait for it.
+    pub fn set_waiting(&self, waiting: bool) {
+        self.writer.set_idle(waiting);
     }
 
     /// Whether some events could not be made durable (the store cannot write).
@@ -105,8 +114,6 @@ const CLOSING_RETRIES: [Duration; 3] = [
 
 /// Stores, flushes and broadcasts emitted events in batches until the emitter is closed.
 struct Publisher {
-    /// Counts this run among the writers a flush waits for.
-    _writer: WriterGuard,
     store: Store,
     tenant: Tenant,
     events: broadcast::Sender<EventEnvelope>,

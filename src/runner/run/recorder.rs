@@ -150,6 +150,11 @@ impl Recorder {
         self.store.update_message(&self.tenant, message)
     }
 
+    /// Marks the run as waiting on its caller, or not (see [`Emitter::set_waiting`]).
+    pub fn set_waiting(&self, waiting: bool) {
+        self.emitter.set_waiting(waiting);
+    }
+
     /// Whether some events could not be made durable: the store cannot write.
     pub fn events_failed(&self) -> bool {
         self.emitter.failed()

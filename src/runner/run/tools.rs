@@ -254,12 +254,14 @@ impl RoundTools<'_> {
         let mut expected = self.mailbox.expect(wait.awaited, wait.ids);
         self.set_status(wait.status)?;
         self.recorder.announce(wait.announcement);
+        self.recorder.set_waiting(true);
         let outcome = tokio::select! {
             biased;
             _ = self.cancel.cancelled() => Err(Halt::Cancelled),
             _ = tokio::time::sleep(wait.limit) => Err(wait.on_timeout),
             delivery = expected.delivered() => delivery.ok_or(Halt::Cancelled),
         };
+        self.recorder.set_waiting(false);
         drop(expected);
         let delivery = outcome?;
         self.set_status(MessageStatus::Running)?;
