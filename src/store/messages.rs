@@ -345,44 +345,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{StrategyKind, Usage};
-
-    fn running_message(conversation: ConversationId, seq: u64) -> Message {
-        let now = crate::domain::now();
-        Message {
-            id: MessageId::new(),
-            conversation_id: conversation,
-            seq,
-            query: "q".into(),
-            inputs: Default::default(),
-            answer: String::new(),
-            status: MessageStatus::Running,
-            finish_reason: None,
-            error: None,
-            usage: Usage::default(),
-            iterations: 0,
-            strategy: StrategyKind::FunctionCalling,
-            provider: "p".into(),
-            model: "m".into(),
-            user: String::new(),
-            created_at: now,
-            updated_at: now,
-            retriever_resources: Vec::new(),
-            structured_output: None,
-            output_invalid: None,
-            history_tokens: Default::default(),
-            ordinal: 0,
-        }
-    }
-
-    fn conversation(tenant: &Tenant) -> Conversation {
-        Conversation {
-            id: ConversationId::new(),
-            tenant: tenant.clone(),
-            user: String::new(),
-            created_at: crate::domain::now(),
-        }
-    }
+    use crate::store::test_records::{conversation, running_message};
 
     /// A crash after the message but before its index entry (the last of the inserts)
     /// leaves a message recovery can find by its marker: it is interrupted and listed.

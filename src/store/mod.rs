@@ -275,3 +275,51 @@ fn scan<T: DeserializeOwned>(
         })
         .collect()
 }
+
+/// Records for the store's unit tests.
+#[cfg(test)]
+mod test_records {
+    use crate::domain::{
+        Conversation, ConversationId, Message, MessageId, MessageStatus, StrategyKind, Tenant,
+        Usage,
+    };
+
+    /// A running message of `conversation`, as a run writes it first.
+    pub fn running_message(conversation: ConversationId, seq: u64) -> Message {
+        let now = crate::domain::now();
+        Message {
+            id: MessageId::new(),
+            conversation_id: conversation,
+            seq,
+            query: "q".into(),
+            inputs: Default::default(),
+            answer: String::new(),
+            status: MessageStatus::Running,
+            finish_reason: None,
+            error: None,
+            usage: Usage::default(),
+            iterations: 0,
+            strategy: StrategyKind::FunctionCalling,
+            provider: "p".into(),
+            model: "m".into(),
+            user: String::new(),
+            created_at: now,
+            updated_at: now,
+            retriever_resources: Vec::new(),
+            structured_output: None,
+            output_invalid: None,
+            history_tokens: Default::default(),
+            ordinal: 0,
+        }
+    }
+
+    /// A new conversation of `tenant`.
+    pub fn conversation(tenant: &Tenant) -> Conversation {
+        Conversation {
+            id: ConversationId::new(),
+            tenant: tenant.clone(),
+            user: String::new(),
+            created_at: crate::domain::now(),
+        }
+    }
+}

@@ -312,7 +312,8 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Conversation, FinishReason, Message, MessageStatus, Usage};
+    use crate::domain::{FinishReason, Message, MessageStatus, Usage};
+    use crate::store::test_records::{conversation, running_message};
 
     fn envelope(message: &Message, seq: u64, event: RunEvent) -> EventEnvelope {
         EventEnvelope {
@@ -325,36 +326,13 @@ mod tests {
     }
 
     fn ended_message(store: &Store, tenant: &Tenant) -> Message {
-        let conversation = Conversation {
-            id: ConversationId::new(),
-            tenant: tenant.clone(),
-            user: String::new(),
-            created_at: crate::domain::now(),
-        };
-        let now = crate::domain::now();
+        let conversation = conversation(tenant);
         let message = Message {
-            id: MessageId::new(),
-            conversation_id: conversation.id,
-            seq: store.next_id().unwrap(),
-            query: "q".into(),
-            inputs: Default::default(),
             answer: "Hello there.".into(),
             status: MessageStatus::Completed,
             finish_reason: Some(FinishReason::Stop),
-            error: None,
-            usage: Usage::default(),
             iterations: 1,
-            strategy: crate::domain::StrategyKind::FunctionCalling,
-            provider: "p".into(),
-            model: "m".into(),
-            user: String::new(),
-            created_at: now,
-            updated_at: now,
-            retriever_resources: Vec::new(),
-            structured_output: None,
-            output_invalid: None,
-            history_tokens: Default::default(),
-            ordinal: 0,
+            ..running_message(conversation.id, store.next_id().unwrap())
         };
         store
             .insert_message(tenant, Some(&conversation), &message, None)
