@@ -3,6 +3,7 @@
 use super::pieces::{self, Owner};
 use super::{encode, keys, scan, Store, StoreError};
 use crate::domain::EventEnvelope;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -12,7 +13,8 @@ use crate::domain::{
 };
 use chrono::DateTime;
 
-/// A stored batch of events. Written as [`StoredBatch::Compact`]; the other forms are read
+/// A stored batch of events, as read. Written in the compact form (by [`CompactRef`]); the
+/// other forms are read
 /// from records of earlier versions.
 #[derive(Deserialize, Serialize)]
 #[serde(untagged)]
@@ -36,29 +38,44 @@ enum StoredBatch {
     },
 }
 
-impl StoredBatch {
+/// [`StoredBatch::Compact`] as written: the events borrowed, only an end with an answer
+/// copied (to leave its answer out), so storing a burst copies none of its events.
+#[derive(Serialize)]
+struct CompactRef<'a> {
+    conversation_id: ConversationId,
+    message_id: MessageId,
+    first_seq: u64,
+    timed: Vec<(i64, Cow<'a, RunEvent>)>,
+    answer_apart: bool,
+}
+
+impl<'a> CompactRef<'a> {
     /// The compact form of `events`, consecutive events of one message.
-    fn compact(first: &EventEnvelope, events: &[EventEnvelope]) -> Self {
+    fn new(first: &EventEnvelope, events: &'a [EventEnvelope]) -> Self {
         let mut answer_apart = false;
         let timed = events
             .iter()
             .map(|envelope| {
-                let mut event = envelope.event.clone();
+                let ends_with_answer = matches!(
+                    &envelope.event,
+                    RunEvent::MessageEnd { answer, .. } if !answer.is_empty()
+                );
                 // The end's answer is the message's: kept once, there, and put back on reading.
-                if let RunEvent::MessageEnd { answer, .. } = &mut event {
-                    answer_apart |= !answer.is_empty();
-                    answer.clear();
-                }
-                (
-                    envelope
-                        .created_at
-                        .timestamp_nanos_opt()
-                        .unwrap_or(i64::MAX),
-                    event,
-                )
+                let event = if ends_with_answer {
+                    answer_apart = true;
+                    let mut end = envelope.event.clone();
+                    if let RunEvent::MessageEnd { answer, .. } = &mut end {
+                        answer.clear();
+                    }
+                    Cow::Owned(end)
+                } else {
+                    Cow::Borrowed(&envelope.event)
+                };
+                let nanos = envelope.created_at.timestamp_nanos_opt();
+                (nanos.unwrap_or(i64::MAX), event)
             })
             .collect();
-        StoredBatch::Compact {
+        Self {
             conversation_id: first.conversation_id,
             message_id: first.message_id,
             first_seq: first.seq,
@@ -66,7 +83,9 @@ impl StoredBatch {
             answer_apart,
         }
     }
+}
 
+impl StoredBatch {
     /// The batch's envelopes, and whether the end's answer must be put back.
     fn into_envelopes(self) -> (Vec<EventEnvelope>, bool) {
         match self {
@@ -265,7 +284,7 @@ impl Store {
             return Ok(());
         };
         let key = keys::event(tenant, first.message_id, first.seq);
-        let value = encode("events", &StoredBatch::compact(first, events))?;
+        let value = encode("events", &CompactRef::new(first, events))?;
         pieces::put(&self.events, &self.pieces, Owner::Events, &key, &value)
     }
 
