@@ -14,8 +14,7 @@ use crate::domain::{
 use chrono::DateTime;
 
 /// A stored batch of events, as read. Written in the compact form (by [`CompactRef`]); the
-/// other forms are read
-/// from records of earlier versions.
+/// other forms are read from records of earlier versions.
 #[derive(Deserialize, Serialize)]
 #[serde(untagged)]
 enum StoredBatch {
