@@ -95,6 +95,46 @@ pub struct RunFailure {
     pub message: String,
 }
 
+/// What an earlier message gives the history of a later run: read from the stored message
+/// record without the fields history never uses (usage, inputs, times), which made reading
+/// a long conversation's history cost a full decode per turn.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct PastMessage {
+    /// The message.
+    pub id: MessageId,
+    /// Its place among the conversation's messages (0 in records of earlier versions).
+    #[serde(default)]
+    pub ordinal: u64,
+    /// The user's query.
+    pub query: String,
+    /// The final answer.
+    pub answer: String,
+    /// Where it stands.
+    pub status: MessageStatus,
+    /// Why it ended.
+    pub finish_reason: Option<FinishReason>,
+    /// LLM rounds made.
+    pub iterations: u32,
+    /// Its tokens as history, by tokenizer.
+    #[serde(default)]
+    pub history_tokens: BTreeMap<String, u64>,
+}
+
+impl From<&Message> for PastMessage {
+    fn from(message: &Message) -> Self {
+        Self {
+            id: message.id,
+            ordinal: message.ordinal,
+            query: message.query.clone(),
+            answer: message.answer.clone(),
+            status: message.status,
+            finish_reason: message.finish_reason,
+            iterations: message.iterations,
+            history_tokens: message.history_tokens.clone(),
+        }
+    }
+}
+
 /// One user turn and the agent's answer to it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {

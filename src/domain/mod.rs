@@ -20,7 +20,8 @@ pub use events::{EventEnvelope, HistoryReport, RunEvent};
 pub use file::FileRecord;
 pub use ids::{ConversationId, FileId, MessageId, Tenant, ThoughtId};
 pub use message::{
-    Conversation, FinishReason, IdempotencyRecord, Message, MessageStatus, RunFailure, StrategyKind,
+    Conversation, FinishReason, IdempotencyRecord, Message, MessageStatus, PastMessage, RunFailure,
+    StrategyKind,
 };
 pub use provider::{McpToolDef, ProviderKind, ProviderRecord, ProviderSource};
 pub use thought::{CallOutcome, RetrieverResource, Thought, ToolCallRecord, ToolInvokeMeta};

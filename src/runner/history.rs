@@ -2,7 +2,7 @@
 //! sees its own earlier tool calls and results under their original call ids.
 
 use super::strategy::{PastTurn, RoundRecord};
-use crate::domain::{FinishReason, Message, MessageStatus, Thought};
+use crate::domain::{FinishReason, MessageStatus, PastMessage, Thought};
 use crate::llm::{Tokenizer, ToolCallRequest};
 
 /// The earlier turns a run starts with, and what was left out of them unread.
@@ -21,7 +21,7 @@ pub struct History {
 
 /// A past turn from its message and thoughts. Calls without a result are left out: a call
 /// the model never saw answered must not be replayed as if it had been.
-pub fn past_turn(message: &Message, thoughts: &[Thought]) -> PastTurn {
+pub fn past_turn(message: &PastMessage, thoughts: &[Thought]) -> PastTurn {
     let rounds = thoughts
         .iter()
         .map(|thought| RoundRecord {
@@ -41,7 +41,7 @@ pub fn past_turn(message: &Message, thoughts: &[Thought]) -> PastTurn {
 
 /// The turn of a message that was answered in one round without tools, from the message
 /// alone: its thoughts add nothing to the prompt, so they need not be read.
-pub fn answered_at_once(message: &Message) -> Option<PastTurn> {
+pub fn answered_at_once(message: &PastMessage) -> Option<PastTurn> {
     let at_once = message.iterations <= 1
         && message.finish_reason == Some(FinishReason::Stop)
         && message.status == MessageStatus::Completed
@@ -94,7 +94,7 @@ fn answered_calls(thought: &Thought) -> Vec<(ToolCallRequest, String)> {
 
 /// The text that closed the turn: the last round's answer when it called no tool, else the
 /// message's answer (a run stopped at the iteration limit or interrupted).
-fn final_text(message: &Message, thoughts: &[Thought]) -> String {
+fn final_text(message: &PastMessage, thoughts: &[Thought]) -> String {
     match thoughts.last() {
         Some(last) if last.tool_calls.is_empty() && !last.answer.is_empty() => last.answer.clone(),
         Some(last) if last.tool_calls.is_empty() && message.answer.is_empty() => {
@@ -106,6 +106,6 @@ fn final_text(message: &Message, thoughts: &[Thought]) -> String {
 
 /// Whether a past turn gives the model anything: an unfinished message or one that ended
 /// before any answer or tool result would only add a dangling question.
-pub fn is_useful(message: &Message, turn: &PastTurn) -> bool {
+pub fn is_useful(message: &PastMessage, turn: &PastTurn) -> bool {
     message.status.is_terminal() && (!turn.answer.is_empty() || !turn.rounds.is_empty())
 }

@@ -182,7 +182,7 @@ fn past_turns(
             break None;
         };
         examined += 1;
-        let Some(message) = store.get_message(&spec.tenant, id?)? else {
+        let Some(message) = store.get_past_message(&spec.tenant, id?)? else {
             continue;
         };
         if examined == 1 {

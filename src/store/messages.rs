@@ -3,13 +3,14 @@
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::pieces::{self, Owner};
 use super::{decode, encode, keys, Store, StoreError};
 use crate::domain::{
-    Conversation, ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus, RunFailure,
-    Tenant,
+    Conversation, ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus,
+    PastMessage, RunFailure, Tenant,
 };
 
 /// Whether a new message was written.
@@ -150,6 +151,25 @@ impl Store {
         tenant: &Tenant,
         id: MessageId,
     ) -> Result<Option<Message>, StoreError> {
+        self.read_message(tenant, id, |message: &mut Message| &mut message.answer)
+    }
+
+    /// Reads what history takes from a message, skipping the rest of its record.
+    pub fn get_past_message(
+        &self,
+        tenant: &Tenant,
+        id: MessageId,
+    ) -> Result<Option<PastMessage>, StoreError> {
+        self.read_message(tenant, id, |message: &mut PastMessage| &mut message.answer)
+    }
+
+    /// Decodes a message record as `T`, putting back an answer written apart.
+    fn read_message<T: DeserializeOwned>(
+        &self,
+        tenant: &Tenant,
+        id: MessageId,
+        answer_of: fn(&mut T) -> &mut String,
+    ) -> Result<Option<T>, StoreError> {
         let key = keys::message(tenant, id);
         let Some(bytes) = self.messages.get(&key)? else {
             return Ok(None);
@@ -157,11 +177,12 @@ impl Store {
         // Decoded as a plain message, to which `answer_apart` is an unknown field: a
         // flattened wrapper made serde buffer every field first, which slowed reading history.
         // An answer written apart left the record's own empty.
-        let mut message: Message = decode("messages", &bytes)?;
-        if message.answer.is_empty() {
-            if let Some(answer) = self.answers.get(&key)? {
-                let answer = pieces::join(&self.pieces, Owner::Answer, &key, answer)?;
-                message.answer = String::from_utf8_lossy(&answer).into_owned();
+        let mut message: T = decode("messages", &bytes)?;
+        let answer = answer_of(&mut message);
+        if answer.is_empty() {
+            if let Some(stored) = self.answers.get(&key)? {
+                let stored = pieces::join(&self.pieces, Owner::Answer, &key, stored)?;
+                *answer = String::from_utf8_lossy(&stored).into_owned();
             }
         }
         Ok(Some(message))
@@ -400,6 +421,32 @@ mod tests {
         assert_eq!(read.status, MessageStatus::Completed);
         assert_eq!(read.answer, "done");
         assert!(store.running.is_empty());
+    }
+
+    /// What history reads of a message (with its answer written apart) is what the whole
+    /// record says.
+    #[test]
+    fn a_past_message_reads_as_the_whole_record_says() {
+        let store = Store::temporary().unwrap();
+        let tenant = Tenant::default_tenant();
+        let conversation = conversation(&tenant);
+        let mut message = running_message(conversation.id, store.next_id().unwrap());
+        message.ordinal = 7;
+        store
+            .insert_message(&tenant, Some(&conversation), &message, None)
+            .unwrap();
+        message.status = MessageStatus::Completed;
+        message.finish_reason = Some(crate::domain::FinishReason::Stop);
+        message.iterations = 2;
+        message.answer = "It is noon.".into();
+        message.history_tokens.insert("o200k_base".into(), 42);
+        store.update_message(&tenant, &message).unwrap();
+
+        let whole = store.get_message(&tenant, message.id).unwrap().unwrap();
+        let past = store.get_past_message(&tenant, message.id).unwrap().unwrap();
+        assert_eq!(whole, message);
+        assert_eq!(past, PastMessage::from(&message));
+        assert_eq!(past.answer, "It is noon.");
     }
 
     /// A crash after the marker but before the message leaves a marker of nothing:

@@ -40,7 +40,8 @@ use super::settings::RunnerSettings;
 use super::spec::{InputImage, OutputFallback, RunSpec};
 use super::strategy::{ModelStep, PromptContext, Strategy, TurnReader};
 use crate::domain::{
-    FinishReason, HistoryReport, Message, MessageStatus, RunEvent, RunFailure, TokenUsage,
+    FinishReason, HistoryReport, Message, MessageStatus, PastMessage, RunEvent, RunFailure,
+    TokenUsage,
 };
 use crate::llm::{
     ChatChunk, ChatRequest, ChatStream, ContentPart, Feature, LlmError, ResolvedModel, TurnEnd,
@@ -640,17 +641,18 @@ impl RunTask {
         if self.agent.model.info.context_window.is_none() {
             return;
         }
-        let turn = match history::answered_at_once(&self.message) {
+        let message = PastMessage::from(&self.message);
+        let turn = match history::answered_at_once(&message) {
             Some(turn) => turn,
             None => match self.recorder.thoughts(self.message.id) {
-                Ok(thoughts) => history::past_turn(&self.message, &thoughts),
+                Ok(thoughts) => history::past_turn(&message, &thoughts),
                 Err(err) => {
                     tracing::warn!(error = %err, "could not read the run's thoughts to count its history tokens");
                     return;
                 }
             },
         };
-        if !history::is_useful(&self.message, &turn) {
+        if !history::is_useful(&message, &turn) {
             return;
         }
         let tokenizer = self.agent.model.info.tokenizer;
