@@ -443,7 +443,10 @@ mod tests {
         store.update_message(&tenant, &message).unwrap();
 
         let whole = store.get_message(&tenant, message.id).unwrap().unwrap();
-        let past = store.get_past_message(&tenant, message.id).unwrap().unwrap();
+        let past = store
+            .get_past_message(&tenant, message.id)
+            .unwrap()
+            .unwrap();
         assert_eq!(whole, message);
         assert_eq!(past, PastMessage::from(&message));
         assert_eq!(past.answer, "It is noon.");
