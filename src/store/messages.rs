@@ -7,6 +7,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::pieces::{self, Owner};
+use super::tree::Tree;
+use super::wal;
 use super::{decode, encode, keys, Store, StoreError};
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus,
@@ -31,7 +33,7 @@ struct StoredMessageRef<'a> {
     answer_apart: bool,
 }
 
-fn remove_prefix(tree: &sled::Tree, prefix: &[u8]) -> Result<(), StoreError> {
+fn remove_prefix(tree: &Tree, prefix: &[u8]) -> Result<(), StoreError> {
     for key in tree.scan_prefix(prefix).keys() {
         tree.remove(key?)?;
     }
@@ -107,29 +109,50 @@ impl Store {
         };
         let idempotency = (keys::named(tenant, key), encode("idempotency", record)?);
         let trees = (
-            &self.conversations,
-            &self.messages,
-            &self.conversation_messages,
-            &self.running,
-            &self.idempotency,
+            &*self.conversations,
+            &*self.messages,
+            &*self.conversation_messages,
+            &*self.running,
+            &*self.idempotency,
         );
-        let result = trees.transaction(|(conversations, messages, index, running, keys_tree)| {
+        let write = || {
+            trees
+                .transaction(|(conversations, messages, index, running, keys_tree)| {
+                    let (key, value) = &idempotency;
+                    if let Some(existing) = keys_tree.get(key.as_slice())? {
+                        let record = decode("idempotency", &existing)
+                            .map_err(ConflictableTransactionError::Abort)?;
+                        return Ok(Inserted::KeyTaken(record));
+                    }
+                    keys_tree.insert(key.as_slice(), value.as_slice())?;
+                    if let Some((key, value)) = &conversation {
+                        conversations.insert(key.as_slice(), value.as_slice())?;
+                    }
+                    messages.insert(message_key.as_slice(), message_value.as_slice())?;
+                    index.insert(index_key.as_slice(), message.id.as_bytes().as_slice())?;
+                    running.insert(message_key.as_slice(), &[] as &[u8])?;
+                    Ok::<_, ConflictableTransactionError<StoreError>>(Inserted::Yes)
+                })
+                .map_err(transaction_error)
+        };
+        // The transaction's writes go to the log as one record, so replay keeps them whole.
+        wal::record(self.log.as_deref(), write, |inserted, log| {
+            if *inserted != Inserted::Yes {
+                return;
+            }
             let (key, value) = &idempotency;
-            if let Some(existing) = keys_tree.get(key.as_slice())? {
-                let record = decode("idempotency", &existing)
-                    .map_err(ConflictableTransactionError::Abort)?;
-                return Ok(Inserted::KeyTaken(record));
-            }
-            keys_tree.insert(key.as_slice(), value.as_slice())?;
+            log.put(self.idempotency.id(), key, value);
             if let Some((key, value)) = &conversation {
-                conversations.insert(key.as_slice(), value.as_slice())?;
+                log.put(self.conversations.id(), key, value);
             }
-            messages.insert(message_key.as_slice(), message_value.as_slice())?;
-            index.insert(index_key.as_slice(), message.id.as_bytes().as_slice())?;
-            running.insert(message_key.as_slice(), &[] as &[u8])?;
-            Ok::<_, ConflictableTransactionError<StoreError>>(Inserted::Yes)
-        });
-        result.map_err(transaction_error)
+            log.put(self.messages.id(), &message_key, &message_value);
+            log.put(
+                self.conversation_messages.id(),
+                &index_key,
+                message.id.as_bytes(),
+            );
+            log.put(self.running.id(), &message_key, &[]);
+        })
     }
 
     /// Overwrites a message; a terminal status also clears its running marker, after the

@@ -8,7 +8,9 @@
 //! and its record holds a small header instead: a full leaf then stays far below the blob
 //! threshold, and the cache counts and pages out everything written.
 
-use sled::{IVec, Tree};
+use sled::IVec;
+
+use super::tree::Tree;
 
 use super::StoreError;
 
@@ -93,7 +95,12 @@ fn piece_count(stored: &[u8]) -> Option<u32> {
 }
 
 /// The whole value of a record read from its tree: itself, or its pieces joined.
-pub fn join(pieces: &Tree, owner: Owner, key: &[u8], stored: IVec) -> Result<IVec, StoreError> {
+pub fn join(
+    pieces: &sled::Tree,
+    owner: Owner,
+    key: &[u8],
+    stored: IVec,
+) -> Result<IVec, StoreError> {
     if piece_count(&stored).is_none() {
         return Ok(stored);
     }
@@ -129,7 +136,8 @@ mod tests {
     #[test]
     fn large_values_round_trip_in_pieces_and_small_ones_whole() {
         let db = sled::Config::new().temporary(true).open().unwrap();
-        let (tree, pieces) = (db.open_tree("t").unwrap(), db.open_tree("p").unwrap());
+        let tree = Tree::new(db.open_tree("t").unwrap(), 1, None);
+        let pieces = Tree::new(db.open_tree("p").unwrap(), 2, None);
         let big: Vec<u8> = (0..PIECE * 3 + 17).map(|i| (i % 251) as u8).collect();
         put(&tree, &pieces, Owner::Events, b"k", &big).unwrap();
         assert_eq!(pieces.len(), 4);
