@@ -7,8 +7,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::pieces::{self, Owner};
-use super::tree::Tree;
-use super::wal;
+use super::tree::{Tree, Writes};
 use super::{decode, encode, keys, Store, StoreError};
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus,
@@ -93,20 +92,26 @@ impl Store {
             .map(|c| encode("conversations", c).map(|v| (keys::conversation(tenant, c.id), v)))
             .transpose()?;
         let message_key = keys::message(tenant, message.id);
-        let message_value = self.encode_message(&message_key, message)?;
         let index_key = keys::conversation_message(tenant, message.conversation_id, message.seq);
         let Some((key, record)) = idempotency else {
-            if let Some((key, value)) = &conversation {
-                self.conversations
-                    .insert(key.as_slice(), value.as_slice())?;
-            }
-            self.running.insert(message_key.as_slice(), &[] as &[u8])?;
-            self.messages
-                .insert(message_key.as_slice(), message_value.as_slice())?;
-            self.conversation_messages
-                .insert(index_key.as_slice(), message.id.as_bytes().as_slice())?;
-            return Ok(Inserted::Yes);
+            // One log record: replay applies it whole, though a crash can still cut sled's
+            // own writes in this order.
+            return self.write(|w| {
+                let message_value = self.encode_message(w, &message_key, message)?;
+                if let Some((key, value)) = &conversation {
+                    w.insert(&self.conversations, key, value)?;
+                }
+                w.insert(&self.running, &message_key, [])?;
+                w.insert(&self.messages, &message_key, message_value)?;
+                w.insert(
+                    &self.conversation_messages,
+                    &index_key,
+                    message.id.as_bytes(),
+                )?;
+                Ok(Inserted::Yes)
+            });
         };
+        let message_value = self.write(|w| self.encode_message(w, &message_key, message))?;
         let idempotency = (keys::named(tenant, key), encode("idempotency", record)?);
         let trees = (
             &*self.conversations,
@@ -115,8 +120,9 @@ impl Store {
             &*self.running,
             &*self.idempotency,
         );
-        let write = || {
-            trees
+        // The transaction's writes go to the log as one record, so replay keeps them whole.
+        self.write(|w| {
+            let inserted = trees
                 .transaction(|(conversations, messages, index, running, keys_tree)| {
                     let (key, value) = &idempotency;
                     if let Some(existing) = keys_tree.get(key.as_slice())? {
@@ -133,25 +139,22 @@ impl Store {
                     running.insert(message_key.as_slice(), &[] as &[u8])?;
                     Ok::<_, ConflictableTransactionError<StoreError>>(Inserted::Yes)
                 })
-                .map_err(transaction_error)
-        };
-        // The transaction's writes go to the log as one record, so replay keeps them whole.
-        wal::record(self.log.as_deref(), write, |inserted, log| {
-            if *inserted != Inserted::Yes {
-                return;
+                .map_err(transaction_error)?;
+            if inserted == Inserted::Yes {
+                let (key, value) = &idempotency;
+                w.logged_put(&self.idempotency, key, value);
+                if let Some((key, value)) = &conversation {
+                    w.logged_put(&self.conversations, key, value);
+                }
+                w.logged_put(&self.messages, &message_key, &message_value);
+                w.logged_put(
+                    &self.conversation_messages,
+                    &index_key,
+                    message.id.as_bytes(),
+                );
+                w.logged_put(&self.running, &message_key, &[]);
             }
-            let (key, value) = &idempotency;
-            log.put(self.idempotency.id(), key, value);
-            if let Some((key, value)) = &conversation {
-                log.put(self.conversations.id(), key, value);
-            }
-            log.put(self.messages.id(), &message_key, &message_value);
-            log.put(
-                self.conversation_messages.id(),
-                &index_key,
-                message.id.as_bytes(),
-            );
-            log.put(self.running.id(), &message_key, &[]);
+            Ok(inserted)
         })
     }
 
@@ -160,12 +163,14 @@ impl Store {
     /// which recovery clears, never a running message without its marker.
     pub fn update_message(&self, tenant: &Tenant, message: &Message) -> Result<(), StoreError> {
         let key = keys::message(tenant, message.id);
-        let value = self.encode_message(&key, message)?;
-        self.messages.insert(key.as_slice(), value)?;
-        if message.status.is_terminal() {
-            self.running.remove(key.as_slice())?;
-        }
-        Ok(())
+        self.write(|w| {
+            let value = self.encode_message(w, &key, message)?;
+            w.insert(&self.messages, &key, value)?;
+            if message.status.is_terminal() {
+                w.remove(&self.running, &key)?;
+            }
+            Ok(())
+        })
     }
 
     /// Reads a message.
@@ -213,12 +218,18 @@ impl Store {
 
     /// The message's record, its answer written apart first (status updates then never
     /// rewrite it, and a large one is stored in pieces).
-    fn encode_message(&self, key: &[u8], message: &Message) -> Result<Vec<u8>, StoreError> {
+    /// A message's record, its answer written apart first (by `w`) when it has one.
+    fn encode_message(
+        &self,
+        w: &mut Writes<'_, '_>,
+        key: &[u8],
+        message: &Message,
+    ) -> Result<Vec<u8>, StoreError> {
         let answer_apart = !message.answer.is_empty();
         if answer_apart {
             pieces::put(
-                &self.answers,
-                &self.pieces,
+                w,
+                (&self.answers, &self.pieces),
                 Owner::Answer,
                 key,
                 message.answer.as_bytes(),

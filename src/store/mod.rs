@@ -188,6 +188,15 @@ impl Store {
         })
     }
 
+    /// Runs `f`'s writes as one record of the write-ahead log: replay applies them whole,
+    /// and they cost one log entry.
+    fn write<T>(
+        &self,
+        f: impl FnOnce(&mut tree::Writes<'_, '_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        tree::write(self.log.as_deref(), f)
+    }
+
     /// Makes every write so far durable; concurrent callers share one flush.
     ///
     /// # Cancel safety

@@ -10,7 +10,7 @@
 
 use sled::IVec;
 
-use super::tree::Tree;
+use super::tree::{Tree, Writes};
 
 use super::StoreError;
 
@@ -48,8 +48,8 @@ fn prefix(owner: Owner, key: &[u8]) -> Vec<u8> {
 /// Pieces a longer earlier value left behind are removed; the common case (a new key, or a
 /// value that grew) costs no extra read, since the insert returns what it replaced.
 pub fn put(
-    tree: &Tree,
-    pieces: &Tree,
+    w: &mut Writes<'_, '_>,
+    (tree, pieces): (&Tree, &Tree),
     owner: Owner,
     key: &[u8],
     value: &[u8],
@@ -60,23 +60,23 @@ pub fn put(
         let head = prefix(owner, key);
         let mut count: u32 = 0;
         for piece in value.chunks(PIECE) {
-            pieces.insert(piece_key(&head, count), piece)?;
+            w.insert(pieces, piece_key(&head, count), piece)?;
             count += 1;
         }
         count
     };
     let replaced = if count == 0 {
-        tree.insert(key, value)?
+        w.insert(tree, key, value)?
     } else {
         let mut header = HEADER.to_vec();
         header.extend_from_slice(&count.to_be_bytes());
-        tree.insert(key, header)?
+        w.insert(tree, key, header)?
     };
     let before = replaced.as_deref().and_then(piece_count).unwrap_or(0);
     if before > count {
         let head = prefix(owner, key);
         for stale in count..before {
-            pieces.remove(piece_key(&head, stale))?;
+            w.remove(pieces, piece_key(&head, stale))?;
         }
     }
     Ok(())
@@ -132,6 +132,7 @@ pub fn remove_under(pieces: &Tree, owner: Owner, key_prefix: &[u8]) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::tree;
 
     #[test]
     fn large_values_round_trip_in_pieces_and_small_ones_whole() {
@@ -139,7 +140,10 @@ mod tests {
         let tree = Tree::new(db.open_tree("t").unwrap(), 1, None);
         let pieces = Tree::new(db.open_tree("p").unwrap(), 2, None);
         let big: Vec<u8> = (0..PIECE * 3 + 17).map(|i| (i % 251) as u8).collect();
-        put(&tree, &pieces, Owner::Events, b"k", &big).unwrap();
+        let put = |owner, key: &[u8], value: &[u8]| {
+            tree::write(None, |w| super::put(w, (&tree, &pieces), owner, key, value)).unwrap()
+        };
+        put(Owner::Events, b"k", &big);
         assert_eq!(pieces.len(), 4);
         assert_eq!(tree.get(b"k").unwrap().unwrap().len(), 11);
         let stored = tree.get(b"k").unwrap().unwrap();
@@ -148,7 +152,7 @@ mod tests {
             &big[..]
         );
 
-        put(&tree, &pieces, Owner::Events, b"k", b"{\"small\":1}").unwrap();
+        put(Owner::Events, b"k", b"{\"small\":1}");
         assert_eq!(pieces.len(), 0, "an overwrite drops the old pieces");
         let stored = tree.get(b"k").unwrap().unwrap();
         assert_eq!(
@@ -156,8 +160,8 @@ mod tests {
             b"{\"small\":1}"
         );
 
-        put(&tree, &pieces, Owner::Thought, b"m1", &big).unwrap();
-        put(&tree, &pieces, Owner::Thought, b"m2", &big).unwrap();
+        put(Owner::Thought, b"m1", &big);
+        put(Owner::Thought, b"m2", &big);
         remove_under(&pieces, Owner::Thought, b"m").unwrap();
         assert_eq!(pieces.len(), 0);
     }
