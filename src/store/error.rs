@@ -16,9 +16,6 @@ pub enum StoreError {
         /// The serde failure.
         source: serde_json::Error,
     },
-    /// The write-ahead log could not be read or written.
-    #[error("write-ahead log: {0}")]
-    Log(String),
     /// Making writes durable failed.
     #[error("flush failed: {0}")]
     Flush(String),

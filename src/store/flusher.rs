@@ -1,15 +1,11 @@
 //! Group commit: one thread makes writes durable for every caller waiting at the time.
 //!
-//! Callers queue a request; the thread takes every queued request, writes and syncs what
-//! the write-ahead log gathered since the last time (see [`super::wal`]), and answers them
-//! all. Under load one sync covers many runs' records: while several writers are counted,
-//! the thread waits for their requests (up to [`MAX_LINGER`]) before it writes, since a sync
-//! costs the same for one run's records as for fifty's. Between requests, and when the log
-//! has grown or aged enough, the same thread checkpoints (flushes sled and deletes the log
-//! files before it), so the log never races itself.
-//!
-//! A temporary store has no log; its thread runs sled's `flush` instead (sled 0.34's
-//! `flush_async` can deadlock when called concurrently, sled issue #1308).
+//! sled 0.34's `flush_async` can deadlock when called concurrently (sled issue #1308, fixed
+//! only on its unreleased main branch), and a blocking `flush` per caller would tie up a
+//! thread each. So callers queue a request; the thread takes every queued request, runs one
+//! `flush`, and answers them all. Under load one fsync covers many runs' records: while
+//! several writers are counted, the thread waits up to [`LINGER`] for their requests before
+//! it flushes, since flushing costs the same for one run's records as for fifty's.
 //!
 //! The thread also tells whether writes are reaching the disk: a failed flush (a full
 //! disk, say) marks the store unwritable until a later flush succeeds.
@@ -21,33 +17,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, watch};
 
-use super::wal::{Log, LogFiles};
 use super::StoreError;
 
 type Reply = oneshot::Sender<Result<(), String>>;
 
-/// How long a flush waits for other writers' requests, per writer counted: a sync of the
-/// log takes about 50 µs, so without a wait that grows with the writers, fifty runs would
-/// each have their events synced in many small groups, and every group costs each of them
-/// a store write and a wake-up.
-const LINGER_PER_WRITER: Duration = Duration::from_micros(100);
-
-/// The longest a flush waits for other writers' requests.
-const MAX_LINGER: Duration = Duration::from_millis(5);
-
-/// How long a flush waits for the requests of `writers` counted writers.
-fn linger(writers: usize) -> Duration {
-    LINGER_PER_WRITER
-        .saturating_mul(u32::try_from(writers).unwrap_or(u32::MAX))
-        .min(MAX_LINGER)
-}
-
-/// How often the thread, without requests, looks whether logged writes wait to be
-/// written (a write no caller flushed) or a checkpoint is due.
-const IDLE_WAKE: Duration = Duration::from_secs(1);
-
-/// The write-ahead log as the flush thread holds it.
-type LogParts = (Arc<Log>, LogFiles);
+/// How long a flush waits for other writers' requests before it starts.
+const LINGER: Duration = Duration::from_millis(1);
 
 /// What the flush thread shares with the handles.
 struct Shared {
@@ -85,8 +60,8 @@ impl Drop for Inner {
 }
 
 impl Flusher {
-    /// Starts the thread for `db`, writing `log` when the store has one.
-    pub fn start(db: sled::Db, log: Option<LogParts>) -> Result<Self, StoreError> {
+    /// Starts the thread for `db`.
+    pub fn start(db: sled::Db) -> Result<Self, StoreError> {
         let (requests, queue) = mpsc::channel::<Reply>();
         let shared = Arc::new(Shared {
             observer: OnceLock::new(),
@@ -97,7 +72,7 @@ impl Flusher {
         let thread_shared = Arc::clone(&shared);
         let thread = thread::Builder::new()
             .name("store-flush".to_owned())
-            .spawn(move || run(&db, &queue, &thread_shared, log))
+            .spawn(move || run(&db, &queue, &thread_shared))
             .map_err(|err| StoreError::Flush(format!("cannot start the flush thread: {err}")))?;
         Ok(Self {
             inner: Arc::new(Inner {
@@ -151,29 +126,25 @@ impl Flusher {
     }
 }
 
-fn run(db: &sled::Db, queue: &mpsc::Receiver<Reply>, shared: &Shared, mut log: Option<LogParts>) {
-    loop {
-        let first = match queue.recv_timeout(IDLE_WAKE) {
-            Ok(first) => first,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                if let Some(log) = &mut log {
-                    if !shared.fail.load(Ordering::SeqCst) {
-                        write_unasked(log, db);
-                    }
-                }
-                continue;
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        };
+fn run(db: &sled::Db, queue: &mpsc::Receiver<Reply>, shared: &Shared) {
+    while let Ok(first) = queue.recv() {
         let mut waiting = vec![first];
-        let writers = shared.writers.load(Ordering::Relaxed);
-        gather(queue, &mut waiting, writers, linger(writers));
+        gather(
+            queue,
+            &mut waiting,
+            shared.writers.load(Ordering::Relaxed),
+            LINGER,
+        );
         let started = Instant::now();
         let result = if shared.fail.load(Ordering::SeqCst) {
             Err("no space left on device (simulated)".to_owned())
         } else {
-            make_durable(db, log.as_mut())
+            db.flush().map(drop).map_err(|err| err.to_string())
         };
+        // sled defers freeing a log buffer it replaced to this thread's epoch garbage,
+        // which is handed on only once 64 items pile up. At a flush or so a millisecond
+        // that held tens of 512 KiB segment buffers; handing it on now frees them.
+        crossbeam_epoch::pin().flush();
         if let Some(observe) = shared.observer.get() {
             observe(started.elapsed());
         }
@@ -185,65 +156,7 @@ fn run(db: &sled::Db, queue: &mpsc::Receiver<Reply>, shared: &Shared, mut log: O
         for reply in waiting {
             let _ = reply.send(result.clone());
         }
-        if let Some((_, files)) = &mut log {
-            if files.wants_checkpoint() {
-                checkpoint(files, db);
-            }
-        }
     }
-    // A clean stop leaves sled durable and no log to replay.
-    if let Some(log) = &mut log {
-        if make_durable(db, Some(log)).is_ok() && log.1.is_dirty() {
-            checkpoint(&mut log.1, db);
-        }
-    }
-}
-
-/// Writes and syncs what the log gathered; without a log, flushes sled.
-fn make_durable(db: &sled::Db, log: Option<&mut LogParts>) -> Result<(), String> {
-    let Some((log, files)) = log else {
-        let result = db.flush().map(drop).map_err(|err| err.to_string());
-        release_replaced_buffers();
-        return result;
-    };
-    let bytes = log.take();
-    if bytes.is_empty() {
-        return Ok(());
-    }
-    files.append(&bytes).map_err(|err| {
-        let message = format!("write-ahead log: {err}");
-        log.put_back(bytes);
-        message
-    })
-}
-
-/// Between requests: writes what was logged without a flush being asked for, and
-/// checkpoints when one is due.
-fn write_unasked(log: &mut LogParts, db: &sled::Db) {
-    if log.0.pending_len() > 0 {
-        if let Err(err) = make_durable(db, Some(&mut *log)) {
-            tracing::warn!(error = %err, "writing the write-ahead log failed");
-            return;
-        }
-    }
-    if log.1.wants_checkpoint() {
-        checkpoint(&mut log.1, db);
-    }
-}
-
-fn checkpoint(files: &mut LogFiles, db: &sled::Db) {
-    if let Err(err) = files.checkpoint(db) {
-        // The log files stay; replay reads them all, and the next checkpoint tries again.
-        tracing::warn!(error = %err, "checkpoint of the write-ahead log failed");
-    }
-    release_replaced_buffers();
-}
-
-/// sled defers freeing a log buffer it replaced to the flushing thread's epoch garbage,
-/// which is handed on only once 64 items pile up; this thread rarely pins, so without this
-/// tens of 512 KiB segment buffers would wait.
-fn release_replaced_buffers() {
-    crossbeam_epoch::pin().flush();
 }
 
 /// Adds to `waiting` the requests already queued and, when other writers may ask soon,
@@ -310,7 +223,7 @@ mod tests {
 
     fn counted_flusher() -> (Flusher, Arc<AtomicU32>) {
         let db = sled::Config::new().temporary(true).open().unwrap();
-        let flusher = Flusher::start(db, None).unwrap();
+        let flusher = Flusher::start(db).unwrap();
         let flushes = Arc::new(AtomicU32::new(0));
         let counted = Arc::clone(&flushes);
         flusher.observe(Box::new(move |_| {
@@ -324,7 +237,7 @@ mod tests {
     #[test]
     fn idle_writers_are_not_counted() {
         let db = sled::Config::new().temporary(true).open().unwrap();
-        let flusher = Flusher::start(db, None).unwrap();
+        let flusher = Flusher::start(db).unwrap();
         let writers = || flusher.inner.shared.writers.load(Ordering::Relaxed);
         let one = flusher.writer();
         let two = flusher.writer();
@@ -375,16 +288,6 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(30));
     }
 
-    /// The wait grows with the writers, so fifty runs share a sync as they shared a
-    /// slower one, and never passes its cap.
-    #[test]
-    fn the_wait_grows_with_the_writers_up_to_its_cap() {
-        assert!(linger(2) < linger(10));
-        assert_eq!(linger(10), Duration::from_millis(1));
-        assert_eq!(linger(50), MAX_LINGER);
-        assert_eq!(linger(usize::MAX), MAX_LINGER);
-    }
-
     /// A counted writer that never asks holds another's flush back by the linger at most.
     #[tokio::test]
     async fn a_silent_writer_delays_a_flush_by_the_linger_at_most() {
@@ -393,7 +296,7 @@ mod tests {
         let _asking = flusher.writer();
         let started = Instant::now();
         flusher.flush().await.unwrap();
-        assert!(started.elapsed() < MAX_LINGER + Duration::from_millis(500));
+        assert!(started.elapsed() < LINGER + Duration::from_millis(500));
         assert_eq!(flushes.load(Ordering::SeqCst), 1);
 
         drop(_silent);

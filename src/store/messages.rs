@@ -7,7 +7,6 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::pieces::{self, Owner};
-use super::tree::{Tree, Writes};
 use super::{decode, encode, keys, Store, StoreError};
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus,
@@ -32,7 +31,7 @@ struct StoredMessageRef<'a> {
     answer_apart: bool,
 }
 
-fn remove_prefix(tree: &Tree, prefix: &[u8]) -> Result<(), StoreError> {
+fn remove_prefix(tree: &sled::Tree, prefix: &[u8]) -> Result<(), StoreError> {
     for key in tree.scan_prefix(prefix).keys() {
         tree.remove(key?)?;
     }
@@ -92,70 +91,45 @@ impl Store {
             .map(|c| encode("conversations", c).map(|v| (keys::conversation(tenant, c.id), v)))
             .transpose()?;
         let message_key = keys::message(tenant, message.id);
+        let message_value = self.encode_message(&message_key, message)?;
         let index_key = keys::conversation_message(tenant, message.conversation_id, message.seq);
         let Some((key, record)) = idempotency else {
-            // One log record: replay applies it whole, though a crash can still cut sled's
-            // own writes in this order.
-            return self.write(|w| {
-                let message_value = self.encode_message(w, &message_key, message)?;
-                if let Some((key, value)) = &conversation {
-                    w.insert(&self.conversations, key, value)?;
-                }
-                w.insert(&self.running, &message_key, [])?;
-                w.insert(&self.messages, &message_key, message_value)?;
-                w.insert(
-                    &self.conversation_messages,
-                    &index_key,
-                    message.id.as_bytes(),
-                )?;
-                Ok(Inserted::Yes)
-            });
+            if let Some((key, value)) = &conversation {
+                self.conversations
+                    .insert(key.as_slice(), value.as_slice())?;
+            }
+            self.running.insert(message_key.as_slice(), &[] as &[u8])?;
+            self.messages
+                .insert(message_key.as_slice(), message_value.as_slice())?;
+            self.conversation_messages
+                .insert(index_key.as_slice(), message.id.as_bytes().as_slice())?;
+            return Ok(Inserted::Yes);
         };
-        let message_value = self.write(|w| self.encode_message(w, &message_key, message))?;
         let idempotency = (keys::named(tenant, key), encode("idempotency", record)?);
         let trees = (
-            &*self.conversations,
-            &*self.messages,
-            &*self.conversation_messages,
-            &*self.running,
-            &*self.idempotency,
+            &self.conversations,
+            &self.messages,
+            &self.conversation_messages,
+            &self.running,
+            &self.idempotency,
         );
-        // The transaction's writes go to the log as one record, so replay keeps them whole.
-        self.write(|w| {
-            let inserted = trees
-                .transaction(|(conversations, messages, index, running, keys_tree)| {
-                    let (key, value) = &idempotency;
-                    if let Some(existing) = keys_tree.get(key.as_slice())? {
-                        let record = decode("idempotency", &existing)
-                            .map_err(ConflictableTransactionError::Abort)?;
-                        return Ok(Inserted::KeyTaken(record));
-                    }
-                    keys_tree.insert(key.as_slice(), value.as_slice())?;
-                    if let Some((key, value)) = &conversation {
-                        conversations.insert(key.as_slice(), value.as_slice())?;
-                    }
-                    messages.insert(message_key.as_slice(), message_value.as_slice())?;
-                    index.insert(index_key.as_slice(), message.id.as_bytes().as_slice())?;
-                    running.insert(message_key.as_slice(), &[] as &[u8])?;
-                    Ok::<_, ConflictableTransactionError<StoreError>>(Inserted::Yes)
-                })
-                .map_err(transaction_error)?;
-            if inserted == Inserted::Yes {
-                let (key, value) = &idempotency;
-                w.logged_put(&self.idempotency, key, value);
-                if let Some((key, value)) = &conversation {
-                    w.logged_put(&self.conversations, key, value);
-                }
-                w.logged_put(&self.messages, &message_key, &message_value);
-                w.logged_put(
-                    &self.conversation_messages,
-                    &index_key,
-                    message.id.as_bytes(),
-                );
-                w.logged_put(&self.running, &message_key, &[]);
+        let result = trees.transaction(|(conversations, messages, index, running, keys_tree)| {
+            let (key, value) = &idempotency;
+            if let Some(existing) = keys_tree.get(key.as_slice())? {
+                let record = decode("idempotency", &existing)
+                    .map_err(ConflictableTransactionError::Abort)?;
+                return Ok(Inserted::KeyTaken(record));
             }
-            Ok(inserted)
-        })
+            keys_tree.insert(key.as_slice(), value.as_slice())?;
+            if let Some((key, value)) = &conversation {
+                conversations.insert(key.as_slice(), value.as_slice())?;
+            }
+            messages.insert(message_key.as_slice(), message_value.as_slice())?;
+            index.insert(index_key.as_slice(), message.id.as_bytes().as_slice())?;
+            running.insert(message_key.as_slice(), &[] as &[u8])?;
+            Ok::<_, ConflictableTransactionError<StoreError>>(Inserted::Yes)
+        });
+        result.map_err(transaction_error)
     }
 
     /// Overwrites a message; a terminal status also clears its running marker, after the
@@ -163,14 +137,12 @@ impl Store {
     /// which recovery clears, never a running message without its marker.
     pub fn update_message(&self, tenant: &Tenant, message: &Message) -> Result<(), StoreError> {
         let key = keys::message(tenant, message.id);
-        self.write(|w| {
-            let value = self.encode_message(w, &key, message)?;
-            w.insert(&self.messages, &key, value)?;
-            if message.status.is_terminal() {
-                w.remove(&self.running, &key)?;
-            }
-            Ok(())
-        })
+        let value = self.encode_message(&key, message)?;
+        self.messages.insert(key.as_slice(), value)?;
+        if message.status.is_terminal() {
+            self.running.remove(key.as_slice())?;
+        }
+        Ok(())
     }
 
     /// Reads a message.
@@ -218,18 +190,12 @@ impl Store {
 
     /// The message's record, its answer written apart first (status updates then never
     /// rewrite it, and a large one is stored in pieces).
-    /// A message's record, its answer written apart first (by `w`) when it has one.
-    fn encode_message(
-        &self,
-        w: &mut Writes<'_, '_>,
-        key: &[u8],
-        message: &Message,
-    ) -> Result<Vec<u8>, StoreError> {
+    fn encode_message(&self, key: &[u8], message: &Message) -> Result<Vec<u8>, StoreError> {
         let answer_apart = !message.answer.is_empty();
         if answer_apart {
             pieces::put(
-                w,
-                (&self.answers, &self.pieces),
+                &self.answers,
+                &self.pieces,
                 Owner::Answer,
                 key,
                 message.answer.as_bytes(),

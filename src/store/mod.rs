@@ -3,8 +3,7 @@
 //! One tree per record type; keys are laid out by [`keys`] so scans come out in creation
 //! order. Values are JSON wrapped in `{"v": version, "r": record}` so later schemas can read
 //! old records. Writes are not durable until [`Store::flush`]: callers flush before they
-//! announce a record to a client. What makes them durable is a write-ahead log of our own
-//! beside sled (see [`wal`]), replayed into sled at start-up.
+//! announce a record to a client.
 
 mod access;
 mod error;
@@ -14,16 +13,11 @@ mod messages;
 mod pieces;
 mod records;
 mod sealed;
-mod tree;
-mod wal;
 
 use std::path::Path;
-use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-
-use tree::Tree;
 
 pub use error::StoreError;
 pub use flusher::WriterGuard;
@@ -47,28 +41,6 @@ const PROBE_KEY: &[u8] = b"\0probe";
 /// The key file made in the data directory when no key is configured.
 pub const KEY_FILE: &str = "secret.key";
 
-/// The write-ahead log's directory, inside the database's.
-const WAL_DIR: &str = "wal";
-
-/// The store's trees. A tree's number in the write-ahead log is its place here, from 1:
-/// only ever append, since logs name trees by number.
-const TREES: [&str; 14] = [
-    "conversations",
-    "messages",
-    "conversation_messages",
-    "thoughts",
-    "events",
-    "running",
-    "idempotency",
-    "providers",
-    "files",
-    "file_data",
-    "answers",
-    "pieces",
-    "api_keys",
-    "tenant_usage",
-];
-
 /// Schema version written into every value.
 const SCHEMA_VERSION: u32 = 1;
 
@@ -76,31 +48,29 @@ const SCHEMA_VERSION: u32 = 1;
 #[derive(Clone)]
 pub struct Store {
     db: sled::Db,
-    conversations: Tree,
-    messages: Tree,
-    conversation_messages: Tree,
-    thoughts: Tree,
-    events: Tree,
+    conversations: sled::Tree,
+    messages: sled::Tree,
+    conversation_messages: sled::Tree,
+    thoughts: sled::Tree,
+    events: sled::Tree,
     /// Markers of messages whose run has not ended, so start-up recovery scans only them.
-    running: Tree,
+    running: sled::Tree,
     /// Idempotency keys of runs, by tenant and key.
-    idempotency: Tree,
+    idempotency: sled::Tree,
     /// Registered tool providers, by tenant and name.
-    providers: Tree,
+    providers: sled::Tree,
     /// Files tools produced, by tenant and file id.
-    files: Tree,
+    files: sled::Tree,
     /// Their bytes, apart so listing records never reads them.
-    file_data: Tree,
+    file_data: sled::Tree,
     /// Messages' answers, apart so status updates never rewrite them.
-    answers: Tree,
+    answers: sled::Tree,
     /// Pieces of large values (see [`pieces`]).
-    pieces: Tree,
+    pieces: sled::Tree,
     /// API keys, by id.
-    api_keys: Tree,
+    api_keys: sled::Tree,
     /// LLM tokens used per tenant and UTC day.
-    tenant_usage: Tree,
-    /// The write-ahead log; `None` for a temporary store.
-    log: Option<Arc<wal::Log>>,
+    tenant_usage: sled::Tree,
     flusher: flusher::Flusher,
     /// Seals provider credentials before they are written.
     sealer: sealed::Sealer,
@@ -116,7 +86,7 @@ impl Store {
     }
 
     /// Opens (or creates) the database under `path`, keeping at most `cache_bytes` of
-    /// pages in memory, and replays its write-ahead log.
+    /// pages in memory.
     ///
     /// A process that held the directory may still be releasing its file lock (sled's
     /// background threads close the file a moment after the last handle goes), so a held
@@ -126,16 +96,11 @@ impl Store {
         cache_bytes: u64,
         key: &SecretKey,
     ) -> Result<Self, StoreError> {
-        // The write-ahead log's checkpoints flush sled; its own timer would only add
-        // flushes through its I/O pool.
-        let config = sled::Config::new()
-            .path(path)
-            .cache_capacity(cache_bytes)
-            .flush_every_ms(None);
+        let config = sled::Config::new().path(path).cache_capacity(cache_bytes);
         let mut attempts = 0;
         loop {
             match config.open() {
-                Ok(db) => return Self::from_db(db, key, Some(&path.join(WAL_DIR))),
+                Ok(db) => return Self::from_db(db, key),
                 Err(sled::Error::Io(err)) if is_lock_held(&err) && attempts < LOCK_RETRIES => {
                     attempts += 1;
                     std::thread::sleep(std::time::Duration::from_millis(50));
@@ -150,51 +115,29 @@ impl Store {
         Self::from_db(
             sled::Config::new().temporary(true).open()?,
             &SecretKey::generate(),
-            None,
         )
     }
 
-    fn from_db(db: sled::Db, key: &SecretKey, wal_dir: Option<&Path>) -> Result<Self, StoreError> {
-        let (log, files) = match wal_dir {
-            Some(dir) => {
-                let (log, files) = wal::open(dir, &db, &TREES)?;
-                (Some(Arc::new(log)), Some(files))
-            }
-            None => (None, None),
-        };
-        let tree = |name: &'static str| -> Result<Tree, StoreError> {
-            let number = wal::tree_number(&TREES, name)?;
-            Ok(Tree::new(db.open_tree(name)?, number, log.clone()))
-        };
+    fn from_db(db: sled::Db, key: &SecretKey) -> Result<Self, StoreError> {
         Ok(Self {
-            conversations: tree("conversations")?,
-            messages: tree("messages")?,
-            conversation_messages: tree("conversation_messages")?,
-            thoughts: tree("thoughts")?,
-            events: tree("events")?,
-            running: tree("running")?,
-            idempotency: tree("idempotency")?,
-            providers: tree("providers")?,
-            files: tree("files")?,
-            file_data: tree("file_data")?,
-            answers: tree("answers")?,
-            pieces: tree("pieces")?,
-            api_keys: tree("api_keys")?,
-            tenant_usage: tree("tenant_usage")?,
-            flusher: flusher::Flusher::start(db.clone(), log.clone().zip(files))?,
-            log,
+            conversations: db.open_tree("conversations")?,
+            messages: db.open_tree("messages")?,
+            conversation_messages: db.open_tree("conversation_messages")?,
+            thoughts: db.open_tree("thoughts")?,
+            events: db.open_tree("events")?,
+            running: db.open_tree("running")?,
+            idempotency: db.open_tree("idempotency")?,
+            providers: db.open_tree("providers")?,
+            files: db.open_tree("files")?,
+            file_data: db.open_tree("file_data")?,
+            answers: db.open_tree("answers")?,
+            pieces: db.open_tree("pieces")?,
+            api_keys: db.open_tree("api_keys")?,
+            tenant_usage: db.open_tree("tenant_usage")?,
+            flusher: flusher::Flusher::start(db.clone())?,
             sealer: sealed::Sealer::new(key),
             db,
         })
-    }
-
-    /// Runs `f`'s writes as one record of the write-ahead log: replay applies them whole,
-    /// and they cost one log entry.
-    fn write<T>(
-        &self,
-        f: impl FnOnce(&mut tree::Writes<'_, '_>) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        tree::write(self.log.as_deref(), f)
     }
 
     /// Makes every write so far durable; concurrent callers share one flush.

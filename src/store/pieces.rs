@@ -8,9 +8,7 @@
 //! and its record holds a small header instead: a full leaf then stays far below the blob
 //! threshold, and the cache counts and pages out everything written.
 
-use sled::IVec;
-
-use super::tree::{Tree, Writes};
+use sled::{IVec, Tree};
 
 use super::StoreError;
 
@@ -48,8 +46,8 @@ fn prefix(owner: Owner, key: &[u8]) -> Vec<u8> {
 /// Pieces a longer earlier value left behind are removed; the common case (a new key, or a
 /// value that grew) costs no extra read, since the insert returns what it replaced.
 pub fn put(
-    w: &mut Writes<'_, '_>,
-    (tree, pieces): (&Tree, &Tree),
+    tree: &Tree,
+    pieces: &Tree,
     owner: Owner,
     key: &[u8],
     value: &[u8],
@@ -60,23 +58,23 @@ pub fn put(
         let head = prefix(owner, key);
         let mut count: u32 = 0;
         for piece in value.chunks(PIECE) {
-            w.insert(pieces, piece_key(&head, count), piece)?;
+            pieces.insert(piece_key(&head, count), piece)?;
             count += 1;
         }
         count
     };
     let replaced = if count == 0 {
-        w.insert(tree, key, value)?
+        tree.insert(key, value)?
     } else {
         let mut header = HEADER.to_vec();
         header.extend_from_slice(&count.to_be_bytes());
-        w.insert(tree, key, header)?
+        tree.insert(key, header)?
     };
     let before = replaced.as_deref().and_then(piece_count).unwrap_or(0);
     if before > count {
         let head = prefix(owner, key);
         for stale in count..before {
-            w.remove(pieces, piece_key(&head, stale))?;
+            pieces.remove(piece_key(&head, stale))?;
         }
     }
     Ok(())
@@ -95,12 +93,7 @@ fn piece_count(stored: &[u8]) -> Option<u32> {
 }
 
 /// The whole value of a record read from its tree: itself, or its pieces joined.
-pub fn join(
-    pieces: &sled::Tree,
-    owner: Owner,
-    key: &[u8],
-    stored: IVec,
-) -> Result<IVec, StoreError> {
+pub fn join(pieces: &Tree, owner: Owner, key: &[u8], stored: IVec) -> Result<IVec, StoreError> {
     if piece_count(&stored).is_none() {
         return Ok(stored);
     }
@@ -132,18 +125,13 @@ pub fn remove_under(pieces: &Tree, owner: Owner, key_prefix: &[u8]) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::tree;
 
     #[test]
     fn large_values_round_trip_in_pieces_and_small_ones_whole() {
         let db = sled::Config::new().temporary(true).open().unwrap();
-        let tree = Tree::new(db.open_tree("t").unwrap(), 1, None);
-        let pieces = Tree::new(db.open_tree("p").unwrap(), 2, None);
+        let (tree, pieces) = (db.open_tree("t").unwrap(), db.open_tree("p").unwrap());
         let big: Vec<u8> = (0..PIECE * 3 + 17).map(|i| (i % 251) as u8).collect();
-        let put = |owner, key: &[u8], value: &[u8]| {
-            tree::write(None, |w| super::put(w, (&tree, &pieces), owner, key, value)).unwrap()
-        };
-        put(Owner::Events, b"k", &big);
+        put(&tree, &pieces, Owner::Events, b"k", &big).unwrap();
         assert_eq!(pieces.len(), 4);
         assert_eq!(tree.get(b"k").unwrap().unwrap().len(), 11);
         let stored = tree.get(b"k").unwrap().unwrap();
@@ -152,7 +140,7 @@ mod tests {
             &big[..]
         );
 
-        put(Owner::Events, b"k", b"{\"small\":1}");
+        put(&tree, &pieces, Owner::Events, b"k", b"{\"small\":1}").unwrap();
         assert_eq!(pieces.len(), 0, "an overwrite drops the old pieces");
         let stored = tree.get(b"k").unwrap().unwrap();
         assert_eq!(
@@ -160,8 +148,8 @@ mod tests {
             b"{\"small\":1}"
         );
 
-        put(Owner::Thought, b"m1", &big);
-        put(Owner::Thought, b"m2", &big);
+        put(&tree, &pieces, Owner::Thought, b"m1", &big).unwrap();
+        put(&tree, &pieces, Owner::Thought, b"m2", &big).unwrap();
         remove_under(&pieces, Owner::Thought, b"m").unwrap();
         assert_eq!(pieces.len(), 0);
     }

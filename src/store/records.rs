@@ -128,15 +128,7 @@ impl Store {
     pub fn put_thought(&self, tenant: &Tenant, thought: &Thought) -> Result<(), StoreError> {
         let key = keys::thought(tenant, thought.message_id, thought.position);
         let value = encode("thoughts", thought)?;
-        self.write(|w| {
-            pieces::put(
-                w,
-                (&self.thoughts, &self.pieces),
-                Owner::Thought,
-                &key,
-                &value,
-            )
-        })
+        pieces::put(&self.thoughts, &self.pieces, Owner::Thought, &key, &value)
     }
 
     /// A message's thoughts by position.
@@ -161,14 +153,11 @@ impl Store {
         bytes: Option<&[u8]>,
     ) -> Result<(), StoreError> {
         let key = keys::file(tenant, record.id);
-        let value = encode("files", record)?;
-        self.write(|w| {
-            if let Some(bytes) = bytes {
-                pieces::put(w, (&self.file_data, &self.pieces), Owner::File, &key, bytes)?;
-            }
-            w.insert(&self.files, &key, value)?;
-            Ok(())
-        })
+        if let Some(bytes) = bytes {
+            pieces::put(&self.file_data, &self.pieces, Owner::File, &key, bytes)?;
+        }
+        self.files.insert(key, encode("files", record)?)?;
+        Ok(())
     }
 
     /// A file with its bytes (empty for a file that is only a URL).
@@ -295,7 +284,7 @@ impl Store {
         };
         let key = keys::event(tenant, first.message_id, first.seq);
         let value = encode("events", &CompactRef::new(first, events))?;
-        self.write(|w| pieces::put(w, (&self.events, &self.pieces), Owner::Events, &key, &value))
+        pieces::put(&self.events, &self.pieces, Owner::Events, &key, &value)
     }
 
     /// A message's events with `seq > after_seq`, in order.
