@@ -139,6 +139,7 @@ impl Store {
         let key = keys::message(tenant, message.id);
         let value = self.encode_message(&key, message)?;
         self.messages.insert(key.as_slice(), value)?;
+        self.past.forget(&key);
         if message.status.is_terminal() {
             self.running.remove(key.as_slice())?;
         }
@@ -154,13 +155,24 @@ impl Store {
         self.read_message(tenant, id, |message: &mut Message| &mut message.answer)
     }
 
-    /// Reads what history takes from a message, skipping the rest of its record.
+    /// Reads what history takes from a message, skipping the rest of its record; an ended
+    /// one is kept in memory for the conversation's next turns.
     pub fn get_past_message(
         &self,
         tenant: &Tenant,
         id: MessageId,
     ) -> Result<Option<PastMessage>, StoreError> {
-        self.read_message(tenant, id, |message: &mut PastMessage| &mut message.answer)
+        let key = keys::message(tenant, id);
+        if let Some(message) = self.past.get(&key) {
+            return Ok(Some(message));
+        }
+        let stamp = self.past.stamp();
+        let message =
+            self.read_message(tenant, id, |message: &mut PastMessage| &mut message.answer)?;
+        if let Some(message) = &message {
+            self.past.put(key, message.clone(), stamp);
+        }
+        Ok(message)
     }
 
     /// Decodes a message record as `T`, putting back an answer written apart.
@@ -294,6 +306,7 @@ impl Store {
             self.delete_files(tenant, &files)?;
             let key = keys::message(tenant, *message);
             self.messages.remove(&key)?;
+            self.past.forget(&key);
             self.running.remove(&key)?;
             self.answers.remove(&key)?;
             pieces::remove(&self.pieces, Owner::Answer, &key)?;
@@ -421,6 +434,38 @@ mod tests {
         assert_eq!(read.status, MessageStatus::Completed);
         assert_eq!(read.answer, "done");
         assert!(store.running.is_empty());
+    }
+
+    /// History's copy of an ended message, kept in memory, follows the record: a later
+    /// write and the conversation's deletion show at once.
+    #[test]
+    fn a_kept_past_message_follows_writes_and_deletion() {
+        let store = Store::temporary().unwrap();
+        let tenant = Tenant::default_tenant();
+        let conversation = conversation(&tenant);
+        let mut message = running_message(conversation.id, 1);
+        store
+            .insert_message(&tenant, Some(&conversation), &message, None)
+            .unwrap();
+        let answer = |store: &Store| {
+            store
+                .get_past_message(&tenant, message.id)
+                .unwrap()
+                .map(|past| past.answer)
+        };
+        assert_eq!(answer(&store).as_deref(), Some(""));
+        message.status = MessageStatus::Completed;
+        message.answer = "first".into();
+        store.update_message(&tenant, &message).unwrap();
+        assert_eq!(answer(&store).as_deref(), Some("first"));
+        assert_eq!(answer(&store).as_deref(), Some("first"), "read again, kept");
+
+        message.answer = "second".into();
+        store.update_message(&tenant, &message).unwrap();
+        assert_eq!(answer(&store).as_deref(), Some("second"));
+
+        store.delete_conversation(&tenant, conversation.id).unwrap();
+        assert_eq!(answer(&store), None);
     }
 
     /// What history reads of a message (with its answer written apart) is what the whole

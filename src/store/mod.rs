@@ -10,6 +10,7 @@ mod error;
 mod flusher;
 pub mod keys;
 mod messages;
+mod past_cache;
 mod pieces;
 mod records;
 mod sealed;
@@ -72,6 +73,8 @@ pub struct Store {
     /// LLM tokens used per tenant and UTC day.
     tenant_usage: sled::Tree,
     flusher: flusher::Flusher,
+    /// Ended messages as history reads them.
+    past: std::sync::Arc<past_cache::PastCache>,
     /// Seals provider credentials before they are written.
     sealer: sealed::Sealer,
 }
@@ -135,6 +138,7 @@ impl Store {
             api_keys: db.open_tree("api_keys")?,
             tenant_usage: db.open_tree("tenant_usage")?,
             flusher: flusher::Flusher::start(db.clone())?,
+            past: std::sync::Arc::new(past_cache::PastCache::new(past_cache::BUDGET_BYTES)),
             sealer: sealed::Sealer::new(key),
             db,
         })
