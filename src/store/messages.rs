@@ -379,12 +379,11 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::Conversation;
     use crate::store::test_records::{conversation, running_message};
 
-    /// A crash after the message but before its index entry (the last of the inserts)
-    /// leaves a message recovery can find by its marker: it is interrupted and listed.
-    #[test]
-    fn recovery_lists_a_message_whose_index_entry_a_crash_lost() {
+    /// A store with one running message, in a new conversation of the default tenant.
+    fn started() -> (Store, Tenant, Conversation, Message) {
         let store = Store::temporary().unwrap();
         let tenant = Tenant::default_tenant();
         let conversation = conversation(&tenant);
@@ -392,6 +391,14 @@ mod tests {
         store
             .insert_message(&tenant, Some(&conversation), &message, None)
             .unwrap();
+        (store, tenant, conversation, message)
+    }
+
+    /// A crash after the message but before its index entry (the last of the inserts)
+    /// leaves a message recovery can find by its marker: it is interrupted and listed.
+    #[test]
+    fn recovery_lists_a_message_whose_index_entry_a_crash_lost() {
+        let (store, tenant, conversation, message) = started();
         let index_key = keys::conversation_message(&tenant, conversation.id, message.seq);
         store.conversation_messages.remove(index_key).unwrap();
         assert!(store
@@ -414,13 +421,7 @@ mod tests {
     /// recovery clears it and keeps the status the message ended with.
     #[test]
     fn recovery_keeps_the_end_of_a_message_whose_marker_a_crash_left() {
-        let store = Store::temporary().unwrap();
-        let tenant = Tenant::default_tenant();
-        let conversation = conversation(&tenant);
-        let mut message = running_message(conversation.id, store.next_id().unwrap());
-        store
-            .insert_message(&tenant, Some(&conversation), &message, None)
-            .unwrap();
+        let (store, tenant, _, mut message) = started();
         message.status = MessageStatus::Completed;
         message.answer = "done".into();
         store.update_message(&tenant, &message).unwrap();
@@ -440,13 +441,7 @@ mod tests {
     /// write and the conversation's deletion show at once.
     #[test]
     fn a_kept_past_message_follows_writes_and_deletion() {
-        let store = Store::temporary().unwrap();
-        let tenant = Tenant::default_tenant();
-        let conversation = conversation(&tenant);
-        let mut message = running_message(conversation.id, 1);
-        store
-            .insert_message(&tenant, Some(&conversation), &message, None)
-            .unwrap();
+        let (store, tenant, conversation, mut message) = started();
         let answer = |store: &Store| {
             store
                 .get_past_message(&tenant, message.id)
@@ -472,14 +467,8 @@ mod tests {
     /// record says.
     #[test]
     fn a_past_message_reads_as_the_whole_record_says() {
-        let store = Store::temporary().unwrap();
-        let tenant = Tenant::default_tenant();
-        let conversation = conversation(&tenant);
-        let mut message = running_message(conversation.id, store.next_id().unwrap());
+        let (store, tenant, _, mut message) = started();
         message.ordinal = 7;
-        store
-            .insert_message(&tenant, Some(&conversation), &message, None)
-            .unwrap();
         message.status = MessageStatus::Completed;
         message.finish_reason = Some(crate::domain::FinishReason::Stop);
         message.iterations = 2;
