@@ -194,8 +194,14 @@ impl RunTask {
     }
 
     /// The whole life of the run: the rounds, then the record of how they ended; only then
-    /// does the run leave the live registry.
-    pub async fn drive(mut self) {
+    /// does the run leave the live registry. What the run emits goes to its publisher each
+    /// time the run waits.
+    pub async fn drive(self) {
+        let outbox = self.recorder.outbox();
+        outbox.drive(self.live()).await;
+    }
+
+    async fn live(mut self) {
         self.metrics.run_started();
         let outcome = self.rounds().await;
         let registration = self.finish(outcome).await;

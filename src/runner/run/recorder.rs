@@ -5,7 +5,7 @@
 use crate::domain::{
     FileId, FileRecord, Message, MessageId, RunEvent, Tenant, Thought, ToolCallRecord,
 };
-use crate::runner::live::Emitter;
+use crate::runner::live::{Emitter, Outbox};
 use crate::store::{Store, StoreError};
 use crate::tools::{FileContent, ToolFile};
 
@@ -56,6 +56,11 @@ impl Recorder {
             tenant,
             emitter,
         }
+    }
+
+    /// Where the run's events wait for it to wait (see [`Outbox::drive`]).
+    pub fn outbox(&self) -> Outbox {
+        self.emitter.outbox()
     }
 
     /// Sends an event that announces no new record (a delta, a tool starting).
