@@ -126,7 +126,8 @@ pub struct Outbox {
 
 struct Outgoing {
     events: Vec<EventEnvelope>,
-    /// `None` once the emitter closed.
+    /// `None` once the emitter closed. Unbounded because the publisher drains it in
+    /// batches and a run produces at most as fast as its model streams.
     publisher: Option<mpsc::UnboundedSender<Vec<EventEnvelope>>>,
 }
 
