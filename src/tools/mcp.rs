@@ -1,6 +1,9 @@
 //! MCP providers: the tools of an MCP server reached over streamable HTTP with the official
 //! Rust SDK (rmcp). The tool list is read when the provider is created or refreshed and
 //! stored with it; the session is opened on first use and reopened once if it broke.
+//! What a server answers is bounded twice: in time by [`McpSettings::timeout`], and in bytes
+//! by the SDK's transport, which reads at most 16 MiB of one answer (a JSON body or one
+//! streamed event) and fails the step past it.
 
 use std::sync::Arc;
 

@@ -71,14 +71,42 @@ impl Calculator {
 /// The image the `chart` tool answers with.
 const CHART_PNG: &[u8] = b"\x89PNG\r\n\x1a\nmcp chart";
 
+/// A server whose tools answer with more text than any observation may hold.
+#[derive(Clone, Default)]
+struct Verbose;
+
+#[tool_router(server_handler)]
+impl Verbose {
+    #[tool(description = "Answer with a mebibyte of text")]
+    fn long(&self) -> Result<CallToolResult, ErrorData> {
+        Ok(CallToolResult::success(vec![ContentBlock::text(
+            "x".repeat(1 << 20),
+        )]))
+    }
+
+    #[tool(description = "Answer with 17 MiB of text")]
+    fn flood(&self) -> Result<CallToolResult, ErrorData> {
+        Ok(CallToolResult::success(vec![ContentBlock::text(
+            "y".repeat(17 << 20),
+        )]))
+    }
+}
+
 async fn mcp_server() -> SocketAddr {
     serve_mcp(None).await
 }
 
 /// The server, refusing requests without `Authorization: Bearer <token>` when `token` is set.
 async fn serve_mcp(token: Option<&'static str>) -> SocketAddr {
+    serve_handler(Calculator, token).await
+}
+
+async fn serve_handler<H>(handler: H, token: Option<&'static str>) -> SocketAddr
+where
+    H: rmcp::ServerHandler + Clone + Send + Sync + 'static,
+{
     let service = StreamableHttpService::new(
-        || Ok(Calculator),
+        move || Ok(handler.clone()),
         LocalSessionManager::default().into(),
         StreamableHttpServerConfig::default(),
     );
@@ -313,4 +341,59 @@ async fn a_server_refusing_credentials_is_named_in_plain_words() {
     }
     let created = tools.create_provider(request).await.unwrap().into_inner();
     assert_eq!(created.tools.len(), 4);
+}
+
+fn invoke(provider: &str, name: &str) -> pb::InvokeToolRequest {
+    pb::InvokeToolRequest {
+        provider: provider.into(),
+        name: name.into(),
+        arguments: "{}".into(),
+        parameters: None,
+    }
+}
+
+/// What an MCP server answers is bounded in bytes, not only in time: a long text is cut to
+/// the observation limit, and an answer past 16 MiB (the most one response may carry) fails
+/// the call in plain words instead of being read into memory; the provider keeps working.
+#[tokio::test]
+async fn oversized_mcp_answers_are_cut_or_refused() {
+    let mcp = serve_handler(Verbose, None).await;
+    let llm = FakeOpenAi::start(vec![]).await;
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut tools = server.tools().await;
+    tools
+        .create_provider(mcp_provider("verbose", format!("http://{mcp}/mcp")))
+        .await
+        .unwrap();
+
+    let long = tools
+        .invoke_tool(invoke("verbose", "long"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(long.observation.starts_with("xxxx"));
+    assert!(
+        long.observation
+            .ends_with("\n[output truncated: 16384 of 1048576 bytes shown]"),
+        "{}",
+        &long.observation[long.observation.len().saturating_sub(80)..]
+    );
+
+    let flood = tools
+        .invoke_tool(invoke("verbose", "flood"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        flood.observation,
+        format!("tool invoke error: the MCP server at http://{mcp} failed to answer the call")
+    );
+    assert!(!flood.meta.unwrap().error.is_empty());
+
+    let again = tools
+        .invoke_tool(invoke("verbose", "long"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(again.observation.starts_with("xxxx"));
 }
