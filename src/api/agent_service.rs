@@ -16,8 +16,11 @@ use crate::runner::{ClientOutput, Decision, RunError, Runner};
 use crate::store::Store;
 use crate::telemetry::TraceParent;
 
-/// Largest page `ListMessages` returns.
+/// Largest page `ListMessages` and `ListThoughts` return.
 const MAX_PAGE_SIZE: usize = 1000;
+/// Most bytes of records in one page: under the 4 MiB a gRPC client accepts by default, and
+/// a bound on what one list request holds in memory.
+const PAGE_BYTES: usize = 3 * 1024 * 1024;
 /// The longest reason for declining a call; the model reads it.
 const MAX_REASON_BYTES: usize = 4096;
 /// Page size when the request gives none.
@@ -195,21 +198,16 @@ impl AgentService for AgentApi {
         }
         let limit = page_limit(page_size)?;
         let after = parse_page_token(&page_token)?;
-        let mut messages = self
+        let messages = self
             .store
-            .list_messages(&tenant, id, after, limit + 1)
-            .map_err(from_error)?;
-        let next_page_token = if messages.len() > limit {
-            messages.truncate(limit);
-            messages
-                .last()
-                .map(|m| m.seq.to_string())
-                .unwrap_or_default()
-        } else {
-            String::new()
-        };
+            .messages_after(&tenant, id, after)
+            .map(|message| {
+                let message = message.map_err(from_error)?;
+                Ok((message.seq, pb::Message::from(message)))
+            });
+        let (messages, next_page_token) = fill_page(messages, limit)?;
         Ok(Response::new(pb::ListMessagesResponse {
-            messages: messages.into_iter().map(Into::into).collect(),
+            messages,
             next_page_token,
         }))
     }
@@ -219,7 +217,11 @@ impl AgentService for AgentApi {
         request: Request<pb::ListThoughtsRequest>,
     ) -> Result<Response<pb::ListThoughtsResponse>, Status> {
         let tenant = tenant_of(&request)?;
-        let pb::ListThoughtsRequest { message_id } = request.into_inner();
+        let pb::ListThoughtsRequest {
+            message_id,
+            page_size,
+            page_token,
+        } = request.into_inner();
         let id: MessageId = parse_id("message_id", &message_id)?;
         if self
             .store
@@ -229,9 +231,23 @@ impl AgentService for AgentApi {
         {
             return Err(from_error(RunError::not_found("message", id)));
         }
-        let thoughts = self.store.list_thoughts(&tenant, id).map_err(from_error)?;
+        let limit = page_limit(page_size)?;
+        let after = if page_token.is_empty() {
+            None
+        } else {
+            Some(u32::try_from(parse_page_token(&page_token)?).map_err(|_| invalid_page_token())?)
+        };
+        let thoughts = self
+            .store
+            .thoughts_after(&tenant, id, after)
+            .map(|thought| {
+                let thought = thought.map_err(from_error)?;
+                Ok((u64::from(thought.position), pb::AgentThought::from(thought)))
+            });
+        let (thoughts, next_page_token) = fill_page(thoughts, limit)?;
         Ok(Response::new(pb::ListThoughtsResponse {
-            thoughts: thoughts.into_iter().map(Into::into).collect(),
+            thoughts,
+            next_page_token,
         }))
     }
 
@@ -290,7 +306,77 @@ fn parse_page_token(token: &str) -> Result<u64, Status> {
     if token.is_empty() {
         return Ok(0);
     }
-    token
-        .parse()
-        .map_err(|_| super::status::invalid("page_token", "is not a token this server issued"))
+    token.parse().map_err(|_| invalid_page_token())
+}
+
+fn invalid_page_token() -> Status {
+    super::status::invalid("page_token", "is not a token this server issued")
+}
+
+/// One page of `items`, each with the key a page token names: at most `limit`, and no more
+/// than [`PAGE_BYTES`] encoded unless the first alone is larger (a page always moves the
+/// caller on). Reads one item past the page to tell whether more remain, and none after it;
+/// the token is empty on the last page.
+fn fill_page<T: prost::Message>(
+    items: impl Iterator<Item = Result<(u64, T), Status>>,
+    limit: usize,
+) -> Result<(Vec<T>, String), Status> {
+    let mut page = Vec::new();
+    let mut bytes = 0;
+    let mut last = None;
+    for item in items {
+        let (key, item) = item?;
+        let size = item.encoded_len();
+        if page.len() == limit || (!page.is_empty() && bytes + size > PAGE_BYTES) {
+            let token = last.map_or_else(String::new, |key: u64| key.to_string());
+            return Ok((page, token));
+        }
+        bytes += size;
+        last = Some(key);
+        page.push(item);
+    }
+    Ok((page, String::new()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn thoughts(sizes: &[usize]) -> impl Iterator<Item = Result<(u64, pb::AgentThought), Status>> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(position, size)| {
+                Ok((
+                    position as u64 + 1,
+                    pb::AgentThought {
+                        thought: "t".repeat(*size),
+                        ..Default::default()
+                    },
+                ))
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+    }
+
+    fn sizes(page: &[pb::AgentThought]) -> Vec<usize> {
+        page.iter().map(|t| t.thought.len()).collect()
+    }
+
+    #[test]
+    fn a_page_ends_at_its_size_or_before_three_mebibytes() {
+        const MIB: usize = 1024 * 1024;
+        let (page, token) = fill_page(thoughts(&[10, 20, 30]), 2).unwrap();
+        assert_eq!((sizes(&page), token.as_str()), (vec![10, 20], "2"));
+
+        let (page, token) = fill_page(thoughts(&[MIB, MIB, MIB, 10]), 100).unwrap();
+        assert_eq!((sizes(&page), token.as_str()), (vec![MIB, MIB], "2"));
+
+        // A record larger than a page alone still makes one, so the caller moves on.
+        let (page, token) = fill_page(thoughts(&[4 * MIB, 10]), 100).unwrap();
+        assert_eq!((sizes(&page), token.as_str()), (vec![4 * MIB], "1"));
+
+        let (page, token) = fill_page(thoughts(&[10, 20]), 2).unwrap();
+        assert_eq!((sizes(&page), token.as_str()), (vec![10, 20], ""));
+    }
 }

@@ -21,14 +21,24 @@ pub async fn show(args: ShowArgs) -> anyhow::Result<String> {
         .await
         .map_err(status_error)?
         .into_inner();
-    let thoughts = client
-        .list_thoughts(pb::ListThoughtsRequest {
-            message_id: args.message_id,
-        })
-        .await
-        .map_err(status_error)?
-        .into_inner()
-        .thoughts;
+    let mut thoughts = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .list_thoughts(pb::ListThoughtsRequest {
+                message_id: args.message_id.clone(),
+                page_size: 0,
+                page_token,
+            })
+            .await
+            .map_err(status_error)?
+            .into_inner();
+        thoughts.extend(page.thoughts);
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
     if args.json {
         let mut shown = json::message_json(&message);
         if let Some(object) = shown.as_object_mut() {

@@ -161,12 +161,11 @@ impl Runner {
         if self.store.get_conversation(tenant, id)?.is_none() {
             return Err(RunError::not_found("conversation", id));
         }
-        let messages = self.store.list_messages(tenant, id, 0, usize::MAX)?;
-        if messages
-            .iter()
-            .any(|m| self.live.get(tenant, m.id).is_some())
-        {
-            return Err(RunError::ConversationBusy { id: id.to_string() });
+        // Ids only: a long conversation's records are not read to learn which are live.
+        for message in self.store.message_ids_newest_first(tenant, id) {
+            if self.live.get(tenant, message?).is_some() {
+                return Err(RunError::ConversationBusy { id: id.to_string() });
+            }
         }
         self.store.delete_conversation(tenant, id)?;
         self.store.flush().await?;

@@ -223,32 +223,32 @@ impl Store {
         encode("messages", &stored)
     }
 
-    /// Up to `limit` messages of a conversation with `seq > after_seq`, oldest first.
-    pub fn list_messages(
-        &self,
-        tenant: &Tenant,
+    /// A conversation's messages in order, from the one after `after_seq`, read as the
+    /// caller goes: a page stops reading once it is full, so a long conversation of large
+    /// answers is never held whole.
+    pub fn messages_after<'a>(
+        &'a self,
+        tenant: &'a Tenant,
         conversation: ConversationId,
         after_seq: u64,
-        limit: usize,
-    ) -> Result<Vec<Message>, StoreError> {
+    ) -> impl Iterator<Item = Result<Message, StoreError>> + 'a {
         let prefix = keys::conversation_messages(tenant, conversation);
         let start = keys::conversation_message(tenant, conversation, after_seq.saturating_add(1));
-        let mut out = Vec::new();
-        for entry in self.conversation_messages.range(start..) {
-            let (key, value) = entry?;
-            if !key.starts_with(&prefix) || out.len() == limit {
-                break;
-            }
-            let Ok(bytes) = <[u8; 16]>::try_from(value.as_ref()) else {
-                continue;
-            };
-            if let Some(message) =
-                self.get_message(tenant, MessageId(uuid::Uuid::from_bytes(bytes)))?
-            {
-                out.push(message);
-            }
-        }
-        Ok(out)
+        self.conversation_messages
+            .range(start..)
+            .take_while(move |entry| {
+                entry
+                    .as_ref()
+                    .map_or(true, |(key, _)| key.starts_with(&prefix))
+            })
+            .filter_map(move |entry| {
+                let id = match entry {
+                    Ok((_, value)) => <[u8; 16]>::try_from(value.as_ref()).ok()?,
+                    Err(err) => return Some(Err(err.into())),
+                };
+                self.get_message(tenant, MessageId(uuid::Uuid::from_bytes(id)))
+                    .transpose()
+            })
     }
 
     /// The ids of a conversation's messages, newest first, read as the caller goes (keys
@@ -402,14 +402,15 @@ mod tests {
         let index_key = keys::conversation_message(&tenant, conversation.id, message.seq);
         store.conversation_messages.remove(index_key).unwrap();
         assert!(store
-            .list_messages(&tenant, conversation.id, 0, 10)
-            .unwrap()
-            .is_empty());
+            .messages_after(&tenant, conversation.id, 0)
+            .next()
+            .is_none());
 
         assert_eq!(store.interrupt_unfinished().unwrap(), 1);
 
-        let listed = store
-            .list_messages(&tenant, conversation.id, 0, 10)
+        let listed: Vec<Message> = store
+            .messages_after(&tenant, conversation.id, 0)
+            .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].id, message.id);

@@ -1,10 +1,11 @@
 //! Thoughts and events: the per-message records, keyed so scans come out in order.
 
 use super::pieces::{self, Owner};
-use super::{encode, keys, scan, Store, StoreError};
+use super::{decode, encode, keys, scan, Store, StoreError};
 use crate::domain::EventEnvelope;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 
@@ -137,12 +138,36 @@ impl Store {
         tenant: &Tenant,
         message: MessageId,
     ) -> Result<Vec<Thought>, StoreError> {
-        scan(
-            &self.thoughts,
-            (&self.pieces, Owner::Thought),
-            "thoughts",
-            &keys::message_children(tenant, message),
-        )
+        self.thoughts_after(tenant, message, None).collect()
+    }
+
+    /// A message's thoughts by position, from the one after `after` (all when `None`), read
+    /// as the caller goes.
+    pub fn thoughts_after<'a>(
+        &'a self,
+        tenant: &Tenant,
+        message: MessageId,
+        after: Option<u32>,
+    ) -> impl Iterator<Item = Result<Thought, StoreError>> + 'a {
+        let prefix = keys::message_children(tenant, message);
+        let start = match after {
+            None => Bound::Included(prefix.clone()),
+            Some(position) => Bound::Excluded(keys::thought(tenant, message, position)),
+        };
+        self.thoughts
+            .range((start, Bound::Unbounded))
+            .take_while(move |entry| {
+                entry
+                    .as_ref()
+                    .map_or(true, |(key, _)| key.starts_with(&prefix))
+            })
+            .map(move |entry| {
+                let (key, value) = entry?;
+                decode(
+                    "thoughts",
+                    &pieces::join(&self.pieces, Owner::Thought, &key, value)?,
+                )
+            })
     }
 
     /// Stores a file a tool produced, with its bytes when it has them.

@@ -288,6 +288,7 @@ async fn a_key_reaches_only_its_own_tenant() {
             .list_thoughts(signed(
                 pb::ListThoughtsRequest {
                     message_id: message.clone(),
+                    ..Default::default()
                 },
                 &globex,
                 None,

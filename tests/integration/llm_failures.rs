@@ -33,7 +33,10 @@ async fn a_server_error_from_the_llm_fails_the_message() {
     assert_eq!(message.status, pb::MessageStatus::Failed as i32);
     assert_eq!(message.error.unwrap().code, "llm_server_error");
     let thoughts = client
-        .list_thoughts(pb::ListThoughtsRequest { message_id })
+        .list_thoughts(pb::ListThoughtsRequest {
+            message_id,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();

@@ -56,7 +56,10 @@ async fn records_read_back_the_same_after_a_restart() {
                 .unwrap()
                 .into_inner();
             let thoughts = client
-                .list_thoughts(pb::ListThoughtsRequest { message_id })
+                .list_thoughts(pb::ListThoughtsRequest {
+                    message_id,
+                    ..Default::default()
+                })
                 .await
                 .unwrap()
                 .into_inner();
@@ -128,6 +131,126 @@ async fn messages_page_oldest_first() {
     assert!(two.next_page_token.is_empty());
 }
 
+/// A page of `ListMessages` ends before its answers pass 3 MiB, whatever page size was
+/// asked, and the token leads on to the rest: no response outgrows what a client accepts.
+#[tokio::test]
+async fn message_pages_end_before_three_mebibytes() {
+    let answer: &'static str = "a".repeat(1_200_000).leak();
+    let llm = FakeOpenAi::start(vec![]).await;
+    llm.repeat(Reply::text(&[answer], (1, 1)));
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut client = server.agents().await;
+    let first = run_to_end(&mut client, run_request("q1", &[])).await;
+    let conversation_id = first[0].conversation_id.clone();
+    for query in ["q2", "q3"] {
+        let mut request = run_request(query, &[]);
+        request.conversation_id = conversation_id.clone();
+        run_to_end(&mut client, request).await;
+    }
+    let page = |page_token: String| pb::ListMessagesRequest {
+        conversation_id: conversation_id.clone(),
+        page_size: 1000,
+        page_token,
+    };
+
+    let one = client
+        .list_messages(page(String::new()))
+        .await
+        .unwrap()
+        .into_inner();
+    let two = client
+        .list_messages(page(one.next_page_token.clone()))
+        .await
+        .unwrap()
+        .into_inner();
+
+    let queries = |r: &pb::ListMessagesResponse| {
+        r.messages
+            .iter()
+            .map(|m| (m.query.clone(), m.answer.len()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        queries(&one),
+        vec![
+            ("q1".to_owned(), answer.len()),
+            ("q2".to_owned(), answer.len())
+        ]
+    );
+    assert_eq!(queries(&two), vec![("q3".to_owned(), answer.len())]);
+    assert!(two.next_page_token.is_empty());
+}
+
+/// `ListThoughts` pages by position like `ListMessages`, and refuses a token it did not
+/// issue, naming the field.
+#[tokio::test]
+async fn thoughts_page_by_position() {
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(
+            &[],
+            vec![ScriptedCall::new(
+                "p",
+                "eval_expression",
+                &["{\"expression\": \"1+2\"}"],
+            )],
+            (1, 1),
+        ),
+        Reply::calls(
+            &[],
+            vec![ScriptedCall::new(
+                "q",
+                "eval_expression",
+                &["{\"expression\": \"3*3\"}"],
+            )],
+            (1, 1),
+        ),
+        Reply::text(&["9"], (1, 1)),
+    ])
+    .await;
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut client = server.agents().await;
+    let events = run_to_end(
+        &mut client,
+        run_request("1+2, then squared?", &[("maths", "eval_expression")]),
+    )
+    .await;
+    let message_id = events[0].message_id.clone();
+    let page = |page_token: &str| pb::ListThoughtsRequest {
+        message_id: message_id.clone(),
+        page_size: 2,
+        page_token: page_token.to_owned(),
+    };
+
+    let one = client.list_thoughts(page("")).await.unwrap().into_inner();
+    let two = client
+        .list_thoughts(page(&one.next_page_token))
+        .await
+        .unwrap()
+        .into_inner();
+    let observations = |r: &pb::ListThoughtsResponse| {
+        r.thoughts
+            .iter()
+            .map(|t| {
+                t.tool_calls
+                    .iter()
+                    .map(|c| c.observation.clone())
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(observations(&one), vec![vec!["3"], vec!["9"]]);
+    assert_eq!(two.thoughts.len(), 1);
+    assert_eq!(two.thoughts[0].answer, "9");
+    assert!(two.next_page_token.is_empty());
+
+    let refused = client.list_thoughts(page("not-a-token")).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        refused.message(),
+        "page_token is not a token this server issued"
+    );
+}
+
 /// A message a crashed process left RUNNING is INTERRUPTED once the service starts again,
 /// with its thoughts intact.
 #[tokio::test]
@@ -188,6 +311,7 @@ async fn messages_left_running_by_a_crash_become_interrupted() {
     let thoughts = client
         .list_thoughts(pb::ListThoughtsRequest {
             message_id: message_id.to_string(),
+            ..Default::default()
         })
         .await
         .unwrap()

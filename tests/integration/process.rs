@@ -66,7 +66,10 @@ async fn sigkill_loses_no_event_a_client_received() {
     let message = message(&mut client, message_id.clone()).await;
     assert_eq!(message.status, pb::MessageStatus::Interrupted as i32);
     let thoughts = client
-        .list_thoughts(pb::ListThoughtsRequest { message_id })
+        .list_thoughts(pb::ListThoughtsRequest {
+            message_id,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();

@@ -97,6 +97,7 @@ async fn unknown_records_are_not_found() {
     let status = client
         .list_thoughts(pb::ListThoughtsRequest {
             message_id: missing.clone(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -331,6 +331,7 @@ pub async fn thoughts(client: &mut Agents, message_id: impl Into<String>) -> Vec
     client
         .list_thoughts(pb::ListThoughtsRequest {
             message_id: message_id.into(),
+            ..Default::default()
         })
         .await
         .unwrap()
