@@ -17,6 +17,13 @@ use agent_runner::cli::{self, Outcome};
 use agent_runner::config::{Config, LogFormat, ServeArgs};
 use agent_runner::telemetry::traces;
 
+/// jemalloc, with the options in `.cargo/config.toml`: at C=50 a run costs about a fifth
+/// less CPU than with glibc's allocator, for a peak 2 MiB higher, and long answers' buffers
+/// go back to the system sooner (README, Performance).
+#[cfg(all(unix, not(target_env = "musl")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let Cli { command } = Cli::parse();
@@ -65,7 +72,6 @@ async fn keys(args: KeysArgs) -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    return_large_allocations();
     let config = Config::load(&args)?;
     let tracing = traces::init(config.server.log_format == LogFormat::Json)?;
     if tracing.exports() {
@@ -78,25 +84,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tracing.shutdown();
     Ok(served?)
 }
-
-/// Makes glibc give large buffers back to the system when they are freed.
-///
-/// glibc raises its mmap threshold each time a large mapped block is freed, after which
-/// blocks of a few megabytes (a long answer, an event batch) come from the heap and stay
-/// there: resident memory then keeps what the largest answers once needed. Fixing the
-/// threshold (and trimming) keeps such blocks mapped and returned.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn return_large_allocations() {
-    // SAFETY: mallopt only sets allocator parameters; called once, before any other thread
-    // of ours allocates in earnest.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 * 1024);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 * 1024);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn return_large_allocations() {}
 
 /// Resolves on SIGINT or SIGTERM.
 async fn shutdown_signal() {
