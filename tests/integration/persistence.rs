@@ -89,53 +89,13 @@ async fn records_read_back_the_same_after_a_restart() {
     restarted.stop().await;
 }
 
-/// `ListMessages` pages oldest first and hands out a token for the next page.
-#[tokio::test]
-async fn messages_page_oldest_first() {
-    let llm = FakeOpenAi::start(vec![]).await;
-    llm.repeat(Reply::text(&["ok"], (1, 1)));
-    let server = TestServer::start(&llm.base_url()).await;
-    let mut client = server.agents().await;
-    let first = run_to_end(&mut client, run_request("q1", &[])).await;
-    let conversation_id = first[0].conversation_id.clone();
-    for query in ["q2", "q3"] {
-        let mut request = run_request(query, &[]);
-        request.conversation_id = conversation_id.clone();
-        run_to_end(&mut client, request).await;
-    }
-    let page = |token: String| pb::ListMessagesRequest {
-        conversation_id: conversation_id.clone(),
-        page_size: 2,
-        page_token: token,
-    };
-
-    let one = client
-        .list_messages(page(String::new()))
-        .await
-        .unwrap()
-        .into_inner();
-    let two = client
-        .list_messages(page(one.next_page_token.clone()))
-        .await
-        .unwrap()
-        .into_inner();
-
-    let queries = |r: &pb::ListMessagesResponse| {
-        r.messages
-            .iter()
-            .map(|m| m.query.clone())
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(queries(&one), vec!["q1", "q2"]);
-    assert_eq!(queries(&two), vec!["q3"]);
-    assert!(two.next_page_token.is_empty());
-}
-
-/// A page of `ListMessages` ends before its answers pass 3 MiB, whatever page size was
-/// asked, and the token leads on to the rest: no response outgrows what a client accepts.
-#[tokio::test]
-async fn message_pages_end_before_three_mebibytes() {
-    let answer: &'static str = "a".repeat(1_200_000).leak();
+/// Three turns of one conversation, each answered with `answer`, then the first two pages
+/// of `ListMessages` at `page_size`: each page's (query, answer length), and the second
+/// page's token.
+async fn two_pages_of_three_turns(
+    answer: &'static str,
+    page_size: u32,
+) -> (Vec<(String, usize)>, Vec<(String, usize)>, String) {
     let llm = FakeOpenAi::start(vec![]).await;
     llm.repeat(Reply::text(&[answer], (1, 1)));
     let server = TestServer::start(&llm.base_url()).await;
@@ -149,7 +109,7 @@ async fn message_pages_end_before_three_mebibytes() {
     }
     let page = |page_token: String| pb::ListMessagesRequest {
         conversation_id: conversation_id.clone(),
-        page_size: 1000,
+        page_size,
         page_token,
     };
 
@@ -163,22 +123,34 @@ async fn message_pages_end_before_three_mebibytes() {
         .await
         .unwrap()
         .into_inner();
-
-    let queries = |r: &pb::ListMessagesResponse| {
+    let listed = |r: &pb::ListMessagesResponse| {
         r.messages
             .iter()
             .map(|m| (m.query.clone(), m.answer.len()))
             .collect::<Vec<_>>()
     };
-    assert_eq!(
-        queries(&one),
-        vec![
-            ("q1".to_owned(), answer.len()),
-            ("q2".to_owned(), answer.len())
-        ]
-    );
-    assert_eq!(queries(&two), vec![("q3".to_owned(), answer.len())]);
-    assert!(two.next_page_token.is_empty());
+    (listed(&one), listed(&two), two.next_page_token)
+}
+
+/// `ListMessages` pages oldest first and hands out a token for the next page.
+#[tokio::test]
+async fn messages_page_oldest_first() {
+    let (one, two, last_token) = two_pages_of_three_turns("ok", 2).await;
+    assert_eq!(one, vec![("q1".to_owned(), 2), ("q2".to_owned(), 2)]);
+    assert_eq!(two, vec![("q3".to_owned(), 2)]);
+    assert!(last_token.is_empty());
+}
+
+/// A page of `ListMessages` ends before its answers pass 3 MiB, whatever page size was
+/// asked, and the token leads on to the rest: no response outgrows what a client accepts.
+#[tokio::test]
+async fn message_pages_end_before_three_mebibytes() {
+    let answer: &'static str = "a".repeat(1_200_000).leak();
+    let (one, two, last_token) = two_pages_of_three_turns(answer, 1000).await;
+    let size = answer.len();
+    assert_eq!(one, vec![("q1".to_owned(), size), ("q2".to_owned(), size)]);
+    assert_eq!(two, vec![("q3".to_owned(), size)]);
+    assert!(last_token.is_empty());
 }
 
 /// `ListThoughts` pages by position like `ListMessages`, and refuses a token it did not
