@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::TcpIncoming;
 use tonic_health::server::HealthReporter;
 
 use crate::access::{AccessError, AdminToken, Keys};
@@ -15,6 +15,7 @@ use crate::api::{AdminGate, Gate, TlsPem};
 use crate::catalog::Catalog;
 use crate::config::{Config, TlsConfig};
 use crate::llm::{ChatModel, LlmError, ModelEntry, ModelRegistry};
+use crate::net::Descriptors;
 use crate::runner::Runner;
 use crate::store::{SecretKey, Store, StoreError};
 use crate::telemetry::Metrics;
@@ -193,14 +194,22 @@ const STORE_PROBE: Duration = Duration::from_secs(1);
 /// Keeps health in step with the store: `NOT_SERVING` while writes fail (a full disk),
 /// `SERVING` again once one succeeds. While writes fail, a small probe write is tried every
 /// second, so recovery shows without waiting for a run.
-async fn follow_store_health(store: Store, reporter: HealthReporter, stop: CancellationToken) {
+async fn follow_health(
+    store: Store,
+    mut descriptors: watch::Receiver<bool>,
+    reporter: HealthReporter,
+    stop: CancellationToken,
+) {
     let mut writable = store.writable();
     loop {
         let ok = *writable.borrow_and_update();
-        if ok {
+        let can_open = *descriptors.borrow_and_update();
+        if ok && can_open {
             crate::api::set_serving(&reporter).await;
         } else {
-            tracing::error!("the store cannot write: health is NOT_SERVING until it can");
+            if !ok {
+                tracing::error!("the store cannot write: health is NOT_SERVING until it can");
+            }
             crate::api::set_not_serving(&reporter).await;
         }
         let probe = async {
@@ -217,6 +226,7 @@ async fn follow_store_health(store: Store, reporter: HealthReporter, stop: Cance
         tokio::select! {
             _ = stop.cancelled() => return,
             changed = writable.changed() => if changed.is_err() { return },
+            changed = descriptors.changed() => if changed.is_err() { return },
             () = probe => {}
         }
     }
@@ -250,6 +260,7 @@ pub async fn serve(
     for (name, client, entries) in extensions.model_providers {
         models.insert(&name, client, &entries, false);
     }
+    crate::tools::schema::configure(config.runner.schema_limits());
     let tools = Arc::new(ToolRegistry::with_builtins()?);
     for provider in extensions.tool_providers {
         tools.register_builtin(provider);
@@ -271,11 +282,14 @@ pub async fn serve(
         settings.clone(),
     )
     .with_metrics(Arc::clone(&metrics));
+    let descriptors = Descriptors::default();
     let stop_metrics = CancellationToken::new();
     if let Some(listener) = metrics_listener {
         tracing::info!(addr = ?listener.local_addr().ok(), "serving metrics");
         tokio::spawn(crate::telemetry::serve_metrics(
             listener,
+            config.server.metrics_limits(),
+            descriptors.clone(),
             Arc::clone(&metrics),
             stop_metrics.clone(),
         ));
@@ -298,15 +312,15 @@ pub async fn serve(
                 config.auth.admin_token.as_ref().map(|t| t.expose()),
             )),
             reflection: config.auth.reflection,
-            tls: read_tls(&config.tls)?,
         },
         health,
     )?;
     crate::api::set_serving(&reporter).await;
     tracing::info!(addr = ?listener.local_addr().ok(), "serving");
     let stop_health = CancellationToken::new();
-    tokio::spawn(follow_store_health(
+    tokio::spawn(follow_health(
         store.clone(),
+        descriptors.watch(),
         reporter.clone(),
         stop_health.clone(),
     ));
@@ -320,13 +334,22 @@ pub async fn serve(
         // Runs end their streams now, so the transport's graceful drain does not wait on them.
         stopping.cancel_all();
     };
-    router
-        // Events are small frames sent as they happen; Nagle's algorithm would hold them back.
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            on_shutdown,
-        )
-        .await?;
+    let tls = read_tls(&config.tls)?
+        .map(|pem| crate::api::incoming::tls_acceptor(&pem))
+        .transpose()?;
+    let stop_accepting = CancellationToken::new();
+    let incoming = crate::api::incoming::incoming(
+        listener,
+        config.server.grpc_limits(),
+        tls,
+        descriptors.clone(),
+        stop_accepting.clone(),
+    );
+    let served = router
+        .serve_with_incoming_shutdown(incoming, on_shutdown)
+        .await;
+    stop_accepting.cancel();
+    served?;
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     if !runner.shut_down(grace).await {
         tracing::warn!(

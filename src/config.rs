@@ -15,7 +15,9 @@ use serde::Deserialize;
 
 use crate::domain::TenantLimits;
 use crate::llm::{ProviderConfig, Secret};
+use crate::net::ListenerLimits;
 use crate::runner::RunnerSettings;
+use crate::tools::schema::SchemaLimits;
 use crate::tools::{OutboundPolicy, ProviderSettings};
 
 /// Flags of `serve`; each overrides the file.
@@ -76,6 +78,15 @@ fn default_grace() -> u64 {
 fn default_max_request_bytes() -> usize {
     4 * 1024 * 1024
 }
+fn default_max_connections() -> usize {
+    10_000
+}
+fn default_metrics_max_connections() -> usize {
+    64
+}
+fn default_handshake_timeout_secs() -> u64 {
+    crate::net::DEFAULT_HANDSHAKE_TIMEOUT.as_secs()
+}
 fn default_store_cache_mb() -> u64 {
     crate::store::DEFAULT_CACHE_BYTES / (1024 * 1024)
 }
@@ -106,6 +117,17 @@ pub struct ServerConfig {
     /// Address of the Prometheus `/metrics` listener; none when unset.
     #[serde(default)]
     pub metrics_listen: Option<SocketAddr>,
+    /// Connections the gRPC listener keeps open at once; one more is closed at once.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Connections the metrics listener keeps open at once.
+    #[serde(default = "default_metrics_max_connections")]
+    pub metrics_max_connections: usize,
+    /// Seconds a new connection has to finish its TLS handshake and send its HTTP/2
+    /// preface (or, on the metrics listener, a request head); then it is closed.
+    /// Established connections are never closed for being idle.
+    #[serde(default = "default_handshake_timeout_secs")]
+    pub handshake_timeout_secs: u64,
     /// Label run counts and cost with the tenant. Off by default: tenants are many.
     #[serde(default)]
     pub metrics_tenant_label: bool,
@@ -118,6 +140,24 @@ pub struct ServerConfig {
     pub secret_key: Option<Secret>,
 }
 
+impl ServerConfig {
+    /// The bounds of the gRPC listener.
+    pub fn grpc_limits(&self) -> ListenerLimits {
+        ListenerLimits {
+            max_connections: self.max_connections,
+            handshake_timeout: Duration::from_secs(self.handshake_timeout_secs),
+        }
+    }
+
+    /// The bounds of the metrics listener.
+    pub fn metrics_limits(&self) -> ListenerLimits {
+        ListenerLimits {
+            max_connections: self.metrics_max_connections,
+            handshake_timeout: Duration::from_secs(self.handshake_timeout_secs),
+        }
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
@@ -128,6 +168,9 @@ impl Default for ServerConfig {
             store_cache_mb: default_store_cache_mb(),
             max_request_bytes: default_max_request_bytes(),
             metrics_listen: None,
+            max_connections: default_max_connections(),
+            metrics_max_connections: default_metrics_max_connections(),
+            handshake_timeout_secs: default_handshake_timeout_secs(),
             metrics_tenant_label: false,
             secret_key_file: None,
             secret_key: None,
@@ -158,6 +201,15 @@ fn default_max_answer_bytes() -> usize {
 }
 fn default_max_query_bytes() -> usize {
     RunnerSettings::default().max_query_bytes
+}
+fn default_max_instruction_bytes() -> usize {
+    RunnerSettings::default().max_instruction_bytes
+}
+fn default_max_schema_patterns() -> usize {
+    crate::tools::schema::DEFAULT_MAX_PATTERNS
+}
+fn default_schema_cache_mb() -> usize {
+    crate::tools::schema::DEFAULT_CACHE_BYTES / (1024 * 1024)
 }
 fn default_tool_file_limit() -> usize {
     ProviderSettings::default().max_file_bytes
@@ -227,6 +279,18 @@ pub struct RunnerConfig {
     /// The longest query (and the most bytes of instruction inputs) a run accepts.
     #[serde(default = "default_max_query_bytes")]
     pub max_query_bytes: usize,
+    /// The longest instruction once `{{name}}` variables are filled, and the longest ReAct
+    /// prompt once rendered; a run past it is refused before anything is built.
+    #[serde(default = "default_max_instruction_bytes")]
+    pub max_instruction_bytes: usize,
+    /// Most `pattern`s (and `patternProperties` keys) the schemas of one provider, or of one
+    /// request (output schema and client tools), may hold; each compiles to a regex.
+    #[serde(default = "default_max_schema_patterns")]
+    pub max_schema_patterns: usize,
+    /// MiB of compiled schema validators kept at once, shared by every provider and run;
+    /// also the most one schema may compile to.
+    #[serde(default = "default_schema_cache_mb")]
+    pub schema_cache_mb: usize,
     /// Record prompts and completions on exported LLM spans. Also turned on by the GenAI
     /// conventions' `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`.
     #[serde(default)]
@@ -250,6 +314,9 @@ impl Default for RunnerConfig {
             trace_content: false,
             max_answer_bytes: default_max_answer_bytes(),
             max_query_bytes: default_max_query_bytes(),
+            max_instruction_bytes: default_max_instruction_bytes(),
+            max_schema_patterns: default_max_schema_patterns(),
+            schema_cache_mb: default_schema_cache_mb(),
         }
     }
 }
@@ -268,6 +335,14 @@ impl RunnerConfig {
         }
     }
 
+    /// The bounds of tool and answer schemas.
+    pub fn schema_limits(&self) -> SchemaLimits {
+        SchemaLimits {
+            max_patterns: self.max_schema_patterns,
+            cache_bytes: self.schema_cache_mb.saturating_mul(1024 * 1024),
+        }
+    }
+
     /// The runner's view of these settings.
     pub fn settings(&self) -> RunnerSettings {
         RunnerSettings {
@@ -279,6 +354,7 @@ impl RunnerConfig {
             trace_content: self.trace_content,
             max_answer_bytes: self.max_answer_bytes,
             max_query_bytes: self.max_query_bytes,
+            max_instruction_bytes: self.max_instruction_bytes,
             tool_output_limit: self.tool_output_limit_bytes,
         }
     }
@@ -527,6 +603,21 @@ impl Config {
                 "needs tls.cert and tls.key: client certificates are asked for over TLS",
             ));
         }
+        for (field, value) in [
+            ("server.max_connections", self.server.max_connections),
+            (
+                "server.metrics_max_connections",
+                self.server.metrics_max_connections,
+            ),
+            (
+                "server.handshake_timeout_secs",
+                self.server.handshake_timeout_secs as usize,
+            ),
+        ] {
+            if value == 0 {
+                return Err(invalid(field, "must be at least 1"));
+            }
+        }
         if self.server.max_request_bytes < 1024 {
             return Err(invalid("server.max_request_bytes", "must be at least 1024"));
         }
@@ -548,6 +639,15 @@ impl Config {
                 "runner.max_query_bytes",
                 &format!("must be between 1024 and {MAX_ANSWER_LIMIT}"),
             ));
+        }
+        if self.runner.max_instruction_bytes < 1024 {
+            return Err(invalid(
+                "runner.max_instruction_bytes",
+                "must be at least 1024",
+            ));
+        }
+        if self.runner.schema_cache_mb == 0 {
+            return Err(invalid("runner.schema_cache_mb", "must be at least 1"));
         }
         if self.runner.mcp_timeout_secs == 0 {
             return Err(invalid("runner.mcp_timeout_secs", "must be at least 1"));

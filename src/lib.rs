@@ -25,6 +25,7 @@ pub mod domain;
 pub mod llm;
 #[cfg(feature = "mock-llm")]
 pub mod mock_llm;
+pub mod net;
 pub mod runner;
 pub mod store;
 pub mod telemetry;

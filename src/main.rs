@@ -77,6 +77,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if tracing.exports() {
         tracing::info!("exporting spans over OTLP");
     }
+    if let Some(limit) = agent_runner::net::raise_descriptor_limit() {
+        tracing::info!(limit, "open-descriptor limit");
+    }
     let listener = TcpListener::bind(config.server.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.server.listen))?;

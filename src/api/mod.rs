@@ -9,6 +9,7 @@ pub mod agent_service;
 pub mod auth;
 pub mod convert;
 pub mod decode_status;
+pub mod incoming;
 pub mod status;
 pub mod stream;
 pub mod tool_registry_service;
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::Router;
-use tonic::transport::{Certificate, Identity as TlsIdentity, Server, ServerTlsConfig};
+use tonic::transport::Server;
 use tonic::Request;
 use tonic_health::server::HealthReporter;
 use tower::layer::util::{Identity, Stack};
@@ -79,7 +80,7 @@ pub enum RouterError {
     Reflection(#[from] tonic_reflection::server::Error),
     /// The TLS certificate or key is unusable.
     #[error("cannot serve TLS: {0}")]
-    Tls(#[from] tonic::transport::Error),
+    Tls(String),
 }
 
 /// The assembled server: our services, health and reflection behind the layer that gives
@@ -102,8 +103,6 @@ pub struct ApiSettings {
     pub admin: AdminGate,
     /// Whether reflection is served.
     pub reflection: bool,
-    /// TLS, if served over it.
-    pub tls: Option<TlsPem>,
 }
 
 /// The PEM texts TLS is served with.
@@ -115,16 +114,6 @@ pub struct TlsPem {
     pub key: Vec<u8>,
     /// CA of required client certificates (mTLS); none asks for no client certificate.
     pub client_ca: Option<Vec<u8>>,
-}
-
-impl TlsPem {
-    fn server_config(&self) -> ServerTlsConfig {
-        let config = ServerTlsConfig::new().identity(TlsIdentity::from_pem(&self.cert, &self.key));
-        match &self.client_ca {
-            Some(ca) => config.client_ca_root(Certificate::from_pem(ca)),
-            None => config,
-        }
-    }
 }
 
 /// Our services, health and reflection (v1 and v1alpha, since grpcurl 1.8 speaks v1alpha).
@@ -147,10 +136,7 @@ pub fn router(
     };
     let limit = settings.max_request_bytes;
     let reclassify: ReclassifyFn = decode_status::reclassify;
-    let mut server = Server::builder();
-    if let Some(tls) = &settings.tls {
-        server = server.tls_config(tls.server_config())?;
-    }
+    let server = Server::builder();
     let (v1, v1alpha) = if settings.reflection {
         (
             Some(reflection().build_v1()?),

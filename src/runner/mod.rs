@@ -21,6 +21,7 @@ mod run;
 mod settings;
 mod spec;
 pub mod strategy;
+mod template;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -262,7 +263,13 @@ impl Runner {
             return self.follow_retry(&spec, &record);
         }
         let permit = self.admit(&spec)?;
-        let prepared = prepare::prepare(&self.store, &self.models, &self.tools, &spec)?;
+        let prepared = prepare::prepare(
+            &self.store,
+            &self.models,
+            &self.tools,
+            &spec,
+            &self.settings,
+        )?;
         let message = prepare::new_message(&self.store, &spec, &prepared)?;
         if !self.store.is_writable() {
             return Err(RunError::StoreUnwritable);
@@ -381,7 +388,8 @@ impl Runner {
     }
 }
 
-/// Refuses a query (or instruction inputs) larger than the run may store and echo back.
+/// Refuses a query (or instruction inputs) larger than the run may store and echo back, and
+/// an instruction that its inputs would fill past the limit (measured, not built).
 fn check_sizes(spec: &RunSpec, settings: &RunnerSettings) -> Result<(), RunError> {
     let limit = settings.max_query_bytes;
     if spec.query.len() > limit {
@@ -399,6 +407,18 @@ fn check_sizes(spec: &RunSpec, settings: &RunnerSettings) -> Result<(), RunError
         return Err(FieldError::new(
             "inputs",
             format!("are {inputs} bytes, more than runner.max_query_bytes ({limit})"),
+        )
+        .into());
+    }
+    let filled = spec.filled_instruction_len();
+    let limit = settings.max_instruction_bytes;
+    if filled > limit {
+        return Err(FieldError::new(
+            "agent.instruction",
+            format!(
+                "is {filled} bytes with its inputs filled in, more than \
+                 runner.max_instruction_bytes ({limit})"
+            ),
         )
         .into());
     }

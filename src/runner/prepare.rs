@@ -8,6 +8,7 @@ use super::budget;
 use super::error::RunError;
 use super::history::{self, History};
 use super::run::{Agent, Output};
+use super::settings::RunnerSettings;
 use super::spec::RunSpec;
 use super::strategy;
 use crate::domain::{
@@ -16,6 +17,7 @@ use crate::domain::{
 };
 use crate::llm::{Feature, ModelInfo, ModelRegistry};
 use crate::store::{Inserted, Store};
+use crate::tools::schema::PatternBudget;
 use crate::tools::{ToolRegistry, ToolSet};
 
 /// Everything a run needs that is resolved before its message is written.
@@ -34,6 +36,7 @@ pub fn prepare(
     models: &ModelRegistry,
     tools: &ToolRegistry,
     spec: &RunSpec,
+    settings: &RunnerSettings,
 ) -> Result<Prepared, RunError> {
     let model = models.resolve(&spec.agent.model.provider, &spec.agent.model.name)?;
     let fallbacks = spec
@@ -49,6 +52,7 @@ pub fn prepare(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let strategy = strategy::choose(&spec.agent, &model.info)?;
+    let mut budget = PatternBudget::new();
     let output = spec
         .agent
         .output
@@ -56,11 +60,21 @@ pub fn prepare(
         .map(|output| {
             let native = strategy.kind() == StrategyKind::FunctionCalling
                 && model.info.has(Feature::StructuredOutput);
-            Output::new(output, native)
+            Output::new(output, native, &mut budget)
         })
         .transpose()?;
     let mut bound = ToolSet::bind(&tools.snapshot(&spec.tenant), &spec.agent.tools)?;
-    bound.add_client_tools(&spec.client_tools)?;
+    bound.add_client_tools(&spec.client_tools, &mut budget)?;
+    let output_instruction = output
+        .as_ref()
+        .and_then(|output| output.instruction(strategy.kind()))
+        .map_or(0, |extra| extra.len() + 2);
+    strategy.check_prompt_size(
+        spec.filled_instruction_len() + output_instruction,
+        spec.query.len(),
+        &bound.offered(),
+        settings.max_instruction_bytes,
+    )?;
     let new_conversation = conversation_for(store, spec)?;
     let conversation_id = match (&new_conversation, spec.conversation_id) {
         (Some(conversation), _) => conversation.id,

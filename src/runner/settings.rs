@@ -21,6 +21,9 @@ pub struct RunnerSettings {
     pub max_answer_bytes: usize,
     /// The longest query, and the most bytes of instruction inputs, a run accepts.
     pub max_query_bytes: usize,
+    /// The longest instruction once its variables are filled, and the longest ReAct prompt
+    /// once rendered: a few bytes of template must not become gigabytes of prompt.
+    pub max_instruction_bytes: usize,
     /// Longest observation of a client tool's result; longer ones are cut with a marker.
     pub tool_output_limit: usize,
 }
@@ -36,6 +39,7 @@ impl Default for RunnerSettings {
             trace_content: false,
             max_answer_bytes: 2 * 1024 * 1024,
             max_query_bytes: 1024 * 1024,
+            max_instruction_bytes: 4 * 1024 * 1024,
             tool_output_limit: 16 * 1024,
         }
     }

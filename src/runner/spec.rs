@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
+use super::template;
 use crate::domain::{ConversationId, FieldError, StrategyKind, Tenant, TenantLimits};
 use crate::telemetry::TraceParent;
 use crate::tools::ToolRef;
@@ -262,24 +263,16 @@ impl RunSpec {
 
     /// The instruction with each `{{name}}` replaced by its input.
     pub fn filled_instruction(&self) -> String {
-        let template = self.agent.instruction.as_str();
-        let mut out = String::with_capacity(template.len());
-        let mut rest = template;
-        while let Some(start) = rest.find("{{") {
-            out.push_str(&rest[..start]);
-            let after = &rest[start + 2..];
-            let Some(end) = after.find("}}") else {
-                out.push_str(&rest[start..]);
-                return out;
-            };
-            match self.inputs.get(after[..end].trim()) {
-                Some(value) => out.push_str(value),
-                None => out.push_str(&rest[start..start + end + 4]),
-            }
-            rest = &after[end + 2..];
-        }
-        out.push_str(rest);
-        out
+        template::fill(&self.agent.instruction, |name| {
+            self.inputs.get(name.trim()).map(String::as_str)
+        })
+    }
+
+    /// The length of [`Self::filled_instruction`], counted without building it.
+    pub fn filled_instruction_len(&self) -> usize {
+        template::filled_len(&self.agent.instruction, |name| {
+            self.inputs.get(name.trim()).map(String::as_str)
+        })
     }
 }
 

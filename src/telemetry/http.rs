@@ -7,25 +7,28 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::Metrics;
+use crate::net::{Descriptors, ListenerLimits};
 
 /// The OpenMetrics text format Prometheus scrapes.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Serves `/metrics` on `listener` until `stop` fires.
-pub async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>, stop: CancellationToken) {
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.cancelled() => return,
-            accepted = listener.accept() => accepted,
-        };
-        let Ok((stream, _)) = accepted else {
-            continue;
-        };
+/// Serves `/metrics` on `listener` until `stop` fires: at most `limits.max_connections`
+/// connections, each closed when a request head takes longer than
+/// `limits.handshake_timeout` to arrive.
+pub async fn serve_metrics(
+    listener: TcpListener,
+    limits: ListenerLimits,
+    descriptors: Descriptors,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    let mut admitted = crate::net::accept(listener, limits, descriptors, stop.clone());
+    while let Some(connection) = admitted.recv().await {
         let metrics = Arc::clone(&metrics);
         let stop = stop.clone();
         tokio::spawn(async move {
@@ -33,8 +36,12 @@ pub async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>, stop: C
                 let metrics = Arc::clone(&metrics);
                 async move { Ok::<_, Infallible>(answer(&request, &metrics)) }
             });
+            // The place under the cap is held as long as the connection is served.
+            let _place = connection.place;
             let connection = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service);
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.handshake_timeout)
+                .serve_connection(TokioIo::new(connection.stream), service);
             tokio::select! {
                 _ = stop.cancelled() => {}
                 result = connection => {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::observation;
+use super::schema::PatternBudget;
 use super::toolset::{tool_config, Bound};
 use super::{
     ErasedTool, Invocation, Provider, ProviderKind, ToolDescriptor, ToolError, ToolOutput,
@@ -49,8 +50,13 @@ impl ErasedTool for ClientTool {
 pub const CLIENT_PROVIDER: &str = "client";
 
 impl ToolSet {
-    /// Adds the caller's own tools; their names must not clash with the run's other tools.
-    pub fn add_client_tools(&mut self, specs: &[ClientToolSpec]) -> Result<(), ToolSetError> {
+    /// Adds the caller's own tools; their names must not clash with the run's other tools,
+    /// and their schemas' patterns count against the request's `budget`.
+    pub fn add_client_tools(
+        &mut self,
+        specs: &[ClientToolSpec],
+        budget: &mut PatternBudget,
+    ) -> Result<(), ToolSetError> {
         if specs.is_empty() {
             return Ok(());
         }
@@ -83,17 +89,17 @@ impl ToolSet {
                 },
             }) as Arc<dyn ErasedTool>);
         }
-        let provider =
-            Provider::new(CLIENT_PROVIDER, ProviderKind::Client, "", tools).map_err(|err| {
-                let index = specs
-                    .iter()
-                    .position(|s| err.to_string().contains(&s.name))
-                    .unwrap_or(0);
-                ToolSetError::ClientSchema {
-                    index,
-                    reason: err.to_string(),
-                }
-            })?;
+        let provider = Provider::within(CLIENT_PROVIDER, ProviderKind::Client, "", tools, budget)
+            .map_err(|err| {
+            let index = specs
+                .iter()
+                .position(|s| err.to_string().contains(&s.name))
+                .unwrap_or(0);
+            ToolSetError::ClientSchema {
+                index,
+                reason: err.to_string(),
+            }
+        })?;
         let provider = Arc::new(provider);
         for spec in specs {
             if let Some(tool) = provider.tools.get(&spec.name) {

@@ -34,6 +34,14 @@ pub enum RegistryError {
         /// What the schema compiler said.
         reason: String,
     },
+    /// The tool's schema passes a bound (patterns, compiled size).
+    #[error("tool {tool}: its argument schema {source}")]
+    SchemaBound {
+        /// Tool name.
+        tool: String,
+        /// Which bound.
+        source: super::schema::SchemaError,
+    },
 }
 
 impl RegistryError {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, ContentBlock, Implementation,
-    ResourceContents,
+    PaginatedRequestParams, ResourceContents,
 };
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -112,27 +112,23 @@ impl McpConnection {
         self.session.lock().await.take();
     }
 
-    /// The server's tools, with their input schemas.
+    /// The server's tools, with their input schemas, read page by page up to the bounds of
+    /// [`read_tool_pages`]: a server that pages forever fails the listing at once.
     pub async fn list_tools(&self) -> Result<Vec<McpToolDef>, ToolError> {
         let session = self.open().await?;
-        let tools = match self
-            .bounded("list its tools", session.list_all_tools())
+        let listed = match self
+            .bounded("list its tools", read_tool_pages(&session))
             .await
         {
-            Ok(tools) => tools,
+            Ok(listed) => listed,
             Err(err) => {
                 self.forget().await;
                 return Err(err);
             }
         };
-        Ok(tools
-            .into_iter()
-            .map(|tool| McpToolDef {
-                name: tool.name.to_string(),
-                description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
-                input_schema: Value::Object((*tool.input_schema).clone()),
-            })
-            .collect())
+        listed.map_err(|bound| {
+            ToolError::Failed(format!("the MCP server at {} {bound}", redacted(&self.url)))
+        })
     }
 
     /// Calls a tool; a broken session is reopened once.
@@ -172,6 +168,85 @@ impl McpConnection {
             })
         }
     }
+}
+
+/// Most pages of a tool list followed.
+const MAX_LIST_PAGES: usize = 100;
+/// Most tools one server may list.
+const MAX_LISTED_TOOLS: usize = 1_000;
+/// Most bytes of tool definitions (names, descriptions, schemas) one server may list.
+const MAX_LISTED_BYTES: usize = 16 * 1024 * 1024;
+
+/// Reads the tool list page by page, stopping with what was passed (the inner error) at
+/// [`MAX_LIST_PAGES`], [`MAX_LISTED_TOOLS`] or [`MAX_LISTED_BYTES`], or at a cursor that
+/// comes back, so memory stays bounded whatever the server sends.
+async fn read_tool_pages(
+    session: &Session,
+) -> Result<Result<Vec<McpToolDef>, String>, rmcp::ServiceError> {
+    let mut tools = Vec::new();
+    let mut bytes = 0usize;
+    let mut cursors = std::collections::HashSet::new();
+    let mut cursor = None;
+    for _ in 0..MAX_LIST_PAGES {
+        let page = session
+            .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
+            .await?;
+        for tool in page.tools {
+            let def = McpToolDef {
+                name: tool.name.to_string(),
+                description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
+                input_schema: Value::Object((*tool.input_schema).clone()),
+            };
+            bytes = bytes.saturating_add(
+                def.name.len() + def.description.len() + def.input_schema.to_string().len(),
+            );
+            tools.push(def);
+            if tools.len() > MAX_LISTED_TOOLS {
+                return Ok(Err(format!(
+                    "lists more than {MAX_LISTED_TOOLS} tools, more than a provider may hold"
+                )));
+            }
+            if bytes > MAX_LISTED_BYTES {
+                return Ok(Err(format!(
+                    "lists more than {} MiB of tool definitions, more than a provider may hold",
+                    MAX_LISTED_BYTES >> 20
+                )));
+            }
+        }
+        match page.next_cursor {
+            None => return Ok(Ok(tools)),
+            Some(next) if !cursors.insert(fingerprint(&next)) => {
+                return Ok(Err(format!(
+                    "lists its tools in a loop (the page cursor {:?} came back)",
+                    truncated(&next, 64)
+                )));
+            }
+            Some(next) => {
+                bytes = bytes.saturating_add(next.len());
+                cursor = Some(next);
+            }
+        }
+    }
+    Ok(Err(format!(
+        "lists its tools over more than {MAX_LIST_PAGES} pages, more than are read"
+    )))
+}
+
+/// A short stand-in for a cursor the server sent, which may be long.
+fn fingerprint(cursor: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    cursor.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// At most `max` bytes of `text`, cut at a character boundary.
+fn truncated(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// A failed step in a few words: a refusal of credentials, the server's own error message

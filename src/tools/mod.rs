@@ -20,6 +20,7 @@ pub mod outbound;
 pub mod providers;
 pub mod records;
 mod registry;
+pub mod schema;
 mod toolset;
 
 use std::future::Future;

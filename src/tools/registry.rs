@@ -3,16 +3,18 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, PoisonError, RwLock};
 
+use super::schema::{PatternBudget, Schema, SchemaError};
 use super::{ErasedTool, ProviderKind, RegistryError};
 use crate::domain::Tenant;
 
-/// A tool with its argument validator compiled once, at registration.
+/// A tool with its argument schema checked at registration; the compiled validator lives
+/// in the bounded schema cache, not with the tool.
 #[derive(Clone)]
 pub struct RegisteredTool {
     /// The tool.
     pub tool: Arc<dyn ErasedTool>,
-    /// Validator for [`super::ToolDescriptor::parameters`].
-    pub validator: Arc<jsonschema::Validator>,
+    /// [`super::ToolDescriptor::parameters`], checked.
+    pub schema: Schema,
 }
 
 /// A named group of tools.
@@ -38,30 +40,48 @@ impl Provider {
         })
     }
 
-    /// A provider with `tools`, compiling each tool's argument schema; fails on a schema
-    /// that is not valid JSON Schema.
+    /// A provider with `tools`, checking each tool's argument schema; fails on a schema
+    /// that is not valid JSON Schema or, with the tools before it, passes a bound.
     pub fn new(
         name: &str,
         kind: ProviderKind,
         description: &str,
         tools: Vec<Arc<dyn ErasedTool>>,
     ) -> Result<Self, RegistryError> {
+        Self::within(name, kind, description, tools, &mut PatternBudget::new())
+    }
+
+    /// [`Self::new`], counting patterns against `budget` (which a request shares with its
+    /// other schemas).
+    pub fn within(
+        name: &str,
+        kind: ProviderKind,
+        description: &str,
+        tools: Vec<Arc<dyn ErasedTool>>,
+        budget: &mut PatternBudget,
+    ) -> Result<Self, RegistryError> {
         let tools = tools
             .into_iter()
             .map(|tool| {
                 let descriptor = tool.descriptor();
-                let validator =
-                    jsonschema::validator_for(&descriptor.parameters).map_err(|err| {
-                        RegistryError::InvalidSchema {
-                            tool: descriptor.name.clone(),
-                            reason: err.to_string(),
+                let schema = Schema::check(&descriptor.parameters, budget).map_err(|err| {
+                    let tool = descriptor.name.clone();
+                    match err {
+                        SchemaError::Invalid(reason) => {
+                            RegistryError::InvalidSchema { tool, reason }
                         }
-                    })?;
+                        bound @ (SchemaError::TooManyPatterns { .. }
+                        | SchemaError::TooLarge { .. }) => RegistryError::SchemaBound {
+                            tool,
+                            source: bound,
+                        },
+                    }
+                })?;
                 Ok((
                     descriptor.name.clone(),
                     RegisteredTool {
                         tool: Arc::clone(&tool),
-                        validator: Arc::new(validator),
+                        schema,
                     },
                 ))
             })

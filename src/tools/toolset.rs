@@ -348,9 +348,12 @@ pub(super) fn prepare_arguments(
     }
     super::nulls::drop_optional_nulls(&bound.tool.tool.descriptor().parameters, &mut args);
     let instance = Value::Object(args);
-    let problems: Vec<String> = bound
+    let validator = bound
         .tool
-        .validator
+        .schema
+        .validator()
+        .map_err(|err| format!("the tool's schema {err}"))?;
+    let problems: Vec<String> = validator
         .iter_errors(&instance)
         .map(|err| describe_violation(&err.instance_path().to_string(), &err.to_string()))
         .collect();

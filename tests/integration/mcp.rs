@@ -1,6 +1,8 @@
 //! MCP providers against an MCP server this test starts with rmcp's server side.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use agent_runner::pb;
 use agent_runner::pb::provider_source::Source;
@@ -396,4 +398,81 @@ async fn oversized_mcp_answers_are_cut_or_refused() {
         .unwrap()
         .into_inner();
     assert!(again.observation.starts_with("xxxx"));
+}
+
+/// A server that pages its tool list forever: each page two tools and a new cursor, or, as
+/// `looping`, the same cursor again.
+#[derive(Clone)]
+struct EndlessPages {
+    looping: bool,
+    served: Arc<AtomicUsize>,
+}
+
+impl rmcp::ServerHandler for EndlessPages {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(
+            rmcp::model::ServerCapabilities::builder()
+                .enable_tools()
+                .build(),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, ErrorData> {
+        let page = self.served.fetch_add(1, Ordering::SeqCst);
+        let schema: serde_json::Map<String, serde_json::Value> = serde_json::from_value(
+            serde_json::json!({"type": "object", "description": "z".repeat(64 * 1024)}),
+        )
+        .unwrap();
+        let schema = Arc::new(schema);
+        let mut result = rmcp::model::ListToolsResult::with_all_items(vec![
+            rmcp::model::Tool::new(format!("t{page}a"), "a tool", Arc::clone(&schema)),
+            rmcp::model::Tool::new(format!("t{page}b"), "a tool", schema),
+        ]);
+        let next = match (self.looping, request.and_then(|r| r.cursor)) {
+            (true, Some(cursor)) => cursor,
+            _ => format!("page-{}", page + 1),
+        };
+        result.next_cursor = Some(next);
+        Ok(result)
+    }
+}
+
+/// A tool list that never ends is refused at once as `FAILED_PRECONDITION`, naming the
+/// bound it passed, after a bounded number of pages; a cursor that comes back is a loop.
+#[tokio::test]
+async fn endless_tool_lists_are_refused_at_a_bound() {
+    let llm = FakeOpenAi::start(vec![]).await;
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut tools = server.tools().await;
+    for (looping, says) in [
+        (
+            false,
+            "lists its tools over more than 100 pages, more than are read",
+        ),
+        (
+            true,
+            "lists its tools in a loop (the page cursor \"page-1\" came back)",
+        ),
+    ] {
+        let served = Arc::new(AtomicUsize::new(0));
+        let handler = EndlessPages {
+            looping,
+            served: Arc::clone(&served),
+        };
+        let addr = serve_handler(handler, None).await;
+        let status = tools
+            .create_provider(mcp_provider("endless", format!("http://{addr}/mcp")))
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::FailedPrecondition);
+        assert_eq!(
+            status.message(),
+            format!("provider.source.mcp.url: the MCP server at http://{addr} {says}")
+        );
+        assert!(served.load(Ordering::SeqCst) <= 100);
+    }
 }

@@ -2,20 +2,19 @@
 //! and what the repair round says. No I/O: the loop decides when to check and what a
 //! failure ends in.
 
-use jsonschema::Validator;
 use serde_json::Value;
 
 use crate::domain::{FieldError, StrategyKind};
 use crate::runner::spec::{OutputFallback, OutputSpec};
 use crate::runner::strategy::Repair;
+use crate::tools::schema::{PatternBudget, Schema, SchemaError};
 
 /// The most validation problems an answer's check reports.
 const MAX_PROBLEMS: usize = 10;
 
 /// The run's output schema, compiled.
 pub struct Output {
-    schema: Value,
-    validator: Validator,
+    schema: Schema,
     /// What an answer that stays invalid ends in.
     pub fallback: OutputFallback,
     /// The model takes the schema natively (OpenAI's `response_format`).
@@ -23,17 +22,27 @@ pub struct Output {
 }
 
 impl Output {
-    /// Compiles `spec`'s schema; `native` when the model takes schemas itself.
-    pub fn new(spec: &OutputSpec, native: bool) -> Result<Self, FieldError> {
-        let validator = jsonschema::validator_for(&spec.schema).map_err(|err| {
-            FieldError::new(
-                "agent.output_schema",
-                format!("is not a valid JSON Schema: {err}"),
-            )
-        })?;
+    /// Checks `spec`'s schema (its patterns counted against the request's `budget`);
+    /// `native` when the model takes schemas itself. The answer is one JSON object, as
+    /// OpenAI requires of `response_format`, so the schema must describe one.
+    pub fn new(
+        spec: &OutputSpec,
+        native: bool,
+        budget: &mut PatternBudget,
+    ) -> Result<Self, FieldError> {
+        let field = "agent.output_schema";
+        let schema = Schema::check(&spec.schema, budget)
+            .map_err(|err: SchemaError| FieldError::new(field, err.to_string()))?;
+        let object = match spec.schema.get("type") {
+            Some(Value::String(kind)) => kind == "object",
+            Some(Value::Array(kinds)) => kinds.len() == 1 && kinds[0] == "object",
+            _ => false,
+        };
+        if !object {
+            return Err(FieldError::new(field, "must describe a JSON object"));
+        }
         Ok(Self {
-            schema: spec.schema.clone(),
-            validator,
+            schema,
             fallback: spec.fallback,
             native,
         })
@@ -41,7 +50,7 @@ impl Output {
 
     /// The schema, for native structured output.
     pub fn schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
     }
 
     /// What the instruction adds for a model that does not take schemas natively.
@@ -59,15 +68,18 @@ impl Output {
         };
         Some(format!(
             "{what} valid against this JSON Schema:\n{}",
-            self.schema
+            self.schema.value()
         ))
     }
 
     /// The document `answer` holds, or what is wrong with it.
     pub fn check(&self, answer: &str) -> Result<Value, String> {
         let document = document_in(answer)?;
-        let problems: Vec<String> = self
-            .validator
+        let validator = self
+            .schema
+            .validator()
+            .map_err(|err| format!("the output schema {err}"))?;
+        let problems: Vec<String> = validator
             .iter_errors(&document)
             .take(MAX_PROBLEMS)
             .map(|err| {
@@ -121,7 +133,7 @@ mod tests {
                 "temp": {"type": "integer"}}, "required": ["city", "temp"]}),
             fallback: OutputFallback::Text,
         };
-        Output::new(&spec, false).unwrap()
+        Output::new(&spec, false, &mut PatternBudget::new()).unwrap()
     }
 
     #[test]
@@ -153,10 +165,33 @@ mod tests {
             schema: json!({"type": "no-such-type"}),
             fallback: OutputFallback::Error,
         };
-        let err = Output::new(&spec, false).err().unwrap();
+        let err = Output::new(&spec, false, &mut PatternBudget::new())
+            .err()
+            .unwrap();
         assert!(err
             .to_string()
             .starts_with("agent.output_schema is not a valid JSON Schema"));
+    }
+
+    #[test]
+    fn a_schema_of_anything_but_an_object_is_refused() {
+        for schema in [
+            json!({"type": "array", "items": {"type": "string"}}),
+            json!({"type": "integer"}),
+            json!({"properties": {"a": {"type": "string"}}}),
+        ] {
+            let spec = OutputSpec {
+                schema,
+                fallback: OutputFallback::Text,
+            };
+            let err = Output::new(&spec, false, &mut PatternBudget::new())
+                .err()
+                .unwrap();
+            assert_eq!(
+                err.to_string(),
+                "agent.output_schema must describe a JSON object"
+            );
+        }
     }
 
     #[test]

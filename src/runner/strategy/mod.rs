@@ -204,6 +204,19 @@ pub trait Strategy: Send + Sync {
         tools: &[OfferedTool],
     ) -> ChatRequest;
 
+    /// Refuses a run whose first prompt would pass `limit` bytes, measured before it is
+    /// built. Only a template can make a prompt much larger than the request that asked
+    /// for it; a strategy without one has nothing to check.
+    fn check_prompt_size(
+        &self,
+        _instruction_len: usize,
+        _query_len: usize,
+        _tools: &[OfferedTool],
+        _limit: usize,
+    ) -> Result<(), FieldError> {
+        Ok(())
+    }
+
     /// A reader for the model's next turn, which may call `tools`.
     fn reader(&self, tools: &[OfferedTool]) -> Box<dyn TurnReader>;
 }

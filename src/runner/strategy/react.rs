@@ -11,9 +11,10 @@ use serde_json::{json, Value};
 
 use super::react_parser::{Action, Piece, ReactParser};
 use super::{ModelStep, PastTurn, PromptContext, RoundRecord, Strategy, TurnReader};
-use crate::domain::StrategyKind;
+use crate::domain::{FieldError, StrategyKind};
 use crate::llm::{ChatMessage, ChatRequest, ToolCallRequest, TurnEnd};
 use crate::runner::spec::ModelMode;
+use crate::runner::template;
 use crate::tools::OfferedTool;
 
 /// The stop word that ends a ReAct turn before the model invents a tool result.
@@ -82,17 +83,68 @@ impl ChainOfThought {
     }
 
     fn fill_common(&self, context: &PromptContext, tools: &[OfferedTool]) -> String {
-        let described: Vec<Value> = tools
-            .iter()
-            .map(|t| json!({"name": t.name, "description": t.description, "parameters": t.parameters}))
-            .collect();
-        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-        self.template()
-            .replace("{{instruction}}", context.instruction.trim())
-            .replace("{{tools}}", &Value::Array(described).to_string())
-            .replace("{{tool_names}}", &names.join(", "))
+        self.render(&Values::common(context, tools))
+    }
+
+    /// The template with `values` filled in one pass, so text a value brings (an input
+    /// holding `{{tools}}`, say) is never expanded again.
+    fn render(&self, values: &Values<'_>) -> String {
+        template::fill(self.template(), |name| values.get(name))
             .trim_start()
             .to_owned()
+    }
+
+    /// Refuses a template whose first prompt would pass `limit` bytes, measured from the
+    /// sizes of what fills it: every occurrence of a variable counts. The transcript
+    /// variables grow each round, so each may appear once.
+    fn check_size(
+        &self,
+        instruction_len: usize,
+        query_len: usize,
+        tools: &[OfferedTool],
+        limit: usize,
+    ) -> Result<(), FieldError> {
+        let field = match self.template {
+            Some(_) => "agent.react_prompt",
+            None => "agent.instruction",
+        };
+        let template = self.template();
+        let completion = self.mode == ModelMode::Completion;
+        let counts = template::occurrences(template, &VARIABLES);
+        if completion {
+            for (name, count) in VARIABLES.iter().zip(&counts) {
+                if TRANSCRIPT.contains(name) && *count > 1 {
+                    return Err(FieldError::new(
+                        field,
+                        format!("uses {{{{{name}}}}} {count} times; it may appear once"),
+                    ));
+                }
+            }
+        }
+        let values = [
+            instruction_len,
+            tools_json(tools).len(),
+            tool_names(tools).len(),
+            0,
+            query_len,
+            0,
+        ];
+        let mut size = template.len();
+        for ((name, count), value) in VARIABLES.iter().zip(&counts).zip(values) {
+            if !completion && TRANSCRIPT.contains(name) {
+                continue;
+            }
+            size = size
+                .saturating_sub(count * (name.len() + 4))
+                .saturating_add(count.saturating_mul(value));
+        }
+        if size > limit {
+            return Err(FieldError::new(
+                field,
+                format!("renders a prompt of {size} bytes, more than runner.max_instruction_bytes ({limit})"),
+            ));
+        }
+        Ok(())
     }
 
     fn chat_messages(
@@ -136,11 +188,80 @@ impl ChainOfThought {
                 repair.request(StrategyKind::ChainOfThought)
             ));
         }
-        self.fill_common(context, tools)
-            .replace("{{historic_messages}}", &historic_text(&context.history))
-            .replace("{{agent_scratchpad}}", &scratchpad)
-            .replace("{{query}}", &context.query)
+        let mut values = Values::common(context, tools);
+        values.transcript = Some(Transcript {
+            historic: historic_text(&context.history),
+            query: &context.query,
+            scratchpad,
+        });
+        self.render(&values)
     }
+}
+
+/// The template's variables, in the order [`ChainOfThought::check_size`] sizes them.
+const VARIABLES: [&str; 6] = [
+    "instruction",
+    "tools",
+    "tool_names",
+    "historic_messages",
+    "query",
+    "agent_scratchpad",
+];
+
+/// The variables only completion prompts fill; chat prompts send them as messages.
+const TRANSCRIPT: [&str; 3] = ["historic_messages", "query", "agent_scratchpad"];
+
+/// What the variables stand for in one prompt.
+struct Values<'a> {
+    instruction: &'a str,
+    tools: String,
+    tool_names: String,
+    transcript: Option<Transcript<'a>>,
+}
+
+/// The completion prompt's own variables.
+struct Transcript<'a> {
+    historic: String,
+    query: &'a str,
+    scratchpad: String,
+}
+
+impl<'a> Values<'a> {
+    fn common(context: &'a PromptContext, tools: &[OfferedTool]) -> Self {
+        Self {
+            instruction: context.instruction.trim(),
+            tools: tools_json(tools),
+            tool_names: tool_names(tools),
+            transcript: None,
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        let transcript = self.transcript.as_ref();
+        match name {
+            "instruction" => Some(self.instruction),
+            "tools" => Some(&self.tools),
+            "tool_names" => Some(&self.tool_names),
+            "historic_messages" => transcript.map(|t| t.historic.as_str()),
+            "query" => transcript.map(|t| t.query),
+            "agent_scratchpad" => transcript.map(|t| t.scratchpad.as_str()),
+            _ => None,
+        }
+    }
+}
+
+/// The tools as the prompt describes them: JSON with name, description and schema.
+fn tools_json(tools: &[OfferedTool]) -> String {
+    let described: Vec<Value> = tools
+        .iter()
+        .map(|t| json!({"name": t.name, "description": t.description, "parameters": t.parameters}))
+        .collect();
+    Value::Array(described).to_string()
+}
+
+fn tool_names(tools: &[OfferedTool]) -> String {
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    names.join(", ")
 }
 
 /// A Final Answer action as the model writes it.
@@ -220,6 +341,16 @@ impl Strategy for ChainOfThought {
             stop.push(OBSERVATION_STOP.to_owned());
         }
         context.request(messages, &[], stop)
+    }
+
+    fn check_prompt_size(
+        &self,
+        instruction_len: usize,
+        query_len: usize,
+        tools: &[OfferedTool],
+        limit: usize,
+    ) -> Result<(), FieldError> {
+        self.check_size(instruction_len, query_len, tools, limit)
     }
 
     fn reader(&self, tools: &[OfferedTool]) -> Box<dyn TurnReader> {

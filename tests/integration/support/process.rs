@@ -54,6 +54,46 @@ pub async fn spawn_service_with(dir: &Path, llm: &FakeOpenAi, env: &[(&str, Stri
     spawn_serving(dir, &["--config", &config], env).await
 }
 
+/// [`spawn_service`] with its configuration file changed by `edit` and, with `nofile`, the
+/// process's descriptor limit (soft and hard) set to it.
+pub async fn spawn_service_edited(
+    dir: &Path,
+    llm: &FakeOpenAi,
+    nofile: Option<u64>,
+    edit: impl FnOnce(String) -> String,
+) -> Service {
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        edit(config_toml(&llm.base_url(), &dir.join("data"))),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let addr = free_port();
+    let log = dir.join(format!("service-{}.log", addr.port()));
+    let binary = env!("CARGO_BIN_EXE_agent-runner");
+    let mut command = match nofile {
+        Some(limit) => {
+            let mut shell = Command::new("bash");
+            shell.args([
+                "-c",
+                &format!("ulimit -n {limit} && exec \"$0\" \"$@\""),
+                binary,
+            ]);
+            shell
+        }
+        None => Command::new(binary),
+    };
+    let child = command
+        .args(["serve", "--listen", &addr.to_string(), "--config", &config])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until_healthy(Service { child, addr, log }).await
+}
+
 /// The service on its embedded default (no configuration file), over `dir/data`, with
 /// `env`: what a user who only sets environment variables gets.
 pub async fn spawn_on_default(dir: &Path, env: &[(&str, String)]) -> Service {
@@ -73,7 +113,11 @@ async fn spawn_serving(dir: &Path, args: &[&str], env: &[(&str, String)]) -> Ser
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let service = Service { child, addr, log };
+    wait_until_healthy(Service { child, addr, log }).await
+}
+
+async fn wait_until_healthy(service: Service) -> Service {
+    let addr = service.addr;
     for _ in 0..200 {
         if let Ok(channel) = Channel::from_shared(format!("http://{addr}"))
             .unwrap()

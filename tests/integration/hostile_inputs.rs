@@ -1,0 +1,188 @@
+//! Inputs an attacker or a careless client sends, each held to a bound with a clear status:
+//! templates that fill to gigabytes, schemas full of patterns, caller text bound for logs and
+//! metric labels.
+
+use agent_runner::pb;
+use agent_runner::pb::tool_registry_client::ToolRegistryClient;
+use serde_json::json;
+use tonic::Code;
+
+use crate::support::process::spawn_service;
+use crate::support::{
+    end_of, run_request, run_to_end, start, streamed_text, FakeOpenAi, Reply, RunRequestExt,
+    BLOCKING_MODEL,
+};
+
+/// An instruction its inputs fill past `runner.max_instruction_bytes` is refused naming the
+/// field and the limit before the model is called; so is a ReAct template that repeats the
+/// instruction past it, or repeats a transcript variable. The same input used once runs.
+#[tokio::test]
+async fn filled_instructions_and_react_prompts_are_bounded() {
+    let (llm, _server, mut client) = start(vec![Reply::text(&["fits"], (1, 1))]).await;
+    let value = "v".repeat(500_000);
+    let with_input = |instruction: String| {
+        let mut request = run_request("hi", &[]);
+        request.agent_mut().instruction = instruction;
+        request.inputs.insert("v".into(), value.clone());
+        request
+    };
+
+    let status = client
+        .run(with_input("{{v}}".repeat(10)))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "agent.instruction is 5000000 bytes with its inputs filled in, more than \
+         runner.max_instruction_bytes (4194304)"
+    );
+
+    let mut react = with_input("Help with {{v}}.".into()).strategy(pb::Strategy::ChainOfThought);
+    react.agent_mut().react_prompt = "{{instruction}}\n".repeat(10);
+    let status = client.run(react).await.err().unwrap();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "agent.react_prompt renders a prompt of 5000120 bytes, more than \
+         runner.max_instruction_bytes (4194304)"
+    );
+
+    let mut scratchpads = run_request("hi", &[])
+        .strategy(pb::Strategy::ChainOfThought)
+        .mode(pb::ModelMode::Completion);
+    scratchpads.agent_mut().react_prompt = "{{agent_scratchpad}}{{agent_scratchpad}}".into();
+    let status = client.run(scratchpads).await.err().unwrap();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "agent.react_prompt uses {{agent_scratchpad}} 2 times; it may appear once"
+    );
+    assert!(
+        llm.requests().is_empty(),
+        "no refused run reached the model"
+    );
+
+    let fits = with_input("Help with {{v}}.".into()).model(BLOCKING_MODEL);
+    let events = run_to_end(&mut client, fits).await;
+    assert_eq!(end_of(&events).answer, "fits");
+    assert_eq!(streamed_text(&events), "fits");
+    let sent = llm.requests();
+    let system = sent[0]["messages"][0]["content"].as_str().unwrap();
+    assert_eq!(system.len(), "Help with .".len() + value.len());
+}
+
+/// An OpenAPI document whose `operations` all take one shared body schema of `patterns`
+/// string properties, property `i` matching `^\w{repeat + i}$`.
+fn shared_patterns_doc(operations: usize, patterns: usize, repeat: usize) -> String {
+    let properties: serde_json::Map<String, serde_json::Value> = (0..patterns)
+        .map(|i| {
+            let pattern = format!("^\\w{{{}}}$", repeat + i);
+            (
+                format!("p{i}"),
+                json!({"type": "string", "pattern": pattern}),
+            )
+        })
+        .collect();
+    let body = json!({"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Shared"}}}});
+    let paths: serde_json::Map<String, serde_json::Value> = (0..operations)
+        .map(|i| {
+            let operation = json!({"operationId": format!("op_{i}"), "requestBody": body});
+            (format!("/op{i}"), json!({ "post": operation }))
+        })
+        .collect();
+    json!({
+        "openapi": "3.0.0",
+        "paths": paths,
+        "components": {"schemas": {"Shared": {"type": "object", "properties": properties}}}
+    })
+    .to_string()
+}
+
+fn openapi_provider(name: &str, spec: String) -> pb::CreateProviderRequest {
+    pb::CreateProviderRequest {
+        provider: Some(pb::ToolProvider {
+            name: name.into(),
+            source: Some(pb::ProviderSource {
+                source: Some(pb::provider_source::Source::Openapi(pb::OpenApiSource {
+                    spec,
+                    server_url: "http://127.0.0.1:9".into(),
+                })),
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+/// Resident memory of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Operations sharing one schema inline a copy each: past `runner.max_schema_patterns`
+/// (2,000) such a document is refused naming the operation, and below it the copies share
+/// one compiled validator, so 100 operations of 20 heavy patterns (≈120 KB compiled each)
+/// hold megabytes, not the quarter gigabyte one validator per operation would. Every
+/// pattern is still checked on a call.
+#[tokio::test]
+async fn schema_patterns_are_counted_and_compiled_once() {
+    let llm = FakeOpenAi::start(vec![]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let service = spawn_service(dir.path(), &llm).await;
+    let mut tools = ToolRegistryClient::connect(format!("http://{}", service.addr))
+        .await
+        .unwrap();
+    let pid = service.child.id();
+    let idle = rss_kib(pid);
+
+    let bomb = shared_patterns_doc(256, 150, 2);
+    assert!(bomb.len() < 60_000, "{} bytes", bomb.len());
+    let refused = tools
+        .create_provider(openapi_provider("bomb", bomb))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(
+        refused.message().starts_with("provider.source: tool op_")
+            && refused.message().ends_with(
+                "its argument schema holds 2100 patterns with the schemas before it, more \
+                 than runner.max_schema_patterns (2000)"
+            ),
+        "{}",
+        refused.message()
+    );
+
+    tools
+        .create_provider(openapi_provider(
+            "heavy",
+            shared_patterns_doc(100, 20, 1000),
+        ))
+        .await
+        .unwrap();
+    let grown_mib = rss_kib(pid).saturating_sub(idle) / 1024;
+    assert!(grown_mib < 48, "the service grew by {grown_mib} MiB");
+
+    let checked = tools
+        .invoke_tool(pb::InvokeToolRequest {
+            provider: "heavy".into(),
+            name: "op_7".into(),
+            arguments: json!({"p3": "too short"}).to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        checked
+            .observation
+            .starts_with("tool parameters validation error: p3: "),
+        "{}",
+        checked.observation
+    );
+}
