@@ -12,7 +12,7 @@ use clap::Parser;
 use tokio::net::TcpListener;
 
 use agent_runner::app::{self, Extensions};
-use agent_runner::cli::args::{Cli, Command, KeysArgs};
+use agent_runner::cli::args::{Cli, ClientArgs, Command, KeysArgs};
 use agent_runner::cli::{self, Outcome};
 use agent_runner::config::{Config, LogFormat, ServeArgs};
 use agent_runner::telemetry::traces;
@@ -26,8 +26,8 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let Cli { command } = Cli::parse();
-    match dispatch(command).await {
+    let Cli { client, command } = Cli::parse();
+    match dispatch(&client, command).await {
         Ok(outcome) => ExitCode::from(outcome.exit_code()),
         // A reader that went away (`| head`) is not an error to report.
         Err(error) if cli::is_broken_pipe(&error) => ExitCode::from(141),
@@ -38,20 +38,20 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn dispatch(command: Command) -> anyhow::Result<Outcome> {
+async fn dispatch(client: &ClientArgs, command: Command) -> anyhow::Result<Outcome> {
     match command {
         Command::Serve(args) => serve(args).await.map(|()| Outcome::Completed),
-        Command::Run(args) => cli::run(args).await,
-        Command::Chat(args) => cli::chat(args).await,
-        Command::Attach(args) => cli::attach(args).await,
-        Command::Show(args) => print(cli::show(args).await?),
-        Command::Tools(args) => print(cli::tools(args).await?),
-        Command::Health(args) => {
-            cli::check_health(&args).await?;
+        Command::Run(args) => cli::run(client, args).await,
+        Command::Chat(args) => cli::chat(client, args).await,
+        Command::Attach(args) => cli::attach(client, args).await,
+        Command::Show(args) => print(cli::show(client, args).await?),
+        Command::Tools(args) => print(cli::tools(client, args).await?),
+        Command::Health => {
+            cli::check_health(client).await?;
             println!("SERVING");
             Ok(Outcome::Completed)
         }
-        Command::Keys(args) => keys(args).await.map(|()| Outcome::Completed),
+        Command::Keys(args) => keys(client, args).await.map(|()| Outcome::Completed),
     }
 }
 
@@ -60,12 +60,12 @@ fn print(text: String) -> anyhow::Result<Outcome> {
     Ok(Outcome::Completed)
 }
 
-async fn keys(args: KeysArgs) -> anyhow::Result<()> {
+async fn keys(client: &ClientArgs, args: KeysArgs) -> anyhow::Result<()> {
     let token = std::env::var(cli::ADMIN_TOKEN_ENV)
         .ok()
         .filter(|t| !t.trim().is_empty())
         .with_context(|| format!("set {} to the server's admin token", cli::ADMIN_TOKEN_ENV))?;
-    for line in cli::keys(&args.client, token.trim(), args.command).await? {
+    for line in cli::keys(client, token.trim(), args.command).await? {
         println!("{line}");
     }
     Ok(())

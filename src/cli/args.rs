@@ -13,6 +13,10 @@ use crate::config::ServeArgs;
     about = "Runs LLM agents behind a gRPC API"
 )]
 pub struct Cli {
+    /// Which server the client subcommands reach; the flags go before or after the
+    /// subcommand.
+    #[command(flatten)]
+    pub client: ClientArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -34,13 +38,14 @@ pub enum Command {
     /// List the tools agents can use.
     Tools(ToolsArgs),
     /// Ask a running server's health service; exits 0 when both services are SERVING.
-    Health(ClientArgs),
+    Health,
     /// Create, list and revoke API keys on a running server (needs
     /// `AGENT_RUNNER_ADMIN_TOKEN`).
     Keys(KeysArgs),
 }
 
-/// How the CLI reaches a running server; the flags go before or after a subcommand.
+/// How the CLI reaches a running server; the flags go before or after a subcommand (they
+/// are the top-level command's, passed down to every subcommand).
 #[derive(Debug, Clone, clap::Args)]
 pub struct ClientArgs {
     /// The server, `host:port`; a wildcard address means this machine.
@@ -119,9 +124,6 @@ pub struct RunArgs {
     /// The agent.
     #[command(flatten)]
     pub agent: AgentArgs,
-    /// Which server.
-    #[command(flatten)]
-    pub client: ClientArgs,
 }
 
 /// `chat`.
@@ -130,9 +132,6 @@ pub struct ChatArgs {
     /// The agent.
     #[command(flatten)]
     pub agent: AgentArgs,
-    /// Which server.
-    #[command(flatten)]
-    pub client: ClientArgs,
 }
 
 /// `attach`.
@@ -146,9 +145,6 @@ pub struct AttachArgs {
     /// Print the events as JSON lines.
     #[arg(long)]
     pub json: bool,
-    /// Which server.
-    #[command(flatten)]
-    pub client: ClientArgs,
 }
 
 /// `show`.
@@ -159,9 +155,6 @@ pub struct ShowArgs {
     /// Print the message and its thoughts as one JSON object.
     #[arg(long)]
     pub json: bool,
-    /// Which server.
-    #[command(flatten)]
-    pub client: ClientArgs,
 }
 
 /// `tools`.
@@ -170,17 +163,11 @@ pub struct ToolsArgs {
     /// Only this provider's tools.
     #[arg(long)]
     pub provider: Option<String>,
-    /// Which server.
-    #[command(flatten)]
-    pub client: ClientArgs,
 }
 
 /// `keys` and its subcommands.
 #[derive(Debug, clap::Args)]
 pub struct KeysArgs {
-    /// Which server.
-    #[command(flatten)]
-    pub client: ClientArgs,
     /// What to do with keys.
     #[command(subcommand)]
     pub command: KeysCommand,

@@ -72,16 +72,16 @@ impl Session {
 }
 
 /// `agent-runner run`.
-pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
+pub async fn run(client: &ClientArgs, args: RunArgs) -> anyhow::Result<Outcome> {
     let request = run_request(&args.agent, args.query, args.agent.conversation.clone())?;
-    let mut session = Session::open(&args.client, args.agent.json).await?;
+    let mut session = Session::open(client, args.agent.json).await?;
     let opened = session.client.run(request).await;
     Ok(session.follow(opened).await?.outcome)
 }
 
 /// `agent-runner attach`.
-pub async fn attach(args: AttachArgs) -> anyhow::Result<Outcome> {
-    let mut session = Session::open(&args.client, args.json).await?;
+pub async fn attach(client: &ClientArgs, args: AttachArgs) -> anyhow::Result<Outcome> {
+    let mut session = Session::open(client, args.json).await?;
     let opened = session
         .client
         .attach(pb::AttachRequest {
@@ -94,8 +94,8 @@ pub async fn attach(args: AttachArgs) -> anyhow::Result<Outcome> {
 
 /// `agent-runner chat`: each line read is a turn of one conversation; an empty input, end
 /// of input, `/exit` or Ctrl-C at the prompt ends it. Exits as the last turn ended.
-pub async fn chat(args: ChatArgs) -> anyhow::Result<Outcome> {
-    let mut session = Session::open(&args.client, args.agent.json).await?;
+pub async fn chat(client: &ClientArgs, args: ChatArgs) -> anyhow::Result<Outcome> {
+    let mut session = Session::open(client, args.agent.json).await?;
     let prompt = std::io::IsTerminal::is_terminal(&std::io::stdin());
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     let mut conversation = args.agent.conversation.clone();

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::args::{ShowArgs, ToolsArgs};
+use super::args::{ClientArgs, ShowArgs, ToolsArgs};
 use super::connection::{agents, registry, status_error};
 use super::json;
 use super::render::{one_line, tool_name, Paint};
@@ -12,8 +12,8 @@ use crate::pb;
 const SHOWN_CHARS: usize = 300;
 
 /// `agent-runner show`: the lines to print.
-pub async fn show(args: ShowArgs) -> anyhow::Result<String> {
-    let mut client = agents(&args.client).await?;
+pub async fn show(server: &ClientArgs, args: ShowArgs) -> anyhow::Result<String> {
+    let mut client = agents(server).await?;
     let message = client
         .get_message(pb::GetMessageRequest {
             message_id: args.message_id.clone(),
@@ -174,8 +174,8 @@ fn call_leaf(call: &pb::ToolCall, p: Paint) -> String {
 }
 
 /// `agent-runner tools`: one line per tool, `provider/name  description`.
-pub async fn tools(args: ToolsArgs) -> anyhow::Result<String> {
-    let mut client = registry(&args.client).await?;
+pub async fn tools(server: &ClientArgs, args: ToolsArgs) -> anyhow::Result<String> {
+    let mut client = registry(server).await?;
     let tools = client
         .list_tools(pb::ListToolsRequest {
             provider: args.provider.unwrap_or_default(),

@@ -72,9 +72,11 @@ impl Tenant {
     /// Longest tenant name accepted; keeps keys short.
     pub const MAX_LEN: usize = 64;
 
-    /// Validates a tenant name: 1 to 64 characters, none of them NUL (the key separator).
+    /// Validates a tenant name: 1 to 64 bytes of printable characters (no control
+    /// character, so a name never forges a log line, and no NUL, the key separator).
     pub fn parse(name: &str) -> Option<Self> {
-        let ok = !name.is_empty() && name.len() <= Self::MAX_LEN && !name.contains('\0');
+        let ok =
+            !name.is_empty() && name.len() <= Self::MAX_LEN && !name.chars().any(char::is_control);
         ok.then(|| Self(name.to_owned()))
     }
 

@@ -410,6 +410,20 @@ pub struct ResolvedModel {
     pub policy: CallPolicy,
     /// The API its provider speaks (`openai`), as telemetry names it.
     pub api: &'static str,
+    /// Whether the configuration lists the model (so its name may be a metric label).
+    pub listed: bool,
+}
+
+impl ResolvedModel {
+    /// The model's name as a metric label: a listed model's own, `other` for any name a
+    /// caller made up, so callers cannot grow the label set.
+    pub fn label(&self) -> &str {
+        if self.listed {
+            &self.info.name
+        } else {
+            "other"
+        }
+    }
 }
 
 /// A provider or model that the configuration does not have.
@@ -521,6 +535,7 @@ impl ModelRegistry {
                         .collect::<Vec<_>>()
                         .join(", "),
                 })?;
+        let listed = entry.models.contains_key(model);
         let info = match entry.models.get(model) {
             Some(info) => info.clone(),
             None if entry.strict => {
@@ -537,6 +552,7 @@ impl ModelRegistry {
             info,
             policy: entry.policy.clone(),
             api: entry.api,
+            listed,
         })
     }
 }

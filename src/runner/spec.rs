@@ -201,12 +201,8 @@ impl RunSpec {
             return Err(FieldError::new("query", "must not be empty"));
         }
         let model = &self.agent.model;
-        if model.provider.trim().is_empty() {
-            return Err(FieldError::new("agent.model.provider", "must not be empty"));
-        }
-        if model.name.trim().is_empty() {
-            return Err(FieldError::new("agent.model.name", "must not be empty"));
-        }
+        check_name("agent.model.provider", &model.provider)?;
+        check_name("agent.model.name", &model.name)?;
         if model.fallbacks.len() > MAX_FALLBACKS {
             return Err(FieldError::new(
                 "agent.model.fallbacks",
@@ -220,6 +216,14 @@ impl RunSpec {
                     "needs both a provider and a name",
                 ));
             }
+            check_name(
+                &format!("agent.model.fallbacks[{index}].provider"),
+                &fallback.provider,
+            )?;
+            check_name(
+                &format!("agent.model.fallbacks[{index}].name"),
+                &fallback.name,
+            )?;
         }
         self.agent.max_iteration = match self.agent.max_iteration {
             0 => DEFAULT_MAX_ITERATION,
@@ -257,6 +261,8 @@ impl RunSpec {
                     "needs both a provider and a name",
                 ));
             }
+            check_name(&format!("agent.tools[{index}].provider"), &tool.provider)?;
+            check_name(&format!("agent.tools[{index}].name"), &tool.name)?;
         }
         Ok(self)
     }
@@ -274,6 +280,30 @@ impl RunSpec {
             self.inputs.get(name.trim()).map(String::as_str)
         })
     }
+}
+
+/// Longest model, provider or tool name a run accepts.
+pub const MAX_NAME_LEN: usize = 256;
+
+/// A name the run logs, labels and sends on: not blank, at most [`MAX_NAME_LEN`] bytes, no
+/// control characters (a newline in it would forge log lines).
+fn check_name(field: &str, name: &str) -> Result<(), FieldError> {
+    if name.trim().is_empty() {
+        return Err(FieldError::new(field, "must not be empty"));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(FieldError::new(
+            field,
+            format!("is {} bytes, more than {MAX_NAME_LEN}", name.len()),
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(FieldError::new(
+            field,
+            "must not contain control characters",
+        ));
+    }
+    Ok(())
 }
 
 /// The `{{name}}` variables a template uses (names of letters, digits, `_` and `-`).

@@ -7,6 +7,7 @@
 //! This room knows neither tonic nor sled.
 
 mod http;
+mod logs;
 mod metrics;
 pub mod traces;
 

@@ -92,7 +92,7 @@ pub fn init(json: bool) -> Result<Tracing, TracingError> {
             .boxed()
     } else {
         tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
+            .with_writer(super::logs::OneLineStderr)
             .boxed()
     };
     tracing_subscriber::registry()

@@ -240,6 +240,25 @@ async fn admin_calls_need_the_admin_token_and_a_tenant_key_is_not_one() {
     );
     assert_eq!(code, Code::InvalidArgument);
     assert!(text.starts_with("tenant "), "{text}");
+    let (code, text) = code_of(
+        admin
+            .create_api_key(signed(
+                pb::CreateApiKeyRequest {
+                    tenant: "acme\nINFO forged line".into(),
+                    ..Default::default()
+                },
+                ADMIN_TOKEN,
+                None,
+            ))
+            .await,
+    );
+    assert_eq!(
+        (code, text.as_str()),
+        (
+            Code::InvalidArgument,
+            "tenant must be 1 to 64 printable characters"
+        )
+    );
 
     // Without a configured admin token, no admin call can succeed.
     let open = TestServer::start(&llm.base_url()).await;

@@ -105,6 +105,11 @@ async fn run_shows_the_answer_the_tool_call_and_the_usage() {
         "{tree}"
     );
     assert!(tree.contains("   └─ answer: The answer is 42."), "{tree}");
+
+    // The connection flags work before the subcommand as well, as in other CLIs.
+    let before = agent_runner(&["--addr", &addr, "show", &message_id], &[]).await;
+    assert!(before.status.success(), "{}", text(&before.stderr));
+    assert_eq!(text(&before.stdout), tree);
 }
 
 /// `--json` prints one JSON object per event with stable names and numbers as numbers;

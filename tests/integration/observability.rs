@@ -20,8 +20,11 @@ use tonic::metadata::MetadataValue;
 
 use crate::support::process::{client, spawn_service_with};
 use crate::support::{
-    end_of, last_error, read_until_delta, run_request, run_to_end, start, Reply, ScriptedCall,
+    end_of, last_error, read_until_delta, run_request, run_to_end, start, Reply,
+    RunRequestExt as _, ScriptedCall,
 };
+use agent_runner::api::convert::json_to_struct;
+use serde_json::json;
 
 /// `/metrics` as text.
 async fn scrape(addr: std::net::SocketAddr) -> String {
@@ -275,6 +278,61 @@ fn hex(bytes: &[u8]) -> String {
 /// {model}` span per LLM call and an `execute_tool {tool}` span per tool call beneath it,
 /// carrying the GenAI attributes; a failed tool call's span is an error; the LLM request
 /// carries the trace onward; and the run's log lines carry the trace id.
+/// Label values come from the configuration and registrations, never from callers: runs
+/// of made-up model names calling a client tool count under `other` and `client`, and after
+/// twenty of them `/metrics` has exactly the series it had after one.
+#[tokio::test]
+async fn metric_labels_never_grow_with_what_callers_send() {
+    let (llm, server, mut client) = start(vec![]).await;
+    let schema = json!({"type": "object", "properties": {"order_id": {"type": "string"}},
+        "required": ["order_id"]});
+    let run = |index: usize| {
+        let mut request = run_request("hi", &[])
+            .model(&format!("made-up-model-{index}-{}", "x".repeat(200)))
+            .max_iteration(1);
+        request.client_tools.push(pb::ClientTool {
+            name: format!("lookup_{index}"),
+            description: "Look something up".into(),
+            parameters_schema: Some(json_to_struct(schema.as_object().unwrap())),
+            require_approval: false,
+        });
+        request
+    };
+    let series = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| line.rsplit_once(' ').map(|(series, _)| series.to_owned()))
+            .collect()
+    };
+    let mut after_one = Vec::new();
+    for index in 0..20 {
+        // The model calls the client tool with bad arguments: checked and answered at once.
+        let name: &'static str = Box::leak(format!("lookup_{index}").into_boxed_str());
+        llm.repeat(Reply::calls(
+            &[],
+            vec![ScriptedCall::new("c", name, &["{\"id\": 1}"])],
+            (1, 1),
+        ));
+        let events = run_to_end(&mut client, run(index)).await;
+        assert!(matches!(
+            events.last().and_then(|e| e.event.as_ref()),
+            Some(pb::run_event::Event::End(_) | pb::run_event::Event::Error(_))
+        ));
+        if index == 0 {
+            after_one = series(&scrape(server.metrics_addr).await);
+        }
+    }
+    let text = scrape(server.metrics_addr).await;
+    assert!(!text.contains("made-up-model"), "{text}");
+    assert!(!text.contains("lookup_"), "{text}");
+    assert!(text.contains("gen_ai_request_model=\"other\""), "{text}");
+    assert!(
+        text.contains("provider=\"client\",tool=\"client\""),
+        "{text}"
+    );
+    assert_eq!(series(&text), after_one);
+}
+
 #[tokio::test]
 async fn spans_follow_the_genai_conventions_and_the_callers_trace() {
     let (receiver, otlp) = Receiver::start().await;

@@ -67,6 +67,28 @@ async fn invalid_runs_are_refused_naming_the_field() {
             "files[0].mime_type must be an image type; only images are supported",
         ),
         (
+            Box::new(|r| r.model_mut().name = "gpt-4o\nERROR forged log line".into()),
+            Code::InvalidArgument,
+            "agent.model.name must not contain control characters",
+        ),
+        (
+            Box::new(|r| r.model_mut().name = "m".repeat(1 << 20)),
+            Code::InvalidArgument,
+            "agent.model.name is 1048576 bytes, more than 256",
+        ),
+        (
+            Box::new(|r| {
+                r.agent_mut().tools.push(pb::AgentTool {
+                    provider: "time\r".into(),
+                    name: "current_time".into(),
+                    parameters: None,
+                    require_approval: false,
+                })
+            }),
+            Code::InvalidArgument,
+            "agent.tools[0].provider must not contain control characters",
+        ),
+        (
             Box::new(|r| r.conversation_id = "0190e7a5-0000-7000-8000-000000000000".into()),
             Code::NotFound,
             "conversation 0190e7a5-0000-7000-8000-000000000000 not found",

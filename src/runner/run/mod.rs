@@ -234,7 +234,10 @@ impl RunTask {
                 RoundEnd::Answered => match self.check_output() {
                     Ok(()) => return Ok(FinishReason::Stop),
                     Err(problems) if !repairing => {
-                        tracing::info!(%problems, "the answer does not meet the output schema; asking for a repair");
+                        tracing::info!(
+                            ?problems,
+                            "the answer does not meet the output schema; asking for a repair"
+                        );
                         self.context.repair =
                             Some(Output::repair(self.state.last_answer(), &problems));
                         repairing = true;
@@ -527,7 +530,7 @@ impl RunTask {
         self.metrics.llm_call(&LlmCall {
             api: model.api,
             provider: &model.provider,
-            model: &model.info.name,
+            model: model.label(),
             duration,
             tokens: tokens.map(|t| (t.prompt_tokens, t.completion_tokens)),
             error,

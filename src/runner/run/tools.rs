@@ -18,7 +18,7 @@ use crate::runner::live::{Awaited, ClientOutput, Decision, Delivery, Mailbox};
 use crate::runner::settings::RunnerSettings;
 use crate::telemetry::Metrics;
 use crate::tools::http_api::truncate_output;
-use crate::tools::{Invocation, ProviderKind, ToolSet};
+use crate::tools::{Invocation, ProviderKind, ToolSet, CLIENT_PROVIDER};
 
 /// One wait of a run on the outside.
 struct Wait {
@@ -283,9 +283,15 @@ impl RoundTools<'_> {
         mut invocation: Invocation,
     ) -> Result<(), Halt> {
         if let Some(call) = round.thought.tool_calls.get(index) {
+            // A client tool's name is the caller's: counted under one label.
+            let tool = if invocation.provider == CLIENT_PROVIDER {
+                CLIENT_PROVIDER
+            } else {
+                call.name.as_str()
+            };
             self.metrics.tool_call(
                 &invocation.provider,
-                &call.name,
+                tool,
                 invocation.outcome,
                 Duration::from_secs_f64(invocation.meta.time_cost.max(0.0)),
             );
