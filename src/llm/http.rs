@@ -118,7 +118,8 @@ pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
 }
 
 /// The wait a provider asks for: `retry-after-ms` (OpenAI's), else `Retry-After` in seconds
-/// or as an HTTP date.
+/// or as an HTTP date. A wait too long to represent (`1e300`, `inf`) is the longest wait
+/// there is, which every retry budget refuses; a negative or unreadable one is no wait asked.
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let header = |name| {
         headers
@@ -127,17 +128,24 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
             .map(str::trim)
     };
     if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        return (ms >= 0.0).then(|| Duration::from_secs_f64(ms / 1000.0));
+        return seconds_asked(ms / 1000.0);
     }
     let value = header(RETRY_AFTER.as_str())?;
     if let Ok(seconds) = value.parse::<f64>() {
-        return (seconds >= 0.0 && seconds.is_finite()).then(|| Duration::from_secs_f64(seconds));
+        return seconds_asked(seconds);
     }
     let at = httpdate::parse_http_date(value).ok()?;
     Some(
         at.duration_since(std::time::SystemTime::now())
             .unwrap_or(Duration::ZERO),
     )
+}
+
+fn seconds_asked(seconds: f64) -> Option<Duration> {
+    if seconds.is_nan() || seconds < 0.0 {
+        return None;
+    }
+    Some(Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX))
 }
 
 /// Classifies a non-2xx answer, keeping the provider's own message (OpenAI and Anthropic
@@ -274,5 +282,19 @@ mod tests {
             "{wait:?}"
         );
         assert_eq!(retry_after(&headers(&[("retry-after", "soon")])), None);
+        for absurd in ["1e300", "inf", "Infinity", "1e25"] {
+            assert_eq!(
+                retry_after(&headers(&[("retry-after", absurd)])),
+                Some(Duration::MAX),
+                "{absurd}"
+            );
+            assert_eq!(
+                retry_after(&headers(&[("retry-after-ms", absurd)])),
+                Some(Duration::MAX),
+                "{absurd}"
+            );
+        }
+        assert_eq!(retry_after(&headers(&[("retry-after-ms", "NaN")])), None);
+        assert_eq!(retry_after(&headers(&[("retry-after", "-5")])), None);
     }
 }

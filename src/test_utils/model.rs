@@ -24,6 +24,8 @@ pub enum ScriptedTurn {
     Fail(LlmError),
     /// Streams the text pieces, then stays silent until the run gives up on it.
     Stall(Vec<String>),
+    /// Panics when called, as a bug would.
+    Panic(&'static str),
 }
 
 impl ScriptedTurn {
@@ -126,6 +128,8 @@ impl ChatModel for ScriptedChatModel {
                 Ok(Box::pin(futures::stream::iter(chunks.into_iter().map(Ok))))
             }
             ScriptedTurn::Fail(err) => Err(err),
+            #[allow(clippy::panic)]
+            ScriptedTurn::Panic(message) => panic!("{message}"),
             ScriptedTurn::Stall(text) => {
                 let head = futures::stream::iter(text.into_iter().map(|t| Ok(ChatChunk::Text(t))));
                 Ok(Box::pin(futures::StreamExt::chain(

@@ -93,3 +93,23 @@ async fn a_silent_llm_hits_the_first_byte_timeout() {
     assert_eq!(error.code, "llm_timeout");
     assert!(error.message.contains("first byte"), "{}", error.message);
 }
+
+/// A provider asking for an absurd wait (`Retry-After: 1e300`, `retry-after-ms: inf`)
+/// asks for longer than any retry budget: the call is not retried, the run ends with the
+/// provider's failure (never a panic, never a store error) and the message is FAILED.
+#[tokio::test]
+async fn an_absurd_retry_after_is_longer_than_the_budget() {
+    for retry_after in ["1e300", "inf", "99999999999999999999999"] {
+        let (llm, _server, mut client) = start(vec![Reply::Throttle {
+            status: 429,
+            retry_after,
+        }])
+        .await;
+        let events = run_to_end(&mut client, run_request("hi", &[])).await;
+        let error = last_error(&events);
+        assert_eq!(error.code, "llm_rate_limited", "{retry_after}: {error:?}");
+        assert_eq!(llm.requests().len(), 1, "not retried");
+        let message = message(&mut client, events[0].message_id.clone()).await;
+        assert_eq!(message.status, pb::MessageStatus::Failed as i32);
+    }
+}

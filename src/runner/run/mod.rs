@@ -203,7 +203,18 @@ impl RunTask {
 
     async fn live(mut self) {
         self.metrics.run_started();
-        let outcome = self.rounds().await;
+        // A bug that panics in the rounds must still end the run as every run ends: its
+        // message FAILED, an `error` event, its place and gauges given back.
+        let outcome = std::panic::AssertUnwindSafe(self.rounds())
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| {
+                tracing::error!(panic = ?panic_text(&*panic), "a run's task panicked; the run ends as failed");
+                Err(Halt::failed(
+                    "internal",
+                    "the run failed on an internal error of the service",
+                ))
+            });
         let registration = self.finish(outcome).await;
         drop(registration);
     }
@@ -745,6 +756,15 @@ impl RunTask {
         self.recorder.close().await;
         self.control.registration
     }
+}
+
+/// What a panic said, when it said it as text.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 /// What every prompt of the run is built from.

@@ -234,6 +234,45 @@ async fn a_cancel_between_rounds_stops_before_the_next_model_call() {
     assert_eq!(message.answer, "Waiting.");
 }
 
+/// A panic inside a run (a bug) still ends it as every run ends: an `error` event of code
+/// `internal` (not a store failure), the message FAILED, and the run no longer live.
+#[tokio::test]
+async fn a_panic_in_a_run_ends_it_as_failed() {
+    let model = ScriptedChatModel::new(vec![ScriptedTurn::Panic("a bug")]);
+    let (runner, store) = runner(model);
+    let handle = runner.start(spec(&[]), runner.run_token()).unwrap();
+    let events = drain(handle.events).await;
+    match &events.last().unwrap().event {
+        RunEvent::Error { failure, .. } => {
+            assert_eq!(failure.code, "internal");
+            assert_eq!(
+                failure.message,
+                "the run failed on an internal error of the service"
+            );
+        }
+        other => panic!("the run did not end with an error: {other:?}"),
+    }
+    let message = store
+        .get_message(&Tenant::default_tenant(), handle.message_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(message.status, MessageStatus::Failed);
+    assert_eq!(message.error.unwrap().code, "internal");
+    let cancel = runner
+        .cancel(&Tenant::default_tenant(), handle.message_id)
+        .await;
+    assert!(
+        matches!(
+            cancel,
+            Err(crate::runner::RunError::NotRunning {
+                status: MessageStatus::Failed,
+                ..
+            })
+        ),
+        "no longer running: {cancel:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_client_tool_call_waits_for_the_callers_result_then_goes_on() {
     let model = ScriptedChatModel::new(vec![
