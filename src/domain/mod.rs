@@ -11,6 +11,7 @@ mod file;
 mod ids;
 mod message;
 mod provider;
+pub mod redact;
 mod thought;
 mod usage;
 

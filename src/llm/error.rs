@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::domain::redact::Redactor;
 use crate::domain::ErrorKind;
 
 /// Why an LLM call failed.
@@ -93,6 +94,51 @@ pub enum LlmError {
 }
 
 impl LlmError {
+    /// The failure with `redactor`'s secrets masked in every text that came from upstream.
+    pub fn redacted(self, redactor: &Redactor) -> Self {
+        let mask = |message: String| redactor.redact(&message).into_owned();
+        match self {
+            Self::Connect { message } => Self::Connect {
+                message: mask(message),
+            },
+            Self::Auth { status, message } => Self::Auth {
+                status,
+                message: mask(message),
+            },
+            Self::ModelNotFound { model, message } => Self::ModelNotFound {
+                model,
+                message: mask(message),
+            },
+            Self::RateLimited {
+                message,
+                retry_after,
+            } => Self::RateLimited {
+                message: mask(message),
+                retry_after,
+            },
+            Self::Server {
+                status,
+                message,
+                retry_after,
+            } => Self::Server {
+                status,
+                message: mask(message),
+                retry_after,
+            },
+            Self::BadRequest { status, message } => Self::BadRequest {
+                status,
+                message: mask(message),
+            },
+            Self::Stream { message } => Self::Stream {
+                message: mask(message),
+            },
+            Self::Decode { message } => Self::Decode {
+                message: mask(message),
+            },
+            other @ (Self::Timeout { .. } | Self::TooLarge { .. } | Self::Busy { .. }) => other,
+        }
+    }
+
     /// Stable code for the in-band error event.
     pub fn code(&self) -> &'static str {
         match self {

@@ -7,6 +7,7 @@ pub mod anthropic;
 mod error;
 mod http;
 pub mod openai;
+mod redacting;
 mod registry;
 mod sse;
 mod tokens;

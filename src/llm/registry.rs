@@ -12,6 +12,7 @@ use tokio::sync::Semaphore;
 use super::anthropic::AnthropicClient;
 use super::openai::OpenAiClient;
 use super::{ChatModel, Tokenizer};
+use crate::domain::redact::Redactor;
 use crate::domain::{ErrorKind, Pricing};
 
 /// A secret string whose `Debug` never shows the value, so it cannot leak into logs.
@@ -479,6 +480,9 @@ impl ModelRegistry {
                 ProviderApi::Openai => Arc::new(OpenAiClient::new(config)?),
                 ProviderApi::Anthropic => Arc::new(AnthropicClient::new(config)?),
             };
+            let key = config.resolved_api_key();
+            let redactor = Redactor::new(key.as_ref().map(Secret::expose));
+            let client = super::redacting::Redacting::wrap(client, redactor);
             registry.insert(name, client, &config.models, config.strict_models);
             registry.set_policy(name, config.call_policy());
             if let Some(provider) = registry.providers.get_mut(name) {

@@ -25,6 +25,7 @@ use base64::Engine as _;
 use super::http_api::truncate_output;
 use super::http_body::redacted;
 use super::{ErasedTool, FileContent, ToolDescriptor, ToolError, ToolFile, ToolOutput};
+use crate::domain::redact::Redactor;
 use crate::domain::McpToolDef;
 
 type Session = RunningService<RoleClient, ClientConfig>;
@@ -49,6 +50,8 @@ pub struct McpSettings {
 pub struct McpConnection {
     url: String,
     bearer: Option<String>,
+    /// Masks the bearer token in what the server says back.
+    redactor: Redactor,
     settings: McpSettings,
     /// A tokio mutex: opening a session awaits, and callers must not open two at once.
     session: Mutex<Option<Arc<Session>>>,
@@ -59,6 +62,7 @@ impl McpConnection {
     pub fn new(url: &str, bearer: Option<String>, settings: McpSettings) -> Self {
         Self {
             url: url.to_owned(),
+            redactor: Redactor::new(bearer.iter()),
             bearer,
             settings,
             session: Mutex::new(None),
@@ -77,8 +81,10 @@ impl McpConnection {
             Ok(Err(err)) => {
                 // The detail (transport internals, type names) goes to the log; the text
                 // shown to the model and to clients says what happened in a few words.
-                tracing::warn!(%server, error = %err, "MCP {what} failed");
-                Err(ToolError::Failed(explain(&server, what, &err.to_string())))
+                let detail = err.to_string();
+                let detail = self.redactor.redact(&detail);
+                tracing::warn!(%server, error = %detail, "MCP {what} failed");
+                Err(ToolError::Failed(explain(&server, what, &detail)))
             }
             Err(_) => Err(ToolError::Failed(format!(
                 "the MCP server at {server} did not {what} within {}s",

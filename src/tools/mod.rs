@@ -19,6 +19,7 @@ pub mod observation;
 pub mod outbound;
 pub mod providers;
 pub mod records;
+mod redacting;
 mod registry;
 pub mod schema;
 mod toolset;

@@ -216,6 +216,11 @@ pub fn build(
             (String::new(), tools)
         }
     };
+    let redactor = super::redacting::redactor_for(&record.credentials);
+    let tools: Vec<Arc<dyn ErasedTool>> = tools
+        .into_iter()
+        .map(|tool| super::redacting::RedactingTool::wrap(tool, &redactor))
+        .collect();
     let tools = if record.cache_ttl_secs > 0 {
         let ttl = std::time::Duration::from_secs(record.cache_ttl_secs);
         tools

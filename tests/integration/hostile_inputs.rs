@@ -9,7 +9,8 @@ use tonic::Code;
 
 use crate::support::process::spawn_service;
 use crate::support::{
-    end_of, run_request, run_to_end, start, streamed_text, FakeOpenAi, Reply, RunRequestExt,
+    end_of, last_error, message, run_request, run_to_end, start, streamed_text, FakeOpenAi,
+    Reply, RunRequestExt,
     BLOCKING_MODEL,
 };
 
@@ -185,4 +186,80 @@ async fn schema_patterns_are_counted_and_compiled_once() {
         "{}",
         checked.observation
     );
+}
+
+/// A gateway's 401 that quotes the key it received, and a tool API that echoes its
+/// credentials (as a header value and as basic auth), never show them: the error event,
+/// the stored message and the observation say `[redacted]` instead.
+#[tokio::test]
+async fn secrets_an_upstream_echoes_are_masked() {
+    let (llm, server, mut client) = start(vec![Reply::Error {
+        status: 401,
+        message: "Incorrect API key provided. Received API Key = Bearer test-key",
+    }])
+    .await;
+    let events = run_to_end(&mut client, run_request("hi", &[])).await;
+    let error = last_error(&events);
+    assert_eq!(
+        error.message,
+        "the LLM provider refused the credentials (HTTP 401): Incorrect API key provided. \
+         Received API Key = Bearer [redacted]"
+    );
+    let stored = message(&mut client, events[0].message_id.clone()).await;
+    assert!(!format!("{stored:?}").contains("test-key"));
+    drop(llm);
+
+    let echo = axum::Router::new().route(
+        "/echo",
+        axum::routing::get(|headers: axum::http::HeaderMap| async move {
+            let seen: Vec<String> = headers
+                .iter()
+                .map(|(name, value)| format!("{name}: {}", value.to_str().unwrap_or("")))
+                .collect();
+            seen.join("\n")
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, echo).await });
+    let spec = json!({"openapi": "3.0.0", "paths": {"/echo": {"get": {"operationId": "echo"}}}})
+        .to_string();
+    let mut tools = server.tools().await;
+    for (name, credentials, secret) in [
+        ("keyed", vec![("api_key", "tool-key-0123456789")], "tool-key-0123456789"),
+        (
+            "basic",
+            vec![("username", "ada"), ("password", "correct-horse")],
+            "YWRhOmNvcnJlY3QtaG9yc2U=",
+        ),
+    ] {
+        let mut request = openapi_provider(name, spec.clone());
+        let provider = request.provider.as_mut().unwrap();
+        provider.source = Some(pb::ProviderSource {
+            source: Some(pb::provider_source::Source::Openapi(pb::OpenApiSource {
+                spec: spec.clone(),
+                server_url: url.clone(),
+            })),
+        });
+        provider.credentials = credentials
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), value.to_owned()))
+            .collect();
+        tools.create_provider(request).await.unwrap();
+        let answer = tools
+            .invoke_tool(pb::InvokeToolRequest {
+                provider: name.into(),
+                name: "echo".into(),
+                arguments: "{}".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(
+            answer.observation.contains("[redacted]") && !answer.observation.contains(secret),
+            "{}",
+            answer.observation
+        );
+    }
 }
