@@ -83,7 +83,9 @@ mod tests {
         );
         let basic = base64::engine::general_purpose::STANDARD.encode("ada:hunter22!");
         assert_eq!(
-            redactor.redact(&format!("got Authorization: Basic {basic}, password hunter22!")),
+            redactor.redact(&format!(
+                "got Authorization: Basic {basic}, password hunter22!"
+            )),
             "got Authorization: Basic [redacted], password [redacted]"
         );
     }

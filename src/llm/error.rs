@@ -143,7 +143,9 @@ impl LlmError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::Connect { .. } => "llm_connect_error",
-            Self::Timeout { phase, .. } if *phase == IDLE_PHASE => "llm_idle_timeout",
+            Self::Timeout { phase, .. } if *phase == IDLE_PHASE || *phase == ERROR_BODY_PHASE => {
+                "llm_idle_timeout"
+            }
             Self::Timeout { .. } => "llm_timeout",
             Self::Auth { .. } => "llm_auth_error",
             Self::ModelNotFound { .. } => "llm_model_not_found",
@@ -215,3 +217,6 @@ impl LlmError {
 
 /// The phase of a timeout inside a stream, after its first byte.
 pub const IDLE_PHASE: &str = "stream";
+/// The phase of a timeout while reading an error answer's body: nothing of the turn was
+/// shown, so it is retried like a timeout before the first byte.
+pub const ERROR_BODY_PHASE: &str = "error body";

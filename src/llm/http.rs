@@ -62,7 +62,7 @@ pub(crate) async fn send(
     if response.status().is_success() {
         Ok(response)
     } else {
-        Err(http_error(response, model).await)
+        Err(http_error(response, clocks, model).await)
     }
 }
 
@@ -148,17 +148,47 @@ fn seconds_asked(seconds: f64) -> Option<Duration> {
     Some(Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX))
 }
 
+/// The most of an error answer's body that is read: enough for any provider's message.
+pub(crate) const ERROR_BODY_CAP: usize = 64 * 1024;
+
 /// Classifies a non-2xx answer, keeping the provider's own message (OpenAI and Anthropic
-/// both put it in an `error` value).
-async fn http_error(response: reqwest::Response, model: &str) -> LlmError {
+/// both put it in an `error` value). The body is read up to [`ERROR_BODY_CAP`] and within the
+/// idle clock: a body that never comes is a timeout, not a hang.
+async fn http_error(response: reqwest::Response, clocks: Clocks, model: &str) -> LlmError {
     let status = response.status();
     let retry_after = retry_after(response.headers());
-    let body = response.text().await.unwrap_or_default();
+    let body = match error_body(response, clocks.idle).await {
+        Ok(body) => body,
+        Err(err) => return err,
+    };
     let message = serde_json::from_str::<Value>(&body)
         .ok()
         .and_then(|json| json.get("error").map(error_message))
         .unwrap_or_else(|| truncate(body.trim(), 500).to_owned());
     classify(status, message, retry_after, model)
+}
+
+/// At most [`ERROR_BODY_CAP`] bytes of `response`'s body, each piece within `idle`; the
+/// rest is not read. A connection that breaks ends the body where it broke.
+async fn error_body(response: reqwest::Response, idle: Duration) -> Result<String, LlmError> {
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while body.len() < ERROR_BODY_CAP {
+        match tokio::time::timeout(idle, chunks.next()).await {
+            Err(_) => {
+                return Err(LlmError::Timeout {
+                    phase: super::error::ERROR_BODY_PHASE,
+                    after: idle,
+                })
+            }
+            Ok(None | Some(Err(_))) => break,
+            Ok(Some(Ok(chunk))) => {
+                let room = ERROR_BODY_CAP - body.len();
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+        }
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
 /// The failure an HTTP status means: 401/403 the key, 404 the model, 429 and 5xx (529,

@@ -2,16 +2,19 @@
 //! templates that fill to gigabytes, schemas full of patterns, caller text bound for logs and
 //! metric labels.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use agent_runner::pb;
 use agent_runner::pb::tool_registry_client::ToolRegistryClient;
+use futures::StreamExt as _;
 use serde_json::json;
 use tonic::Code;
 
 use crate::support::process::spawn_service;
 use crate::support::{
-    end_of, last_error, message, run_request, run_to_end, start, streamed_text, FakeOpenAi,
-    Reply, RunRequestExt,
-    BLOCKING_MODEL,
+    end_of, last_error, message, run_request, run_to_end, start, streamed_text, FakeOpenAi, Reply,
+    RunRequestExt, TestServer, BLOCKING_MODEL, PROVIDER,
 };
 
 /// An instruction its inputs fill past `runner.max_instruction_bytes` is refused naming the
@@ -226,7 +229,11 @@ async fn secrets_an_upstream_echoes_are_masked() {
         .to_string();
     let mut tools = server.tools().await;
     for (name, credentials, secret) in [
-        ("keyed", vec![("api_key", "tool-key-0123456789")], "tool-key-0123456789"),
+        (
+            "keyed",
+            vec![("api_key", "tool-key-0123456789")],
+            "tool-key-0123456789",
+        ),
         (
             "basic",
             vec![("username", "ada"), ("password", "correct-horse")],
@@ -261,5 +268,71 @@ async fn secrets_an_upstream_echoes_are_masked() {
             "{}",
             answer.observation
         );
+    }
+}
+
+/// An LLM server answering 500 with a body of its choosing: `endless` streams text forever
+/// (counting what it produced), otherwise the body starts and then never continues.
+async fn failing_llm(endless: bool, produced: Arc<AtomicUsize>) -> String {
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move || {
+            let produced = Arc::clone(&produced);
+            async move {
+                let chunk = axum::body::Bytes::from(vec![b'x'; 64 * 1024]);
+                let body = if endless {
+                    axum::body::Body::from_stream(futures::stream::repeat_with(move || {
+                        produced.fetch_add(chunk.len(), Ordering::SeqCst);
+                        Ok::<_, std::convert::Infallible>(chunk.clone())
+                    }))
+                } else {
+                    let start = futures::stream::once(async {
+                        Ok::<_, std::convert::Infallible>(axum::body::Bytes::from("{\"error\": "))
+                    });
+                    axum::body::Body::from_stream(start.chain(futures::stream::pending()))
+                };
+                axum::response::Response::builder()
+                    .status(500)
+                    .body(body)
+                    .unwrap()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/v1")
+}
+
+/// An error answer's body is read up to 64 KiB within the idle clock: an endless one is cut
+/// (the server produced little more than that per attempt), a silent one ends the call as
+/// `llm_idle_timeout` and is retried like other timeouts, and neither hangs the run.
+#[tokio::test]
+async fn llm_error_bodies_are_capped_and_clocked() {
+    for endless in [true, false] {
+        let produced = Arc::new(AtomicUsize::new(0));
+        let url = failing_llm(endless, Arc::clone(&produced)).await;
+        let server = TestServer::start_edited(&url, |config| {
+            let provider = config.providers.get_mut(PROVIDER).unwrap();
+            provider.idle_timeout_secs = 1;
+            provider.max_retries = 1;
+        })
+        .await;
+        let started = std::time::Instant::now();
+        let events = run_to_end(&mut server.agents().await, run_request("hi", &[])).await;
+        let error = last_error(&events);
+        assert!(started.elapsed() < std::time::Duration::from_secs(6));
+        assert!(
+            error.message.ends_with("(after 2 attempts)"),
+            "{}",
+            error.message
+        );
+        if endless {
+            assert_eq!(error.code, "llm_server_error");
+            let produced = produced.load(Ordering::SeqCst);
+            assert!(produced < 24 << 20, "the server produced {produced} bytes");
+        } else {
+            assert_eq!(error.code, "llm_idle_timeout");
+        }
     }
 }
