@@ -225,6 +225,48 @@ pub(crate) fn classify(
     }
 }
 
+/// The failure an error object inside a stream names, in the classes an HTTP status would
+/// give, so only what a retry can cure is retried: a numeric `code` (OpenRouter's
+/// `{"error": {"code": 400, ...}}`) is read as a status; a `type` as OpenAI and Anthropic
+/// name them. An object saying neither is a broken stream, which may be retried.
+pub(crate) fn stream_error_failure(error: &Value) -> LlmError {
+    let message = error_message(error);
+    let status = error
+        .get("code")
+        .and_then(|code| {
+            code.as_u64()
+                .or_else(|| code.as_str().and_then(|text| text.parse().ok()))
+        })
+        .and_then(|code| u16::try_from(code).ok())
+        .and_then(|code| StatusCode::from_u16(code).ok())
+        .filter(|status| status.is_client_error() || status.is_server_error());
+    if let Some(status) = status {
+        return classify(status, message, None, "");
+    }
+    let kind = error
+        .get("type")
+        .or_else(|| error.get("code"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let status = match kind {
+        "overloaded_error" => 529,
+        "server_error" | "api_error" => 500,
+        "rate_limit_error" | "rate_limit_exceeded" => 429,
+        "invalid_request_error" | "context_length_exceeded" => 400,
+        "request_too_large" => 413,
+        "authentication_error" | "invalid_api_key" => 401,
+        "permission_error" => 403,
+        "not_found_error" => 404,
+        // Out of credit: a retry cannot cure it.
+        "insufficient_quota" => return LlmError::BadRequest { status: 402, message },
+        _ => return LlmError::Stream { message },
+    };
+    match StatusCode::from_u16(status) {
+        Ok(status) => classify(status, message, None, ""),
+        Err(_) => LlmError::Stream { message },
+    }
+}
+
 /// The human-readable message of an `error` value, whatever its shape.
 pub(crate) fn error_message(error: &Value) -> String {
     if let Some(text) = error.as_str() {

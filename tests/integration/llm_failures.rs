@@ -113,3 +113,37 @@ async fn an_absurd_retry_after_is_longer_than_the_budget() {
         assert_eq!(message.status, pb::MessageStatus::Failed as i32);
     }
 }
+
+/// An error object inside the stream that a retry cannot cure (OpenRouter's `{"error":
+/// {"code": 400, ...}}`) ends the run at once, one billed call, with the usage so far on the
+/// `error` event; one that a retry can cure (502) before any text is retried.
+#[tokio::test]
+async fn only_curable_errors_inside_a_stream_are_retried() {
+    let (llm, _server, mut client) = start(vec![Reply::UsageThenError {
+        text: vec![],
+        usage: (7, 0),
+        message: "Token limit reached",
+        code: 400,
+    }])
+    .await;
+    let events = run_to_end(&mut client, run_request("hi", &[])).await;
+    let error = last_error(&events);
+    assert_eq!(error.code, "llm_bad_request");
+    assert!(error.message.contains("Token limit reached"), "{}", error.message);
+    assert_eq!(llm.requests().len(), 1, "not retried");
+    assert_eq!(error.usage.unwrap().prompt_tokens, 7);
+
+    let (llm, _server, mut client) = start(vec![
+        Reply::UsageThenError {
+            text: vec![],
+            usage: (7, 0),
+            message: "upstream went away",
+            code: 502,
+        },
+        Reply::text(&["Recovered."], (3, 1)),
+    ])
+    .await;
+    let events = run_to_end(&mut client, run_request("hi", &[])).await;
+    assert_eq!(crate::support::end_of(&events).answer, "Recovered.");
+    assert_eq!(llm.requests().len(), 2);
+}

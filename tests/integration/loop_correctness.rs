@@ -155,6 +155,7 @@ async fn usage_sent_before_a_stream_error_is_kept_and_iterations_count_the_faile
             text: vec!["The answer"],
             usage: (20, 3),
             message: "upstream provider went away",
+            code: 502,
         },
     ])
     .await;
@@ -166,7 +167,8 @@ async fn usage_sent_before_a_stream_error_is_kept_and_iterations_count_the_faile
     .await;
 
     let error = last_error(&events);
-    assert_eq!(error.code, "llm_stream_error");
+    // The error object's code 502 says the upstream server failed.
+    assert_eq!(error.code, "llm_server_error");
     assert!(error.message.contains("upstream provider went away"));
     assert_eq!(error.iterations, 2);
     let usage = error.usage.unwrap();

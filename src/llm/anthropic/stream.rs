@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::domain::TokenUsage;
-use crate::llm::http::{error_message, mint_call_id, normalize_arguments};
+use crate::llm::http::{mint_call_id, normalize_arguments, stream_error_failure};
 use crate::llm::sse::{cut_short, keep_within, truncate, Decoder};
 use crate::llm::{ChatChunk, LlmError, Reasoning, ToolCallRequest, TurnEnd};
 
@@ -226,44 +226,7 @@ impl Turn {
 
 /// The failure an `error` event names; the same classes an HTTP status would give.
 fn stream_failure(error: &Value) -> LlmError {
-    let message = error_message(error);
-    match error
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-    {
-        "overloaded_error" => LlmError::Server {
-            status: 529,
-            message,
-            retry_after: None,
-        },
-        "api_error" => LlmError::Server {
-            status: 500,
-            message,
-            retry_after: None,
-        },
-        "rate_limit_error" => LlmError::RateLimited {
-            message,
-            retry_after: None,
-        },
-        "invalid_request_error" => LlmError::BadRequest {
-            status: 400,
-            message,
-        },
-        "request_too_large" => LlmError::BadRequest {
-            status: 413,
-            message,
-        },
-        "authentication_error" => LlmError::Auth {
-            status: 401,
-            message,
-        },
-        "permission_error" => LlmError::Auth {
-            status: 403,
-            message,
-        },
-        _ => LlmError::Stream { message },
-    }
+    stream_error_failure(error)
 }
 
 impl Decoder for Turn {

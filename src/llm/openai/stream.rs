@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use eventsource_stream::Event;
 
 use super::wire::{Chunk, ToolCallDelta};
-use crate::llm::http::{error_message, mint_call_id, normalize_arguments};
+use crate::llm::http::{mint_call_id, normalize_arguments, stream_error_failure};
 use crate::llm::sse::{cut_short, keep_within, truncate, Decoder};
 use crate::llm::{ChatChunk, LlmError, ToolCallRequest, TurnEnd};
 
@@ -153,9 +153,7 @@ impl TurnState {
             out.push_back(Ok(ChatChunk::Usage(usage.into())));
         }
         match chunk.error {
-            Some(error) => Err(LlmError::Stream {
-                message: error_message(&error),
-            }),
+            Some(error) => Err(stream_error_failure(&error)),
             None => Ok(false),
         }
     }
@@ -169,8 +167,13 @@ impl Decoder for TurnState {
     ) -> Result<bool, LlmError> {
         // Some gateways send failures as an `error` event rather than an error object.
         if event.event == "error" {
-            return Err(LlmError::Stream {
-                message: event.data.clone(),
+            return Err(match serde_json::from_str::<serde_json::Value>(&event.data) {
+                Ok(payload) => {
+                    stream_error_failure(payload.get("error").unwrap_or(&payload))
+                }
+                Err(_) => LlmError::Stream {
+                    message: event.data.clone(),
+                },
             });
         }
         TurnState::feed(self, &event.data, out)
@@ -296,13 +299,29 @@ mod tests {
     }
 
     #[test]
-    fn error_objects_in_the_stream_are_errors() {
-        let mut state = TurnState::default();
-        let (_, result) = fed(
-            &mut state,
-            r#"{"error":{"message":"overloaded","type":"server_error"}}"#,
+    fn error_objects_in_the_stream_are_errors_of_their_class() {
+        let failure = |payload: &str| {
+            let mut state = TurnState::default();
+            let mut out = VecDeque::new();
+            state.feed(payload, &mut out).unwrap_err()
+        };
+        let server = failure(r#"{"error":{"message":"overloaded","type":"server_error"}}"#);
+        assert_eq!(
+            server.to_string(),
+            "the LLM server failed (HTTP 500): overloaded"
         );
-        assert_eq!(result, Err("the LLM stream failed: overloaded".to_owned()));
+        assert!(server.is_retryable());
+        // OpenRouter's form: a status as the code. A deterministic failure is not retried.
+        let limit = failure(r#"{"error":{"code":400,"message":"Token limit reached"}}"#);
+        assert_eq!(limit.code(), "llm_bad_request");
+        assert!(!limit.is_retryable());
+        assert!(failure(r#"{"error":{"code":429,"message":"slow down"}}"#).is_retryable());
+        assert!(failure(r#"{"error":{"code":502,"message":"upstream"}}"#).is_retryable());
+        let quota = failure(r#"{"error":{"type":"insufficient_quota","message":"no credit"}}"#);
+        assert!(!quota.is_retryable());
+        let unknown = failure(r#"{"error":{"message":"upstream gone"}}"#);
+        assert_eq!(unknown.code(), "llm_stream_error");
+        assert!(unknown.is_retryable());
     }
 
     #[test]

@@ -84,6 +84,8 @@ pub enum Reply {
         text: Vec<&'static str>,
         usage: (u64, u64),
         message: &'static str,
+        /// The error object's `code`, an HTTP status as OpenRouter sends it.
+        code: u16,
     },
     /// A non-streamed `chat.completion`.
     Completion {
@@ -257,12 +259,13 @@ async fn completions(
             text,
             usage,
             message,
+            code,
         }) => {
             let frames = stream_frames(&model, &text, &[], usage);
             let mut head = frames[..text.len() + 1].to_vec();
             head.push(frames[frames.len() - 2].clone());
             let error = json!({"id": "gen-1", "object": "chat.completion.chunk", "model": model,
-                "error": {"code": 502, "message": message},
+                "error": {"code": code, "message": message},
                 "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "error"}]});
             head.push(format!("data: {error}\n\n"));
             sse(head, false)
