@@ -9,7 +9,7 @@ use super::convert::{parse_id, run_spec};
 use super::status::from_error;
 use super::stream::RunEventStream;
 use super::{caller_of, deadline_of, tenant_of};
-use crate::domain::{ConversationId, FileId, MessageId};
+use crate::domain::{ConversationId, FileId, MessageId, SHOWN_TEXT_LIMIT};
 use crate::pb;
 use crate::pb::agent_service_server::AgentService;
 use crate::runner::{ClientOutput, Decision, RunError, Runner};
@@ -242,7 +242,12 @@ impl AgentService for AgentApi {
             .thoughts_after(&tenant, id, after)
             .map(|thought| {
                 let thought = thought.map_err(from_error)?;
-                Ok((u64::from(thought.position), pb::AgentThought::from(thought)))
+                // A page holds each thought as it fits one message; the store keeps it whole.
+                let shown = match thought.fitted(SHOWN_TEXT_LIMIT) {
+                    std::borrow::Cow::Borrowed(_) => thought,
+                    std::borrow::Cow::Owned(cut) => cut,
+                };
+                Ok((u64::from(shown.position), pb::AgentThought::from(shown)))
             });
         let (thoughts, next_page_token) = fill_page(thoughts, limit)?;
         Ok(Response::new(pb::ListThoughtsResponse {

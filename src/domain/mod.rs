@@ -25,7 +25,9 @@ pub use message::{
     StrategyKind,
 };
 pub use provider::{McpToolDef, ProviderKind, ProviderRecord, ProviderSource};
-pub use thought::{CallOutcome, RetrieverResource, Thought, ToolCallRecord, ToolInvokeMeta};
+pub use thought::{
+    CallOutcome, RetrieverResource, Thought, ToolCallRecord, ToolInvokeMeta, SHOWN_TEXT_LIMIT,
+};
 pub use usage::{Pricing, TokenUsage, Usage};
 
 /// The current time as a UTC timestamp, in one place so records agree on the clock.

@@ -120,6 +120,105 @@ pub struct Thought {
     pub created_at: DateTime<Utc>,
 }
 
+/// The most text one thought carries where a client reads it (an event, a page of
+/// `ListThoughts`), so each stays below the 4 MiB a default gRPC client receives.
+pub const SHOWN_TEXT_LIMIT: usize = 3 * 1024 * 1024 + 512 * 1024;
+
+impl Thought {
+    /// Bytes of the thought's texts: its thought, answer, and each call's arguments and
+    /// observation.
+    pub fn text_len(&self) -> usize {
+        let calls: usize = self
+            .tool_calls
+            .iter()
+            .map(|c| c.arguments.len() + c.observation.as_ref().map_or(0, String::len))
+            .sum();
+        self.thought.len() + self.answer.len() + calls
+    }
+
+    /// The thought as a client is shown it: whole when its texts fit `limit` bytes;
+    /// otherwise the longest observations are cut to one length that makes them fit, then
+    /// (if that is not enough) the thought text, each with a marker giving its original
+    /// size. The stored record stays whole.
+    pub fn fitted(&self, limit: usize) -> std::borrow::Cow<'_, Thought> {
+        let size = self.text_len();
+        if size <= limit {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let mut copy = self.clone();
+        let observations: Vec<usize> = copy
+            .tool_calls
+            .iter()
+            .map(|c| c.observation.as_ref().map_or(0, String::len))
+            .collect();
+        let others = size - observations.iter().sum::<usize>();
+        let room = limit.saturating_sub(others.saturating_add(observations.len() * MARKER_ROOM));
+        let cap = water_level(&observations, room);
+        for call in &mut copy.tool_calls {
+            if let Some(observation) = call.observation.as_mut() {
+                if observation.len() > cap {
+                    cut(observation, cap);
+                }
+            }
+        }
+        let size = copy.text_len();
+        if size > limit {
+            let keep = copy
+                .thought
+                .len()
+                .saturating_sub(size - limit + MARKER_ROOM);
+            cut(&mut copy.thought, keep);
+        }
+        std::borrow::Cow::Owned(copy)
+    }
+}
+
+impl ToolCallRecord {
+    /// The call as a client is shown it: its observation cut (with a marker) when the call
+    /// would not fit `limit` bytes.
+    pub fn fitted(mut self, limit: usize) -> Self {
+        let keep = limit.saturating_sub(self.arguments.len() + MARKER_ROOM);
+        if let Some(observation) = self.observation.as_mut() {
+            if observation.len() > keep {
+                cut(observation, keep);
+            }
+        }
+        self
+    }
+}
+
+/// Bytes a cut marker may take.
+const MARKER_ROOM: usize = 96;
+
+/// The largest length `cap` such that the lengths, each limited to `cap`, sum to at most
+/// `room`: cutting only the longest ones, all to the same length.
+fn water_level(lengths: &[usize], room: usize) -> usize {
+    let mut sorted = lengths.to_vec();
+    sorted.sort_unstable();
+    let mut used = 0usize;
+    for (index, &length) in sorted.iter().enumerate() {
+        let rest = sorted.len() - index;
+        if used + length * rest > room {
+            return (room - used) / rest;
+        }
+        used += length;
+    }
+    usize::MAX
+}
+
+/// Cuts `text` to at most `keep` bytes (at a character boundary) and says so.
+fn cut(text: &mut String, keep: usize) {
+    let original = text.len();
+    let mut keep = keep.min(original);
+    while !text.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    text.truncate(keep);
+    text.push_str(&format!(
+        "\n[cut from {original} bytes to fit one message; the stored record is whole]"
+    ));
+}
+
 /// The stored form of a [`Thought`]: `answer_is_thought` stands for an answer equal to the
 /// thought text, so a round's text is written once, not twice.
 #[derive(Deserialize)]
@@ -235,5 +334,43 @@ mod tests {
             thought,
             "records of earlier versions"
         );
+    }
+
+    #[test]
+    fn a_thought_too_large_to_show_has_its_longest_observations_cut_to_one_length() {
+        let mut thought = Thought::begin(MessageId::new(), 1);
+        thought.thought = "Looking.".into();
+        for (index, size) in [1_100_000, 1_100_000, 50, 900_000].into_iter().enumerate() {
+            thought.tool_calls.push(ToolCallRecord {
+                id: format!("c{index}"),
+                name: "t".into(),
+                provider: "p".into(),
+                arguments: "{}".into(),
+                observation: Some("o".repeat(size)),
+                meta: None,
+            });
+        }
+        assert!(matches!(
+            thought.fitted(4_000_000),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        let shown = thought.fitted(1_000_000);
+        assert!(shown.text_len() <= 1_000_000, "{}", shown.text_len());
+        let lengths: Vec<usize> = shown
+            .tool_calls
+            .iter()
+            .map(|c| c.observation.as_ref().unwrap().len())
+            .collect();
+        assert_eq!(lengths[2], 50, "short ones stay whole");
+        assert_eq!(lengths[0], lengths[1]);
+        assert_eq!(
+            lengths[0],
+            lengths[3] + 1,
+            "the long ones share the room (one more digit in the marker)"
+        );
+        let first = shown.tool_calls[0].observation.as_ref().unwrap();
+        assert!(first
+            .ends_with("[cut from 1100000 bytes to fit one message; the stored record is whole]"));
+        assert_eq!(shown.thought, "Looking.");
     }
 }

@@ -258,7 +258,12 @@ pub(crate) fn stream_error_failure(error: &Value) -> LlmError {
         "permission_error" => 403,
         "not_found_error" => 404,
         // Out of credit: a retry cannot cure it.
-        "insufficient_quota" => return LlmError::BadRequest { status: 402, message },
+        "insufficient_quota" => {
+            return LlmError::BadRequest {
+                status: 402,
+                message,
+            }
+        }
         _ => return LlmError::Stream { message },
     };
     match StatusCode::from_u16(status) {

@@ -12,9 +12,10 @@ use serde_json::json;
 use tonic::Code;
 
 use crate::support::process::spawn_service;
+use crate::support::thoughts;
 use crate::support::{
     end_of, last_error, message, run_request, run_to_end, start, streamed_text, FakeOpenAi, Reply,
-    RunRequestExt, TestServer, BLOCKING_MODEL, PROVIDER,
+    RunRequestExt, ScriptedCall, TestServer, BLOCKING_MODEL, PROVIDER, VISION_MODEL,
 };
 
 /// An instruction its inputs fill past `runner.max_instruction_bytes` is refused naming the
@@ -335,4 +336,82 @@ async fn llm_error_bodies_are_capped_and_clocked() {
             assert_eq!(error.code, "llm_idle_timeout");
         }
     }
+}
+
+/// Five tool answers of 1.1 MB in one round (with `tool_output_limit_bytes` raised to 2 MiB)
+/// would make a 5.5 MB thought: every event, Attach's replay and every ListThoughts page
+/// stay under the 4 MiB a default client takes, the observations cut to one length with a
+/// marker giving their size, and the run completes.
+#[tokio::test]
+async fn a_round_of_large_observations_fits_every_event_and_page() {
+    let answer = axum::Router::new().route(
+        "/big",
+        axum::routing::get(|| async { "word ".repeat(220_000) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, answer).await });
+    let calls: Vec<ScriptedCall> = ["b1", "b2", "b3", "b4", "b5"]
+        .into_iter()
+        .map(|id| ScriptedCall::new(id, "big", &["{}"]))
+        .collect();
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(&[], calls, (1, 1)),
+        Reply::text(&["Done."], (1, 1)),
+    ])
+    .await;
+    let server = TestServer::start_edited(&llm.base_url(), |config| {
+        config.runner.tool_output_limit_bytes = 2 << 20;
+    })
+    .await;
+    let spec =
+        json!({"openapi": "3.0.0", "paths": {"/big": {"get": {"operationId": "big"}}}}).to_string();
+    let mut request = openapi_provider("bulky", spec.clone());
+    request.provider.as_mut().unwrap().source = Some(pb::ProviderSource {
+        source: Some(pb::provider_source::Source::Openapi(pb::OpenApiSource {
+            spec,
+            server_url: url,
+        })),
+    });
+    server.tools().await.create_provider(request).await.unwrap();
+
+    let mut client = server.agents().await;
+    let request = run_request("big", &[("bulky", "big")]).model(VISION_MODEL);
+    let events = run_to_end(&mut client, request).await;
+    assert_eq!(end_of(&events).answer, "Done.");
+    let message_id = events[0].message_id.clone();
+    let mut replay = client
+        .attach(pb::AttachRequest {
+            message_id: message_id.clone(),
+            after_seq: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut replayed = 0;
+    while replay.message().await.unwrap().is_some() {
+        replayed += 1;
+    }
+    assert_eq!(replayed, events.len());
+    let rounds = thoughts(&mut client, message_id).await;
+    let observation = rounds[0].tool_calls[0].observation.clone();
+    assert!(observation.len() < 1_000_000, "{}", observation.len());
+    assert!(
+        observation
+            .ends_with("[cut from 1100000 bytes to fit one message; the stored record is whole]"),
+        "{}",
+        &observation[observation.len().saturating_sub(120)..]
+    );
+    let sent = llm.requests();
+    let tool_message = sent[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap();
+    assert_eq!(
+        tool_message["content"].as_str().unwrap().len(),
+        1_100_000,
+        "the model reads the whole answer"
+    );
 }

@@ -129,7 +129,11 @@ async fn only_curable_errors_inside_a_stream_are_retried() {
     let events = run_to_end(&mut client, run_request("hi", &[])).await;
     let error = last_error(&events);
     assert_eq!(error.code, "llm_bad_request");
-    assert!(error.message.contains("Token limit reached"), "{}", error.message);
+    assert!(
+        error.message.contains("Token limit reached"),
+        "{}",
+        error.message
+    );
     assert_eq!(llm.requests().len(), 1, "not retried");
     assert_eq!(error.usage.unwrap().prompt_tokens, 7);
 

@@ -167,14 +167,14 @@ impl Decoder for TurnState {
     ) -> Result<bool, LlmError> {
         // Some gateways send failures as an `error` event rather than an error object.
         if event.event == "error" {
-            return Err(match serde_json::from_str::<serde_json::Value>(&event.data) {
-                Ok(payload) => {
-                    stream_error_failure(payload.get("error").unwrap_or(&payload))
-                }
-                Err(_) => LlmError::Stream {
-                    message: event.data.clone(),
+            return Err(
+                match serde_json::from_str::<serde_json::Value>(&event.data) {
+                    Ok(payload) => stream_error_failure(payload.get("error").unwrap_or(&payload)),
+                    Err(_) => LlmError::Stream {
+                        message: event.data.clone(),
+                    },
                 },
-            });
+            );
         }
         TurnState::feed(self, &event.data, out)
     }

@@ -4,41 +4,16 @@
 
 use crate::domain::{
     FileId, FileRecord, Message, MessageId, RunEvent, Tenant, Thought, ToolCallRecord,
+    SHOWN_TEXT_LIMIT,
 };
 use crate::runner::live::{Emitter, Outbox};
 use crate::store::{Store, StoreError};
 use crate::tools::{FileContent, ToolFile};
 
-/// The most text one announced thought carries, so every event stays below the 4 MiB a
-/// default gRPC client receives.
-const EVENT_TEXT_LIMIT: usize = 3 * 1024 * 1024 + 512 * 1024;
-
-/// The thought as an event announces it: whole, unless its text would make the event too
-/// large for clients; then its `thought` text (for function calling the same as its answer)
-/// is cut with a marker. The stored record stays whole.
+/// The thought as an event announces it: whole unless it would make the event too large
+/// for clients (see [`Thought::fitted`]).
 fn announced(thought: &Thought) -> Thought {
-    let calls: usize = thought
-        .tool_calls
-        .iter()
-        .map(|c| c.arguments.len() + c.observation.as_ref().map_or(0, String::len))
-        .sum();
-    let size = thought.thought.len() + thought.answer.len() + calls;
-    let mut copy = thought.clone();
-    if size > EVENT_TEXT_LIMIT {
-        let mut keep = thought
-            .thought
-            .len()
-            .saturating_sub(size - EVENT_TEXT_LIMIT);
-        while !thought.thought.is_char_boundary(keep) {
-            keep -= 1;
-        }
-        copy.thought.truncate(keep);
-        copy.thought.push_str(&format!(
-            "\n[cut from {} bytes to fit the event; ListThoughts has it whole]",
-            thought.thought.len()
-        ));
-    }
-    copy
+    thought.fitted(SHOWN_TEXT_LIMIT).into_owned()
 }
 
 /// The run's writer: its tenant's store and its event stream.
@@ -71,9 +46,14 @@ impl Recorder {
     /// Writes the thought as it stands, then announces it.
     pub fn thought(&mut self, thought: &Thought) -> Result<(), StoreError> {
         self.save_thought(thought)?;
+        self.announce_thought(thought);
+        Ok(())
+    }
+
+    /// Announces a thought already written.
+    pub fn announce_thought(&mut self, thought: &Thought) {
         self.emitter
             .emit(RunEvent::Thought(Box::new(announced(thought))));
-        Ok(())
     }
 
     /// Writes the thought without an event (its last state, at the run's end).
@@ -91,7 +71,7 @@ impl Recorder {
         self.emitter.emit(RunEvent::ToolFinished {
             thought_id: thought.id,
             position: thought.position,
-            call,
+            call: call.fitted(SHOWN_TEXT_LIMIT),
         });
         Ok(())
     }

@@ -76,8 +76,7 @@ impl RoundTools<'_> {
         }
         self.run_server_calls(round, server).await?;
         self.run_client_calls(round, client).await?;
-        self.recorder
-            .announce(RunEvent::Thought(Box::new(round.thought.clone())));
+        self.recorder.announce_thought(&round.thought);
         Ok(())
     }
 

@@ -145,6 +145,8 @@ impl FakeOpenAi {
         }));
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
+            // Prompts as large as a run may send (observations of megabytes).
+            .layer(axum::extract::DefaultBodyLimit::max(64 << 20))
             .with_state(Arc::clone(&script));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
