@@ -205,6 +205,9 @@ fn default_max_query_bytes() -> usize {
 fn default_max_instruction_bytes() -> usize {
     RunnerSettings::default().max_instruction_bytes
 }
+fn default_max_tool_calls_per_round() -> usize {
+    RunnerSettings::default().max_tool_calls_per_round
+}
 fn default_max_schema_patterns() -> usize {
     crate::tools::schema::DEFAULT_MAX_PATTERNS
 }
@@ -283,6 +286,10 @@ pub struct RunnerConfig {
     /// prompt once rendered; a run past it is refused before anything is built.
     #[serde(default = "default_max_instruction_bytes")]
     pub max_instruction_bytes: usize,
+    /// Calls of one round that are run; each call past it gets the observation "not run:
+    /// more than N calls in one round" and the model goes on.
+    #[serde(default = "default_max_tool_calls_per_round")]
+    pub max_tool_calls_per_round: usize,
     /// Most `pattern`s (and `patternProperties` keys) the schemas of one provider, or of one
     /// request (output schema and client tools), may hold; each compiles to a regex.
     #[serde(default = "default_max_schema_patterns")]
@@ -315,6 +322,7 @@ impl Default for RunnerConfig {
             max_answer_bytes: default_max_answer_bytes(),
             max_query_bytes: default_max_query_bytes(),
             max_instruction_bytes: default_max_instruction_bytes(),
+            max_tool_calls_per_round: default_max_tool_calls_per_round(),
             max_schema_patterns: default_max_schema_patterns(),
             schema_cache_mb: default_schema_cache_mb(),
         }
@@ -355,6 +363,7 @@ impl RunnerConfig {
             max_answer_bytes: self.max_answer_bytes,
             max_query_bytes: self.max_query_bytes,
             max_instruction_bytes: self.max_instruction_bytes,
+            max_tool_calls_per_round: self.max_tool_calls_per_round,
             tool_output_limit: self.tool_output_limit_bytes,
         }
     }
@@ -644,6 +653,12 @@ impl Config {
             return Err(invalid(
                 "runner.max_instruction_bytes",
                 "must be at least 1024",
+            ));
+        }
+        if self.runner.max_tool_calls_per_round == 0 {
+            return Err(invalid(
+                "runner.max_tool_calls_per_round",
+                "must be at least 1",
             ));
         }
         if self.runner.schema_cache_mb == 0 {

@@ -32,6 +32,8 @@ pub enum CallOutcome {
     UnknownTool,
     /// The call needed approval and was declined.
     Declined,
+    /// The round held more calls than one round may run.
+    NotRun,
 }
 
 impl CallOutcome {
@@ -44,6 +46,7 @@ impl CallOutcome {
             Self::InvalidArguments => "invalid_arguments",
             Self::UnknownTool => "unknown_tool",
             Self::Declined => "declined",
+            Self::NotRun => "not_run",
         }
     }
 }

@@ -26,6 +26,8 @@ pub struct RunnerSettings {
     pub max_instruction_bytes: usize,
     /// Longest observation of a client tool's result; longer ones are cut with a marker.
     pub tool_output_limit: usize,
+    /// Calls of one round that are run; the rest get an observation saying so.
+    pub max_tool_calls_per_round: usize,
 }
 
 impl Default for RunnerSettings {
@@ -41,6 +43,7 @@ impl Default for RunnerSettings {
             max_query_bytes: 1024 * 1024,
             max_instruction_bytes: 4 * 1024 * 1024,
             tool_output_limit: 16 * 1024,
+            max_tool_calls_per_round: 128,
         }
     }
 }

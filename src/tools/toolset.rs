@@ -216,6 +216,21 @@ impl ToolSet {
         )
     }
 
+    /// The result of a call that is not run because its round held more than `limit`.
+    pub fn not_run(&self, name: &str, limit: usize) -> Invocation {
+        let provider = self
+            .bound(name)
+            .map(|bound| bound.provider.name.clone())
+            .unwrap_or_default();
+        observation::failure(
+            CallOutcome::NotRun,
+            provider,
+            format!("not run: more than {limit} calls in one round"),
+            0.0,
+            Map::new(),
+        )
+    }
+
     /// Provider of the tool the model calls `name`, if the run has it.
     pub fn provider_of(&self, name: &str) -> Option<&str> {
         self.by_name

@@ -1,7 +1,7 @@
 //! Chat Completions chunks to [`ChatChunk`]s: text as it arrives, tool calls merged at the
 //! end. The SSE reading itself is [`crate::llm::sse`]'s.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use eventsource_stream::Event;
 
@@ -27,6 +27,12 @@ struct Slot {
 #[derive(Debug, Default)]
 pub struct ToolCallAccumulator {
     slots: Vec<Slot>,
+    /// The first slot of each index, and the first of each index still without an id.
+    first_of_index: HashMap<u32, usize>,
+    first_without_id: HashMap<u32, BTreeSet<usize>>,
+    /// The first slot of each id. With these, a delta finds its call in constant time, so
+    /// a turn of many calls merges in time linear in its deltas.
+    first_of_id: HashMap<String, usize>,
 }
 
 impl ToolCallAccumulator {
@@ -37,35 +43,65 @@ impl ToolCallAccumulator {
             .function
             .map(|f| (f.name.unwrap_or_default(), f.arguments.unwrap_or_default()))
             .unwrap_or_default();
-        let slot = self.slot_for(delta.index, &id, &name);
-        if slot.id.is_empty() {
-            slot.id = id;
+        let position = self.slot_for(delta.index, &id, &name);
+        if self.slots[position].id.is_empty() && !id.is_empty() {
+            self.name_slot(position, id);
         }
+        let slot = &mut self.slots[position];
         if slot.name.is_empty() {
             slot.name = name;
         }
         slot.arguments.push_str(&arguments);
     }
 
-    fn slot_for(&mut self, index: Option<u32>, id: &str, name: &str) -> &mut Slot {
+    /// The first slot a delta joins: with its index (and no other id), else with its id,
+    /// else (carrying neither, and no new name) the most recent one; or a new slot.
+    fn slot_for(&mut self, index: Option<u32>, id: &str, name: &str) -> usize {
         let found = match index {
-            Some(index) => self.slots.iter().position(|slot| {
-                slot.index == Some(index) && (id.is_empty() || slot.id.is_empty() || slot.id == id)
-            }),
-            None if !id.is_empty() => self.slots.iter().position(|slot| slot.id == id),
+            Some(index) if id.is_empty() => self.first_of_index.get(&index).copied(),
+            Some(index) => {
+                let same_id = self
+                    .first_of_id
+                    .get(id)
+                    .copied()
+                    .filter(|at| self.slots[*at].index == Some(index));
+                let without_id = self
+                    .first_without_id
+                    .get(&index)
+                    .and_then(|slots| slots.first().copied());
+                same_id.into_iter().chain(without_id).min()
+            }
+            None if !id.is_empty() => self.first_of_id.get(id).copied(),
             None => self.slots.len().checked_sub(1).filter(|last| {
                 let last_name = &self.slots[*last].name;
                 name.is_empty() || last_name.is_empty() || last_name == name
             }),
         };
-        let position = found.unwrap_or_else(|| {
+        found.unwrap_or_else(|| {
+            let position = self.slots.len();
             self.slots.push(Slot {
                 index,
                 ..Slot::default()
             });
-            self.slots.len() - 1
-        });
-        &mut self.slots[position]
+            if let Some(index) = index {
+                self.first_of_index.entry(index).or_insert(position);
+                self.first_without_id
+                    .entry(index)
+                    .or_default()
+                    .insert(position);
+            }
+            position
+        })
+    }
+
+    fn name_slot(&mut self, position: usize, id: String) {
+        if let Some(index) = self.slots[position].index {
+            if let Some(slots) = self.first_without_id.get_mut(&index) {
+                slots.remove(&position);
+            }
+        }
+        self.first_of_id.entry(id.clone()).or_insert(position);
+        self.slots[position].id = id;
     }
 
     /// The merged calls in the order they began.
@@ -270,6 +306,17 @@ mod tests {
             calls,
             vec![call("a", "time", "{}"), call("b", "time", "{\"x\":2}")]
         );
+    }
+
+    #[test]
+    fn thirty_thousand_whole_calls_at_one_index_merge_into_thirty_thousand() {
+        let mut acc = ToolCallAccumulator::default();
+        for n in 0..30_000 {
+            acc.apply(delta(Some(0), Some(&format!("id{n}")), Some("t"), "{}"));
+        }
+        let calls = acc.finish();
+        assert_eq!(calls.len(), 30_000);
+        assert_eq!(calls[29_999].id, "id29999");
     }
 
     #[test]

@@ -76,6 +76,24 @@ impl Recorder {
         Ok(())
     }
 
+    /// Writes the thought with many calls' results at once, then announces each call as
+    /// finished.
+    pub fn tools_finished(
+        &mut self,
+        thought: &Thought,
+        calls: Vec<ToolCallRecord>,
+    ) -> Result<(), StoreError> {
+        self.save_thought(thought)?;
+        for call in calls {
+            self.emitter.emit(RunEvent::ToolFinished {
+                thought_id: thought.id,
+                position: thought.position,
+                call: call.fitted(SHOWN_TEXT_LIMIT),
+            });
+        }
+        Ok(())
+    }
+
     /// Stores the files a tool produced for `message` and announces each.
     pub fn files(
         &mut self,

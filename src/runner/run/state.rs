@@ -285,11 +285,20 @@ impl Round {
     /// gave them: results arrive in any order, prompts list them in call order) and numbers
     /// them after the run's earlier ones.
     fn number_resources(&mut self) {
-        let calls = &self.thought.tool_calls;
-        let call_index = |id: &str| calls.iter().position(|c| c.id == id);
-        self.thought
-            .retriever_resources
-            .sort_by_key(|resource| call_index(&resource.tool_call_id));
+        if self.thought.retriever_resources.is_empty() {
+            return;
+        }
+        let order: std::collections::HashMap<&str, usize> = self
+            .thought
+            .tool_calls
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(index, call)| (call.id.as_str(), index))
+            .collect();
+        let mut resources = std::mem::take(&mut self.thought.retriever_resources);
+        resources.sort_by_key(|resource| order.get(resource.tool_call_id.as_str()).copied());
+        self.thought.retriever_resources = resources;
         for (offset, resource) in self.thought.retriever_resources.iter_mut().enumerate() {
             resource.position =
                 u32::try_from(self.resources_before + offset + 1).unwrap_or(u32::MAX);

@@ -234,6 +234,53 @@ async fn a_cancel_between_rounds_stops_before_the_next_model_call() {
     assert_eq!(message.answer, "Waiting.");
 }
 
+/// A round of more calls than `runner.max_tool_calls_per_round` (128) runs the first 128;
+/// each call past them gets an observation saying it was not run, and the model goes on.
+#[tokio::test]
+async fn calls_past_the_round_limit_are_not_run_and_the_model_goes_on() {
+    let ids: Vec<String> = (0..130).map(|n| format!("c{n}")).collect();
+    let calls: Vec<(&str, &str, &str)> = ids
+        .iter()
+        .map(|id| (id.as_str(), "eval_expression", r#"{"expression": "1+1"}"#))
+        .collect();
+    let model = ScriptedChatModel::new(vec![
+        ScriptedTurn::calls("", &calls),
+        ScriptedTurn::text("Done."),
+    ]);
+    let (runner, store) = runner(Arc::clone(&model));
+    let handle = runner
+        .start(spec(&[("maths", "eval_expression")]), runner.run_token())
+        .unwrap();
+    let events = drain(handle.events).await;
+    assert!(matches!(
+        &events.last().unwrap().event,
+        RunEvent::MessageEnd { .. }
+    ));
+    let started = events
+        .iter()
+        .filter(|e| matches!(e.event, RunEvent::ToolStarted { .. }))
+        .count();
+    assert_eq!(started, 128);
+    let thoughts = store
+        .list_thoughts(&Tenant::default_tenant(), handle.message_id)
+        .unwrap();
+    let observations: Vec<&str> = thoughts[0]
+        .tool_calls
+        .iter()
+        .map(|c| c.observation.as_deref().unwrap_or_default())
+        .collect();
+    assert_eq!(observations[127], "2");
+    assert_eq!(
+        observations[128],
+        "not run: more than 128 calls in one round"
+    );
+    assert_eq!(
+        observations[129],
+        "not run: more than 128 calls in one round"
+    );
+    assert_eq!(model.requests().len(), 2, "the model went on");
+}
+
 /// A panic inside a run (a bug) still ends it as every run ends: an `error` event of code
 /// `internal` (not a store failure), the message FAILED, and the run no longer live.
 #[tokio::test]

@@ -57,17 +57,20 @@ pub struct RoundTools<'a> {
 impl RoundTools<'_> {
     /// Runs every call of `round` and records each result.
     pub async fn run(&mut self, round: &mut Round) -> Result<(), Halt> {
-        let declined = self.ask_approval(round).await?;
+        let runnable = self.skip_past_limit(round)?;
+        let declined = self.ask_approval(round, runnable).await?;
+        let declined_at: std::collections::HashSet<usize> =
+            declined.iter().map(|(at, _)| *at).collect();
         let thought = &round.thought;
-        for call in &thought.tool_calls {
+        for call in &thought.tool_calls[..runnable] {
             self.recorder.announce(RunEvent::ToolStarted {
                 thought_id: thought.id,
                 position: thought.position,
                 call: call.clone(),
             });
         }
-        let (client, server): (Vec<usize>, Vec<usize>) = (0..thought.tool_calls.len())
-            .filter(|index| !declined.iter().any(|(at, _)| at == index))
+        let (client, server): (Vec<usize>, Vec<usize>) = (0..runnable)
+            .filter(|index| !declined_at.contains(index))
             .partition(|index| self.tools.is_client(&thought.tool_calls[*index].name));
         for (index, reason) in declined {
             let name = round.thought.tool_calls[index].name.clone();
@@ -80,10 +83,42 @@ impl RoundTools<'_> {
         Ok(())
     }
 
-    /// Waits for a decision on each call that needs approval; returns the declined ones
-    /// with their reasons. Calls of unknown tools need none: they fail without running.
-    async fn ask_approval(&mut self, round: &Round) -> Result<Vec<(usize, String)>, Halt> {
-        let gated: Vec<usize> = (0..round.thought.tool_calls.len())
+    /// Gives each call past `runner.max_tool_calls_per_round` its observation at once, in
+    /// one write; returns how many calls are run. A round of thirty thousand calls then
+    /// costs what writing them costs, not thirty thousand runs.
+    fn skip_past_limit(&mut self, round: &mut Round) -> Result<usize, Halt> {
+        let limit = self.settings.max_tool_calls_per_round.max(1);
+        let total = round.thought.tool_calls.len();
+        if total <= limit {
+            return Ok(total);
+        }
+        let mut finished = Vec::with_capacity(total - limit);
+        for index in limit..total {
+            let name = round.thought.tool_calls[index].name.clone();
+            let invocation = self.tools.not_run(&name, limit);
+            self.metrics.tool_call(
+                &invocation.provider,
+                tool_label(&invocation.provider, &name),
+                invocation.outcome,
+                Duration::ZERO,
+            );
+            if let Some(call) = round.observe(index, invocation, Vec::new()) {
+                finished.push(call);
+            }
+        }
+        self.recorder.tools_finished(&round.thought, finished)?;
+        Ok(limit)
+    }
+
+    /// Waits for a decision on each of the first `runnable` calls that needs approval;
+    /// returns the declined ones with their reasons. Calls of unknown tools need none: they
+    /// fail without running.
+    async fn ask_approval(
+        &mut self,
+        round: &Round,
+        runnable: usize,
+    ) -> Result<Vec<(usize, String)>, Halt> {
+        let gated: Vec<usize> = (0..runnable)
             .filter(|index| {
                 self.tools
                     .needs_approval(&round.thought.tool_calls[*index].name)
@@ -282,15 +317,9 @@ impl RoundTools<'_> {
         mut invocation: Invocation,
     ) -> Result<(), Halt> {
         if let Some(call) = round.thought.tool_calls.get(index) {
-            // A client tool's name is the caller's: counted under one label.
-            let tool = if invocation.provider == CLIENT_PROVIDER {
-                CLIENT_PROVIDER
-            } else {
-                call.name.as_str()
-            };
             self.metrics.tool_call(
                 &invocation.provider,
-                tool,
+                tool_label(&invocation.provider, &call.name),
                 invocation.outcome,
                 Duration::from_secs_f64(invocation.meta.time_cost.max(0.0)),
             );
@@ -307,6 +336,16 @@ impl RoundTools<'_> {
             self.recorder.tool_finished(&round.thought, call)?;
         }
         Ok(())
+    }
+}
+
+/// A tool's name as a metric label: a client tool's name is the caller's, so client tools
+/// are counted under one label.
+fn tool_label<'a>(provider: &str, name: &'a str) -> &'a str {
+    if provider == CLIENT_PROVIDER {
+        CLIENT_PROVIDER
+    } else {
+        name
     }
 }
 
