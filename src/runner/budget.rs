@@ -209,6 +209,7 @@ mod tests {
             files: vec![],
             response_schema: None,
             repair: None,
+            keep_tool_choice: false,
         }
     }
 

@@ -69,6 +69,8 @@ pub struct AgentSpec {
     pub max_history_turns: u32,
     /// The shape the final answer must have, if any.
     pub output: Option<OutputSpec>,
+    /// Keep a forced `tool_choice` after a round has called a tool.
+    pub keep_tool_choice: bool,
 }
 
 /// A final answer held to a JSON Schema.

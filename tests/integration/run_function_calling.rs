@@ -282,3 +282,42 @@ async fn models_without_streamed_tool_calls_use_the_blocking_path() {
     assert_eq!(end.answer, "42");
     assert_eq!(end.usage.unwrap().total_tokens, 10);
 }
+
+/// A forced `tool_choice` in the model's parameters is sent while tools are offered and
+/// until a round has called a tool; then it is `auto`, and on the last round (no tools) it
+/// is not sent at all, which OpenAI would reject. `keep_tool_choice` keeps forcing.
+#[tokio::test]
+async fn a_forced_tool_choice_is_released_after_a_tool_call_and_never_sent_without_tools() {
+    for keep in [false, true] {
+        let call = || {
+            Reply::calls(
+                &[],
+                vec![ScriptedCall::new(
+                    "c",
+                    "eval_expression",
+                    &["{\"expression\": \"1\"}"],
+                )],
+                (1, 1),
+            )
+        };
+        let (llm, _server, mut client) =
+            start(vec![call(), call(), Reply::text(&["Done."], (1, 1))]).await;
+        let mut request = run_request("go", &[("maths", "eval_expression")]).max_iteration(2);
+        request.model_mut().parameters = Some(agent_runner::api::convert::json_to_struct(
+            serde_json::json!({"tool_choice": "required", "parallel_tool_calls": false})
+                .as_object()
+                .unwrap(),
+        ));
+        request.agent_mut().keep_tool_choice = keep;
+        let events = run_to_end(&mut client, request).await;
+        assert_eq!(end_of(&events).answer, "Done.");
+        let sent = llm.requests();
+        assert_eq!(sent.len(), 3);
+        assert_eq!(sent[0]["tool_choice"], "required");
+        let second = if keep { "required" } else { "auto" };
+        assert_eq!(sent[1]["tool_choice"], second);
+        assert!(sent[2].get("tools").is_none());
+        assert!(sent[2].get("tool_choice").is_none(), "{}", sent[2]);
+        assert!(sent[2].get("parallel_tool_calls").is_none());
+    }
+}

@@ -166,6 +166,7 @@ fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {
         memory,
         output_schema,
         output_fallback,
+        keep_tool_choice,
     } = agent;
     let max_history_turns = memory.map_or(0, |pb::MemoryConfig { max_turns }| max_turns);
     let model = model.ok_or_else(|| invalid("agent.model", "is required"))?;
@@ -178,6 +179,7 @@ fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {
         react_prompt,
         max_history_turns,
         output: output_spec(output_schema, output_fallback)?,
+        keep_tool_choice,
     })
 }
 

@@ -785,6 +785,7 @@ fn prompt_context(spec: &RunSpec, agent: &Agent) -> PromptContext {
             .filter(|output| output.native)
             .map(|output| output.schema().clone()),
         repair: None,
+        keep_tool_choice: spec.agent.keep_tool_choice,
     }
 }
 

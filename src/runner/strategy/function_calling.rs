@@ -41,7 +41,7 @@ impl Strategy for FunctionCalling {
                 repair.request(StrategyKind::FunctionCalling),
             ));
         }
-        context.request(messages, tools, context.stop.clone())
+        context.request(messages, tools, context.stop.clone(), !rounds.is_empty())
     }
 
     fn reader(&self, _tools: &[OfferedTool]) -> Box<dyn TurnReader> {
@@ -114,6 +114,7 @@ mod tests {
             files: vec![],
             response_schema: None,
             repair: None,
+            keep_tool_choice: false,
         }
     }
 

@@ -40,6 +40,8 @@ pub struct PromptContext {
     pub response_schema: Option<serde_json::Value>,
     /// An answer that did not meet the output schema, to be corrected in this round.
     pub repair: Option<Repair>,
+    /// Keep a forced `tool_choice` after a round has called a tool.
+    pub keep_tool_choice: bool,
 }
 
 impl PromptContext {
@@ -56,6 +58,7 @@ impl PromptContext {
             files: self.files.clone(),
             response_schema: self.response_schema.clone(),
             repair: self.repair.clone(),
+            keep_tool_choice: self.keep_tool_choice,
         }
     }
 }
@@ -87,12 +90,14 @@ impl Repair {
 
 impl PromptContext {
     /// A request for this context's model with `messages`, offering `tools` natively and
-    /// stopping at `stop`.
+    /// stopping at `stop`; `called` says whether a round of this run has called tools
+    /// (which releases a forced `tool_choice`).
     pub fn request(
         &self,
         messages: Vec<ChatMessage>,
         tools: &[OfferedTool],
         stop: Vec<String>,
+        called: bool,
     ) -> ChatRequest {
         ChatRequest {
             model: self.model.clone(),
@@ -106,11 +111,55 @@ impl PromptContext {
                 })
                 .collect(),
             stop,
-            parameters: self.parameters.clone(),
+            parameters: self.parameters_for(!tools.is_empty(), called),
             user: Some(self.user.clone()).filter(|u| !u.is_empty()),
             max_output_bytes: None,
             response_schema: self.response_schema.clone(),
         }
+    }
+}
+
+impl PromptContext {
+    /// The sampling parameters of one request. A `tool_choice` (and `parallel_tool_calls`)
+    /// goes only with tools: OpenAI rejects it without them, and the last round withholds
+    /// them so the model must answer. A forced choice becomes `auto` once a round has
+    /// called a tool (as the OpenAI Agents SDK's `reset_tool_choice` does), or the model
+    /// would have to call tools until the iteration limit; `keep_tool_choice` keeps it.
+    fn parameters_for(
+        &self,
+        offers_tools: bool,
+        called: bool,
+    ) -> serde_json::Map<String, serde_json::Value> {
+        let mut parameters = self.parameters.clone();
+        if !offers_tools {
+            parameters.remove("tool_choice");
+            parameters.remove("parallel_tool_calls");
+        } else if called && !self.keep_tool_choice {
+            if let Some(choice) = parameters.get_mut("tool_choice") {
+                *choice = released(choice);
+            }
+        }
+        parameters
+    }
+}
+
+/// `auto` in the form of `choice`: Anthropic's `{"type": ...}` objects stay objects (with
+/// their other settings), OpenAI's forms become the string; `none` stays `none`.
+fn released(choice: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match choice {
+        Value::String(kind) if kind == "none" => choice.clone(),
+        Value::Object(object) => match object.get("type").and_then(Value::as_str) {
+            Some("none" | "auto") => choice.clone(),
+            Some("any" | "tool") => {
+                let mut auto = object.clone();
+                auto.insert("type".into(), Value::String("auto".into()));
+                auto.remove("name");
+                Value::Object(auto)
+            }
+            _ => Value::String("auto".into()),
+        },
+        _ => Value::String("auto".into()),
     }
 }
 
@@ -273,6 +322,22 @@ mod tests {
         choose(&agent, &model(features))
             .map(|s| s.kind())
             .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_released_tool_choice_keeps_its_providers_form() {
+        use serde_json::json;
+        assert_eq!(released(&json!("required")), json!("auto"));
+        assert_eq!(
+            released(&json!({"type": "function", "function": {"name": "x"}})),
+            json!("auto")
+        );
+        assert_eq!(released(&json!("none")), json!("none"));
+        assert_eq!(
+            released(&json!({"type": "tool", "name": "x", "disable_parallel_tool_use": true})),
+            json!({"type": "auto", "disable_parallel_tool_use": true})
+        );
+        assert_eq!(released(&json!({"type": "any"})), json!({"type": "auto"}));
     }
 
     #[test]

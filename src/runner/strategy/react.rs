@@ -340,7 +340,7 @@ impl Strategy for ChainOfThought {
         if !stop.iter().any(|s| s == OBSERVATION_STOP) {
             stop.push(OBSERVATION_STOP.to_owned());
         }
-        context.request(messages, &[], stop)
+        context.request(messages, &[], stop, !rounds.is_empty())
     }
 
     fn check_prompt_size(

@@ -15,6 +15,7 @@ fn context() -> PromptContext {
         files: vec![],
         response_schema: None,
         repair: None,
+        keep_tool_choice: false,
     }
 }
 
