@@ -6,19 +6,21 @@ use crate::domain::{ApiKeyRecord, Tenant};
 impl Store {
     /// Writes (or replaces) an API key.
     pub fn put_api_key(&self, record: &ApiKeyRecord) -> Result<(), StoreError> {
-        self.api_keys
+        self.t()?
+            .api_keys
             .insert(record.id.as_bytes(), encode("api_keys", record)?)?;
         Ok(())
     }
 
     /// Deletes an API key; returns whether it existed.
     pub fn delete_api_key(&self, id: &str) -> Result<bool, StoreError> {
-        Ok(self.api_keys.remove(id.as_bytes())?.is_some())
+        Ok(self.t()?.api_keys.remove(id.as_bytes())?.is_some())
     }
 
     /// Every API key, for start-up.
     pub fn all_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
-        self.api_keys
+        self.t()?
+            .api_keys
             .iter()
             .map(|entry| decode("api_keys", &entry?.1))
             .collect()
@@ -28,6 +30,7 @@ impl Store {
     pub fn tenant_tokens(&self, tenant: &Tenant, day: u32) -> Result<u64, StoreError> {
         let key = keys::named(tenant, &day.to_string());
         Ok(self
+            .t()?
             .tenant_usage
             .get(key)?
             .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
@@ -42,7 +45,7 @@ impl Store {
         tokens: u64,
     ) -> Result<(), StoreError> {
         let key = keys::named(tenant, &day.to_string());
-        self.tenant_usage.update_and_fetch(key, |old| {
+        self.t()?.tenant_usage.update_and_fetch(key, |old| {
             let used = old
                 .and_then(|v| <[u8; 8]>::try_from(v).ok())
                 .map_or(0, u64::from_be_bytes);

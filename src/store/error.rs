@@ -35,6 +35,9 @@ pub enum StoreError {
     /// A sealed value could not be sealed or opened.
     #[error("sealed credentials: {0}")]
     Sealed(String),
+    /// The database is being opened again after it could not write.
+    #[error("the store is being reopened after a write failure; try again")]
+    Reopening,
 }
 
 impl StoreError {

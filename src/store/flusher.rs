@@ -47,7 +47,60 @@ pub struct Flusher {
 struct Inner {
     requests: Option<mpsc::Sender<Reply>>,
     thread: Option<thread::JoinHandle<()>>,
+}
+
+/// What outlives one database handle: whether writes reach the disk, the writers counted,
+/// the flush observer. A reopened database gets a new flush thread over the same state, so
+/// whoever follows writability (health, admission) keeps following it.
+#[derive(Clone)]
+pub struct FlushState {
     shared: Arc<Shared>,
+}
+
+impl Default for FlushState {
+    fn default() -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                observer: OnceLock::new(),
+                writable: watch::Sender::new(true),
+                fail: AtomicBool::new(false),
+                writers: AtomicUsize::new(0),
+            }),
+        }
+    }
+}
+
+impl FlushState {
+    /// Has `observe` told the duration of every later flush; only the first call counts.
+    pub fn observe(&self, observe: Box<dyn Fn(Duration) + Send + Sync>) {
+        let _ = self.shared.observer.set(observe);
+    }
+
+    /// Follows whether writes reach the disk: `false` after a failed flush, `true` again
+    /// after one that succeeded.
+    pub fn writable(&self) -> watch::Receiver<bool> {
+        self.shared.writable.subscribe()
+    }
+
+    /// Whether the last flush succeeded.
+    pub fn is_writable(&self) -> bool {
+        *self.shared.writable.borrow()
+    }
+
+    /// Makes every flush fail (`true`) or work again (`false`), as a full disk would.
+    #[cfg(any(test, feature = "test-utils"))]
+    pub fn fail(&self, fail: bool) {
+        self.shared.fail.store(fail, Ordering::SeqCst);
+    }
+
+    /// Counts a writer that will ask for flushes until the guard is dropped.
+    pub fn writer(&self) -> WriterGuard {
+        self.shared.writers.fetch_add(1, Ordering::Relaxed);
+        WriterGuard {
+            shared: Arc::clone(&self.shared),
+            idle: AtomicBool::new(false),
+        }
+    }
 }
 
 impl Drop for Inner {
@@ -60,16 +113,10 @@ impl Drop for Inner {
 }
 
 impl Flusher {
-    /// Starts the thread for `db`.
-    pub fn start(db: sled::Db) -> Result<Self, StoreError> {
+    /// Starts the thread for `db`, reporting into `state`.
+    pub fn start(db: sled::Db, state: &FlushState) -> Result<Self, StoreError> {
         let (requests, queue) = mpsc::channel::<Reply>();
-        let shared = Arc::new(Shared {
-            observer: OnceLock::new(),
-            writable: watch::Sender::new(true),
-            fail: AtomicBool::new(false),
-            writers: AtomicUsize::new(0),
-        });
-        let thread_shared = Arc::clone(&shared);
+        let thread_shared = Arc::clone(&state.shared);
         let thread = thread::Builder::new()
             .name("store-flush".to_owned())
             .spawn(move || run(&db, &queue, &thread_shared))
@@ -78,40 +125,8 @@ impl Flusher {
             inner: Arc::new(Inner {
                 requests: Some(requests),
                 thread: Some(thread),
-                shared,
             }),
         })
-    }
-
-    /// Has `observe` told the duration of every later flush; only the first call counts.
-    pub fn observe(&self, observe: Box<dyn Fn(Duration) + Send + Sync>) {
-        let _ = self.inner.shared.observer.set(observe);
-    }
-
-    /// Follows whether writes reach the disk: `false` after a failed flush, `true` again
-    /// after one that succeeded.
-    pub fn writable(&self) -> watch::Receiver<bool> {
-        self.inner.shared.writable.subscribe()
-    }
-
-    /// Whether the last flush succeeded.
-    pub fn is_writable(&self) -> bool {
-        *self.inner.shared.writable.borrow()
-    }
-
-    /// Makes every flush fail (`true`) or work again (`false`), as a full disk would.
-    #[cfg(any(test, feature = "test-utils"))]
-    pub fn fail(&self, fail: bool) {
-        self.inner.shared.fail.store(fail, Ordering::SeqCst);
-    }
-
-    /// Counts a writer that will ask for flushes until the guard is dropped.
-    pub fn writer(&self) -> WriterGuard {
-        self.inner.shared.writers.fetch_add(1, Ordering::Relaxed);
-        WriterGuard {
-            shared: Arc::clone(&self.inner.shared),
-            idle: AtomicBool::new(false),
-        }
     }
 
     /// Waits until every write made before the call is durable.
@@ -185,7 +200,7 @@ fn gather(
     waiting.extend(queue.try_iter());
 }
 
-/// A writer counted by the flush thread (see [`Flusher::writer`]).
+/// A writer counted by the flush thread (see [`FlushState::writer`]).
 pub struct WriterGuard {
     shared: Arc<Shared>,
     /// Not counted while idle.
@@ -221,24 +236,24 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicU32;
 
-    fn counted_flusher() -> (Flusher, Arc<AtomicU32>) {
+    fn counted_flusher() -> (Flusher, FlushState, Arc<AtomicU32>) {
         let db = sled::Config::new().temporary(true).open().unwrap();
-        let flusher = Flusher::start(db).unwrap();
+        let state = FlushState::default();
+        let flusher = Flusher::start(db, &state).unwrap();
         let flushes = Arc::new(AtomicU32::new(0));
         let counted = Arc::clone(&flushes);
-        flusher.observe(Box::new(move |_| {
+        state.observe(Box::new(move |_| {
             counted.fetch_add(1, Ordering::SeqCst);
         }));
-        (flusher, flushes)
+        (flusher, state, flushes)
     }
 
     /// An idle writer is not counted, so no flush waits for it; counting is undone once,
     /// however often the state is set.
     #[test]
     fn idle_writers_are_not_counted() {
-        let db = sled::Config::new().temporary(true).open().unwrap();
-        let flusher = Flusher::start(db).unwrap();
-        let writers = || flusher.inner.shared.writers.load(Ordering::Relaxed);
+        let flusher = FlushState::default();
+        let writers = || flusher.shared.writers.load(Ordering::Relaxed);
         let one = flusher.writer();
         let two = flusher.writer();
         assert_eq!(writers(), 2);
@@ -291,9 +306,9 @@ mod tests {
     /// A counted writer that never asks holds another's flush back by the linger at most.
     #[tokio::test]
     async fn a_silent_writer_delays_a_flush_by_the_linger_at_most() {
-        let (flusher, flushes) = counted_flusher();
-        let _silent = flusher.writer();
-        let _asking = flusher.writer();
+        let (flusher, state, flushes) = counted_flusher();
+        let _silent = state.writer();
+        let _asking = state.writer();
         let started = Instant::now();
         flusher.flush().await.unwrap();
         assert!(started.elapsed() < LINGER + Duration::from_millis(500));

@@ -52,7 +52,8 @@ impl Store {
         tenant: &Tenant,
         id: ConversationId,
     ) -> Result<Option<Conversation>, StoreError> {
-        self.conversations
+        self.t()?
+            .conversations
             .get(keys::conversation(tenant, id))?
             .map(|bytes| decode("conversations", &bytes))
             .transpose()
@@ -64,7 +65,8 @@ impl Store {
         tenant: &Tenant,
         key: &str,
     ) -> Result<Option<IdempotencyRecord>, StoreError> {
-        self.idempotency
+        self.t()?
+            .idempotency
             .get(keys::named(tenant, key))?
             .map(|bytes| decode("idempotency", &bytes))
             .transpose()
@@ -87,6 +89,7 @@ impl Store {
         message: &Message,
         idempotency: Option<(&str, &IdempotencyRecord)>,
     ) -> Result<Inserted, StoreError> {
+        let t = self.t()?;
         let conversation = conversation
             .map(|c| encode("conversations", c).map(|v| (keys::conversation(tenant, c.id), v)))
             .transpose()?;
@@ -95,23 +98,22 @@ impl Store {
         let index_key = keys::conversation_message(tenant, message.conversation_id, message.seq);
         let Some((key, record)) = idempotency else {
             if let Some((key, value)) = &conversation {
-                self.conversations
-                    .insert(key.as_slice(), value.as_slice())?;
+                t.conversations.insert(key.as_slice(), value.as_slice())?;
             }
-            self.running.insert(message_key.as_slice(), &[] as &[u8])?;
-            self.messages
+            t.running.insert(message_key.as_slice(), &[] as &[u8])?;
+            t.messages
                 .insert(message_key.as_slice(), message_value.as_slice())?;
-            self.conversation_messages
+            t.conversation_messages
                 .insert(index_key.as_slice(), message.id.as_bytes().as_slice())?;
             return Ok(Inserted::Yes);
         };
         let idempotency = (keys::named(tenant, key), encode("idempotency", record)?);
         let trees = (
-            &self.conversations,
-            &self.messages,
-            &self.conversation_messages,
-            &self.running,
-            &self.idempotency,
+            &t.conversations,
+            &t.messages,
+            &t.conversation_messages,
+            &t.running,
+            &t.idempotency,
         );
         let result = trees.transaction(|(conversations, messages, index, running, keys_tree)| {
             let (key, value) = &idempotency;
@@ -136,12 +138,13 @@ impl Store {
     /// message is written: a crash between the two leaves a marker on an ended message,
     /// which recovery clears, never a running message without its marker.
     pub fn update_message(&self, tenant: &Tenant, message: &Message) -> Result<(), StoreError> {
+        let t = self.t()?;
         let key = keys::message(tenant, message.id);
         let value = self.encode_message(&key, message)?;
-        self.messages.insert(key.as_slice(), value)?;
+        t.messages.insert(key.as_slice(), value)?;
         self.past.forget(&key);
         if message.status.is_terminal() {
-            self.running.remove(key.as_slice())?;
+            t.running.remove(key.as_slice())?;
         }
         Ok(())
     }
@@ -182,8 +185,9 @@ impl Store {
         id: MessageId,
         answer_of: fn(&mut T) -> &mut String,
     ) -> Result<Option<T>, StoreError> {
+        let t = self.t()?;
         let key = keys::message(tenant, id);
-        let Some(bytes) = self.messages.get(&key)? else {
+        let Some(bytes) = t.messages.get(&key)? else {
             return Ok(None);
         };
         // Decoded as a plain message, to which `answer_apart` is an unknown field: a
@@ -192,8 +196,8 @@ impl Store {
         let mut message: T = decode("messages", &bytes)?;
         let answer = answer_of(&mut message);
         if answer.is_empty() {
-            if let Some(stored) = self.answers.get(&key)? {
-                let stored = pieces::join(&self.pieces, Owner::Answer, &key, stored)?;
+            if let Some(stored) = t.answers.get(&key)? {
+                let stored = pieces::join(&t.pieces, Owner::Answer, &key, stored)?;
                 *answer = String::from_utf8_lossy(&stored).into_owned();
             }
         }
@@ -203,11 +207,12 @@ impl Store {
     /// The message's record, its answer written apart first (status updates then never
     /// rewrite it, and a large one is stored in pieces).
     fn encode_message(&self, key: &[u8], message: &Message) -> Result<Vec<u8>, StoreError> {
+        let t = self.t()?;
         let answer_apart = !message.answer.is_empty();
         if answer_apart {
             pieces::put(
-                &self.answers,
-                &self.pieces,
+                &t.answers,
+                &t.pieces,
                 Owner::Answer,
                 key,
                 message.answer.as_bytes(),
@@ -231,10 +236,14 @@ impl Store {
         tenant: &'a Tenant,
         conversation: ConversationId,
         after_seq: u64,
-    ) -> impl Iterator<Item = Result<Message, StoreError>> + 'a {
+    ) -> Box<dyn Iterator<Item = Result<Message, StoreError>> + 'a> {
         let prefix = keys::conversation_messages(tenant, conversation);
         let start = keys::conversation_message(tenant, conversation, after_seq.saturating_add(1));
-        self.conversation_messages
+        let index = match self.t() {
+            Ok(trees) => trees.conversation_messages.clone(),
+            Err(err) => return Box::new(std::iter::once(Err(err))),
+        };
+        let entries = index
             .range(start..)
             .take_while(move |entry| {
                 entry
@@ -248,7 +257,8 @@ impl Store {
                 };
                 self.get_message(tenant, MessageId(uuid::Uuid::from_bytes(id)))
                     .transpose()
-            })
+            });
+        Box::new(entries)
     }
 
     /// The ids of a conversation's messages, newest first, read as the caller goes (keys
@@ -257,9 +267,13 @@ impl Store {
         &'a self,
         tenant: &Tenant,
         conversation: ConversationId,
-    ) -> impl Iterator<Item = Result<MessageId, StoreError>> + 'a {
+    ) -> Box<dyn Iterator<Item = Result<MessageId, StoreError>> + 'a> {
         let prefix = keys::conversation_messages(tenant, conversation);
-        self.conversation_messages
+        let index = match self.t() {
+            Ok(trees) => trees.conversation_messages.clone(),
+            Err(err) => return Box::new(std::iter::once(Err(err))),
+        };
+        let ids = index
             .scan_prefix(prefix)
             .values()
             .rev()
@@ -268,7 +282,8 @@ impl Store {
                     .ok()
                     .map(|bytes| Ok(MessageId(uuid::Uuid::from_bytes(bytes)))),
                 Err(err) => Some(Err(err.into())),
-            })
+            });
+        Box::new(ids)
     }
 
     /// Deletes a conversation with all its messages, thoughts, events and idempotency keys;
@@ -278,20 +293,20 @@ impl Store {
         tenant: &Tenant,
         id: ConversationId,
     ) -> Result<Option<Vec<MessageId>>, StoreError> {
-        if self
-            .conversations
+        let t = self.t()?;
+        if t.conversations
             .remove(keys::conversation(tenant, id))?
             .is_none()
         {
             return Ok(None);
         }
         let mut deleted = Vec::new();
-        for entry in self
+        for entry in t
             .conversation_messages
             .scan_prefix(keys::conversation_messages(tenant, id))
         {
             let (index_key, value) = entry?;
-            self.conversation_messages.remove(index_key)?;
+            t.conversation_messages.remove(index_key)?;
             if let Ok(bytes) = <[u8; 16]>::try_from(value.as_ref()) {
                 deleted.push(MessageId(uuid::Uuid::from_bytes(bytes)));
             }
@@ -305,16 +320,16 @@ impl Store {
                 .collect();
             self.delete_files(tenant, &files)?;
             let key = keys::message(tenant, *message);
-            self.messages.remove(&key)?;
+            t.messages.remove(&key)?;
             self.past.forget(&key);
-            self.running.remove(&key)?;
-            self.answers.remove(&key)?;
-            pieces::remove(&self.pieces, Owner::Answer, &key)?;
+            t.running.remove(&key)?;
+            t.answers.remove(&key)?;
+            pieces::remove(&t.pieces, Owner::Answer, &key)?;
             let children = keys::message_children(tenant, *message);
-            remove_prefix(&self.thoughts, &children)?;
-            remove_prefix(&self.events, &children)?;
-            pieces::remove_under(&self.pieces, Owner::Thought, &children)?;
-            pieces::remove_under(&self.pieces, Owner::Events, &children)?;
+            remove_prefix(&t.thoughts, &children)?;
+            remove_prefix(&t.events, &children)?;
+            pieces::remove_under(&t.pieces, Owner::Thought, &children)?;
+            pieces::remove_under(&t.pieces, Owner::Events, &children)?;
         }
         self.forget_idempotency(tenant, &deleted)?;
         Ok(Some(deleted))
@@ -325,11 +340,12 @@ impl Store {
         tenant: &Tenant,
         messages: &[MessageId],
     ) -> Result<(), StoreError> {
-        for entry in self.idempotency.scan_prefix(keys::tenant_prefix(tenant, 0)) {
+        let t = self.t()?;
+        for entry in t.idempotency.scan_prefix(keys::tenant_prefix(tenant, 0)) {
             let (key, value) = entry?;
             let record: IdempotencyRecord = decode("idempotency", &value)?;
             if messages.contains(&record.message_id) {
-                self.idempotency.remove(key)?;
+                t.idempotency.remove(key)?;
             }
         }
         Ok(())
@@ -342,21 +358,22 @@ impl Store {
     /// [`Store::insert_message`]): a marker without its message, or on a message that had
     /// ended, is removed; a message whose index entry was not yet written gets it.
     pub fn interrupt_unfinished(&self) -> Result<usize, StoreError> {
+        let t = self.t()?;
         let mut count = 0;
-        for entry in self.running.iter() {
+        for entry in t.running.iter() {
             let (key, _) = entry?;
             let Some((tenant, id)) = keys::parse_message(&key) else {
-                self.running.remove(&key)?;
+                t.running.remove(&key)?;
                 continue;
             };
             match self.get_message(&tenant, id)? {
                 Some(message) if message.status.is_terminal() => {
-                    self.running.remove(&key)?;
+                    t.running.remove(&key)?;
                 }
                 Some(mut message) => {
                     let index_key =
                         keys::conversation_message(&tenant, message.conversation_id, message.seq);
-                    self.conversation_messages
+                    t.conversation_messages
                         .insert(index_key, message.id.as_bytes().as_slice())?;
                     message.status = MessageStatus::Interrupted;
                     message.error = Some(RunFailure {
@@ -368,7 +385,7 @@ impl Store {
                     count += 1;
                 }
                 None => {
-                    self.running.remove(&key)?;
+                    t.running.remove(&key)?;
                 }
             }
         }
@@ -400,7 +417,12 @@ mod tests {
     fn recovery_lists_a_message_whose_index_entry_a_crash_lost() {
         let (store, tenant, conversation, message) = started();
         let index_key = keys::conversation_message(&tenant, conversation.id, message.seq);
-        store.conversation_messages.remove(index_key).unwrap();
+        store
+            .t()
+            .unwrap()
+            .conversation_messages
+            .remove(index_key)
+            .unwrap();
         assert!(store
             .messages_after(&tenant, conversation.id, 0)
             .next()
@@ -415,7 +437,7 @@ mod tests {
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].id, message.id);
         assert_eq!(listed[0].status, MessageStatus::Interrupted);
-        assert!(store.running.is_empty());
+        assert!(store.t().unwrap().running.is_empty());
     }
 
     /// A crash between writing a message's end and clearing its marker leaves the marker:
@@ -426,16 +448,24 @@ mod tests {
         message.status = MessageStatus::Completed;
         message.answer = "done".into();
         store.update_message(&tenant, &message).unwrap();
-        assert!(store.running.is_empty(), "an end clears the marker");
+        assert!(
+            store.t().unwrap().running.is_empty(),
+            "an end clears the marker"
+        );
         let key = keys::message(&tenant, message.id);
-        store.running.insert(&key, &[] as &[u8]).unwrap();
+        store
+            .t()
+            .unwrap()
+            .running
+            .insert(&key, &[] as &[u8])
+            .unwrap();
 
         assert_eq!(store.interrupt_unfinished().unwrap(), 0);
 
         let read = store.get_message(&tenant, message.id).unwrap().unwrap();
         assert_eq!(read.status, MessageStatus::Completed);
         assert_eq!(read.answer, "done");
-        assert!(store.running.is_empty());
+        assert!(store.t().unwrap().running.is_empty());
     }
 
     /// History's copy of an ended message, kept in memory, follows the record: a later
@@ -494,9 +524,14 @@ mod tests {
         let store = Store::temporary().unwrap();
         let tenant = Tenant::default_tenant();
         let key = keys::message(&tenant, MessageId::new());
-        store.running.insert(&key, &[] as &[u8]).unwrap();
+        store
+            .t()
+            .unwrap()
+            .running
+            .insert(&key, &[] as &[u8])
+            .unwrap();
 
         assert_eq!(store.interrupt_unfinished().unwrap(), 0);
-        assert!(store.running.is_empty());
+        assert!(store.t().unwrap().running.is_empty());
     }
 }

@@ -15,7 +15,8 @@ mod pieces;
 mod records;
 mod sealed;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -45,9 +46,8 @@ pub const KEY_FILE: &str = "secret.key";
 /// Schema version written into every value.
 const SCHEMA_VERSION: u32 = 1;
 
-/// Handle to the database; cheap to clone (sled trees are reference-counted).
-#[derive(Clone)]
-pub struct Store {
+/// The open database's handles, replaced whole when it is reopened.
+struct Trees {
     db: sled::Db,
     conversations: sled::Tree,
     messages: sled::Tree,
@@ -73,55 +73,10 @@ pub struct Store {
     /// LLM tokens used per tenant and UTC day.
     tenant_usage: sled::Tree,
     flusher: flusher::Flusher,
-    /// Ended messages as history reads them.
-    past: std::sync::Arc<past_cache::PastCache>,
-    /// Seals provider credentials before they are written.
-    sealer: sealed::Sealer,
 }
 
-impl Store {
-    /// Opens (or creates) the database under `path` with the default page cache, sealing
-    /// credentials with the key file in `path` (made at first use).
-    pub fn open(path: &Path) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(path).map_err(|err| StoreError::SecretKey(err.to_string()))?;
-        let key = SecretKey::load_or_create(&path.join(KEY_FILE))?;
-        Self::open_with_cache(path, DEFAULT_CACHE_BYTES, &key)
-    }
-
-    /// Opens (or creates) the database under `path`, keeping at most `cache_bytes` of
-    /// pages in memory.
-    ///
-    /// A process that held the directory may still be releasing its file lock (sled's
-    /// background threads close the file a moment after the last handle goes), so a held
-    /// lock is retried for up to three seconds before it counts as an error.
-    pub fn open_with_cache(
-        path: &Path,
-        cache_bytes: u64,
-        key: &SecretKey,
-    ) -> Result<Self, StoreError> {
-        let config = sled::Config::new().path(path).cache_capacity(cache_bytes);
-        let mut attempts = 0;
-        loop {
-            match config.open() {
-                Ok(db) => return Self::from_db(db, key),
-                Err(sled::Error::Io(err)) if is_lock_held(&err) && attempts < LOCK_RETRIES => {
-                    attempts += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(50));
-                }
-                Err(err) => return Err(err.into()),
-            }
-        }
-    }
-
-    /// Opens a throw-away database that lives in memory; for tests and benchmarks.
-    pub fn temporary() -> Result<Self, StoreError> {
-        Self::from_db(
-            sled::Config::new().temporary(true).open()?,
-            &SecretKey::generate(),
-        )
-    }
-
-    fn from_db(db: sled::Db, key: &SecretKey) -> Result<Self, StoreError> {
+impl Trees {
+    fn open(db: sled::Db, state: &flusher::FlushState) -> Result<Self, StoreError> {
         Ok(Self {
             conversations: db.open_tree("conversations")?,
             messages: db.open_tree("messages")?,
@@ -137,11 +92,93 @@ impl Store {
             pieces: db.open_tree("pieces")?,
             api_keys: db.open_tree("api_keys")?,
             tenant_usage: db.open_tree("tenant_usage")?,
-            flusher: flusher::Flusher::start(db.clone())?,
-            past: std::sync::Arc::new(past_cache::PastCache::new(past_cache::BUDGET_BYTES)),
-            sealer: sealed::Sealer::new(key),
+            flusher: flusher::Flusher::start(db.clone(), state)?,
             db,
         })
+    }
+}
+
+/// Where a database lives, so it can be opened again.
+struct Location {
+    path: PathBuf,
+    cache_bytes: u64,
+}
+
+/// Handle to the database; cheap to clone.
+///
+/// sled keeps the first I/O error it meets (a full disk) and fails every later operation
+/// with it, for as long as the handle lives. So a store that cannot write is opened again
+/// once its disk has room ([`Store::probe`]): what sled had not made durable was never
+/// announced, and the reopened database recovers from what was.
+#[derive(Clone)]
+pub struct Store {
+    /// The open database; `None` only while it is being opened again.
+    current: Arc<RwLock<Option<Arc<Trees>>>>,
+    /// `None` for a temporary database, which is never reopened.
+    location: Option<Arc<Location>>,
+    /// Writability, writers and the flush observer, across reopenings.
+    state: flusher::FlushState,
+    /// Ended messages as history reads them.
+    past: Arc<past_cache::PastCache>,
+    /// Seals provider credentials before they are written.
+    sealer: sealed::Sealer,
+}
+
+impl Store {
+    /// Opens (or creates) the database under `path` with the default page cache, sealing
+    /// credentials with the key file in `path` (made at first use).
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(path).map_err(|err| StoreError::SecretKey(err.to_string()))?;
+        let key = SecretKey::load_or_create(&path.join(KEY_FILE))?;
+        Self::open_with_cache(path, DEFAULT_CACHE_BYTES, &key)
+    }
+
+    /// Opens (or creates) the database under `path`, keeping at most `cache_bytes` of
+    /// pages in memory.
+    pub fn open_with_cache(
+        path: &Path,
+        cache_bytes: u64,
+        key: &SecretKey,
+    ) -> Result<Self, StoreError> {
+        let location = Location {
+            path: path.to_owned(),
+            cache_bytes,
+        };
+        let db = open_db(&location)?;
+        Self::from_db(db, Some(location), key)
+    }
+
+    /// Opens a throw-away database that lives in memory; for tests and benchmarks.
+    pub fn temporary() -> Result<Self, StoreError> {
+        Self::from_db(
+            sled::Config::new().temporary(true).open()?,
+            None,
+            &SecretKey::generate(),
+        )
+    }
+
+    fn from_db(
+        db: sled::Db,
+        location: Option<Location>,
+        key: &SecretKey,
+    ) -> Result<Self, StoreError> {
+        let state = flusher::FlushState::default();
+        Ok(Self {
+            current: Arc::new(RwLock::new(Some(Arc::new(Trees::open(db, &state)?)))),
+            location: location.map(Arc::new),
+            state,
+            past: Arc::new(past_cache::PastCache::new(past_cache::BUDGET_BYTES)),
+            sealer: sealed::Sealer::new(key),
+        })
+    }
+
+    /// The open database, or unavailable while it is being opened again.
+    fn t(&self) -> Result<Arc<Trees>, StoreError> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or(StoreError::Reopening)
     }
 
     /// Makes every write so far durable; concurrent callers share one flush.
@@ -149,62 +186,120 @@ impl Store {
     /// # Cancel safety
     /// Dropping the future does not stop the flush; the writes become durable anyway.
     pub async fn flush(&self) -> Result<(), StoreError> {
-        self.flusher.flush().await
+        let flusher = self.t()?.flusher.clone();
+        flusher.flush().await
     }
 
     /// Counts the caller, until the guard is dropped, as a writer that will ask for
     /// flushes again and again (a run's event publisher): while two or more are counted, a
     /// flush waits up to a millisecond for the others, so one disk write serves many runs.
     pub fn writer(&self) -> WriterGuard {
-        self.flusher.writer()
+        self.state.writer()
     }
 
     /// Follows whether writes reach the disk: `false` after a failed flush (a full disk),
     /// `true` again once one succeeds. Reads work either way.
     pub fn writable(&self) -> tokio::sync::watch::Receiver<bool> {
-        self.flusher.writable()
+        self.state.writable()
     }
 
     /// Whether the last flush succeeded: `false` while writes fail (a full disk).
     pub fn is_writable(&self) -> bool {
-        self.flusher.is_writable()
+        self.state.is_writable()
     }
 
     /// Writes and flushes a small marker: whether the store can write at all. A success
-    /// marks it writable again.
+    /// marks it writable again. When the write fails but the disk has room again, the
+    /// database is opened again (sled keeps failing after its first I/O error) and the
+    /// marker is written to the new one.
     pub async fn probe(&self) -> Result<(), StoreError> {
-        self.running.insert(PROBE_KEY, &[][..])?;
+        let trees = self.t()?;
+        match trees.running.insert(PROBE_KEY, &[][..]) {
+            Ok(_) => return self.flush().await,
+            // sled refuses every write once it met an I/O error: only a new handle helps,
+            // and only once there is room.
+            Err(refused) => {
+                drop(trees);
+                let Some(location) = self.location.clone() else {
+                    return Err(refused.into());
+                };
+                if !has_room(&location.path) {
+                    return Err(refused.into());
+                }
+                let store = self.clone();
+                tokio::task::spawn_blocking(move || store.reopen(&location))
+                    .await
+                    .map_err(|err| {
+                        StoreError::Flush(format!("reopening the store failed: {err}"))
+                    })??;
+            }
+        }
+        self.t()?.running.insert(PROBE_KEY, &[][..])?;
         self.flush().await
+    }
+
+    /// Closes the database and opens it again from what is on disk. Handles in use finish
+    /// first (sled's file lock is held until the last one goes); meanwhile calls are
+    /// answered as unavailable.
+    fn reopen(&self, location: &Location) -> Result<(), StoreError> {
+        tracing::warn!("the store cannot write but its disk has room: opening it again");
+        let old = self
+            .current
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        drop(old);
+        // Records history kept in memory may hold writes the old handle never made durable.
+        self.past.clear();
+        let opened = open_db(location).and_then(|db| Trees::open(db, &self.state));
+        let result = match opened {
+            Ok(trees) => {
+                *self.current.write().unwrap_or_else(PoisonError::into_inner) =
+                    Some(Arc::new(trees));
+                tracing::info!("the store is open again");
+                Ok(())
+            }
+            Err(err) => Err(err),
+        };
+        if result.is_err() {
+            // Back to a handle that can at least read, if the files can still be opened.
+            if let Ok(trees) = open_db(location).and_then(|db| Trees::open(db, &self.state)) {
+                *self.current.write().unwrap_or_else(PoisonError::into_inner) =
+                    Some(Arc::new(trees));
+            }
+        }
+        result
     }
 
     /// Makes every flush fail (`true`) or work again (`false`), as a full disk would: how
     /// tests show what a run and the service do when the store cannot write.
     #[cfg(any(test, feature = "test-utils"))]
     pub fn fail_flushes(&self, fail: bool) {
-        self.flusher.fail(fail);
+        self.state.fail(fail);
     }
 
     /// Tells `observe` how long each flush takes, for metrics; only the first call counts.
     pub fn observe_flushes(&self, observe: impl Fn(std::time::Duration) + Send + Sync + 'static) {
-        self.flusher.observe(Box::new(observe));
+        self.state.observe(Box::new(observe));
     }
 
     /// Names every record whose key or value contains `needle`, as `tree: key`. A
     /// diagnostic for checking that deleted data is really gone; it reads everything.
     pub fn find_bytes(&self, needle: &[u8]) -> Result<Vec<String>, StoreError> {
+        let t = self.t()?;
         let trees = [
-            ("conversations", &self.conversations),
-            ("messages", &self.messages),
-            ("conversation_messages", &self.conversation_messages),
-            ("thoughts", &self.thoughts),
-            ("events", &self.events),
-            ("running", &self.running),
-            ("idempotency", &self.idempotency),
-            ("providers", &self.providers),
-            ("files", &self.files),
-            ("file_data", &self.file_data),
-            ("answers", &self.answers),
-            ("pieces", &self.pieces),
+            ("conversations", &t.conversations),
+            ("messages", &t.messages),
+            ("conversation_messages", &t.conversation_messages),
+            ("thoughts", &t.thoughts),
+            ("events", &t.events),
+            ("running", &t.running),
+            ("idempotency", &t.idempotency),
+            ("providers", &t.providers),
+            ("files", &t.files),
+            ("file_data", &t.file_data),
+            ("answers", &t.answers),
+            ("pieces", &t.pieces),
         ];
         let mut found = Vec::new();
         for (name, tree) in trees {
@@ -221,8 +316,40 @@ impl Store {
     /// A number larger than any this database handed out before, across restarts; never 0,
     /// so 0 can mean "before the first" in scans.
     pub fn next_id(&self) -> Result<u64, StoreError> {
-        Ok(self.db.generate_id()? + 1)
+        Ok(self.t()?.db.generate_id()? + 1)
     }
+}
+
+/// Opens the database at `location`. A process (or handle) that held it may still be
+/// releasing its file lock (sled's background threads close the file a moment after the
+/// last handle goes), so a held lock is retried for up to three seconds.
+fn open_db(location: &Location) -> Result<sled::Db, StoreError> {
+    let config = sled::Config::new()
+        .path(&location.path)
+        .cache_capacity(location.cache_bytes);
+    let mut attempts = 0;
+    loop {
+        match config.open() {
+            Ok(db) => return Ok(db),
+            Err(sled::Error::Io(err)) if is_lock_held(&err) && attempts < LOCK_RETRIES => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+}
+
+/// Whether the disk under `dir` takes a write again: a small file written and synced.
+fn has_room(dir: &Path) -> bool {
+    use std::io::Write as _;
+    let path = dir.join(".room-probe");
+    let written = std::fs::File::create(&path).and_then(|mut file| {
+        file.write_all(&[0u8; 64 * 1024])?;
+        file.sync_all()
+    });
+    let _ = std::fs::remove_file(&path);
+    written.is_ok()
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {

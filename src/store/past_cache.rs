@@ -98,6 +98,15 @@ impl PastCache {
         }
     }
 
+    /// Forgets every message (the database was opened again and may hold less).
+    pub fn clear(&self) {
+        let mut inner = self.lock();
+        inner.forgets += 1;
+        inner.entries.clear();
+        inner.order.clear();
+        inner.bytes = 0;
+    }
+
     /// Forgets the message under `key`; called after it was written again or deleted.
     pub fn forget(&self, key: &[u8]) {
         let mut inner = self.lock();

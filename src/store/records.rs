@@ -127,9 +127,10 @@ struct StoredProvider {
 impl Store {
     /// Writes (or overwrites) a thought record.
     pub fn put_thought(&self, tenant: &Tenant, thought: &Thought) -> Result<(), StoreError> {
+        let t = self.t()?;
         let key = keys::thought(tenant, thought.message_id, thought.position);
         let value = encode("thoughts", thought)?;
-        pieces::put(&self.thoughts, &self.pieces, Owner::Thought, &key, &value)
+        pieces::put(&t.thoughts, &t.pieces, Owner::Thought, &key, &value)
     }
 
     /// A message's thoughts by position.
@@ -148,13 +149,17 @@ impl Store {
         tenant: &Tenant,
         message: MessageId,
         after: Option<u32>,
-    ) -> impl Iterator<Item = Result<Thought, StoreError>> + 'a {
+    ) -> Box<dyn Iterator<Item = Result<Thought, StoreError>> + 'a> {
         let prefix = keys::message_children(tenant, message);
         let start = match after {
             None => Bound::Included(prefix.clone()),
             Some(position) => Bound::Excluded(keys::thought(tenant, message, position)),
         };
-        self.thoughts
+        let (thoughts, pieces) = match self.t() {
+            Ok(trees) => (trees.thoughts.clone(), trees.pieces.clone()),
+            Err(err) => return Box::new(std::iter::once(Err(err))),
+        };
+        let read = thoughts
             .range((start, Bound::Unbounded))
             .take_while(move |entry| {
                 entry
@@ -165,9 +170,10 @@ impl Store {
                 let (key, value) = entry?;
                 decode(
                     "thoughts",
-                    &pieces::join(&self.pieces, Owner::Thought, &key, value)?,
+                    &pieces::join(&pieces, Owner::Thought, &key, value)?,
                 )
-            })
+            });
+        Box::new(read)
     }
 
     /// Stores a file a tool produced, with its bytes when it has them.
@@ -177,11 +183,12 @@ impl Store {
         record: &FileRecord,
         bytes: Option<&[u8]>,
     ) -> Result<(), StoreError> {
+        let t = self.t()?;
         let key = keys::file(tenant, record.id);
         if let Some(bytes) = bytes {
-            pieces::put(&self.file_data, &self.pieces, Owner::File, &key, bytes)?;
+            pieces::put(&t.file_data, &t.pieces, Owner::File, &key, bytes)?;
         }
-        self.files.insert(key, encode("files", record)?)?;
+        t.files.insert(key, encode("files", record)?)?;
         Ok(())
     }
 
@@ -191,12 +198,13 @@ impl Store {
         tenant: &Tenant,
         id: FileId,
     ) -> Result<Option<(FileRecord, Vec<u8>)>, StoreError> {
+        let t = self.t()?;
         let key = keys::file(tenant, id);
-        let Some(record) = self.files.get(&key)? else {
+        let Some(record) = t.files.get(&key)? else {
             return Ok(None);
         };
-        let bytes = match self.file_data.get(&key)? {
-            Some(stored) => pieces::join(&self.pieces, Owner::File, &key, stored)?.to_vec(),
+        let bytes = match t.file_data.get(&key)? {
+            Some(stored) => pieces::join(&t.pieces, Owner::File, &key, stored)?.to_vec(),
             None => Vec::new(),
         };
         Ok(Some((super::decode("files", &record)?, bytes)))
@@ -204,11 +212,12 @@ impl Store {
 
     /// Deletes files by id.
     pub fn delete_files(&self, tenant: &Tenant, ids: &[FileId]) -> Result<(), StoreError> {
+        let t = self.t()?;
         for id in ids {
             let key = keys::file(tenant, *id);
-            self.files.remove(&key)?;
-            self.file_data.remove(&key)?;
-            pieces::remove(&self.pieces, Owner::File, &key)?;
+            t.files.remove(&key)?;
+            t.file_data.remove(&key)?;
+            pieces::remove(&t.pieces, Owner::File, &key)?;
         }
         Ok(())
     }
@@ -228,7 +237,7 @@ impl Store {
             },
             sealed_credentials: Some(self.sealer.seal(&credentials)?),
         };
-        self.providers.insert(
+        self.t()?.providers.insert(
             keys::named(tenant, &record.name),
             encode("providers", &stored)?,
         )?;
@@ -256,7 +265,8 @@ impl Store {
         tenant: &Tenant,
         name: &str,
     ) -> Result<Option<ProviderRecord>, StoreError> {
-        self.providers
+        self.t()?
+            .providers
             .get(keys::named(tenant, name))?
             .map(|bytes| self.open_provider(&bytes))
             .transpose()
@@ -264,7 +274,11 @@ impl Store {
 
     /// Deletes a tenant's provider definition; returns whether it existed.
     pub fn delete_provider(&self, tenant: &Tenant, name: &str) -> Result<bool, StoreError> {
-        Ok(self.providers.remove(keys::named(tenant, name))?.is_some())
+        Ok(self
+            .t()?
+            .providers
+            .remove(keys::named(tenant, name))?
+            .is_some())
     }
 
     /// Every stored provider of every tenant, for start-up. One whose credentials do not
@@ -274,7 +288,7 @@ impl Store {
         &self,
     ) -> Result<Vec<(Tenant, String, Result<ProviderRecord, StoreError>)>, StoreError> {
         let mut out = Vec::new();
-        for entry in self.providers.iter() {
+        for entry in self.t()?.providers.iter() {
             let (key, value) = entry?;
             if let Some((tenant, name)) = keys::split_tenant(&key) {
                 let name = String::from_utf8_lossy(name).into_owned();
@@ -288,7 +302,7 @@ impl Store {
     /// how many it sealed.
     pub fn seal_plaintext_credentials(&self) -> Result<usize, StoreError> {
         let mut sealed = 0;
-        for entry in self.providers.iter() {
+        for entry in self.t()?.providers.iter() {
             let (key, value) = entry?;
             let stored: StoredProvider = super::decode("providers", &value)?;
             if stored.sealed_credentials.is_none() && !stored.record.credentials.is_empty() {
@@ -304,12 +318,13 @@ impl Store {
     /// Appends a batch of one message's consecutive events as one record, keyed by its
     /// first `seq`: a burst of events costs one write.
     pub fn put_events(&self, tenant: &Tenant, events: &[EventEnvelope]) -> Result<(), StoreError> {
+        let t = self.t()?;
         let Some(first) = events.first() else {
             return Ok(());
         };
         let key = keys::event(tenant, first.message_id, first.seq);
         let value = encode("events", &CompactRef::new(first, events))?;
-        pieces::put(&self.events, &self.pieces, Owner::Events, &key, &value)
+        pieces::put(&t.events, &t.pieces, Owner::Events, &key, &value)
     }
 
     /// A message's events with `seq > after_seq`, in order.
@@ -319,9 +334,10 @@ impl Store {
         message: MessageId,
         after_seq: u64,
     ) -> Result<Vec<EventEnvelope>, StoreError> {
+        let t = self.t()?;
         let batches: Vec<StoredBatch> = scan(
-            &self.events,
-            (&self.pieces, Owner::Events),
+            &t.events,
+            (&t.pieces, Owner::Events),
             "events",
             &keys::message_children(tenant, message),
         )?;
@@ -422,6 +438,8 @@ mod tests {
             "after_seq skips what was seen"
         );
         let stored = store
+            .t()
+            .unwrap()
             .events
             .get(keys::event(&tenant, message.id, 3))
             .unwrap()
@@ -442,6 +460,8 @@ mod tests {
         let whole = vec![envelope(&message, 1, delta("Hello there."))];
         let apart = vec![envelope(&message, 2, end(""))];
         store
+            .t()
+            .unwrap()
             .events
             .insert(
                 keys::event(&tenant, message.id, 1),
@@ -449,6 +469,8 @@ mod tests {
             )
             .unwrap();
         store
+            .t()
+            .unwrap()
             .events
             .insert(
                 keys::event(&tenant, message.id, 2),

@@ -18,6 +18,7 @@ mod cli;
 mod client_tools;
 mod connections;
 mod conversations;
+mod full_disk;
 mod hardening;
 mod hostile_inputs;
 mod llm_failures;

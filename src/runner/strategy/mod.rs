@@ -159,7 +159,9 @@ fn released(choice: &serde_json::Value) -> serde_json::Value {
             }
             _ => Value::String("auto".into()),
         },
-        _ => Value::String("auto".into()),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) | Value::Array(_) => {
+            Value::String("auto".into())
+        }
     }
 }
 
