@@ -11,6 +11,7 @@
 mod finish;
 mod halt;
 mod output;
+mod prompt;
 mod recorder;
 mod retry;
 mod state;
@@ -30,6 +31,7 @@ pub use recorder::Recorder;
 
 use self::halt::{or_cancel, Halt};
 pub use self::output::Output;
+use self::prompt::prompt_context;
 use self::retry::{Attempts, Next};
 use self::state::{Round, RunState, Tally};
 use self::tools::RoundTools;
@@ -37,15 +39,13 @@ use super::budget;
 use super::history::{self, History};
 use super::live::{Mailbox, Registration};
 use super::settings::RunnerSettings;
-use super::spec::{InputImage, OutputFallback, RunSpec};
+use super::spec::{OutputFallback, RunSpec};
 use super::strategy::{ModelStep, PromptContext, Strategy, TurnReader};
 use crate::domain::{
     FinishReason, HistoryReport, Message, MessageStatus, PastMessage, RunEvent, RunFailure,
     TokenUsage,
 };
-use crate::llm::{
-    ChatChunk, ChatRequest, ChatStream, ContentPart, Feature, LlmError, ResolvedModel, TurnEnd,
-};
+use crate::llm::{ChatChunk, ChatRequest, ChatStream, LlmError, ResolvedModel, TurnEnd};
 use crate::telemetry::{traces, LlmCall, Metrics, RunOutcome};
 use crate::tools::{OfferedTool, ToolSet};
 
@@ -765,61 +765,6 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)")
-}
-
-/// What every prompt of the run is built from.
-fn prompt_context(spec: &RunSpec, agent: &Agent) -> PromptContext {
-    let model = &spec.agent.model;
-    PromptContext {
-        model: model.name.clone(),
-        instruction: with_output_instruction(spec.filled_instruction(), agent),
-        history: agent.history.turns.clone(),
-        query: spec.query.clone(),
-        parameters: model.parameters.clone(),
-        stop: model.stop.clone(),
-        user: spec.user.clone(),
-        files: image_parts(spec, &agent.model),
-        response_schema: agent
-            .output
-            .as_ref()
-            .filter(|output| output.native)
-            .map(|output| output.schema().clone()),
-        repair: None,
-        keep_tool_choice: spec.agent.keep_tool_choice,
-    }
-}
-
-/// The instruction, and after it what the answer must look like when the model does not
-/// take schemas natively.
-fn with_output_instruction(instruction: String, agent: &Agent) -> String {
-    let Some(extra) = agent
-        .output
-        .as_ref()
-        .and_then(|output| output.instruction(agent.strategy.kind()))
-    else {
-        return instruction;
-    };
-    if instruction.trim().is_empty() {
-        extra
-    } else {
-        format!("{}\n\n{extra}", instruction.trim_end())
-    }
-}
-
-/// The query's images for a model that can see them; others get the text alone.
-fn image_parts(spec: &RunSpec, model: &ResolvedModel) -> Vec<ContentPart> {
-    if spec.files.is_empty() {
-        return Vec::new();
-    }
-    if !model.info.has(Feature::Vision) {
-        tracing::info!(
-            files = spec.files.len(),
-            model = %model.info.name,
-            "the model has no vision feature; the query's images are left out"
-        );
-        return Vec::new();
-    }
-    spec.files.iter().map(InputImage::content_part).collect()
 }
 
 /// The span of one LLM call: `chat {model}` in the GenAI semantic conventions.
