@@ -14,6 +14,7 @@ mod output;
 mod prompt;
 mod recorder;
 mod retry;
+mod spans;
 mod state;
 mod tools;
 
@@ -25,7 +26,7 @@ use futures::{FutureExt, StreamExt};
 use rust_decimal::prelude::ToPrimitive;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
-use tracing::{field, Instrument};
+use tracing::Instrument;
 
 pub use recorder::Recorder;
 
@@ -33,6 +34,8 @@ use self::halt::{or_cancel, Halt};
 pub use self::output::Output;
 use self::prompt::prompt_context;
 use self::retry::{Attempts, Next};
+pub use self::spans::span;
+use self::spans::{chat_span, record_json};
 use self::state::{Round, RunState, Tally};
 use self::tools::RoundTools;
 use super::budget;
@@ -46,7 +49,7 @@ use crate::domain::{
     TokenUsage,
 };
 use crate::llm::{ChatChunk, ChatRequest, ChatStream, LlmError, ResolvedModel, TurnEnd};
-use crate::telemetry::{traces, LlmCall, Metrics, RunOutcome};
+use crate::telemetry::{LlmCall, Metrics, RunOutcome};
 use crate::tools::{OfferedTool, ToolSet};
 
 /// The agent a run drives, resolved before its message was written.
@@ -126,27 +129,6 @@ enum RoundEnd {
     Answered,
     /// The last round still asked for tools.
     LimitReached,
-}
-
-/// The run's span: `invoke_agent` in the GenAI semantic conventions, a child of the
-/// caller's trace; it carries the trace id so the run's log lines do.
-pub fn span(spec: &RunSpec, agent: &Agent, message: &Message) -> tracing::Span {
-    let span = tracing::info_span!(
-        "invoke_agent",
-        "otel.name" = "invoke_agent",
-        gen_ai.operation.name = "invoke_agent",
-        gen_ai.conversation.id = %message.conversation_id,
-        gen_ai.provider.name = agent.model.api,
-        gen_ai.request.model = %agent.model.info.name,
-        message_id = %message.id,
-        trace_id = field::Empty,
-        "otel.status_description" = field::Empty,
-    );
-    spec.trace_parent.adopt(&span);
-    if let Some(id) = traces::trace_id(&span, &spec.trace_parent) {
-        span.record("trace_id", id.as_str());
-    }
-    span
 }
 
 /// One run in progress, owned by its task.
@@ -765,34 +747,6 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)")
-}
-
-/// The span of one LLM call: `chat {model}` in the GenAI semantic conventions.
-fn chat_span(model: &ResolvedModel, position: u32) -> tracing::Span {
-    tracing::info_span!(
-        "chat",
-        "otel.name" = %format_args!("chat {}", model.info.name),
-        "otel.kind" = "client",
-        gen_ai.operation.name = "chat",
-        gen_ai.provider.name = model.api,
-        gen_ai.request.model = %model.info.name,
-        provider = %model.provider,
-        position,
-        gen_ai.usage.input_tokens = field::Empty,
-        gen_ai.usage.output_tokens = field::Empty,
-        gen_ai.response.finish_reasons = field::Empty,
-        gen_ai.input.messages = field::Empty,
-        gen_ai.output.messages = field::Empty,
-        error.type = field::Empty,
-        "otel.status_description" = field::Empty,
-    )
-}
-
-/// Records `value` as JSON text on `span` (only when content tracing is on).
-fn record_json(span: &tracing::Span, field: &'static str, value: &impl serde::Serialize) {
-    if let Ok(text) = serde_json::to_string(value) {
-        span.record(field, text.as_str());
-    }
 }
 
 /// The most text one delta event carries.
