@@ -6,6 +6,7 @@
 //! The workload is a two-round function-calling agent: one `time.current_time` call, then
 //! an answer of about 20 chunks. Build with `--release`.
 
+mod hostile;
 mod large;
 mod long;
 mod measure;
@@ -34,6 +35,8 @@ enum Preset {
     /// One conversation of --turns turns with history trimming on: the cost of the last
     /// ten turns over the first ten.
     Long,
+    /// Hostile inputs, each on a fresh service: what it answers and the memory it holds.
+    Hostile,
 }
 
 #[derive(Debug, Parser)]
@@ -95,7 +98,7 @@ fn case(
         Preset::C50 => fast("c50", 50, 2000),
         Preset::Streams2k => slow("streams2k", 2000),
         Preset::Streams10k => slow("streams10k", 10_000),
-        Preset::Large | Preset::Long => return None,
+        Preset::Large | Preset::Long | Preset::Hostile => return None,
     })
 }
 
@@ -121,11 +124,30 @@ async fn main() -> anyhow::Result<()> {
         service_env.push(("AGENT_RUNNER_REQUIRE_AUTH".into(), "true".into()));
         service_env.push(("AGENT_RUNNER_ADMIN_TOKEN".into(), token.clone()));
     }
+    if presets.contains(&Preset::Hostile) {
+        let rows = hostile::run_hostile().await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        } else {
+            println!("| input | answer | RSS before | peak | RSS after | also |\n|---|---|---|---|---|---|");
+            for row in &rows {
+                println!(
+                    "| {} | {} | {:.1} MiB | {:.1} MiB | {:.1} MiB | {} |",
+                    row.input,
+                    row.answer,
+                    row.rss_before_mib,
+                    row.peak_mib,
+                    row.rss_after_mib,
+                    row.note
+                );
+            }
+        }
+    }
     let large = presets.contains(&Preset::Large);
     let long = presets.contains(&Preset::Long);
     let presets: Vec<Preset> = presets
         .into_iter()
-        .filter(|p| *p != Preset::Large && *p != Preset::Long)
+        .filter(|p| !matches!(p, Preset::Large | Preset::Long | Preset::Hostile))
         .collect();
     if long {
         let report = long::run_long(args.turns, &service_env).await?;
@@ -145,6 +167,9 @@ async fn main() -> anyhow::Result<()> {
         if presets.is_empty() && !large {
             return Ok(());
         }
+    }
+    if presets.is_empty() && !large {
+        return Ok(());
     }
     let mut reports: Vec<Vec<Report>> = presets.iter().map(|_| Vec::new()).collect();
     for _ in 0..args.repeats.max(1) {
