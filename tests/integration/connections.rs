@@ -142,3 +142,76 @@ fn cpu_ticks(pid: u32) -> u64 {
     let fields: Vec<&str> = after_name.split_whitespace().collect();
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
+
+/// Over TLS one deadline covers the handshake and the HTTP/2 preface: a socket that never
+/// starts its handshake is closed, and so is one that finishes it but sends no preface; a
+/// TLS channel in use stays open however long it idles.
+#[tokio::test]
+async fn over_tls_a_handshake_without_a_preface_is_closed_too() {
+    use std::sync::Arc;
+
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, ServerName};
+
+    let llm = FakeOpenAi::start(vec![]).await;
+    let pki = crate::support::tls::Pki::generate();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::support::config(&llm.base_url(), dir.path());
+    config.tls.cert = Some(pki.server_cert.clone());
+    config.tls.key = Some(pki.server_key.clone());
+    config.server.handshake_timeout_secs = 1;
+    let server = TestServer::start_with(config.validated().unwrap())
+        .await
+        .keeping(dir);
+    let established = Channel::from_shared(format!("https://localhost:{}", server.addr.port()))
+        .unwrap()
+        .tls_config(pki.client())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(health(established.clone()).await, SERVING);
+
+    let mut silent = TcpStream::connect(server.addr).await.unwrap();
+
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(&pki.ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+    let tcp = TcpStream::connect(server.addr).await.unwrap();
+    let mut secured = connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .expect("the handshake itself succeeds");
+
+    assert!(closed_within(&mut silent, Duration::from_secs(3)).await);
+    let mut buf = [0u8; 64];
+    let ended = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            match secured.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "a TLS connection without a preface is closed"
+    );
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        health(established).await,
+        SERVING,
+        "an idle TLS channel is kept"
+    );
+}

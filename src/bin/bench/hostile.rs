@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::json;
 use tonic::transport::Channel;
 
-use crate::processes::{memory_kib, start_mock, start_service, Process};
+use crate::processes::{cpu_time, memory_kib, start_mock_with, start_service, Process};
 
 /// One hostile input and what it left behind.
 #[derive(Debug, Clone, Serialize)]
@@ -40,10 +40,19 @@ pub async fn run_hostile() -> anyhow::Result<Vec<Row>> {
         fresh(|s| pattern_document(s, 100, 20, 1000)).await?,
         fresh(model_names).await?,
         fresh(silent_connections).await?,
+        fresh_with(&["--parallel-tools", "30000"], many_calls).await?,
     ])
 }
 
 async fn fresh<F, Fut>(case: F) -> anyhow::Result<Row>
+where
+    F: FnOnce(Service) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Row>>,
+{
+    fresh_with(&[], case).await
+}
+
+async fn fresh_with<F, Fut>(mock_args: &[&str], case: F) -> anyhow::Result<Row>
 where
     F: FnOnce(Service) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<Row>>,
@@ -53,7 +62,7 @@ where
         uuid::Uuid::new_v4().simple()
     ));
     std::fs::create_dir_all(&dir)?;
-    let service = Service::start(&dir).await;
+    let service = Service::start(&dir, mock_args).await;
     let row = match service {
         Ok(service) => case(service).await,
         Err(err) => Err(err),
@@ -70,8 +79,8 @@ pub struct Service {
 }
 
 impl Service {
-    async fn start(dir: &Path) -> anyhow::Result<Self> {
-        let mock = start_mock(Duration::ZERO, Duration::ZERO).await?;
+    async fn start(dir: &Path, mock_args: &[&str]) -> anyhow::Result<Self> {
+        let mock = start_mock_with(Duration::ZERO, Duration::ZERO, mock_args).await?;
         let metrics = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
         let env = [(
             "AGENT_RUNNER_METRICS_LISTEN".to_owned(),
@@ -319,5 +328,32 @@ async fn silent_connections(service: Service) -> anyhow::Result<Row> {
         peak_mib: peak,
         rss_after_mib: after,
         note: format!("{closed} of 1100 closed by the service 11 s later"),
+    })
+}
+
+/// One run whose model calls a tool 30,000 times in one round.
+async fn many_calls(service: Service) -> anyhow::Result<Row> {
+    let (before, _) = service.memory();
+    let cpu_before = cpu_time(service.process.pid());
+    let started = Instant::now();
+    let completed = drain(
+        AgentServiceClient::new(service.channel().await?).max_decoding_message_size(64 << 20),
+        run_request("call away", "mock"),
+    )
+    .await;
+    let took = started.elapsed();
+    let cpu = cpu_time(service.process.pid()).saturating_sub(cpu_before);
+    let (after, peak) = service.memory();
+    Ok(Row {
+        input: "a round of 30,000 tool calls".into(),
+        answer: if completed {
+            format!("completed in {:.1} s", took.as_secs_f64())
+        } else {
+            format!("failed after {:.1} s", took.as_secs_f64())
+        },
+        rss_before_mib: before,
+        peak_mib: peak,
+        rss_after_mib: after,
+        note: format!("{:.1} s of CPU in the service", cpu.as_secs_f64()),
     })
 }
