@@ -384,4 +384,34 @@ mod tests {
         let (page, token) = fill_page(thoughts(&[10, 20]), 2).unwrap();
         assert_eq!((sizes(&page), token.as_str()), (vec![10, 20], ""));
     }
+
+    /// A round of 30,000 calls (29,872 not run, each with its observation and error) and
+    /// one of five 1.1 MB observations encode, as shown, under the 4 MiB a client takes.
+    #[test]
+    fn a_shown_thought_encodes_under_four_mebibytes_whatever_the_round_held() {
+        use crate::domain::{MessageId, Thought, ToolCallRecord, ToolInvokeMeta};
+        let call = |n: usize, observation: String| ToolCallRecord {
+            id: format!("call_0_{n}"),
+            name: "current_time".into(),
+            provider: "time".into(),
+            arguments: r#"{"timezone": "UTC"}"#.into(),
+            observation: Some(observation.clone()),
+            meta: Some(ToolInvokeMeta {
+                time_cost: 0.0,
+                error: Some(observation),
+                tool_config: Default::default(),
+            }),
+        };
+        let mut many = Thought::begin(MessageId::new(), 1);
+        many.tool_calls = (0..30_000)
+            .map(|n| call(n, "not run: more than 128 calls in one round".into()))
+            .collect();
+        let mut large = Thought::begin(MessageId::new(), 1);
+        large.tool_calls = (0..5).map(|n| call(n, "x".repeat(1_100_000))).collect();
+        for thought in [many, large] {
+            let shown = pb::AgentThought::from(thought.fitted(SHOWN_TEXT_LIMIT).into_owned());
+            let size = prost::Message::encoded_len(&shown);
+            assert!(size < 4 * 1024 * 1024 - 64 * 1024, "{size} bytes");
+        }
+    }
 }

@@ -128,59 +128,113 @@ pub struct Thought {
 pub const SHOWN_TEXT_LIMIT: usize = 3 * 1024 * 1024 + 512 * 1024;
 
 impl Thought {
-    /// Bytes of the thought's texts: its thought, answer, and each call's arguments and
-    /// observation.
+    /// About the bytes the thought takes where a client reads it: its texts, and for each
+    /// call and passage its fields and framing.
     pub fn text_len(&self) -> usize {
-        let calls: usize = self
-            .tool_calls
+        let calls: usize = self.tool_calls.iter().map(ToolCallRecord::shown_len).sum();
+        let passages: usize = self
+            .retriever_resources
             .iter()
-            .map(|c| c.arguments.len() + c.observation.as_ref().map_or(0, String::len))
+            .map(|r| {
+                r.content.len()
+                    + r.title.len()
+                    + r.source.len()
+                    + r.provider.len()
+                    + PASSAGE_OVERHEAD
+            })
             .sum();
-        self.thought.len() + self.answer.len() + calls
+        self.thought.len() + self.answer.len() + calls + passages + self.file_ids.len() * 48
     }
 
-    /// The thought as a client is shown it: whole when its texts fit `limit` bytes;
-    /// otherwise the longest observations are cut to one length that makes them fit, then
-    /// (if that is not enough) the thought text, each with a marker giving its original
-    /// size. The stored record stays whole.
+    /// The thought as a client is shown it: whole when it fits `limit` bytes; otherwise cut
+    /// in this order until it does, each cut with a marker giving the original size: the
+    /// longest observations and passages (all to one length), the calls' error texts, the
+    /// longest arguments, the thought text, and last (a round of thousands of calls) the
+    /// calls past those that fit, which a note in the thought text counts. The stored
+    /// record stays whole.
     pub fn fitted(&self, limit: usize) -> std::borrow::Cow<'_, Thought> {
-        let size = self.text_len();
-        if size <= limit {
+        if self.text_len() <= limit {
             return std::borrow::Cow::Borrowed(self);
         }
         let mut copy = self.clone();
-        let observations: Vec<usize> = copy
-            .tool_calls
-            .iter()
-            .map(|c| c.observation.as_ref().map_or(0, String::len))
-            .collect();
-        let others = size - observations.iter().sum::<usize>();
-        let room = limit.saturating_sub(others.saturating_add(observations.len() * MARKER_ROOM));
-        let cap = water_level(&observations, room);
+        let excess = copy.text_len() - limit;
+        let mut texts: Vec<&mut String> = Vec::new();
         for call in &mut copy.tool_calls {
             if let Some(observation) = call.observation.as_mut() {
-                if observation.len() > cap {
-                    cut(observation, cap);
+                texts.push(observation);
+            }
+        }
+        for passage in &mut copy.retriever_resources {
+            texts.push(&mut passage.content);
+        }
+        level(texts, excess);
+        if copy.text_len() > limit {
+            for call in &mut copy.tool_calls {
+                if let Some(error) = call.meta.as_mut().and_then(|m| m.error.as_mut()) {
+                    if error.len() > SHORT_TEXT + MARKER_ROOM {
+                        cut(error, SHORT_TEXT);
+                    }
                 }
             }
         }
-        let size = copy.text_len();
-        if size > limit {
+        if copy.text_len() > limit {
+            let excess = copy.text_len() - limit;
+            level(
+                copy.tool_calls
+                    .iter_mut()
+                    .map(|c| &mut c.arguments)
+                    .collect(),
+                excess,
+            );
+        }
+        if copy.text_len() > limit {
             let keep = copy
                 .thought
                 .len()
-                .saturating_sub(size - limit + MARKER_ROOM);
-            cut(&mut copy.thought, keep);
+                .saturating_sub(copy.text_len() - limit + MARKER_ROOM);
+            if keep < copy.thought.len() {
+                cut(&mut copy.thought, keep);
+            }
+        }
+        if copy.text_len() > limit {
+            let total = copy.tool_calls.len();
+            let mut size = copy.text_len() + MARKER_ROOM;
+            while size > limit {
+                let Some(call) = copy.tool_calls.pop() else {
+                    break;
+                };
+                size = size.saturating_sub(call.shown_len());
+            }
+            copy.thought.push_str(&format!(
+                "\n[{} more tool calls of this round are not shown, to fit one message]",
+                total - copy.tool_calls.len()
+            ));
         }
         std::borrow::Cow::Owned(copy)
     }
 }
 
 impl ToolCallRecord {
+    /// About the bytes the call takes where a client reads it.
+    fn shown_len(&self) -> usize {
+        let meta = self
+            .meta
+            .as_ref()
+            .map_or(0, |m| m.error.as_ref().map_or(0, String::len) + 32);
+        self.id.len()
+            + self.name.len()
+            + self.provider.len()
+            + self.arguments.len()
+            + self.observation.as_ref().map_or(0, String::len)
+            + meta
+            + CALL_OVERHEAD
+    }
+
     /// The call as a client is shown it: its observation cut (with a marker) when the call
     /// would not fit `limit` bytes.
     pub fn fitted(mut self, limit: usize) -> Self {
-        let keep = limit.saturating_sub(self.arguments.len() + MARKER_ROOM);
+        let rest = self.shown_len() - self.observation.as_ref().map_or(0, String::len);
+        let keep = limit.saturating_sub(rest + MARKER_ROOM);
         if let Some(observation) = self.observation.as_mut() {
             if observation.len() > keep {
                 cut(observation, keep);
@@ -192,6 +246,33 @@ impl ToolCallRecord {
 
 /// Bytes a cut marker may take.
 const MARKER_ROOM: usize = 96;
+/// Framing and small fields of one call, and of one passage, in an encoded message.
+const CALL_OVERHEAD: usize = 48;
+const PASSAGE_OVERHEAD: usize = 40;
+/// What an error text is cut to once a thought must shrink past its observations.
+const SHORT_TEXT: usize = 256;
+
+/// Cuts the longest of `texts`, all to one length, so that (markers included) their sum
+/// shrinks by at least `excess` bytes, as far as cutting them can.
+fn level(texts: Vec<&mut String>, excess: usize) {
+    let lengths: Vec<usize> = texts.iter().map(|t| t.len()).collect();
+    let room = lengths.iter().sum::<usize>().saturating_sub(excess);
+    let mut cap = water_level(&lengths, room);
+    // Each cut adds a marker: lower the level until the markers fit as well.
+    loop {
+        let cuts = lengths.iter().filter(|l| **l > cap).count();
+        let after = lengths.iter().map(|l| (*l).min(cap)).sum::<usize>() + cuts * MARKER_ROOM;
+        if after <= room || cap == 0 {
+            break;
+        }
+        cap = cap.saturating_sub((after - room).div_ceil(cuts.max(1)));
+    }
+    for text in texts {
+        if text.len() > cap {
+            cut(text, cap);
+        }
+    }
+}
 
 /// The largest length `cap` such that the lengths, each limited to `cap`, sum to at most
 /// `room`: cutting only the longest ones, all to the same length.

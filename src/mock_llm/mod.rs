@@ -67,6 +67,8 @@ pub fn router(settings: MockSettings) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(completions))
         .route("/chat/completions", post(completions))
+        // Prompts as large as a run may send (a round of thousands of tool results).
+        .layer(axum::extract::DefaultBodyLimit::max(256 << 20))
         .with_state(settings)
 }
 

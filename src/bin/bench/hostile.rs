@@ -32,16 +32,34 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-/// Runs every hostile case, each on a fresh service.
-pub async fn run_hostile() -> anyhow::Result<Vec<Row>> {
-    Ok(vec![
-        fresh(instruction_bomb).await?,
-        fresh(|s| pattern_document(s, 256, 150, 2)).await?,
-        fresh(|s| pattern_document(s, 100, 20, 1000)).await?,
-        fresh(model_names).await?,
-        fresh(silent_connections).await?,
-        fresh_with(&["--parallel-tools", "30000"], many_calls).await?,
-    ])
+/// Runs the hostile cases (all, or those numbered in `only`, from 1), each on a fresh
+/// service, handing each row to `done` as it is measured.
+pub async fn run_hostile(only: &[usize], mut done: impl FnMut(&Row)) -> anyhow::Result<Vec<Row>> {
+    let wanted = |n: usize| only.is_empty() || only.contains(&n);
+    let mut rows = Vec::new();
+    let mut keep = |row: Row| {
+        done(&row);
+        rows.push(row);
+    };
+    if wanted(1) {
+        keep(fresh(instruction_bomb).await?);
+    }
+    if wanted(2) {
+        keep(fresh(|s| pattern_document(s, 256, 150, 2)).await?);
+    }
+    if wanted(3) {
+        keep(fresh(|s| pattern_document(s, 100, 20, 1000)).await?);
+    }
+    if wanted(4) {
+        keep(fresh(model_names).await?);
+    }
+    if wanted(5) {
+        keep(fresh(silent_connections).await?);
+    }
+    if wanted(6) {
+        keep(fresh_with(&["--parallel-tools", "30000"], many_calls).await?);
+    }
+    Ok(rows)
 }
 
 async fn fresh<F, Fut>(case: F) -> anyhow::Result<Row>

@@ -66,6 +66,9 @@ struct Args {
     /// Turns of the `long` case.
     #[arg(long, default_value_t = 300)]
     turns: usize,
+    /// Only these of the `hostile` case's inputs (numbered from 1; repeat for more).
+    #[arg(long = "hostile-input")]
+    hostile_inputs: Vec<usize>,
 }
 
 /// The workload of a preset measured through [`run_case`]; `None` for `large`, which is
@@ -125,12 +128,11 @@ async fn main() -> anyhow::Result<()> {
         service_env.push(("AGENT_RUNNER_ADMIN_TOKEN".into(), token.clone()));
     }
     if presets.contains(&Preset::Hostile) {
-        let rows = hostile::run_hostile().await?;
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&rows)?);
-        } else {
+        if !args.json {
             println!("| input | answer | RSS before | peak | RSS after | also |\n|---|---|---|---|---|---|");
-            for row in &rows {
+        }
+        let rows = hostile::run_hostile(&args.hostile_inputs, |row| {
+            if !args.json {
                 println!(
                     "| {} | {} | {:.1} MiB | {:.1} MiB | {:.1} MiB | {} |",
                     row.input,
@@ -141,6 +143,10 @@ async fn main() -> anyhow::Result<()> {
                     row.note
                 );
             }
+        })
+        .await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
         }
     }
     let large = presets.contains(&Preset::Large);

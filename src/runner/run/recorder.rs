@@ -61,21 +61,6 @@ impl Recorder {
         self.store.put_thought(&self.tenant, thought)
     }
 
-    /// Writes the thought with a call's result, then announces the call as finished.
-    pub fn tool_finished(
-        &mut self,
-        thought: &Thought,
-        call: ToolCallRecord,
-    ) -> Result<(), StoreError> {
-        self.save_thought(thought)?;
-        self.emitter.emit(RunEvent::ToolFinished {
-            thought_id: thought.id,
-            position: thought.position,
-            call: call.fitted(SHOWN_TEXT_LIMIT),
-        });
-        Ok(())
-    }
-
     /// Writes the thought with many calls' results at once, then announces each call as
     /// finished.
     pub fn tools_finished(

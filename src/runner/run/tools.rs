@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{field, Instrument};
 
@@ -186,8 +186,14 @@ impl RoundTools<'_> {
                 invoke(Arc::clone(&tools), index, call, timeout).instrument(span)
             })
             .buffer_unordered(self.settings.tool_concurrency.max(1));
-        while let Some((index, invocation)) = or_cancel(self.cancel, results.next()).await? {
-            self.record(round, index, invocation)?;
+        while let Some(first) = or_cancel(self.cancel, results.next()).await? {
+            // Results that are ready as well are written with it: one write of the thought
+            // for all of them, not one each.
+            let mut ready = vec![first];
+            while let Some(Some(more)) = results.next().now_or_never() {
+                ready.push(more);
+            }
+            self.record_all(round, ready)?;
         }
         Ok(())
     }
@@ -314,26 +320,42 @@ impl RoundTools<'_> {
         &mut self,
         round: &mut Round,
         index: usize,
-        mut invocation: Invocation,
+        invocation: Invocation,
     ) -> Result<(), Halt> {
-        if let Some(call) = round.thought.tool_calls.get(index) {
-            self.metrics.tool_call(
-                &invocation.provider,
-                tool_label(&invocation.provider, &call.name),
-                invocation.outcome,
-                Duration::from_secs_f64(invocation.meta.time_cost.max(0.0)),
-            );
+        self.record_all(round, vec![(index, invocation)])
+    }
+
+    /// Stores the files and results of calls that finished together, writes the thought
+    /// once for all of them, then announces each as finished.
+    fn record_all(
+        &mut self,
+        round: &mut Round,
+        results: Vec<(usize, Invocation)>,
+    ) -> Result<(), Halt> {
+        let mut finished = Vec::with_capacity(results.len());
+        for (index, mut invocation) in results {
+            if let Some(call) = round.thought.tool_calls.get(index) {
+                self.metrics.tool_call(
+                    &invocation.provider,
+                    tool_label(&invocation.provider, &call.name),
+                    invocation.outcome,
+                    Duration::from_secs_f64(invocation.meta.time_cost.max(0.0)),
+                );
+            }
+            let files = self.recorder.files(self.message.id, &invocation.files)?;
+            // The model learns each file's id, so it can hand the file to another tool.
+            for file in &files {
+                invocation
+                    .observation
+                    .push_str(&format!("\n[file {}: {}]", file.id, file.name));
+            }
+            let file_ids = files.iter().map(|f| f.id.to_string());
+            if let Some(call) = round.observe(index, invocation, file_ids) {
+                finished.push(call);
+            }
         }
-        let files = self.recorder.files(self.message.id, &invocation.files)?;
-        // The model learns each file's id, so it can hand the file to another tool.
-        for file in &files {
-            invocation
-                .observation
-                .push_str(&format!("\n[file {}: {}]", file.id, file.name));
-        }
-        let file_ids = files.iter().map(|f| f.id.to_string());
-        if let Some(call) = round.observe(index, invocation, file_ids) {
-            self.recorder.tool_finished(&round.thought, call)?;
+        if !finished.is_empty() {
+            self.recorder.tools_finished(&round.thought, finished)?;
         }
         Ok(())
     }
