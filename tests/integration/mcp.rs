@@ -424,7 +424,7 @@ impl rmcp::ServerHandler for EndlessPages {
     ) -> Result<rmcp::model::ListToolsResult, ErrorData> {
         let page = self.served.fetch_add(1, Ordering::SeqCst);
         let schema: serde_json::Map<String, serde_json::Value> = serde_json::from_value(
-            serde_json::json!({"type": "object", "description": "z".repeat(64 * 1024)}),
+            serde_json::json!({"type": "object", "description": "z".repeat(1024)}),
         )
         .unwrap();
         let schema = Arc::new(schema);
@@ -446,7 +446,11 @@ impl rmcp::ServerHandler for EndlessPages {
 #[tokio::test]
 async fn endless_tool_lists_are_refused_at_a_bound() {
     let llm = FakeOpenAi::start(vec![]).await;
-    let server = TestServer::start(&llm.base_url()).await;
+    // A hundred round trips must not run into the step's clock on a busy machine.
+    let server = TestServer::start_edited(&llm.base_url(), |config| {
+        config.runner.mcp_timeout_secs = 30;
+    })
+    .await;
     let mut tools = server.tools().await;
     for (looping, says) in [
         (
