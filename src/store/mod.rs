@@ -213,34 +213,33 @@ impl Store {
     /// database is opened again (sled keeps failing after its first I/O error) and the
     /// marker is written to the new one.
     pub async fn probe(&self) -> Result<(), StoreError> {
-        let trees = self.t()?;
-        match trees.running.insert(PROBE_KEY, &[][..]) {
-            Ok(_) => return self.flush().await,
-            // sled refuses every write once it met an I/O error: only a new handle helps,
-            // and only once there is room.
-            Err(refused) => {
-                drop(trees);
-                let Some(location) = self.location.clone() else {
-                    return Err(refused.into());
-                };
-                if !has_room(&location.path) {
-                    return Err(refused.into());
-                }
-                let store = self.clone();
-                tokio::task::spawn_blocking(move || store.reopen(&location))
-                    .await
-                    .map_err(|err| {
-                        StoreError::Flush(format!("reopening the store failed: {err}"))
-                    })??;
-            }
+        let refused = match self.t() {
+            Ok(trees) => match trees.running.insert(PROBE_KEY, &[][..]) {
+                Ok(_) => return self.flush().await,
+                // sled refuses every write once it met an I/O error: only a new handle
+                // helps, and only once there is room.
+                Err(refused) => refused.into(),
+            },
+            // A reopening that failed: try again.
+            Err(closed) => closed,
+        };
+        let Some(location) = self.location.clone() else {
+            return Err(refused);
+        };
+        if !has_room(&location.path) {
+            return Err(refused);
         }
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.reopen(&location))
+            .await
+            .map_err(|err| StoreError::Flush(format!("reopening the store failed: {err}")))??;
         self.t()?.running.insert(PROBE_KEY, &[][..])?;
         self.flush().await
     }
 
     /// Closes the database and opens it again from what is on disk. Handles in use finish
-    /// first (sled's file lock is held until the last one goes); meanwhile calls are
-    /// answered as unavailable.
+    /// first (sled's file lock is held until the last one goes); meanwhile, and until an
+    /// opening succeeds, calls are answered as unavailable.
     fn reopen(&self, location: &Location) -> Result<(), StoreError> {
         tracing::warn!("the store cannot write but its disk has room: opening it again");
         let old = self
@@ -249,26 +248,12 @@ impl Store {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         drop(old);
-        // Records history kept in memory may hold writes the old handle never made durable.
+        // What history kept in memory may hold writes the old handle never made durable.
         self.past.clear();
-        let opened = open_db(location).and_then(|db| Trees::open(db, &self.state));
-        let result = match opened {
-            Ok(trees) => {
-                *self.current.write().unwrap_or_else(PoisonError::into_inner) =
-                    Some(Arc::new(trees));
-                tracing::info!("the store is open again");
-                Ok(())
-            }
-            Err(err) => Err(err),
-        };
-        if result.is_err() {
-            // Back to a handle that can at least read, if the files can still be opened.
-            if let Ok(trees) = open_db(location).and_then(|db| Trees::open(db, &self.state)) {
-                *self.current.write().unwrap_or_else(PoisonError::into_inner) =
-                    Some(Arc::new(trees));
-            }
-        }
-        result
+        let trees = open_db(location).and_then(|db| Trees::open(db, &self.state))?;
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(trees));
+        tracing::info!("the store is open again");
+        Ok(())
     }
 
     /// Makes every flush fail (`true`) or work again (`false`), as a full disk would: how

@@ -16,17 +16,9 @@ use tokio::net::TcpListener;
 use tonic::Code;
 
 use crate::support::{
-    end_of, last_error, message, read_until_delta, run_request, run_to_end, start, streamed_text,
-    FakeOpenAi, Reply, ScriptedCall, TestServer, PROVIDER,
+    end_of, last_error, message, read_until_delta, run_request, run_to_end, serve_app as serve,
+    start, streamed_text, FakeOpenAi, Reply, ScriptedCall, TestServer, PROVIDER,
 };
-
-/// Serves `app` on an ephemeral loopback port; returns its base URL.
-async fn serve(app: axum::Router) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}")
-}
 
 fn api_provider(name: &str, spec: String, server_url: &str) -> pb::CreateProviderRequest {
     pb::CreateProviderRequest {

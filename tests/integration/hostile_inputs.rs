@@ -12,11 +12,11 @@ use serde_json::json;
 use tonic::Code;
 
 use crate::support::process::spawn_service;
-use crate::support::thoughts;
 use crate::support::{
     end_of, last_error, message, run_request, run_to_end, start, streamed_text, FakeOpenAi, Reply,
     RunRequestExt, ScriptedCall, TestServer, BLOCKING_MODEL, PROVIDER, VISION_MODEL,
 };
+use crate::support::{serve_app, thoughts};
 
 /// An instruction its inputs fill past `runner.max_instruction_bytes` is refused naming the
 /// field and the limit before the model is called; so is a ReAct template that repeats the
@@ -223,9 +223,7 @@ async fn secrets_an_upstream_echoes_are_masked() {
             seen.join("\n")
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, echo).await });
+    let url = serve_app(echo).await;
     let spec = json!({"openapi": "3.0.0", "paths": {"/echo": {"get": {"operationId": "echo"}}}})
         .to_string();
     let mut tools = server.tools().await;
@@ -299,10 +297,7 @@ async fn failing_llm(endless: bool, produced: Arc<AtomicUsize>) -> String {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}/v1")
+    format!("{}/v1", serve_app(app).await)
 }
 
 /// An error answer's body is read up to 64 KiB within the idle clock: an endless one is cut
@@ -348,9 +343,7 @@ async fn a_round_of_large_observations_fits_every_event_and_page() {
         "/big",
         axum::routing::get(|| async { "word ".repeat(220_000) }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, answer).await });
+    let url = serve_app(answer).await;
     let calls: Vec<ScriptedCall> = ["b1", "b2", "b3", "b4", "b5"]
         .into_iter()
         .map(|id| ScriptedCall::new(id, "big", &["{}"]))

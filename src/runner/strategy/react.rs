@@ -94,59 +94,6 @@ impl ChainOfThought {
             .to_owned()
     }
 
-    /// Refuses a template whose first prompt would pass `limit` bytes, measured from the
-    /// sizes of what fills it: every occurrence of a variable counts. The transcript
-    /// variables grow each round, so each may appear once.
-    fn check_size(
-        &self,
-        instruction_len: usize,
-        query_len: usize,
-        tools: &[OfferedTool],
-        limit: usize,
-    ) -> Result<(), FieldError> {
-        let field = match self.template {
-            Some(_) => "agent.react_prompt",
-            None => "agent.instruction",
-        };
-        let template = self.template();
-        let completion = self.mode == ModelMode::Completion;
-        let counts = template::occurrences(template, &VARIABLES);
-        if completion {
-            for (name, count) in VARIABLES.iter().zip(&counts) {
-                if TRANSCRIPT.contains(name) && *count > 1 {
-                    return Err(FieldError::new(
-                        field,
-                        format!("uses {{{{{name}}}}} {count} times; it may appear once"),
-                    ));
-                }
-            }
-        }
-        let values = [
-            instruction_len,
-            tools_json(tools).len(),
-            tool_names(tools).len(),
-            0,
-            query_len,
-            0,
-        ];
-        let mut size = template.len();
-        for ((name, count), value) in VARIABLES.iter().zip(&counts).zip(values) {
-            if !completion && TRANSCRIPT.contains(name) {
-                continue;
-            }
-            size = size
-                .saturating_sub(count * (name.len() + 4))
-                .saturating_add(count.saturating_mul(value));
-        }
-        if size > limit {
-            return Err(FieldError::new(
-                field,
-                format!("renders a prompt of {size} bytes, more than runner.max_instruction_bytes ({limit})"),
-            ));
-        }
-        Ok(())
-    }
-
     fn chat_messages(
         &self,
         context: &PromptContext,
@@ -198,7 +145,7 @@ impl ChainOfThought {
     }
 }
 
-/// The template's variables, in the order [`ChainOfThought::check_size`] sizes them.
+/// The template's variables, in the order [`Strategy::check_prompt_size`] sizes them.
 const VARIABLES: [&str; 6] = [
     "instruction",
     "tools",
@@ -343,6 +290,9 @@ impl Strategy for ChainOfThought {
         context.request(messages, &[], stop, !rounds.is_empty())
     }
 
+    /// Refuses a template whose first prompt would pass `limit` bytes, measured from the
+    /// sizes of what fills it: every occurrence of a variable counts. The transcript
+    /// variables grow each round, so each may appear once.
     fn check_prompt_size(
         &self,
         instruction_len: usize,
@@ -350,7 +300,47 @@ impl Strategy for ChainOfThought {
         tools: &[OfferedTool],
         limit: usize,
     ) -> Result<(), FieldError> {
-        self.check_size(instruction_len, query_len, tools, limit)
+        let field = match self.template {
+            Some(_) => "agent.react_prompt",
+            None => "agent.instruction",
+        };
+        let template = self.template();
+        let completion = self.mode == ModelMode::Completion;
+        let counts = template::occurrences(template, &VARIABLES);
+        if completion {
+            for (name, count) in VARIABLES.iter().zip(&counts) {
+                if TRANSCRIPT.contains(name) && *count > 1 {
+                    return Err(FieldError::new(
+                        field,
+                        format!("uses {{{{{name}}}}} {count} times; it may appear once"),
+                    ));
+                }
+            }
+        }
+        let values = [
+            instruction_len,
+            tools_json(tools).len(),
+            tool_names(tools).len(),
+            0,
+            query_len,
+            0,
+        ];
+        let mut size = template.len();
+        for ((name, count), value) in VARIABLES.iter().zip(&counts).zip(values) {
+            if !completion && TRANSCRIPT.contains(name) {
+                continue;
+            }
+            size = size
+                .saturating_sub(count * (name.len() + 4))
+                .saturating_add(count.saturating_mul(value));
+        }
+        if size > limit {
+            return Err(FieldError::new(
+                field,
+                format!("renders a prompt of {size} bytes, more than runner.max_instruction_bytes ({limit})"),
+            ));
+        }
+        Ok(())
     }
 
     fn reader(&self, tools: &[OfferedTool]) -> Box<dyn TurnReader> {

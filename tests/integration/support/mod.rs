@@ -15,6 +15,14 @@ pub use server::*;
 use agent_runner::pb::agent_service_client::AgentServiceClient;
 use tonic::transport::Channel;
 
+/// Serves `app` on an ephemeral loopback port; returns its base URL (`http://127.0.0.1:port`).
+pub async fn serve_app(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
 /// A scripted LLM playing `replies`, the real server pointed at it, and a client of the
 /// agent service: the setup of most tests.
 pub async fn start(replies: Vec<Reply>) -> (FakeOpenAi, TestServer, AgentServiceClient<Channel>) {
