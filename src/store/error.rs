@@ -40,9 +40,74 @@ pub enum StoreError {
     Reopening,
 }
 
+/// What kind of failure a store error is, whichever backend reported it: what a caller may
+/// do about it depends on this, never on the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Category {
+    /// The store cannot be reached or cannot write now (a full disk, a lost connection, a
+    /// reopening); trying again later may work.
+    Unavailable,
+    /// Another writer got there first.
+    Conflict,
+    /// The record is not there.
+    NotFound,
+    /// What is stored cannot be read as a record (damaged, or written by a newer build).
+    Corrupt,
+    /// A bug or an unexpected failure.
+    Internal,
+}
+
 impl StoreError {
-    /// Storage failures are always ours to fix, never the caller's.
+    /// The failure's category.
+    pub fn category(&self) -> Category {
+        match self {
+            Self::Sled(sled::Error::Io(_)) | Self::Flush(_) | Self::Reopening => {
+                Category::Unavailable
+            }
+            Self::Sled(sled::Error::CollectionNotFound(_)) => Category::NotFound,
+            Self::Sled(sled::Error::Corruption { .. })
+            | Self::Codec { .. }
+            | Self::UnsupportedVersion { .. }
+            | Self::Sealed(_) => Category::Corrupt,
+            Self::Sled(sled::Error::Unsupported(_) | sled::Error::ReportableBug(_))
+            | Self::SecretKey(_) => Category::Internal,
+        }
+    }
+
+    /// How a caller sees it: unavailable when waiting may help; otherwise ours to fix.
     pub fn kind(&self) -> ErrorKind {
-        ErrorKind::Internal
+        match self.category() {
+            Category::Unavailable => ErrorKind::Unavailable,
+            Category::Conflict => ErrorKind::FailedPrecondition,
+            Category::NotFound => ErrorKind::NotFound,
+            Category::Corrupt | Category::Internal => ErrorKind::Internal,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_a_wait_may_cure_are_unavailable_and_the_rest_internal() {
+        let full = StoreError::Sled(sled::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::StorageFull,
+            "No space left on device",
+        )));
+        assert_eq!(full.category(), Category::Unavailable);
+        assert_eq!(full.kind(), ErrorKind::Unavailable);
+        assert_eq!(StoreError::Reopening.kind(), ErrorKind::Unavailable);
+        assert_eq!(
+            StoreError::Flush("disk full".into()).kind(),
+            ErrorKind::Unavailable
+        );
+        let newer = StoreError::UnsupportedVersion {
+            tree: "messages",
+            found: 9,
+            supported: 1,
+        };
+        assert_eq!(newer.category(), Category::Corrupt);
+        assert_eq!(newer.kind(), ErrorKind::Internal);
     }
 }

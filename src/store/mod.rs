@@ -21,7 +21,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-pub use error::StoreError;
+pub use error::{Category, StoreError};
 pub use flusher::WriterGuard;
 pub use messages::Inserted;
 pub use sealed::SecretKey;
