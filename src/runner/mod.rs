@@ -36,7 +36,8 @@ pub use live::{ClientOutput, Decision, EventStream};
 pub use settings::RunnerSettings;
 pub use spec::{
     AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelRef, ModelSpec,
-    OutputFallback, OutputSpec, RunSpec, DEFAULT_MAX_ITERATION, MAX_FALLBACKS, MAX_ITERATION_LIMIT,
+    OutputFallback, OutputSpec, RunSpec, StoredSpec, DEFAULT_MAX_ITERATION, MAX_FALLBACKS,
+    MAX_ITERATION_LIMIT,
 };
 
 use crate::domain::{
@@ -283,6 +284,16 @@ impl Runner {
         // flush makes the message durable too. Waiting for a flush of its own would hold
         // the first model call back by a disk write.
         Ok(self.launch(spec, prepared, message, cancel, permit))
+    }
+
+    /// What the run of `message` was started with, as kept with it; `None` for messages of
+    /// earlier versions.
+    pub fn stored_spec(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+    ) -> Result<Option<StoredSpec>, RunError> {
+        Ok(self.store.get_run_spec(tenant, message)?)
     }
 
     /// Applies the tenant's limits to a new run; the permit is held until the run ends.

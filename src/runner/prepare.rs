@@ -9,7 +9,7 @@ use super::error::RunError;
 use super::history::{self, History};
 use super::run::{Agent, Output};
 use super::settings::RunnerSettings;
-use super::spec::RunSpec;
+use super::spec::{RunSpec, StoredSpec};
 use super::strategy;
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus,
@@ -110,8 +110,9 @@ pub fn earlier_run(store: &Store, spec: &RunSpec) -> Result<Option<IdempotencyRe
     }
 }
 
-/// Writes the message as running (with its new conversation and idempotency key, in one
-/// transaction). A key another request took first comes back as [`Inserted::KeyTaken`].
+/// Writes what the run was started with, then the message as running (with its new
+/// conversation and idempotency key, in one transaction). A key another request took first
+/// comes back as [`Inserted::KeyTaken`].
 pub fn insert_message(
     store: &Store,
     spec: &RunSpec,
@@ -127,12 +128,23 @@ pub fn insert_message(
             },
         )
     });
-    Ok(store.insert_message(
+    // The spec first: a message in the store always has it (a crash between the two leaves
+    // a spec no message names, which nothing reads).
+    store.put_run_spec(
+        &spec.tenant,
+        message.id,
+        &StoredSpec::of(spec, message.created_at),
+    )?;
+    let inserted = store.insert_message(
         &spec.tenant,
         prepared.new_conversation.as_ref(),
         message,
         record.as_ref().map(|(key, record)| (*key, record)),
-    )?)
+    )?;
+    if let Inserted::KeyTaken(_) = &inserted {
+        store.remove_run_spec(&spec.tenant, message.id)?;
+    }
+    Ok(inserted)
 }
 
 /// The message of a new run, as running.

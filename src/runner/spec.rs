@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::template;
@@ -15,7 +17,8 @@ pub const DEFAULT_MAX_ITERATION: u32 = 10;
 pub const MAX_ITERATION_LIMIT: u32 = 99;
 
 /// How the model expects its prompt.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ModelMode {
     /// A list of role-tagged messages.
     #[default]
@@ -25,7 +28,8 @@ pub enum ModelMode {
 }
 
 /// The model to call and how.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ModelSpec {
     /// Provider name from the server configuration.
     pub provider: String,
@@ -42,7 +46,8 @@ pub struct ModelSpec {
 }
 
 /// A model of a configured provider.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ModelRef {
     /// Provider name from the server configuration.
     pub provider: String,
@@ -51,7 +56,8 @@ pub struct ModelRef {
 }
 
 /// The agent's configuration for one run.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct AgentSpec {
     /// The model.
     pub model: ModelSpec,
@@ -74,7 +80,7 @@ pub struct AgentSpec {
 }
 
 /// A final answer held to a JSON Schema.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OutputSpec {
     /// The JSON Schema.
     pub schema: Value,
@@ -83,7 +89,8 @@ pub struct OutputSpec {
 }
 
 /// What a run does with an answer that does not meet its output schema.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum OutputFallback {
     /// The answer is kept as plain text; the end says why it is not the document.
     #[default]
@@ -93,7 +100,7 @@ pub enum OutputFallback {
 }
 
 /// Where an image given with the query comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ImageSource {
     /// A URL the model fetches.
     Url(String),
@@ -102,12 +109,13 @@ pub enum ImageSource {
         /// MIME type, e.g. `image/png`.
         mime_type: String,
         /// The image.
+        #[serde(with = "base64_bytes")]
         bytes: Vec<u8>,
     },
 }
 
 /// An image given with the query.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InputImage {
     /// The image.
     pub source: ImageSource,
@@ -173,6 +181,9 @@ pub struct RunSpec {
     pub deadline: Option<std::time::Duration>,
     /// The caller's trace, the parent of the run's span.
     pub trace_parent: TraceParent,
+    /// Whether a dropped stream cancels the run (the transport acts on it; it is kept with
+    /// the run).
+    pub cancel_on_disconnect: bool,
     /// The limits of the run's tenant (0: unlimited).
     pub limits: TenantLimits,
 }
@@ -193,6 +204,7 @@ impl RunSpec {
             idempotency: None,
             deadline: None,
             trace_parent: TraceParent::default(),
+            cancel_on_disconnect: false,
             limits: TenantLimits::default(),
         }
     }
@@ -284,6 +296,71 @@ impl RunSpec {
     }
 }
 
+/// Bytes as base64 text in stored specs (a JSON array of numbers would be four times the
+/// size).
+mod base64_bytes {
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// What a run was started with beyond what its message records (query, inputs, user,
+/// strategy, model): kept with the message when the run starts, so the run can be told
+/// apart, audited and, later, resumed from its records alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredSpec {
+    /// The form of this record.
+    pub version: u32,
+    /// The agent as the request gave it.
+    pub agent: AgentSpec,
+    /// Images sent with the query.
+    #[serde(default)]
+    pub files: Vec<InputImage>,
+    /// The caller's own tools.
+    #[serde(default)]
+    pub client_tools: Vec<crate::tools::ClientToolSpec>,
+    /// When the caller's deadline passes, as a moment rather than a span.
+    #[serde(default)]
+    pub deadline: Option<DateTime<Utc>>,
+    /// Whether a dropped stream cancels the run.
+    #[serde(default)]
+    pub cancel_on_disconnect: bool,
+    /// The caller's `traceparent`, when it sent one.
+    #[serde(default)]
+    pub trace_parent: Option<String>,
+}
+
+impl StoredSpec {
+    /// The record's current form.
+    pub const VERSION: u32 = 1;
+
+    /// What `spec` keeps, its deadline counted from `started`.
+    pub fn of(spec: &RunSpec, started: DateTime<Utc>) -> Self {
+        Self {
+            version: Self::VERSION,
+            agent: spec.agent.clone(),
+            files: spec.files.clone(),
+            client_tools: spec.client_tools.clone(),
+            deadline: spec
+                .deadline
+                .and_then(|deadline| chrono::Duration::from_std(deadline).ok())
+                .and_then(|deadline| started.checked_add_signed(deadline)),
+            cancel_on_disconnect: spec.cancel_on_disconnect,
+            trace_parent: spec.trace_parent.to_header(),
+        }
+    }
+}
+
 /// Longest model, provider or tool name a run accepts.
 pub const MAX_NAME_LEN: usize = 256;
 
@@ -342,6 +419,7 @@ mod tests {
             idempotency: None,
             deadline: None,
             trace_parent: TraceParent::default(),
+            cancel_on_disconnect: false,
             limits: TenantLimits::default(),
             files: vec![],
             client_tools: vec![],

@@ -286,6 +286,44 @@ impl Store {
         Box::new(ids)
     }
 
+    /// Keeps what a run was started with (a record the runner defines) with its message;
+    /// written before the message, once.
+    pub fn put_run_spec<T: serde::Serialize>(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+        spec: &T,
+    ) -> Result<(), StoreError> {
+        let t = self.t()?;
+        let key = keys::message(tenant, message);
+        let bytes = encode("specs", spec)?;
+        pieces::put(&t.specs, &t.pieces, Owner::Spec, &key, &bytes)
+    }
+
+    /// What the run of `message` was started with; `None` for messages of earlier versions
+    /// (or of none).
+    pub fn get_run_spec<T: DeserializeOwned>(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+    ) -> Result<Option<T>, StoreError> {
+        let t = self.t()?;
+        let key = keys::message(tenant, message);
+        let Some(stored) = t.specs.get(&key)? else {
+            return Ok(None);
+        };
+        let bytes = pieces::join(&t.pieces, Owner::Spec, &key, stored)?;
+        decode("specs", &bytes).map(Some)
+    }
+
+    /// Forgets a spec whose message was never written (another request took its key).
+    pub fn remove_run_spec(&self, tenant: &Tenant, message: MessageId) -> Result<(), StoreError> {
+        let t = self.t()?;
+        let key = keys::message(tenant, message);
+        t.specs.remove(&key)?;
+        pieces::remove(&t.pieces, Owner::Spec, &key)
+    }
+
     /// Deletes a conversation with all its messages, thoughts, events and idempotency keys;
     /// returns the deleted messages' ids, or `None` when there is no such conversation.
     pub fn delete_conversation(
@@ -325,6 +363,8 @@ impl Store {
             t.running.remove(&key)?;
             t.answers.remove(&key)?;
             pieces::remove(&t.pieces, Owner::Answer, &key)?;
+            t.specs.remove(&key)?;
+            pieces::remove(&t.pieces, Owner::Spec, &key)?;
             let children = keys::message_children(tenant, *message);
             remove_prefix(&t.thoughts, &children)?;
             remove_prefix(&t.events, &children)?;

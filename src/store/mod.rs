@@ -66,6 +66,8 @@ struct Trees {
     file_data: sled::Tree,
     /// Messages' answers, apart so status updates never rewrite them.
     answers: sled::Tree,
+    /// What each run was started with, by message; written once.
+    specs: sled::Tree,
     /// Pieces of large values (see [`pieces`]).
     pieces: sled::Tree,
     /// API keys, by id.
@@ -89,6 +91,7 @@ impl Trees {
             files: db.open_tree("files")?,
             file_data: db.open_tree("file_data")?,
             answers: db.open_tree("answers")?,
+            specs: db.open_tree("specs")?,
             pieces: db.open_tree("pieces")?,
             api_keys: db.open_tree("api_keys")?,
             tenant_usage: db.open_tree("tenant_usage")?,
@@ -284,6 +287,7 @@ impl Store {
             ("files", &t.files),
             ("file_data", &t.file_data),
             ("answers", &t.answers),
+            ("specs", &t.specs),
             ("pieces", &t.pieces),
         ];
         let mut found = Vec::new();

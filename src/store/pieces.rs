@@ -32,6 +32,8 @@ pub enum Owner {
     Answer = 3,
     /// A file's bytes.
     File = 4,
+    /// What a run was started with.
+    Spec = 5,
 }
 
 fn prefix(owner: Owner, key: &[u8]) -> Vec<u8> {

@@ -161,6 +161,28 @@ impl TraceParent {
         }
     }
 
+    /// The context as a `traceparent` header value, to keep with a run; `None` when unset.
+    pub fn to_header(&self) -> Option<String> {
+        if !self.is_set() {
+            return None;
+        }
+        let mut headers = http::HeaderMap::new();
+        TraceContextPropagator::new().inject_context(&self.0, &mut HeaderInjector(&mut headers));
+        headers
+            .get("traceparent")
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+    }
+
+    /// The context a [`Self::to_header`] value names (unset when it is not valid).
+    pub fn from_header(traceparent: &str) -> Self {
+        let mut headers = http::HeaderMap::new();
+        if let Ok(value) = http::HeaderValue::from_str(traceparent) {
+            headers.insert("traceparent", value);
+        }
+        Self::from_headers(&headers)
+    }
+
     /// The caller's trace id, as 32 hex digits.
     pub fn trace_id(&self) -> Option<String> {
         self.is_set()

@@ -16,7 +16,7 @@ use super::{ToolSet, ToolSetError};
 use crate::domain::{CallOutcome, ToolInvokeMeta};
 
 /// A tool the caller of a run executes itself.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ClientToolSpec {
     /// Name the model calls it by.
     pub name: String,

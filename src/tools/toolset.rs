@@ -20,7 +20,7 @@ use super::registry::{Provider, RegisteredTool, ToolSnapshot};
 use crate::domain::{CallOutcome, ErrorKind, ToolInvokeMeta};
 
 /// A tool named in a run's configuration.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ToolRef {
     /// Provider name.
     pub provider: String,

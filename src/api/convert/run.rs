@@ -34,8 +34,9 @@ pub fn run_spec(
         user,
         idempotency_key: _,
         client_tools,
-        // How the transport treats a dropped stream; it does not change what runs.
-        cancel_on_disconnect: _,
+        // How the transport treats a dropped stream; it does not change what runs, and is
+        // kept with the run.
+        cancel_on_disconnect,
     } = request;
     let conversation_id = if conversation_id.is_empty() {
         None
@@ -59,6 +60,7 @@ pub fn run_spec(
         deadline,
         client_tools: client_tools.into_iter().map(client_tool).collect(),
         trace_parent: TraceParent::default(),
+        cancel_on_disconnect,
         limits: Default::default(),
     };
     spec.validated().map_err(crate::api::status::from_error)

@@ -234,6 +234,66 @@ async fn a_cancel_between_rounds_stops_before_the_next_model_call() {
     assert_eq!(message.answer, "Waiting.");
 }
 
+/// What a run was started with is kept with its message, whole: the agent as given, client
+/// tools, images, the deadline as a moment, the disconnect rule and the trace parent; a
+/// message written without one (an earlier version) reads as having none.
+#[tokio::test]
+async fn the_whole_run_spec_is_kept_with_the_message() {
+    use crate::runner::{ImageSource, InputImage, StoredSpec};
+    use crate::telemetry::TraceParent;
+
+    let model = ScriptedChatModel::new(vec![ScriptedTurn::text("Done.")]);
+    let (runner, store) = runner(model);
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut asked = spec(&[("maths", "eval_expression")]);
+    asked.agent.instruction = "Be {{tone}}.".into();
+    asked.agent.model.parameters = serde_json::json!({"temperature": 0.2})
+        .as_object()
+        .cloned()
+        .unwrap();
+    asked.inputs.insert("tone".into(), "brief".into());
+    asked.files.push(InputImage {
+        source: ImageSource::Data {
+            mime_type: "image/png".into(),
+            bytes: vec![0, 159, 146, 150],
+        },
+        detail: "high".into(),
+    });
+    asked.client_tools.push(ClientToolSpec {
+        name: "lookup".into(),
+        description: "Look it up".into(),
+        parameters: serde_json::json!({"type": "object"}),
+        require_approval: true,
+    });
+    asked.deadline = Some(Duration::from_secs(90));
+    asked.cancel_on_disconnect = true;
+    asked.trace_parent = TraceParent::from_header(traceparent);
+    let handle = runner.start(asked.clone(), runner.run_token()).unwrap();
+    drain(handle.events).await;
+
+    let kept = runner
+        .stored_spec(&Tenant::default_tenant(), handle.message_id)
+        .unwrap()
+        .expect("kept with the message");
+    let message = store
+        .get_message(&Tenant::default_tenant(), handle.message_id)
+        .unwrap()
+        .unwrap();
+    let expected = StoredSpec::of(&asked.clone().validated().unwrap(), message.created_at);
+    assert_eq!(expected.trace_parent.as_deref(), Some(traceparent));
+    assert_eq!(
+        kept.deadline,
+        Some(message.created_at + chrono::Duration::seconds(90))
+    );
+    assert_eq!(kept, expected);
+
+    let unknown = crate::domain::MessageId::new();
+    assert!(runner
+        .stored_spec(&Tenant::default_tenant(), unknown)
+        .unwrap()
+        .is_none());
+}
+
 /// A round of more calls than `runner.max_tool_calls_per_round` (128) runs the first 128;
 /// each call past them gets an observation saying it was not run, and the model goes on.
 #[tokio::test]
