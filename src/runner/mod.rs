@@ -271,12 +271,12 @@ impl Runner {
             &spec,
             &self.settings,
         )?;
-        let message = prepare::new_message(&self.store, &spec, &prepared)?;
+        let mut message = prepare::new_message(&spec, &prepared);
         if !self.store.is_writable() {
             return Err(RunError::StoreUnwritable);
         }
         if let Inserted::KeyTaken(record) =
-            prepare::insert_message(&self.store, &spec, &prepared, &message)?
+            prepare::insert_message(&self.store, &spec, &prepared, &mut message)?
         {
             return self.follow_retry(&spec, &record);
         }

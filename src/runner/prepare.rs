@@ -117,7 +117,7 @@ pub fn insert_message(
     store: &Store,
     spec: &RunSpec,
     prepared: &Prepared,
-    message: &Message,
+    message: &mut Message,
 ) -> Result<Inserted, RunError> {
     let record = spec.idempotency.as_ref().map(|i| {
         (
@@ -147,17 +147,14 @@ pub fn insert_message(
     Ok(inserted)
 }
 
-/// The message of a new run, as running.
-pub fn new_message(
-    store: &Store,
-    spec: &RunSpec,
-    prepared: &Prepared,
-) -> Result<Message, RunError> {
+/// The message of a new run, as running; the store gives it its place (`seq`, `ordinal`)
+/// when it is written.
+pub fn new_message(spec: &RunSpec, prepared: &Prepared) -> Message {
     let now = crate::domain::now();
-    Ok(Message {
+    Message {
         id: MessageId::new(),
         conversation_id: prepared.conversation_id,
-        seq: store.next_id()?,
+        seq: 0,
         query: spec.query.clone(),
         inputs: spec.inputs.clone(),
         answer: String::new(),
@@ -176,8 +173,8 @@ pub fn new_message(
         structured_output: None,
         output_invalid: None,
         history_tokens: Default::default(),
-        ordinal: prepared.agent.history.newest_ordinal.map_or(0, |n| n + 1),
-    })
+        ordinal: 0,
+    }
 }
 
 /// The earlier turns of a conversation that can reach the prompt, oldest first: read newest

@@ -73,7 +73,11 @@ impl Store {
     }
 
     /// Writes a new message as running, with its conversation when that is new and its
-    /// idempotency key when it has one.
+    /// idempotency key when it has one, and gives it its place in the conversation: `seq`
+    /// one past the conversation's last (1 in a new one) and `ordinal` one past its newest
+    /// message's (0, unknown, when that one's is). The place is taken and written under the
+    /// conversation's lock, so two runs started at once never share or skip a number, and a
+    /// reader paging by `seq` never passes a message written after it looked.
     ///
     /// Without a key the records are plain inserts, in an order that a crash can only cut
     /// into a state start-up recovery mends (see [`Store::interrupt_unfinished`]): the
@@ -86,10 +90,15 @@ impl Store {
         &self,
         tenant: &Tenant,
         conversation: Option<&Conversation>,
-        message: &Message,
+        message: &mut Message,
         idempotency: Option<(&str, &IdempotencyRecord)>,
     ) -> Result<Inserted, StoreError> {
         let t = self.t()?;
+        let _place = self.order.lock(message.conversation_id);
+        let (seq, ordinal) = self.next_place(tenant, message.conversation_id)?;
+        message.seq = seq;
+        message.ordinal = ordinal;
+        let message = &*message;
         let conversation = conversation
             .map(|c| encode("conversations", c).map(|v| (keys::conversation(tenant, c.id), v)))
             .transpose()?;
@@ -132,6 +141,34 @@ impl Store {
             Ok::<_, ConflictableTransactionError<StoreError>>(Inserted::Yes)
         });
         result.map_err(transaction_error)
+    }
+
+    /// The next `seq` and `ordinal` of a conversation, from its newest message.
+    fn next_place(
+        &self,
+        tenant: &Tenant,
+        conversation: ConversationId,
+    ) -> Result<(u64, u64), StoreError> {
+        let t = self.t()?;
+        let prefix = keys::conversation_messages(tenant, conversation);
+        let Some(last) = t.conversation_messages.scan_prefix(&prefix).next_back() else {
+            return Ok((1, 1));
+        };
+        let (key, value) = last?;
+        let seq = key
+            .get(prefix.len()..)
+            .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
+            .map_or(0, u64::from_be_bytes);
+        let newest = <[u8; 16]>::try_from(value.as_ref())
+            .ok()
+            .map(|bytes| MessageId(uuid::Uuid::from_bytes(bytes)));
+        let ordinal = match newest {
+            Some(id) => self.get_past_message(tenant, id)?.map_or(0, |m| m.ordinal),
+            None => 0,
+        };
+        // An ordinal of 0 is unknown (messages of earlier versions), and stays so.
+        let next_ordinal = if ordinal == 0 { 0 } else { ordinal + 1 };
+        Ok((seq + 1, next_ordinal))
     }
 
     /// Overwrites a message; a terminal status also clears its running marker, after the
@@ -444,11 +481,72 @@ mod tests {
         let store = Store::temporary().unwrap();
         let tenant = Tenant::default_tenant();
         let conversation = conversation(&tenant);
-        let message = running_message(conversation.id, store.next_id().unwrap());
+        let mut message = running_message(conversation.id, 0);
         store
-            .insert_message(&tenant, Some(&conversation), &message, None)
+            .insert_message(&tenant, Some(&conversation), &mut message, None)
             .unwrap();
         (store, tenant, conversation, message)
+    }
+
+    /// Messages started at once in one conversation, from several threads, take the places
+    /// 1, 2, 3 … with no number shared or skipped, ordinals alike; and a reader paging by
+    /// `seq` while they are written sees every one of them, in order.
+    #[test]
+    fn concurrent_starts_in_one_conversation_take_consecutive_places() {
+        let store = Store::temporary().unwrap();
+        let tenant = Tenant::default_tenant();
+        let conversation = conversation(&tenant);
+        let mut first = running_message(conversation.id, 0);
+        store
+            .insert_message(&tenant, Some(&conversation), &mut first, None)
+            .unwrap();
+        assert_eq!((first.seq, first.ordinal), (1, 1));
+        let reader = {
+            let store = store.clone();
+            let tenant = tenant.clone();
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                let mut after = 0;
+                let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+                while seen.len() < 201 && std::time::Instant::now() < until {
+                    for message in store.messages_after(&tenant, conversation.id, after) {
+                        let message = message.unwrap();
+                        after = message.seq;
+                        seen.push(message.seq);
+                    }
+                }
+                seen
+            })
+        };
+        let writers: Vec<_> = (0..4)
+            .map(|_| {
+                let store = store.clone();
+                let tenant = tenant.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        let mut message = running_message(conversation.id, 0);
+                        store
+                            .insert_message(&tenant, None, &mut message, None)
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        let seen = reader.join().unwrap();
+        assert_eq!(
+            seen,
+            (1..=201).collect::<Vec<u64>>(),
+            "paged in order, none skipped"
+        );
+        let mut ordinals: Vec<u64> = store
+            .messages_after(&tenant, conversation.id, 0)
+            .map(|m| m.unwrap().ordinal)
+            .collect();
+        ordinals.sort_unstable();
+        assert_eq!(ordinals, (1..=201).collect::<Vec<u64>>());
     }
 
     /// A crash after the message but before its index entry (the last of the inserts)

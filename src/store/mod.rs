@@ -21,6 +21,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::domain::ConversationId;
 pub use error::{Category, StoreError};
 pub use flusher::WriterGuard;
 pub use messages::Inserted;
@@ -48,7 +49,6 @@ const SCHEMA_VERSION: u32 = 1;
 
 /// The open database's handles, replaced whole when it is reopened.
 struct Trees {
-    db: sled::Db,
     conversations: sled::Tree,
     messages: sled::Tree,
     conversation_messages: sled::Tree,
@@ -95,8 +95,7 @@ impl Trees {
             pieces: db.open_tree("pieces")?,
             api_keys: db.open_tree("api_keys")?,
             tenant_usage: db.open_tree("tenant_usage")?,
-            flusher: flusher::Flusher::start(db.clone(), state)?,
-            db,
+            flusher: flusher::Flusher::start(db, state)?,
         })
     }
 }
@@ -125,6 +124,26 @@ pub struct Store {
     past: Arc<past_cache::PastCache>,
     /// Seals provider credentials before they are written.
     sealer: sealed::Sealer,
+    /// Held while a message takes its place in its conversation.
+    order: Arc<OrderLocks>,
+}
+
+/// Locks that give each conversation one writer of new messages at a time, striped so
+/// conversations share a few mutexes instead of keeping one each.
+struct OrderLocks([std::sync::Mutex<()>; 64]);
+
+impl OrderLocks {
+    fn new() -> Self {
+        Self(std::array::from_fn(|_| std::sync::Mutex::new(())))
+    }
+
+    /// The lock of `conversation`'s stripe, held for the returned guard's life.
+    fn lock(&self, conversation: ConversationId) -> std::sync::MutexGuard<'_, ()> {
+        let stripe = conversation.0.as_u128() as usize % self.0.len();
+        self.0[stripe]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl Store {
@@ -172,6 +191,7 @@ impl Store {
             state,
             past: Arc::new(past_cache::PastCache::new(past_cache::BUDGET_BYTES)),
             sealer: sealed::Sealer::new(key),
+            order: Arc::new(OrderLocks::new()),
         })
     }
 
@@ -300,12 +320,6 @@ impl Store {
             }
         }
         Ok(found)
-    }
-
-    /// A number larger than any this database handed out before, across restarts; never 0,
-    /// so 0 can mean "before the first" in scans.
-    pub fn next_id(&self) -> Result<u64, StoreError> {
-        Ok(self.t()?.db.generate_id()? + 1)
     }
 }
 

@@ -386,15 +386,15 @@ mod tests {
 
     fn ended_message(store: &Store, tenant: &Tenant) -> Message {
         let conversation = conversation(tenant);
-        let message = Message {
+        let mut message = Message {
             answer: "Hello there.".into(),
             status: MessageStatus::Completed,
             finish_reason: Some(FinishReason::Stop),
             iterations: 1,
-            ..running_message(conversation.id, store.next_id().unwrap())
+            ..running_message(conversation.id, 0)
         };
         store
-            .insert_message(tenant, Some(&conversation), &message, None)
+            .insert_message(tenant, Some(&conversation), &mut message, None)
             .unwrap();
         message
     }

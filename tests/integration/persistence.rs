@@ -241,7 +241,7 @@ async fn messages_left_running_by_a_crash_become_interrupted() {
         let message = Message {
             id: message_id,
             conversation_id: conversation.id,
-            seq: store.next_id().unwrap(),
+            seq: 0,
             query: "q".into(),
             inputs: Default::default(),
             answer: String::new(),
@@ -262,8 +262,9 @@ async fn messages_left_running_by_a_crash_become_interrupted() {
             history_tokens: Default::default(),
             ordinal: 0,
         };
+        let mut message = message;
         store
-            .insert_message(&tenant, Some(&conversation), &message, None)
+            .insert_message(&tenant, Some(&conversation), &mut message, None)
             .unwrap();
         store
             .put_thought(
