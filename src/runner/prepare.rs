@@ -72,7 +72,7 @@ pub fn prepare(
     strategy.check_prompt_size(
         spec.filled_instruction_len() + output_instruction,
         spec.query.len(),
-        &bound.offered(),
+        &bound,
         settings.max_instruction_bytes,
     )?;
     let new_conversation = conversation_for(store, spec)?;

@@ -493,13 +493,7 @@ mod tests {
     /// `seq` while they are written sees every one of them, in order.
     #[test]
     fn concurrent_starts_in_one_conversation_take_consecutive_places() {
-        let store = Store::temporary().unwrap();
-        let tenant = Tenant::default_tenant();
-        let conversation = conversation(&tenant);
-        let mut first = running_message(conversation.id, 0);
-        store
-            .insert_message(&tenant, Some(&conversation), &mut first, None)
-            .unwrap();
+        let (store, tenant, conversation, first) = started();
         assert_eq!((first.seq, first.ordinal), (1, 1));
         let reader = {
             let store = store.clone();

@@ -325,11 +325,6 @@ impl Cache {
     }
 }
 
-/// Bytes the cache holds now, for tests and metrics.
-pub fn cached_bytes() -> usize {
-    with_cache(|cache| cache.used)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ use tonic::transport::Channel;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-use crate::support::process::spawn_service_edited;
+use crate::support::process::{self, spawn_service_edited};
 use crate::support::{FakeOpenAi, TestServer};
 
 /// `SERVING` is 1 in `grpc.health.v1`.
@@ -96,11 +96,7 @@ async fn running_out_of_descriptors_turns_health_off_until_they_free_up() {
         )
     })
     .await;
-    let channel = Channel::from_shared(format!("http://{}", service.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = process::channel(&service).await;
     assert_eq!(health(channel.clone()).await, SERVING);
 
     let mut silent = Vec::new();
@@ -127,11 +123,7 @@ async fn running_out_of_descriptors_turns_health_off_until_they_free_up() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     drop(silent);
-    let fresh = Channel::from_shared(format!("http://{}", service.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let fresh = process::channel(&service).await;
     assert_eq!(health(fresh).await, SERVING);
 }
 

@@ -11,7 +11,7 @@ use tonic::transport::Channel;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-use crate::support::process::{client, spawn_service_edited};
+use crate::support::process::{channel, client, spawn_service_edited};
 use crate::support::{run_request, run_to_end, FakeOpenAi, Reply};
 
 /// A tmpfs of `megabytes` mounted at `at`, unmounted when dropped.
@@ -73,11 +73,7 @@ async fn health_and_admission_recover_together_after_a_real_full_disk() {
         )
     })
     .await;
-    let channel = Channel::from_shared(format!("http://{}", service.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = channel(&service).await;
     let mut agents = client(&service).await;
     run_to_end(&mut agents, run_request("before", &[])).await;
 

@@ -16,24 +16,10 @@ use tokio::net::TcpListener;
 use tonic::Code;
 
 use crate::support::{
-    end_of, last_error, message, read_until_delta, run_request, run_to_end, serve_app as serve,
-    start, streamed_text, FakeOpenAi, Reply, ScriptedCall, TestServer, PROVIDER,
+    api_provider, end_of, last_error, message, read_until_delta, run_request, run_to_end,
+    serve_app as serve, start, streamed_text, FakeOpenAi, Reply, ScriptedCall, TestServer,
+    PROVIDER,
 };
-
-fn api_provider(name: &str, spec: String, server_url: &str) -> pb::CreateProviderRequest {
-    pb::CreateProviderRequest {
-        provider: Some(pb::ToolProvider {
-            name: name.into(),
-            source: Some(pb::ProviderSource {
-                source: Some(pb::provider_source::Source::Openapi(pb::OpenApiSource {
-                    spec,
-                    server_url: server_url.into(),
-                })),
-            }),
-            ..Default::default()
-        }),
-    }
-}
 
 fn one_get(path: &str, operation: &str) -> String {
     json!({"openapi": "3.0.0", "paths": {path: {"get": {"operationId": operation}}}}).to_string()

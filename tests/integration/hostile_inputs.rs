@@ -12,11 +12,14 @@ use serde_json::json;
 use tonic::Code;
 
 use crate::support::process::spawn_service;
+use crate::support::{api_provider, serve_app, thoughts};
 use crate::support::{
     end_of, last_error, message, run_request, run_to_end, start, streamed_text, FakeOpenAi, Reply,
     RunRequestExt, ScriptedCall, TestServer, BLOCKING_MODEL, PROVIDER, VISION_MODEL,
 };
-use crate::support::{serve_app, thoughts};
+
+/// A server URL nothing listens on: the documents' tools are never called.
+const NOWHERE: &str = "http://127.0.0.1:9";
 
 /// An instruction its inputs fill past `runner.max_instruction_bytes` is refused naming the
 /// field and the limit before the model is called; so is a ReAct template that repeats the
@@ -105,21 +108,6 @@ fn shared_patterns_doc(operations: usize, patterns: usize, repeat: usize) -> Str
     .to_string()
 }
 
-fn openapi_provider(name: &str, spec: String) -> pb::CreateProviderRequest {
-    pb::CreateProviderRequest {
-        provider: Some(pb::ToolProvider {
-            name: name.into(),
-            source: Some(pb::ProviderSource {
-                source: Some(pb::provider_source::Source::Openapi(pb::OpenApiSource {
-                    spec,
-                    server_url: "http://127.0.0.1:9".into(),
-                })),
-            }),
-            ..Default::default()
-        }),
-    }
-}
-
 /// Resident memory of process `pid`, in KiB.
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -149,7 +137,7 @@ async fn schema_patterns_are_counted_and_compiled_once() {
     let bomb = shared_patterns_doc(256, 150, 2);
     assert!(bomb.len() < 60_000, "{} bytes", bomb.len());
     let refused = tools
-        .create_provider(openapi_provider("bomb", bomb))
+        .create_provider(api_provider("bomb", bomb, NOWHERE))
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Code::InvalidArgument);
@@ -164,9 +152,10 @@ async fn schema_patterns_are_counted_and_compiled_once() {
     );
 
     tools
-        .create_provider(openapi_provider(
+        .create_provider(api_provider(
             "heavy",
             shared_patterns_doc(100, 20, 1000),
+            NOWHERE,
         ))
         .await
         .unwrap();
@@ -239,15 +228,8 @@ async fn secrets_an_upstream_echoes_are_masked() {
             "YWRhOmNvcnJlY3QtaG9yc2U=",
         ),
     ] {
-        let mut request = openapi_provider(name, spec.clone());
-        let provider = request.provider.as_mut().unwrap();
-        provider.source = Some(pb::ProviderSource {
-            source: Some(pb::provider_source::Source::Openapi(pb::OpenApiSource {
-                spec: spec.clone(),
-                server_url: url.clone(),
-            })),
-        });
-        provider.credentials = credentials
+        let mut request = api_provider(name, spec.clone(), &url);
+        request.provider.as_mut().unwrap().credentials = credentials
             .into_iter()
             .map(|(key, value)| (key.to_owned(), value.to_owned()))
             .collect();
@@ -359,14 +341,12 @@ async fn a_round_of_large_observations_fits_every_event_and_page() {
     .await;
     let spec =
         json!({"openapi": "3.0.0", "paths": {"/big": {"get": {"operationId": "big"}}}}).to_string();
-    let mut request = openapi_provider("bulky", spec.clone());
-    request.provider.as_mut().unwrap().source = Some(pb::ProviderSource {
-        source: Some(pb::provider_source::Source::Openapi(pb::OpenApiSource {
-            spec,
-            server_url: url,
-        })),
-    });
-    server.tools().await.create_provider(request).await.unwrap();
+    server
+        .tools()
+        .await
+        .create_provider(api_provider("bulky", spec, &url))
+        .await
+        .unwrap();
 
     let mut client = server.agents().await;
     let request = run_request("big", &[("bulky", "big")]).model(VISION_MODEL);

@@ -15,7 +15,7 @@ use crate::llm::{
     ToolSpec, TurnEnd,
 };
 use crate::runner::spec::{AgentSpec, ModelMode};
-use crate::tools::OfferedTool;
+use crate::tools::{OfferedTool, ToolSet};
 
 /// What every prompt of a run is built from.
 #[derive(Debug, Clone)]
@@ -262,7 +262,7 @@ pub trait Strategy: Send + Sync {
         &self,
         _instruction_len: usize,
         _query_len: usize,
-        _tools: &[OfferedTool],
+        _tools: &ToolSet,
         _limit: usize,
     ) -> Result<(), FieldError> {
         Ok(())

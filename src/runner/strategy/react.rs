@@ -15,7 +15,7 @@ use crate::domain::{FieldError, StrategyKind};
 use crate::llm::{ChatMessage, ChatRequest, ToolCallRequest, TurnEnd};
 use crate::runner::spec::ModelMode;
 use crate::runner::template;
-use crate::tools::OfferedTool;
+use crate::tools::{OfferedTool, ToolSet};
 
 /// The stop word that ends a ReAct turn before the model invents a tool result.
 pub const OBSERVATION_STOP: &str = "Observation";
@@ -297,9 +297,11 @@ impl Strategy for ChainOfThought {
         &self,
         instruction_len: usize,
         query_len: usize,
-        tools: &[OfferedTool],
+        tools: &ToolSet,
         limit: usize,
     ) -> Result<(), FieldError> {
+        let tools = tools.offered();
+        let tools = tools.as_slice();
         let field = match self.template {
             Some(_) => "agent.react_prompt",
             None => "agent.instruction",

@@ -23,6 +23,27 @@ pub async fn serve_app(app: axum::Router) -> String {
     format!("http://{addr}")
 }
 
+/// A `CreateProvider` request for an OpenAPI document whose calls go to `server_url`.
+pub fn api_provider(
+    name: &str,
+    spec: String,
+    server_url: &str,
+) -> agent_runner::pb::CreateProviderRequest {
+    use agent_runner::pb;
+    pb::CreateProviderRequest {
+        provider: Some(pb::ToolProvider {
+            name: name.into(),
+            source: Some(pb::ProviderSource {
+                source: Some(pb::provider_source::Source::Openapi(pb::OpenApiSource {
+                    spec,
+                    server_url: server_url.into(),
+                })),
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
 /// A scripted LLM playing `replies`, the real server pointed at it, and a client of the
 /// agent service: the setup of most tests.
 pub async fn start(replies: Vec<Reply>) -> (FakeOpenAi, TestServer, AgentServiceClient<Channel>) {

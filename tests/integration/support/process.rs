@@ -138,6 +138,15 @@ async fn wait_until_healthy(service: Service) -> Service {
     panic!("the service did not become healthy: {}", service.log_text());
 }
 
+/// A channel to the process's gRPC port.
+pub async fn channel(service: &Service) -> Channel {
+    Channel::from_shared(format!("http://{}", service.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
 /// A client of the process's agent service.
 pub async fn client(service: &Service) -> AgentServiceClient<Channel> {
     AgentServiceClient::connect(format!("http://{}", service.addr))
