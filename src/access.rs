@@ -4,7 +4,7 @@
 //! kept only as its SHA-256, compared in constant time. With that much entropy a fast hash
 //! is enough; nothing is gained from a slow one. Keys live in memory as well as in the
 //! store, so checking one costs a lookup and a hash, and creating or revoking one takes
-//! effect on the next call. This room knows neither tonic nor sled.
+//! effect on the next call. This room knows neither tonic nor a database.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -95,9 +95,10 @@ pub struct Keys {
 
 impl Keys {
     /// Every stored key.
-    pub fn load(store: Store) -> Result<Self, AccessError> {
+    pub async fn load(store: Store) -> Result<Self, AccessError> {
         let cache = store
-            .all_api_keys()?
+            .all_api_keys()
+            .await?
             .into_iter()
             .map(|record| (record.id.clone(), Arc::new(cached(record))))
             .collect();
@@ -130,8 +131,7 @@ impl Keys {
             last_used_at: None,
             limits,
         };
-        self.store.put_api_key(&record)?;
-        self.store.flush().await?;
+        self.store.put_api_key(&record).await?;
         self.write()
             .insert(id.clone(), Arc::new(cached(record.clone())));
         Ok((record, format!("{PREFIX}{id}_{secret}")))
@@ -154,8 +154,7 @@ impl Keys {
         if self.write().remove(id).is_none() {
             return Err(AccessError::NotFound(id.to_owned()));
         }
-        self.store.delete_api_key(id)?;
-        self.store.flush().await?;
+        self.store.delete_api_key(id).await?;
         Ok(())
     }
 
@@ -180,12 +179,12 @@ impl Keys {
     }
 
     /// Writes when each key was last used (kept in memory between these writes).
-    pub fn save_last_used(&self) -> Result<(), AccessError> {
+    pub async fn save_last_used(&self) -> Result<(), AccessError> {
         let keys: Vec<Arc<Cached>> = self.read().values().cloned().collect();
         for key in keys {
             let record = snapshot(&key);
             if record.last_used_at != key.record.last_used_at {
-                self.store.put_api_key(&record)?;
+                self.store.put_api_key(&record).await?;
             }
         }
         Ok(())
@@ -280,7 +279,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_key_identifies_its_tenant_until_revoked() {
-        let keys = Keys::load(Store::temporary().unwrap()).unwrap();
+        let keys = Keys::load(Store::temporary().unwrap()).await.unwrap();
         let (record, secret) = keys
             .create("acme", "ci", TenantLimits::default())
             .await

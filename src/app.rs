@@ -89,7 +89,7 @@ pub enum AppError {
 
 /// Opens the store under the configured data directory, recovering from a crash: messages
 /// a previous process left running become interrupted.
-pub fn open_store(config: &Config) -> Result<Store, AppError> {
+pub async fn open_store(config: &Config) -> Result<Store, AppError> {
     let dir = &config.server.data_dir;
     std::fs::create_dir_all(dir).map_err(|source| AppError::DataDir {
         path: dir.clone(),
@@ -101,14 +101,14 @@ pub fn open_store(config: &Config) -> Result<Store, AppError> {
         config.server.store_cache_mb.saturating_mul(1024 * 1024),
         &key,
     )?;
-    let sealed = store.seal_plaintext_credentials()?;
+    let sealed = store.seal_plaintext_credentials().await?;
     if sealed > 0 {
         tracing::info!(
             sealed,
             "sealed provider credentials stored in plaintext by an earlier version"
         );
     }
-    let interrupted = store.interrupt_unfinished()?;
+    let interrupted = store.interrupt_unfinished().await?;
     if interrupted > 0 {
         tracing::warn!(
             interrupted,
@@ -164,7 +164,7 @@ async fn save_last_used(keys: Arc<Keys>, stop: CancellationToken) {
             _ = stop.cancelled() => true,
             _ = tokio::time::sleep(LAST_USED_EVERY) => false,
         };
-        if let Err(err) = keys.save_last_used() {
+        if let Err(err) = keys.save_last_used().await {
             tracing::warn!(error = %err, "could not record when API keys were last used");
         }
         if stopping {
@@ -233,7 +233,7 @@ async fn follow_health(
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then stops gracefully: health
-/// turns `NOT_SERVING`, runs are cancelled and record themselves, the store is flushed.
+/// turns `NOT_SERVING`, runs are cancelled and record themselves; every write is durable as it returns.
 pub async fn serve(
     listener: TcpListener,
     config: Config,
@@ -242,11 +242,11 @@ pub async fn serve(
 ) -> Result<(), AppError> {
     let store = match extensions.store {
         Some(store) => store,
-        None => open_store(&config)?,
+        None => open_store(&config).await?,
     };
     let metrics = Arc::new(Metrics::new(config.server.metrics_tenant_label));
     let observed = Arc::clone(&metrics);
-    store.observe_flushes(move |took| observed.store_flush(took));
+    store.observe_commits(Box::new(move |took| observed.store_flush(took)));
     let metrics_listener = match (extensions.metrics_listener, config.server.metrics_listen) {
         (Some(listener), _) => Some(listener),
         (None, Some(addr)) => Some(
@@ -272,7 +272,7 @@ pub async fn serve(
         config.runner.provider_settings(Arc::clone(&outbound)),
         outbound.client(),
     );
-    let loaded = catalog.load()?;
+    let loaded = catalog.load().await?;
     tracing::info!(providers = loaded, "registered tool providers loaded");
     let settings = config.runner.settings();
     let runner = Runner::new(
@@ -295,7 +295,7 @@ pub async fn serve(
         ));
     }
 
-    let keys = Arc::new(Keys::load(store.clone())?);
+    let keys = Arc::new(Keys::load(store.clone()).await?);
     let stop_keys = CancellationToken::new();
     let saving_keys = tokio::spawn(save_last_used(Arc::clone(&keys), stop_keys.clone()));
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -360,7 +360,6 @@ pub async fn serve(
     stop_metrics.cancel();
     stop_keys.cancel();
     let _ = saving_keys.await;
-    store.flush().await?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -97,9 +97,9 @@ impl Catalog {
     }
 
     /// Registers every stored provider; one that no longer builds is logged and skipped.
-    pub fn load(&self) -> Result<usize, StoreError> {
+    pub async fn load(&self) -> Result<usize, StoreError> {
         let mut loaded = 0;
-        for (tenant, name, record) in self.store.all_providers()? {
+        for (tenant, name, record) in self.store.all_providers().await? {
             let record = match record {
                 Ok(record) => record,
                 Err(err) => {
@@ -130,50 +130,58 @@ impl Catalog {
         if self.registry.is_builtin(&record.name) {
             return Err(CatalogError::Builtin(record.name));
         }
-        if self.store.get_provider(tenant, &record.name)?.is_some() {
+        if self
+            .store
+            .get_provider(tenant, &record.name)
+            .await?
+            .is_some()
+        {
             return Err(CatalogError::Exists(record.name));
         }
         let record = providers::discover(record, &self.settings, &self.http).await?;
         let provider = providers::build(&record, &self.settings, &self.http)?;
-        self.store.put_provider(tenant, &record)?;
-        self.store.flush().await?;
+        self.store.put_provider(tenant, &record).await?;
         self.registry.register(tenant, provider);
-        self.get(tenant, &record.name)
+        self.get(tenant, &record.name).await
     }
 
     /// Reads a registered provider's tools again (an MCP server's list may have changed).
     pub async fn refresh(&self, tenant: &Tenant, name: &str) -> Result<Entry, CatalogError> {
         if self.registry.is_builtin(name) {
-            return self.get(tenant, name);
+            return self.get(tenant, name).await;
         }
         let record = self
             .store
-            .get_provider(tenant, name)?
+            .get_provider(tenant, name)
+            .await?
             .ok_or_else(|| CatalogError::NotFound(name.to_owned()))?;
         let record = providers::discover(record, &self.settings, &self.http).await?;
         let provider = providers::build(&record, &self.settings, &self.http)?;
-        self.store.put_provider(tenant, &record)?;
-        self.store.flush().await?;
+        self.store.put_provider(tenant, &record).await?;
         self.registry.register(tenant, provider);
-        self.get(tenant, name)
+        self.get(tenant, name).await
     }
 
     /// One provider the tenant can use.
-    pub fn get(&self, tenant: &Tenant, name: &str) -> Result<Entry, CatalogError> {
+    pub async fn get(&self, tenant: &Tenant, name: &str) -> Result<Entry, CatalogError> {
         let provider = self
             .registry
             .snapshot(tenant)
             .get(name)
             .cloned()
             .ok_or_else(|| CatalogError::NotFound(name.to_owned()))?;
-        let record = self.store.get_provider(tenant, name)?;
+        let record = self.store.get_provider(tenant, name).await?;
         Ok(Entry { provider, record })
     }
 
     /// Every provider the tenant can use, built-in ones included.
-    pub fn list(&self, tenant: &Tenant) -> Result<Vec<Entry>, CatalogError> {
+    pub async fn list(&self, tenant: &Tenant) -> Result<Vec<Entry>, CatalogError> {
         let snapshot = self.registry.snapshot(tenant);
-        snapshot.keys().map(|name| self.get(tenant, name)).collect()
+        let mut entries = Vec::with_capacity(snapshot.len());
+        for name in snapshot.keys() {
+            entries.push(self.get(tenant, name).await?);
+        }
+        Ok(entries)
     }
 
     /// Deletes a tenant's provider. Runs already started keep their tools; new runs that
@@ -182,10 +190,9 @@ impl Catalog {
         if self.registry.is_builtin(name) {
             return Err(CatalogError::Builtin(name.to_owned()));
         }
-        if !self.store.delete_provider(tenant, name)? {
+        if !self.store.delete_provider(tenant, name).await? {
             return Err(CatalogError::NotFound(name.to_owned()));
         }
-        self.store.flush().await?;
         self.registry.remove(tenant, name);
         Ok(())
     }

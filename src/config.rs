@@ -1,7 +1,7 @@
 //! Server configuration: command-line flags (each also an `AGENT_RUNNER_*` environment
 //! variable) and an optional TOML file for runner tunables and LLM providers.
 //!
-//! With no arguments the service runs on its embedded default: sled under `./data`,
+//! With no arguments the service runs on its embedded default: the embedded store under `./data`,
 //! listening on `127.0.0.1:50051`, with one provider `openai` configured from
 //! `OPENAI_BASE_URL` and `OPENAI_API_KEY` (and `anthropic` when `ANTHROPIC_API_KEY` is set).
 

@@ -8,7 +8,8 @@
 //! - [`tools`]: the tool registry, the tool engine and the built-in tools.
 //! - [`catalog`]: providers a tenant registers, persisted and live.
 //! - [`access`]: API keys and the admin token: who may call.
-//! - [`store`]: persistence in embedded sled; the only code that touches it.
+//! - [`store`]: persistence behind one contract (embedded by default); the only code that
+//!   knows a database.
 //! - [`telemetry`]: Prometheus metrics and OpenTelemetry traces for operators.
 //! - [`domain`]: plain data shared by all of the above.
 //! - [`app`] wires them together; [`config`] says how.

@@ -13,7 +13,7 @@ use crate::domain::{ConversationId, FileId, MessageId, SHOWN_TEXT_LIMIT};
 use crate::pb;
 use crate::pb::agent_service_server::AgentService;
 use crate::runner::{ClientOutput, Decision, RunError, Runner};
-use crate::store::Store;
+use crate::store::{PageSize, Store};
 use crate::telemetry::TraceParent;
 
 /// Largest page `ListMessages` and `ListThoughts` return.
@@ -59,6 +59,7 @@ impl AgentService for AgentApi {
         let handle = self
             .runner
             .start(spec, cancel.clone())
+            .await
             .map_err(from_error)?;
         let guard = cancel_on_disconnect.then(|| cancel.drop_guard());
         Ok(Response::new(Box::pin(RunEventStream::new(
@@ -80,6 +81,7 @@ impl AgentService for AgentApi {
         let events = self
             .runner
             .attach(&tenant, id, after_seq)
+            .await
             .map_err(from_error)?;
         Ok(Response::new(Box::pin(RunEventStream::new(events, None))))
     }
@@ -123,6 +125,7 @@ impl AgentService for AgentApi {
             .collect();
         self.runner
             .submit_tool_outputs(&tenant, id, outputs)
+            .await
             .map_err(from_error)?;
         Ok(Response::new(pb::SubmitToolOutputsResponse {}))
     }
@@ -158,6 +161,7 @@ impl AgentService for AgentApi {
         }
         self.runner
             .approve_tool_calls(&tenant, id, checked)
+            .await
             .map_err(from_error)?;
         Ok(Response::new(pb::ApproveToolCallsResponse {}))
     }
@@ -172,6 +176,7 @@ impl AgentService for AgentApi {
         let message = self
             .store
             .get_message(&tenant, id)
+            .await
             .map_err(from_error)?
             .ok_or_else(|| from_error(RunError::not_found("message", id)))?;
         Ok(Response::new(message.into()))
@@ -191,6 +196,7 @@ impl AgentService for AgentApi {
         if self
             .store
             .get_conversation(&tenant, id)
+            .await
             .map_err(from_error)?
             .is_none()
         {
@@ -198,14 +204,17 @@ impl AgentService for AgentApi {
         }
         let limit = page_limit(page_size)?;
         let after = parse_page_token(&page_token)?;
-        let messages = self
+        let page = self
             .store
-            .messages_after(&tenant, id, after)
-            .map(|message| {
-                let message = message.map_err(from_error)?;
-                Ok((message.seq, pb::Message::from(message)))
-            });
-        let (messages, next_page_token) = fill_page(messages, limit)?;
+            .list_messages(&tenant, id, after, page_size_of(limit))
+            .await
+            .map_err(from_error)?;
+        let more = page.more;
+        let messages = page
+            .items
+            .into_iter()
+            .map(|message| (message.seq, pb::Message::from(message)));
+        let (messages, next_page_token) = fill_page(messages, limit, more);
         Ok(Response::new(pb::ListMessagesResponse {
             messages,
             next_page_token,
@@ -226,6 +235,7 @@ impl AgentService for AgentApi {
         if self
             .store
             .get_message(&tenant, id)
+            .await
             .map_err(from_error)?
             .is_none()
         {
@@ -237,19 +247,21 @@ impl AgentService for AgentApi {
         } else {
             Some(u32::try_from(parse_page_token(&page_token)?).map_err(|_| invalid_page_token())?)
         };
-        let thoughts = self
+        let page = self
             .store
-            .thoughts_after(&tenant, id, after)
-            .map(|thought| {
-                let thought = thought.map_err(from_error)?;
-                // A page holds each thought as it fits one message; the store keeps it whole.
-                let shown = match thought.fitted(SHOWN_TEXT_LIMIT) {
-                    std::borrow::Cow::Borrowed(_) => thought,
-                    std::borrow::Cow::Owned(cut) => cut,
-                };
-                Ok((u64::from(shown.position), pb::AgentThought::from(shown)))
-            });
-        let (thoughts, next_page_token) = fill_page(thoughts, limit)?;
+            .list_thoughts(&tenant, id, after, page_size_of(limit))
+            .await
+            .map_err(from_error)?;
+        let more = page.more;
+        let thoughts = page.items.into_iter().map(|thought| {
+            // A page holds each thought as it fits one message; the store keeps it whole.
+            let shown = match thought.fitted(SHOWN_TEXT_LIMIT) {
+                std::borrow::Cow::Borrowed(_) => thought,
+                std::borrow::Cow::Owned(cut) => cut,
+            };
+            (u64::from(shown.position), pb::AgentThought::from(shown))
+        });
+        let (thoughts, next_page_token) = fill_page(thoughts, limit, more);
         Ok(Response::new(pb::ListThoughtsResponse {
             thoughts,
             next_page_token,
@@ -266,6 +278,7 @@ impl AgentService for AgentApi {
         let (record, data) = self
             .store
             .get_file(&tenant, id)
+            .await
             .map_err(from_error)?
             .ok_or_else(|| from_error(RunError::not_found("file", id)))?;
         Ok(Response::new(pb::File {
@@ -323,42 +336,55 @@ fn invalid_page_token() -> Status {
 /// caller on). Reads one item past the page to tell whether more remain, and none after it;
 /// the token is empty on the last page.
 fn fill_page<T: prost::Message>(
-    items: impl Iterator<Item = Result<(u64, T), Status>>,
+    items: impl Iterator<Item = (u64, T)>,
     limit: usize,
-) -> Result<(Vec<T>, String), Status> {
+    more: bool,
+) -> (Vec<T>, String) {
     let mut page = Vec::new();
     let mut bytes = 0;
     let mut last = None;
-    for item in items {
-        let (key, item) = item?;
+    for (key, item) in items {
         let size = item.encoded_len();
         if page.len() == limit || (!page.is_empty() && bytes + size > PAGE_BYTES) {
             let token = last.map_or_else(String::new, |key: u64| key.to_string());
-            return Ok((page, token));
+            return (page, token);
         }
         bytes += size;
         last = Some(key);
         page.push(item);
     }
-    Ok((page, String::new()))
+    let token = match (more, last) {
+        (true, Some(key)) => key.to_string(),
+        _ => String::new(),
+    };
+    (page, token)
+}
+
+/// What the store reads for a page of `limit` records: no more than a response holds, so a
+/// page of large records is never read whole only to be cut.
+fn page_size_of(limit: usize) -> PageSize {
+    PageSize {
+        limit,
+        max_bytes: PAGE_BYTES,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn thoughts(sizes: &[usize]) -> impl Iterator<Item = Result<(u64, pb::AgentThought), Status>> {
+    fn thoughts(sizes: &[usize]) -> impl Iterator<Item = (u64, pb::AgentThought)> {
         sizes
             .iter()
             .enumerate()
             .map(|(position, size)| {
-                Ok((
+                (
                     position as u64 + 1,
                     pb::AgentThought {
                         thought: "t".repeat(*size),
                         ..Default::default()
                     },
-                ))
+                )
             })
             .collect::<Vec<_>>()
             .into_iter()
@@ -371,18 +397,22 @@ mod tests {
     #[test]
     fn a_page_ends_at_its_size_or_before_three_mebibytes() {
         const MIB: usize = 1024 * 1024;
-        let (page, token) = fill_page(thoughts(&[10, 20, 30]), 2).unwrap();
+        let (page, token) = fill_page(thoughts(&[10, 20, 30]), 2, false);
         assert_eq!((sizes(&page), token.as_str()), (vec![10, 20], "2"));
 
-        let (page, token) = fill_page(thoughts(&[MIB, MIB, MIB, 10]), 100).unwrap();
+        let (page, token) = fill_page(thoughts(&[MIB, MIB, MIB, 10]), 100, false);
         assert_eq!((sizes(&page), token.as_str()), (vec![MIB, MIB], "2"));
 
         // A record larger than a page alone still makes one, so the caller moves on.
-        let (page, token) = fill_page(thoughts(&[4 * MIB, 10]), 100).unwrap();
+        let (page, token) = fill_page(thoughts(&[4 * MIB, 10]), 100, false);
         assert_eq!((sizes(&page), token.as_str()), (vec![4 * MIB], "1"));
 
-        let (page, token) = fill_page(thoughts(&[10, 20]), 2).unwrap();
+        let (page, token) = fill_page(thoughts(&[10, 20]), 2, false);
         assert_eq!((sizes(&page), token.as_str()), (vec![10, 20], ""));
+
+        // The store stopped reading before the end: the page says where to go on.
+        let (page, token) = fill_page(thoughts(&[10, 20]), 5, true);
+        assert_eq!((sizes(&page), token.as_str()), (vec![10, 20], "2"));
     }
 
     /// A round of 30,000 calls (29,872 not run, each with its observation and error) and

@@ -94,7 +94,7 @@ impl ToolRegistryService for ToolRegistryApi {
     ) -> Result<Response<pb::ToolProvider>, Status> {
         let tenant = tenant_of(&request)?;
         let pb::GetProviderRequest { name } = request.into_inner();
-        let entry = self.catalog.get(&tenant, &name).map_err(from_error)?;
+        let entry = self.catalog.get(&tenant, &name).await.map_err(from_error)?;
         Ok(Response::new(provider(&entry)))
     }
 
@@ -103,7 +103,7 @@ impl ToolRegistryService for ToolRegistryApi {
         request: Request<pb::ListProvidersRequest>,
     ) -> Result<Response<pb::ListProvidersResponse>, Status> {
         let tenant = tenant_of(&request)?;
-        let entries = self.catalog.list(&tenant).map_err(from_error)?;
+        let entries = self.catalog.list(&tenant).await.map_err(from_error)?;
         Ok(Response::new(pb::ListProvidersResponse {
             providers: entries.iter().map(provider).collect(),
         }))
@@ -129,9 +129,12 @@ impl ToolRegistryService for ToolRegistryApi {
         let tenant = tenant_of(&request)?;
         let pb::ListToolsRequest { provider: name } = request.into_inner();
         let entries = if name.is_empty() {
-            self.catalog.list(&tenant)
+            self.catalog.list(&tenant).await
         } else {
-            self.catalog.get(&tenant, &name).map(|entry| vec![entry])
+            self.catalog
+                .get(&tenant, &name)
+                .await
+                .map(|entry| vec![entry])
         }
         .map_err(from_error)?;
         let tools = entries

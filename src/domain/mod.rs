@@ -1,7 +1,7 @@
 //! Plain data shared by every room: ids, messages, thoughts, usage, run events and the error
 //! taxonomy.
 //!
-//! Nothing here performs I/O or knows about tonic, sled or reqwest; the other rooms speak to
+//! Nothing here performs I/O or knows about tonic, a database or reqwest; the other rooms speak to
 //! each other in these types.
 
 mod access;

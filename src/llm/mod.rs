@@ -1,7 +1,7 @@
 //! LLM clients behind one trait. The runner builds a normalized [`ChatRequest`] and reads a
 //! stream of [`ChatChunk`]s; each provider kind converts to and from its own wire format.
 //!
-//! This room knows HTTP (reqwest) but neither tonic nor sled.
+//! This room knows HTTP (reqwest) but neither tonic nor a database.
 
 pub mod anthropic;
 mod error;

@@ -8,7 +8,7 @@
 //!   followers, the client-tool mailbox.
 //! - [`strategy`]: how prompts are built and turns read, and which strategy a run gets.
 //!
-//! The runner knows neither tonic nor sled: it reads models from [`crate::llm`], tools from
+//! The runner knows neither tonic nor a database: it reads models from [`crate::llm`], tools from
 //! [`crate::tools`] and persists through [`Store`]'s record API.
 
 mod budget;
@@ -44,7 +44,7 @@ use crate::domain::{
     ConversationId, FieldError, IdempotencyRecord, Message, MessageId, MessageStatus, Tenant,
 };
 use crate::llm::ModelRegistry;
-use crate::store::{Inserted, Store};
+use crate::store::{Fence, Inserted, Store, StoreError};
 use crate::telemetry::Metrics;
 use crate::tools::ToolRegistry;
 use live::{Awaited, Delivery, Emitter, LiveRun, LiveRuns, Mailbox};
@@ -134,14 +134,14 @@ impl Runner {
 
     /// The events of a message after `after_seq`: stored ones, then live ones until the
     /// last. Attaching to a finished message replays it and ends.
-    pub fn attach(
+    pub async fn attach(
         &self,
         tenant: &Tenant,
         message_id: MessageId,
         after_seq: u64,
     ) -> Result<EventStream, RunError> {
         let live = self.live.subscribe(tenant, message_id);
-        if live.is_none() && self.store.get_message(tenant, message_id)?.is_none() {
+        if live.is_none() && self.store.get_message(tenant, message_id).await?.is_none() {
             return Err(RunError::not_found("message", message_id));
         }
         Ok(live::follow(
@@ -160,41 +160,43 @@ impl Runner {
         tenant: &Tenant,
         id: ConversationId,
     ) -> Result<(), RunError> {
-        if self.store.get_conversation(tenant, id)?.is_none() {
+        if self.store.get_conversation(tenant, id).await?.is_none() {
             return Err(RunError::not_found("conversation", id));
         }
         // Ids only: a long conversation's records are not read to learn which are live.
-        for message in self.store.message_ids_newest_first(tenant, id) {
-            if self.live.get(tenant, message?).is_some() {
+        let mut ids = prepare::NewestFirst::new(&self.store, tenant, id);
+        while let Some(message) = ids.next().await? {
+            if self.live.get(tenant, message).is_some() {
                 return Err(RunError::ConversationBusy { id: id.to_string() });
             }
         }
-        self.store.delete_conversation(tenant, id)?;
-        self.store.flush().await?;
+        self.store.delete_conversation(tenant, id).await?;
         Ok(())
     }
 
     /// Delivers the results of client-executed tools to the run waiting for them.
-    pub fn submit_tool_outputs(
+    pub async fn submit_tool_outputs(
         &self,
         tenant: &Tenant,
         message_id: MessageId,
         outputs: Vec<ClientOutput>,
     ) -> Result<(), RunError> {
         self.deliver(tenant, message_id, Delivery::Outputs(outputs))
+            .await
     }
 
     /// Delivers decisions on the calls that need approval to the run waiting on them.
-    pub fn approve_tool_calls(
+    pub async fn approve_tool_calls(
         &self,
         tenant: &Tenant,
         message_id: MessageId,
         decisions: Vec<Decision>,
     ) -> Result<(), RunError> {
         self.deliver(tenant, message_id, Delivery::Decisions(decisions))
+            .await
     }
 
-    fn deliver(
+    async fn deliver(
         &self,
         tenant: &Tenant,
         message_id: MessageId,
@@ -206,7 +208,7 @@ impl Runner {
         };
         match self.live.get(tenant, message_id) {
             Some(run) => run.mailbox.deliver(delivery),
-            None if self.store.get_message(tenant, message_id)?.is_some() => {
+            None if self.store.get_message(tenant, message_id).await?.is_some() => {
                 Err(live::not_waiting(awaited))
             }
             None => Err(RunError::not_found("message", message_id)),
@@ -223,7 +225,8 @@ impl Runner {
         let Some(run) = self.live.get(tenant, message_id) else {
             let message = self
                 .store
-                .get_message(tenant, message_id)?
+                .get_message(tenant, message_id)
+                .await?
                 .ok_or_else(|| RunError::not_found("message", message_id))?;
             return Err(RunError::NotRunning {
                 id: message_id.to_string(),
@@ -244,7 +247,8 @@ impl Runner {
         let _ = tokio::time::timeout(CANCEL_WAIT, ended).await;
         let message = self
             .store
-            .get_message(tenant, message_id)?
+            .get_message(tenant, message_id)
+            .await?
             .ok_or_else(|| RunError::not_found("message", message_id))?;
         Ok(message.status)
     }
@@ -254,52 +258,63 @@ impl Runner {
     /// Validates `spec`, writes the message as running and starts the run. A retry with
     /// the idempotency key and request of an earlier run follows that run instead. While the
     /// store cannot write (its last flush failed), no run starts.
-    pub fn start(&self, spec: RunSpec, cancel: CancellationToken) -> Result<RunHandle, RunError> {
+    pub async fn start(
+        &self,
+        spec: RunSpec,
+        cancel: CancellationToken,
+    ) -> Result<RunHandle, RunError> {
         if self.shutdown.is_cancelled() {
             return Err(RunError::ShuttingDown);
         }
         let spec = spec.validated()?;
         check_sizes(&spec, &self.settings)?;
-        if let Some(record) = prepare::earlier_run(&self.store, &spec)? {
-            return self.follow_retry(&spec, &record);
+        if let Some(record) = prepare::earlier_run(&self.store, &spec).await? {
+            return self.follow_retry(&spec, &record).await;
         }
-        let permit = self.admit(&spec)?;
+        let permit = self.admit(&spec).await?;
         let prepared = prepare::prepare(
             &self.store,
             &self.models,
             &self.tools,
             &spec,
             &self.settings,
-        )?;
+        )
+        .await?;
         let mut message = prepare::new_message(&spec, &prepared);
         if !self.store.is_writable() {
             return Err(RunError::StoreUnwritable);
         }
         if let Inserted::KeyTaken(record) =
-            prepare::insert_message(&self.store, &spec, &prepared, &mut message)?
+            prepare::insert_message(&self.store, &spec, &prepared, &mut message).await?
         {
-            return self.follow_retry(&spec, &record);
+            return self.follow_retry(&spec, &record).await;
         }
-        // Not flushed here: the caller learns the message's id from its first event, whose
-        // flush makes the message durable too. Waiting for a flush of its own would hold
-        // the first model call back by a disk write.
         Ok(self.launch(spec, prepared, message, cancel, permit))
     }
 
     /// What the run of `message` was started with, as kept with it; `None` for messages of
     /// earlier versions.
-    pub fn stored_spec(
+    pub async fn stored_spec(
         &self,
         tenant: &Tenant,
         message: MessageId,
     ) -> Result<Option<StoredSpec>, RunError> {
-        Ok(self.store.get_run_spec(tenant, message)?)
+        let Some(stored) = self.store.get_run_spec(tenant, message).await? else {
+            return Ok(None);
+        };
+        let spec = serde_json::from_value(stored).map_err(|source| StoreError::Codec {
+            tree: "specs",
+            source,
+        })?;
+        Ok(Some(spec))
     }
 
     /// Applies the tenant's limits to a new run; the permit is held until the run ends.
-    fn admit(&self, spec: &RunSpec) -> Result<quota::RunPermit, RunError> {
+    async fn admit(&self, spec: &RunSpec) -> Result<quota::RunPermit, RunError> {
         let tokens_today = if spec.limits.tokens_per_day > 0 {
-            self.store.tenant_tokens(&spec.tenant, quota::today())?
+            self.store
+                .tenant_tokens(&spec.tenant, quota::today())
+                .await?
         } else {
             0
         };
@@ -308,7 +323,7 @@ impl Runner {
 
     /// Follows the earlier run of a retried request from its first event; a different
     /// request under the same key is refused.
-    fn follow_retry(
+    async fn follow_retry(
         &self,
         spec: &RunSpec,
         record: &IdempotencyRecord,
@@ -322,12 +337,13 @@ impl Runner {
         }
         let message = self
             .store
-            .get_message(&spec.tenant, record.message_id)?
+            .get_message(&spec.tenant, record.message_id)
+            .await?
             .ok_or_else(|| RunError::not_found("message", record.message_id))?;
         Ok(RunHandle {
             message_id: message.id,
             conversation_id: message.conversation_id,
-            events: self.attach(&spec.tenant, message.id, 0)?,
+            events: self.attach(&spec.tenant, message.id, 0).await?,
         })
     }
 
@@ -347,21 +363,23 @@ impl Runner {
             tenant: tenant.clone(),
             cancel: cancel.clone(),
             events: events.clone(),
-            durable: Arc::default(),
             mailbox: Mailbox::default(),
         };
         let first_follower = live_run.subscribe();
-        let durable = Arc::clone(&live_run.durable);
         let mailbox = live_run.mailbox.clone();
         let registration = self.live.register(message.id, live_run);
         let conversation_id = prepared.conversation_id;
+        let destination = live::Destination {
+            store: self.store.clone(),
+            tenant: tenant.clone(),
+            fence: Fence::local(),
+            shutdown: self.shutdown.clone(),
+        };
         let emitter = Emitter::new(
-            self.store.clone(),
-            tenant.clone(),
+            destination,
             conversation_id,
             message.id,
             events,
-            durable,
             cancel.clone(),
         );
         let handle = RunHandle {

@@ -11,12 +11,13 @@ use super::run::{Agent, Output};
 use super::settings::RunnerSettings;
 use super::spec::{RunSpec, StoredSpec};
 use super::strategy;
+use crate::domain::Tenant;
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus,
     StrategyKind, Usage,
 };
 use crate::llm::{Feature, ModelInfo, ModelRegistry};
-use crate::store::{Inserted, Store};
+use crate::store::{Inserted, NewMessage, Store, StoreError};
 use crate::tools::schema::PatternBudget;
 use crate::tools::{ToolRegistry, ToolSet};
 
@@ -31,7 +32,7 @@ pub struct Prepared {
 }
 
 /// Resolves what `spec` names; fails on anything the run could not use.
-pub fn prepare(
+pub async fn prepare(
     store: &Store,
     models: &ModelRegistry,
     tools: &ToolRegistry,
@@ -75,7 +76,7 @@ pub fn prepare(
         &bound,
         settings.max_instruction_bytes,
     )?;
-    let new_conversation = conversation_for(store, spec)?;
+    let new_conversation = conversation_for(store, spec).await?;
     let conversation_id = match (&new_conversation, spec.conversation_id) {
         (Some(conversation), _) => conversation.id,
         (None, Some(id)) => id,
@@ -86,7 +87,7 @@ pub fn prepare(
             newest_ordinal: Some(0),
             ..History::default()
         },
-        None => past_turns(store, spec, &model.info, conversation_id)?,
+        None => past_turns(store, spec, &model.info, conversation_id).await?,
     };
     Ok(Prepared {
         agent: Agent {
@@ -103,17 +104,22 @@ pub fn prepare(
 }
 
 /// The run an idempotency key already started, if any.
-pub fn earlier_run(store: &Store, spec: &RunSpec) -> Result<Option<IdempotencyRecord>, RunError> {
+pub async fn earlier_run(
+    store: &Store,
+    spec: &RunSpec,
+) -> Result<Option<IdempotencyRecord>, RunError> {
     match &spec.idempotency {
-        Some(idempotency) => Ok(store.get_idempotency(&spec.tenant, &idempotency.key)?),
+        Some(idempotency) => Ok(store
+            .get_idempotency(&spec.tenant, &idempotency.key)
+            .await?),
         None => Ok(None),
     }
 }
 
-/// Writes what the run was started with, then the message as running (with its new
-/// conversation and idempotency key, in one transaction). A key another request took first
-/// comes back as [`Inserted::KeyTaken`].
-pub fn insert_message(
+/// Writes the message as running with what the run was started with (and its new
+/// conversation and idempotency key); durable when this returns. A key another request
+/// took first comes back as [`Inserted::KeyTaken`].
+pub async fn insert_message(
     store: &Store,
     spec: &RunSpec,
     prepared: &Prepared,
@@ -128,22 +134,22 @@ pub fn insert_message(
             },
         )
     });
-    // The spec first: a message in the store always has it (a crash between the two leaves
-    // a spec no message names, which nothing reads).
-    store.put_run_spec(
-        &spec.tenant,
-        message.id,
-        &StoredSpec::of(spec, message.created_at),
-    )?;
-    let inserted = store.insert_message(
-        &spec.tenant,
-        prepared.new_conversation.as_ref(),
-        message,
-        record.as_ref().map(|(key, record)| (*key, record)),
-    )?;
-    if let Inserted::KeyTaken(_) = &inserted {
-        store.remove_run_spec(&spec.tenant, message.id)?;
-    }
+    let stored =
+        serde_json::to_value(StoredSpec::of(spec, message.created_at)).map_err(|source| {
+            StoreError::Codec {
+                tree: "specs",
+                source,
+            }
+        })?;
+    let inserted = store
+        .insert_message(NewMessage {
+            tenant: &spec.tenant,
+            conversation: prepared.new_conversation.as_ref(),
+            message,
+            spec: &stored,
+            idempotency: record.as_ref().map(|(key, record)| (*key, record)),
+        })
+        .await?;
     Ok(inserted)
 }
 
@@ -181,7 +187,7 @@ pub fn new_message(spec: &RunSpec, prepared: &Prepared) -> Message {
 /// first and no further than `memory.max_turns` turns or, with a context window, than the
 /// tokens the window leaves for history (by the counts kept with each message). What was not
 /// read is reported as left out.
-fn past_turns(
+async fn past_turns(
     store: &Store,
     spec: &RunSpec,
     model: &ModelInfo,
@@ -199,13 +205,13 @@ fn past_turns(
     };
     let mut used = 0u64;
     let mut examined = 0u64;
-    let mut ids = store.message_ids_newest_first(&spec.tenant, conversation_id);
+    let mut ids = NewestFirst::new(store, &spec.tenant, conversation_id);
     let stop = loop {
-        let Some(id) = ids.next() else {
+        let Some(id) = ids.next().await? else {
             break None;
         };
         examined += 1;
-        let Some(message) = store.get_past_message(&spec.tenant, id?)? else {
+        let Some(message) = store.get_past_message(&spec.tenant, id).await? else {
             continue;
         };
         if examined == 1 {
@@ -224,7 +230,10 @@ fn past_turns(
         }
         let mut turn = match history::answered_at_once(&message) {
             Some(turn) => turn,
-            None => history::past_turn(&message, &store.list_thoughts(&spec.tenant, message.id)?),
+            None => {
+                let thoughts = store.all_thoughts(&spec.tenant, message.id).await?;
+                history::past_turn(&message, &thoughts)
+            }
         };
         if !history::is_useful(&message, &turn) {
             continue;
@@ -243,7 +252,7 @@ fn past_turns(
         // ordinal, else counted by their keys (never read).
         let older = match history.newest_ordinal {
             Some(newest) => newest.saturating_sub(examined),
-            None => ids.count() as u64,
+            None => ids.count_rest().await?,
         };
         history.left_out_turns = u32::try_from(older + 1).unwrap_or(u32::MAX);
         history.left_out_tokens = size;
@@ -265,9 +274,9 @@ fn history_budget(spec: &RunSpec, model: &ModelInfo) -> u64 {
 }
 
 /// The conversation to create, or `None` when the request continues an existing one.
-fn conversation_for(store: &Store, spec: &RunSpec) -> Result<Option<Conversation>, RunError> {
+async fn conversation_for(store: &Store, spec: &RunSpec) -> Result<Option<Conversation>, RunError> {
     match spec.conversation_id {
-        Some(id) => match store.get_conversation(&spec.tenant, id)? {
+        Some(id) => match store.get_conversation(&spec.tenant, id).await? {
             Some(_) => Ok(None),
             None => Err(RunError::not_found("conversation", id)),
         },
@@ -277,5 +286,61 @@ fn conversation_for(store: &Store, spec: &RunSpec) -> Result<Option<Conversation
             user: spec.user.clone(),
             created_at: crate::domain::now(),
         })),
+    }
+}
+
+/// A conversation's message ids, newest first, read a page at a time.
+pub struct NewestFirst<'a> {
+    store: &'a Store,
+    tenant: &'a Tenant,
+    conversation: ConversationId,
+    /// The `seq` of the oldest id read so far.
+    before: u64,
+    page: std::vec::IntoIter<(u64, MessageId)>,
+    more: bool,
+}
+
+/// Ids read at once: history usually stops after a few turns.
+const IDS_PAGE: usize = 64;
+
+impl<'a> NewestFirst<'a> {
+    /// The ids of `conversation`, from its newest message.
+    pub fn new(store: &'a Store, tenant: &'a Tenant, conversation: ConversationId) -> Self {
+        Self {
+            store,
+            tenant,
+            conversation,
+            before: u64::MAX,
+            page: Vec::new().into_iter(),
+            more: true,
+        }
+    }
+
+    /// The next older id, `None` after the oldest.
+    pub async fn next(&mut self) -> Result<Option<MessageId>, StoreError> {
+        loop {
+            if let Some((seq, id)) = self.page.next() {
+                self.before = seq;
+                return Ok(Some(id));
+            }
+            if !self.more {
+                return Ok(None);
+            }
+            let page = self
+                .store
+                .message_ids_before(self.tenant, self.conversation, self.before, IDS_PAGE)
+                .await?;
+            self.more = page.more;
+            self.page = page.items.into_iter();
+        }
+    }
+
+    /// How many ids are left, counted by their keys.
+    pub async fn count_rest(&mut self) -> Result<u64, StoreError> {
+        let mut count = 0;
+        while self.next().await?.is_some() {
+            count += 1;
+        }
+        Ok(count)
     }
 }

@@ -2,12 +2,17 @@
 
 use crate::domain::ErrorKind;
 
-/// A failure of the embedded database or of a record's encoding.
+/// A failure of the database or of a record's encoding.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// sled reported an I/O or corruption error.
-    #[error("storage error: {0}")]
-    Sled(#[from] sled::Error),
+    /// The database reported a failure; a backend files it under its category.
+    #[error("storage error: {message}")]
+    Backend {
+        /// What a caller may do about it.
+        category: Category,
+        /// The backend's account of it, with no credential in it.
+        message: String,
+    },
     /// A record could not be encoded or decoded.
     #[error("record codec error in {tree}: {source}")]
     Codec {
@@ -61,16 +66,12 @@ impl StoreError {
     /// The failure's category.
     pub fn category(&self) -> Category {
         match self {
-            Self::Sled(sled::Error::Io(_)) | Self::Flush(_) | Self::Reopening => {
-                Category::Unavailable
+            Self::Backend { category, .. } => *category,
+            Self::Flush(_) | Self::Reopening => Category::Unavailable,
+            Self::Codec { .. } | Self::UnsupportedVersion { .. } | Self::Sealed(_) => {
+                Category::Corrupt
             }
-            Self::Sled(sled::Error::CollectionNotFound(_)) => Category::NotFound,
-            Self::Sled(sled::Error::Corruption { .. })
-            | Self::Codec { .. }
-            | Self::UnsupportedVersion { .. }
-            | Self::Sealed(_) => Category::Corrupt,
-            Self::Sled(sled::Error::Unsupported(_) | sled::Error::ReportableBug(_))
-            | Self::SecretKey(_) => Category::Internal,
+            Self::SecretKey(_) => Category::Internal,
         }
     }
 
@@ -91,10 +92,10 @@ mod tests {
 
     #[test]
     fn failures_a_wait_may_cure_are_unavailable_and_the_rest_internal() {
-        let full = StoreError::Sled(sled::Error::Io(std::io::Error::new(
-            std::io::ErrorKind::StorageFull,
-            "No space left on device",
-        )));
+        let full = StoreError::Backend {
+            category: Category::Unavailable,
+            message: "No space left on device".into(),
+        };
         assert_eq!(full.category(), Category::Unavailable);
         assert_eq!(full.kind(), ErrorKind::Unavailable);
         assert_eq!(StoreError::Reopening.kind(), ErrorKind::Unavailable);

@@ -4,7 +4,7 @@
 //!
 //! Metrics live in a [`Metrics`] value per server (so several servers in one process, as
 //! in tests, never share counts); tracing is process-wide, set up once by `main`.
-//! This room knows neither tonic nor sled.
+//! This room knows neither tonic nor a database.
 
 mod http;
 mod logs;

@@ -3,7 +3,7 @@
 //!
 //! Built-in tools are written against the typed [`Tool`] trait; the registry stores every
 //! tool as an object-safe [`ErasedTool`], which HTTP, MCP and client-side tools implement
-//! directly. This room knows neither tonic nor sled.
+//! directly. This room knows neither tonic nor a database.
 
 pub mod builtin;
 pub mod cache;

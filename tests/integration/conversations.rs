@@ -385,20 +385,24 @@ async fn deleting_a_conversation_leaves_nothing_behind() {
     for id in [&conversation_id, &message_id] {
         let uuid: uuid::Uuid = id.parse().unwrap();
         assert_eq!(
-            store.find_bytes(uuid.as_bytes()).unwrap(),
+            store.find_bytes(uuid.as_bytes()).await.unwrap(),
             Vec::<String>::new(),
             "bytes of {id}"
         );
         assert_eq!(
-            store.find_bytes(id.as_bytes()).unwrap(),
+            store.find_bytes(id.as_bytes()).await.unwrap(),
             Vec::<String>::new(),
             "text of {id}"
         );
     }
-    assert!(store.find_bytes(b"doomed-key").unwrap().is_empty());
+    assert!(store.find_bytes(b"doomed-key").await.unwrap().is_empty());
     let survivor: uuid::Uuid = kept[0].message_id.parse().unwrap();
     assert!(
-        !store.find_bytes(survivor.as_bytes()).unwrap().is_empty(),
+        !store
+            .find_bytes(survivor.as_bytes())
+            .await
+            .unwrap()
+            .is_empty(),
         "other conversations stay"
     );
 }

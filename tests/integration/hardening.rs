@@ -459,7 +459,7 @@ async fn a_store_that_cannot_write_fails_the_run_and_health_until_it_can() {
         .unwrap()
         .into_inner();
     let seen = read_until_delta(&mut stream).await;
-    server.store.fail_flushes(true);
+    server.store.fail_writes(true);
 
     let mut ended = None;
     loop {
@@ -493,7 +493,7 @@ async fn a_store_that_cannot_write_fails_the_run_and_health_until_it_can() {
         refused.message()
     );
 
-    server.store.fail_flushes(false);
+    server.store.fail_writes(false);
     let mut healthy = unhealthy;
     for _ in 0..50 {
         healthy = health(&server).await;

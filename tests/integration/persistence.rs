@@ -4,7 +4,7 @@ use agent_runner::domain::{
     Conversation, ConversationId, Message, MessageId, MessageStatus, StrategyKind, Tenant, Usage,
 };
 use agent_runner::pb;
-use agent_runner::store::Store;
+use agent_runner::store::{Burst, Fence, NewMessage, Record, Store};
 
 use crate::support::{message, run_request, run_to_end, TestServer};
 use crate::support::{FakeOpenAi, Reply, ScriptedCall};
@@ -264,15 +264,24 @@ async fn messages_left_running_by_a_crash_become_interrupted() {
         };
         let mut message = message;
         store
-            .insert_message(&tenant, Some(&conversation), &mut message, None)
+            .insert_message(NewMessage {
+                tenant: &tenant,
+                conversation: Some(&conversation),
+                message: &mut message,
+                spec: &serde_json::Value::Null,
+                idempotency: None,
+            })
+            .await
             .unwrap();
+        let thought = agent_runner::domain::Thought::begin(message_id, 1);
+        let burst = Burst {
+            records: vec![Record::Thought(thought)],
+            events: Vec::new(),
+        };
         store
-            .put_thought(
-                &tenant,
-                &agent_runner::domain::Thought::begin(message_id, 1),
-            )
+            .commit(&tenant, &Fence::local(), &burst)
+            .await
             .unwrap();
-        store.flush().await.unwrap();
     }
 
     let server = TestServer::start_in("http://127.0.0.1:9/v1", dir.path()).await;

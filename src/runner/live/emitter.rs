@@ -1,75 +1,82 @@
-//! Publishes a run's events in order: numbered and stored at once, then broadcast to
-//! whoever follows the run as soon as a flush has made them durable. A client never holds a
-//! run back, and never sees an event that a crash could lose.
+//! Publishes a run's records and events in order: events numbered at once, records and
+//! events committed together, then broadcast to whoever follows the run once the commit
+//! is durable. A client never holds a run back, and never sees an event that a crash
+//! could lose, nor one whose record is not there.
 //!
-//! The run does not wait for writes. What it emits collects in its [`Outbox`] until its task
-//! is about to wait (on the model, a tool, its caller); then the outbox hands the lot to a
-//! publisher task, which stores them as one record, flushes once, and broadcasts them all.
-//! A burst of events (a thought and its tool calls, a model's answer arriving at once, the
-//! run's last deltas and its end) costs one write and one flush, and no event waits longer
-//! than the run's next wait to be handed on.
+//! The run does not wait for writes. What it records and emits collects in its [`Outbox`]
+//! until its task is about to wait (on the model, a tool, its caller); then the outbox
+//! hands the lot to a publisher task, which commits it as one burst and broadcasts its
+//! events. A burst (a thought and its tool calls, a model's answer arriving at once, the
+//! run's last deltas, its end and the message's final state) costs one commit, and nothing
+//! waits longer than the run's next wait to be handed on.
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{broadcast, mpsc};
-use tokio::task::JoinHandle;
+use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{ConversationId, MessageId, Tenant};
 use crate::domain::{EventEnvelope, RunEvent};
-use crate::store::{Store, StoreError, WriterGuard};
+use crate::store::{Burst, Fence, Record, Store, StoreError};
+
+/// Where a run's burst goes, and under whose fence.
+pub struct Destination {
+    /// The store the run writes to.
+    pub store: Store,
+    /// The run's tenant.
+    pub tenant: Tenant,
+    /// The run's owner and epoch.
+    pub fence: Fence,
+    /// Until when a burst that could not be committed is tried again.
+    pub shutdown: CancellationToken,
+}
 
 /// The run's side of its event stream.
 pub struct Emitter {
     conversation_id: ConversationId,
     message_id: MessageId,
     seq: u64,
-    /// Emitted events not yet handed to the publisher.
+    /// Recorded and emitted, not yet handed to the publisher.
     outbox: Outbox,
-    publisher: JoinHandle<()>,
-    /// Set once events could not be made durable: the run must end as a store failure.
+    /// Told once the publisher committed the last burst, or gave up announcing it.
+    settled: oneshot::Receiver<()>,
+    /// Set once a burst could not be made durable: the run must end as a store failure.
     failed: Arc<AtomicBool>,
-    /// Counts the run among the writers a flush waits for, until the emitter is closed.
-    writer: WriterGuard,
 }
 
 impl Emitter {
-    /// An emitter for one message; its publisher stores events in `store` and broadcasts
-    /// them on `events`. A storage failure cancels the run through `cancel`, since nothing
-    /// it does could be announced any more.
+    /// An emitter for one message; its publisher commits bursts to `destination` and
+    /// broadcasts their events on `events`. A storage failure cancels the run through
+    /// `cancel`, since nothing it does could be announced any more.
     pub fn new(
-        store: Store,
-        tenant: Tenant,
+        destination: Destination,
         conversation_id: ConversationId,
         message_id: MessageId,
         events: broadcast::Sender<EventEnvelope>,
-        durable: Arc<AtomicU64>,
         cancel: CancellationToken,
     ) -> Self {
         let (batches, queue) = mpsc::unbounded_channel();
         let failed = Arc::new(AtomicBool::new(false));
-        let writer = store.writer();
+        let (settle, settled) = oneshot::channel();
         let publisher = Publisher {
-            store,
-            tenant,
-            events,
-            durable,
+            destination,
+            events: Some(events),
             cancel,
             failed: Arc::clone(&failed),
+            settle: Some(settle),
         };
-        let publisher = tokio::spawn(publisher.run(queue));
+        tokio::spawn(publisher.run(queue));
         Self {
             conversation_id,
             message_id,
             seq: 0,
             outbox: Outbox::new(batches),
-            publisher,
+            settled,
             failed,
-            writer,
         }
     }
 
@@ -85,7 +92,12 @@ impl Emitter {
             created_at: crate::domain::now(),
             event,
         };
-        self.outbox.put(envelope);
+        self.outbox.put_event(envelope);
+    }
+
+    /// Puts a record in the outbox, to be committed with the events emitted after it.
+    pub fn record(&self, record: Record) {
+        self.outbox.put_record(record);
     }
 
     /// The run's outbox, for the future that drives the run to empty whenever it waits.
@@ -93,22 +105,25 @@ impl Emitter {
         self.outbox.clone()
     }
 
-    /// Tells the store whether the run is waiting on its caller (client tools, approval),
-    /// when it emits nothing for a long while and flushes should not wait for it.
-    pub fn set_waiting(&self, waiting: bool) {
-        self.writer.set_idle(waiting);
+    /// Waits until everything recorded so far is committed (or could not be), so the run
+    /// can read back its own records.
+    pub async fn settle(&self) {
+        let (done, settled) = oneshot::channel();
+        self.outbox.hand_on_then(Outgoing::Settle(done));
+        let _ = settled.await;
     }
 
-    /// Whether some events could not be made durable (the store cannot write).
+    /// Whether some records or events could not be made durable (the store cannot write).
     pub fn failed(&self) -> bool {
         self.failed.load(Ordering::SeqCst)
     }
 
-    /// Waits until every emitted event is durable and broadcast, or (the store failing)
-    /// until the last attempts to make them so gave up.
+    /// Waits until every recorded and emitted thing is durable and broadcast, or (the
+    /// store failing) until the last attempts to make them so gave up announcing them;
+    /// the publisher then keeps trying to commit them until shutdown.
     pub async fn close(self) {
         self.outbox.close();
-        let _ = self.publisher.await;
+        let _ = self.settled.await;
     }
 }
 
@@ -116,26 +131,34 @@ impl Emitter {
 /// a run that streams without ever waiting still has its events published.
 const OUTBOX_EVENTS: usize = 64;
 
-/// Events a run emitted since its task last waited. The run puts them in; the future that
-/// drives the run hands them to the publisher each time the run returns from a poll, which
-/// is when it is about to wait or has ended.
-#[derive(Clone)]
-pub struct Outbox {
-    inner: Arc<Mutex<Outgoing>>,
+/// What the publisher is handed, in order.
+enum Outgoing {
+    /// Records and events to commit.
+    Burst(Burst),
+    /// Answered once everything handed on before it was committed (or could not be).
+    Settle(oneshot::Sender<()>),
 }
 
-struct Outgoing {
-    events: Vec<EventEnvelope>,
+/// What a run recorded and emitted since its task last waited. The run puts them in; the
+/// future that drives the run hands them to the publisher each time the run returns from a
+/// poll, which is when it is about to wait or has ended.
+#[derive(Clone)]
+pub struct Outbox {
+    inner: Arc<Mutex<Staged>>,
+}
+
+struct Staged {
+    burst: Burst,
     /// `None` once the emitter closed. Unbounded because the publisher drains it in
     /// batches and a run produces at most as fast as its model streams.
-    publisher: Option<mpsc::UnboundedSender<Vec<EventEnvelope>>>,
+    publisher: Option<mpsc::UnboundedSender<Outgoing>>,
 }
 
 impl Outbox {
-    fn new(publisher: mpsc::UnboundedSender<Vec<EventEnvelope>>) -> Self {
+    fn new(publisher: mpsc::UnboundedSender<Outgoing>) -> Self {
         Self {
-            inner: Arc::new(Mutex::new(Outgoing {
-                events: Vec::new(),
+            inner: Arc::new(Mutex::new(Staged {
+                burst: Burst::default(),
                 publisher: Some(publisher),
             })),
         }
@@ -154,118 +177,178 @@ impl Outbox {
         .await
     }
 
-    fn put(&self, event: EventEnvelope) {
-        let mut outgoing = self.lock();
-        outgoing.events.push(event);
-        if outgoing.events.len() >= OUTBOX_EVENTS {
-            outgoing.send();
+    fn put_event(&self, event: EventEnvelope) {
+        let mut staged = self.lock();
+        staged.burst.events.push(event);
+        if staged.burst.events.len() >= OUTBOX_EVENTS {
+            staged.send();
         }
+    }
+
+    fn put_record(&self, record: Record) {
+        self.lock().burst.push(record);
     }
 
     fn hand_on(&self) {
         self.lock().send();
     }
 
+    /// Hands on what is staged, then `then`.
+    fn hand_on_then(&self, then: Outgoing) {
+        let mut staged = self.lock();
+        staged.send();
+        if let Some(publisher) = &staged.publisher {
+            let _ = publisher.send(then);
+        }
+    }
+
     /// Hands on what is left and closes the publisher's queue, so it stops once it has
     /// published the rest.
     fn close(&self) {
-        let mut outgoing = self.lock();
-        outgoing.send();
-        outgoing.publisher = None;
+        let mut staged = self.lock();
+        staged.send();
+        staged.publisher = None;
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Outgoing> {
-        // Nothing panics while holding the lock; a poisoned one still holds whole events.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Staged> {
+        // Nothing panics while holding the lock; a poisoned one still holds whole records.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
 /// A run dropped before closing its emitter (its task aborted) still hands on what it
-/// emitted, as it would have on its next wait.
-impl Drop for Outgoing {
+/// staged, as it would have on its next wait.
+impl Drop for Staged {
     fn drop(&mut self) {
         self.send();
     }
 }
 
-impl Outgoing {
+impl Staged {
     fn send(&mut self) {
-        if self.events.is_empty() {
+        if self.burst.is_empty() {
             return;
         }
-        let batch = std::mem::take(&mut self.events);
+        let burst = std::mem::take(&mut self.burst);
         if let Some(publisher) = &self.publisher {
-            // The publisher only stops once the emitter closed or storage failed; in both
-            // cases there is no one left to tell.
-            let _ = publisher.send(batch);
+            // The publisher only stops once the emitter closed; then no one is left to tell.
+            let _ = publisher.send(Outgoing::Burst(burst));
         }
     }
 }
 
-/// Waits before the last attempts to store a closed run's events, when the store failed.
+/// Waits before the last attempts to commit a closed run's burst, when the store failed;
+/// after them its events are given up for announcing.
 const CLOSING_RETRIES: [Duration; 3] = [
     Duration::from_millis(100),
     Duration::from_millis(400),
     Duration::from_millis(1000),
 ];
 
-/// Stores, flushes and broadcasts emitted events in batches until the emitter is closed.
+/// How often a burst that could not be committed is tried again once its run has ended,
+/// until it is committed or the service shuts down: a live process leaves no run running.
+const MENDING_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Commits and broadcasts a run's bursts until its emitter is closed.
 struct Publisher {
-    store: Store,
-    tenant: Tenant,
-    events: broadcast::Sender<EventEnvelope>,
-    durable: Arc<AtomicU64>,
+    destination: Destination,
+    /// `None` once the run's last events were given up for announcing.
+    events: Option<broadcast::Sender<EventEnvelope>>,
     cancel: CancellationToken,
     failed: Arc<AtomicBool>,
+    /// Told once the closed run's last burst is committed, or given up for announcing.
+    settle: Option<oneshot::Sender<()>>,
 }
 
 impl Publisher {
-    /// Publishes batches as they come. Events that cannot be made durable stay pending and
-    /// are tried again with the next batch; the first failure stops the run, since nothing
-    /// it does could be announced. Once the run closed its emitter, its last events (its
-    /// `error` among them) get a few more attempts, in case the disk has room again.
-    async fn run(self, mut queue: mpsc::UnboundedReceiver<Vec<EventEnvelope>>) {
-        let mut pending = Vec::new();
-        let mut batches = Vec::new();
-        while queue.recv_many(&mut batches, usize::MAX).await > 0 {
-            pending.extend(batches.drain(..).flatten());
+    /// Commits bursts as they come. A burst that cannot be made durable stays pending and
+    /// is tried again with the next; the first failure stops the run, since nothing it does
+    /// could be announced. Once the run closed its emitter, its last burst (its end among
+    /// it) gets a few more attempts before its followers are told it is lost, then more
+    /// until it lands or the service shuts down.
+    async fn run(mut self, mut queue: mpsc::UnboundedReceiver<Outgoing>) {
+        let mut pending = Burst::default();
+        let mut batch = Vec::new();
+        while queue.recv_many(&mut batch, usize::MAX).await > 0 {
+            let mut settles = Vec::new();
+            for outgoing in batch.drain(..) {
+                match outgoing {
+                    Outgoing::Burst(burst) => pending.extend(burst),
+                    Outgoing::Settle(done) => settles.push(done),
+                }
+            }
             if let Err(err) = self.publish(&mut pending).await {
                 if !self.failed.swap(true, Ordering::SeqCst) {
-                    tracing::error!(error = %err, "cannot make events durable; the run stops");
+                    tracing::error!(error = %err, "cannot make the run's records durable; the run stops");
                     self.cancel.cancel();
                 }
+            }
+            for done in settles {
+                let _ = done.send(());
             }
         }
         for wait in CLOSING_RETRIES {
             if pending.is_empty() {
-                return;
+                break;
             }
             tokio::time::sleep(wait).await;
-            if self.publish(&mut pending).await.is_ok() {
-                return;
-            }
+            let _ = self.publish(&mut pending).await;
         }
         if !pending.is_empty() {
             tracing::error!(
-                events = pending.len(),
-                "the run's last events could not be made durable; followers see the stream fail"
+                events = pending.events.len(),
+                "the run's last records could not be made durable; followers see the stream fail"
             );
         }
+        // Followers learn the rest is lost once the run has left, and no sender is left.
+        self.events = None;
+        if let Some(settle) = self.settle.take() {
+            let _ = settle.send(());
+        }
+        self.mend(pending).await;
     }
 
-    /// Stores and flushes `pending` as one record, then broadcasts it; on failure the
-    /// events stay pending.
-    async fn publish(&self, pending: &mut Vec<EventEnvelope>) -> Result<(), StoreError> {
-        self.store.put_events(&self.tenant, pending)?;
-        self.store.flush().await?;
-        if let Some(last) = pending.last() {
-            self.durable.fetch_max(last.seq, Ordering::SeqCst);
+    /// Commits `pending` (records and events) and broadcasts its events; on failure it
+    /// stays pending, save its tokens, which a failed write may have counted already.
+    async fn publish(&self, pending: &mut Burst) -> Result<(), StoreError> {
+        if pending.is_empty() {
+            return Ok(());
         }
-        for envelope in pending.drain(..) {
-            // No follower is not an error: the events are stored for Attach.
-            let _ = self.events.send(envelope);
+        let Destination {
+            store,
+            tenant,
+            fence,
+            ..
+        } = &self.destination;
+        if let Err(err) = store.commit(tenant, fence, pending).await {
+            pending
+                .records
+                .retain(|record| !matches!(record, Record::TenantTokens { .. }));
+            return Err(err);
+        }
+        pending.records.clear();
+        for envelope in pending.events.drain(..) {
+            if let Some(events) = &self.events {
+                // No follower is not an error: the events are stored for Attach.
+                let _ = events.send(envelope);
+            }
         }
         Ok(())
+    }
+
+    /// Tries the burst the run could not commit again until it lands or the service shuts
+    /// down, so its message does not stay running while the process lives.
+    async fn mend(&self, mut pending: Burst) {
+        while !pending.is_empty() {
+            let wait = tokio::time::sleep(MENDING_INTERVAL);
+            tokio::select! {
+                () = self.destination.shutdown.cancelled() => return,
+                () = wait => {}
+            }
+            if self.publish(&mut pending).await.is_ok() {
+                tracing::info!("the records of an ended run were made durable at last");
+            }
+        }
     }
 }
 
@@ -288,17 +371,21 @@ mod tests {
         let store = Store::temporary().unwrap();
         let flushes = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&flushes);
-        store.observe_flushes(move |_| {
+        store.observe_commits(Box::new(move |_| {
             counted.fetch_add(1, Ordering::SeqCst);
-        });
+        }));
         let (events, received) = broadcast::channel(1024);
-        let emitter = Emitter::new(
+        let destination = Destination {
             store,
-            Tenant::default_tenant(),
+            tenant: Tenant::default_tenant(),
+            fence: Fence::local(),
+            shutdown: CancellationToken::new(),
+        };
+        let emitter = Emitter::new(
+            destination,
             ConversationId::new(),
             MessageId::new(),
             events,
-            Arc::default(),
             CancellationToken::new(),
         );
         (emitter, received, flushes)

@@ -1,15 +1,13 @@
 //! Followers that stream a message's events to a client: first the stored ones after a
 //! given `seq`, then live ones, with no gap and no repeat.
 //!
-//! A run publishes each event on a broadcast channel after it is stored and flushed. A
-//! follower subscribes before it reads the store, so every event is either in what it read
-//! or still to come on the channel; when it falls behind (the channel overwrote events it had
+//! A run publishes each event on a broadcast channel once its commit is durable, and the
+//! store shows readers no event before that. A follower subscribes before it reads the
+//! store, so every event is either in what it read or still to come on the channel; when it falls behind (the channel overwrote events it had
 //! not taken) it reads the missing ones back from the store. Clients never hold a run back.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use futures::Stream;
 use tokio::sync::broadcast;
@@ -33,17 +31,13 @@ pub fn follow(
     after_seq: u64,
     live: Option<Subscription>,
 ) -> EventStream {
-    let (durable, live) = match live {
-        Some(Subscription { events, durable }) => (Some(durable), Some(events)),
-        None => (None, None),
-    };
+    let live = live.map(|Subscription { events }| events);
     let follower = Follower {
         store,
         tenant,
         message,
         last: after_seq,
         was_live: live.is_some(),
-        durable,
         live,
         pending: VecDeque::new(),
         replayed: false,
@@ -65,8 +59,6 @@ struct Follower {
     message: MessageId,
     /// The last `seq` handed out.
     last: u64,
-    /// For a live run, how far its stored events are durable; a finished run's all are.
-    durable: Option<Arc<AtomicU64>>,
     live: Option<broadcast::Receiver<EventEnvelope>>,
     /// Events read back from the store, not yet handed out.
     pending: VecDeque<EventEnvelope>,
@@ -98,7 +90,7 @@ impl Follower {
             }
             if !self.replayed {
                 self.replayed = true;
-                self.refill();
+                self.refill().await;
                 continue;
             }
             let Some(live) = self.live.as_mut() else {
@@ -112,28 +104,23 @@ impl Follower {
             match live.recv().await {
                 Ok(event) if event.seq <= self.last => {}
                 Ok(event) if event.seq == self.last + 1 => self.pending.push_back(event),
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.refill(),
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.refill().await,
                 Err(broadcast::error::RecvError::Closed) => {
                     self.live = None;
-                    self.refill();
+                    self.refill().await;
                 }
             }
         }
     }
 
-    /// Queues every stored, durable event after the last one handed out.
-    fn refill(&mut self) {
-        let limit = self
-            .durable
-            .as_ref()
-            .map_or(u64::MAX, |d| d.load(Ordering::SeqCst));
+    /// Queues every committed event after the last one handed out.
+    async fn refill(&mut self) {
         match self
             .store
             .list_events(&self.tenant, self.message, self.last)
+            .await
         {
-            Ok(stored) => {
-                self.pending = stored.into_iter().take_while(|e| e.seq <= limit).collect();
-            }
+            Ok(stored) => self.pending = stored.into(),
             Err(err) => {
                 tracing::error!(error = %err, "cannot replay stored events");
                 self.lost = Some(err.into());

@@ -9,7 +9,7 @@ mod follower;
 mod mailbox;
 mod registry;
 
-pub use emitter::{Emitter, Outbox};
+pub use emitter::{Destination, Emitter, Outbox};
 pub use follower::{follow, EventStream};
 pub use mailbox::{not_waiting, Awaited, ClientOutput, Decision, Delivery, Mailbox};
 pub use registry::{LiveRun, LiveRuns, Registration};

@@ -5,7 +5,6 @@
 //! finished run registered.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::broadcast;
@@ -23,8 +22,6 @@ pub struct LiveRun {
     pub cancel: CancellationToken,
     /// Publishes the run's events once they are durable.
     pub events: broadcast::Sender<EventEnvelope>,
-    /// The highest `seq` made durable so far: stored events above it may not be sent yet.
-    pub durable: Arc<AtomicU64>,
     /// Where `SubmitToolOutputs` delivers the results the run waits for.
     pub mailbox: Mailbox,
 }
@@ -34,15 +31,13 @@ impl LiveRun {
     pub fn subscribe(&self) -> Subscription {
         Subscription {
             events: self.events.subscribe(),
-            durable: Arc::clone(&self.durable),
         }
     }
 }
 
-/// A live run's channel and durability mark, as a follower needs them.
+/// A live run's channel, as a follower needs it.
 pub struct Subscription {
     pub(super) events: broadcast::Receiver<EventEnvelope>,
-    pub(super) durable: Arc<AtomicU64>,
 }
 
 /// Every run in progress, by message.
@@ -104,7 +99,6 @@ mod tests {
             tenant: Tenant::default_tenant(),
             cancel: CancellationToken::new(),
             events: broadcast::channel(1).0,
-            durable: Arc::default(),
             mailbox: Mailbox::default(),
         }
     }

@@ -306,7 +306,7 @@ impl RunTask {
         tools: &[OfferedTool],
     ) -> Result<RoundEnd, Halt> {
         let mut round = self.state.begin_round(self.message.id, position);
-        self.recorder.thought(&round.thought)?;
+        self.recorder.thought(&round.thought);
         match self.play(&mut round, last, tools).await {
             Ok(end) => {
                 self.state.close_round(round);
@@ -614,39 +614,21 @@ impl RunTask {
         round.decide(step, |name| {
             tools.provider_of(name).unwrap_or_default().to_owned()
         });
-        self.recorder.thought(&round.thought)?;
+        self.recorder.thought(&round.thought);
         Ok(())
-    }
-
-    /// Writes the message's final state, trying again while the store refuses, so a live
-    /// process never leaves it running; gives up only at shutdown (the next start marks it
-    /// interrupted). Returns whether it was written.
-    async fn record_end(&self) -> bool {
-        loop {
-            match self.recorder.message(&self.message) {
-                Ok(()) => return true,
-                Err(err) => {
-                    tracing::error!(error = %err, "could not record the end of a run; trying again");
-                    let wait = tokio::time::sleep(Duration::from_secs(1));
-                    if or_cancel(&self.control.shutdown, wait).await.is_err() {
-                        return false;
-                    }
-                }
-            }
-        }
     }
 
     /// With a context window, counts the tokens this turn will take in later prompts and
     /// keeps them with the message: later turns then read no more history than fits, and
     /// count none of it again.
-    fn keep_history_tokens(&mut self) {
+    async fn keep_history_tokens(&mut self) {
         if self.agent.model.info.context_window.is_none() {
             return;
         }
         let message = PastMessage::from(&self.message);
         let turn = match history::answered_at_once(&message) {
             Some(turn) => turn,
-            None => match self.recorder.thoughts(self.message.id) {
+            None => match self.recorder.thoughts(self.message.id).await {
                 Ok(thoughts) => history::past_turn(&message, &thoughts),
                 Err(err) => {
                     tracing::warn!(error = %err, "could not read the run's thoughts to count its history tokens");
@@ -710,9 +692,7 @@ impl RunTask {
             outcome
         };
         if let Some(round) = self.state.unfinished() {
-            if let Err(err) = self.recorder.save_thought(&round.thought) {
-                tracing::error!(error = %err, "could not record the interrupted round");
-            }
+            self.recorder.save_thought(&round.thought);
         }
         let event = finish::conclude(
             &mut self.message,
@@ -722,19 +702,19 @@ impl RunTask {
             self.started.elapsed().as_secs_f64(),
         );
         tracing::info!(status = ?self.message.status, iterations = self.message.iterations, "run ended");
-        self.keep_history_tokens();
+        self.keep_history_tokens().await;
         self.observe_end();
-        let recorded = self.record_end().await;
+        // The message's final state, its tokens and its last event commit together: a
+        // client that sees the end finds the message ended and its tokens counted. The
+        // publisher tries a failed commit again until it lands or the service shuts down,
+        // so a live process leaves no message running.
+        self.recorder.message(&self.message);
         let tokens = self.message.usage.tokens.total_tokens;
-        if let Err(err) = self.recorder.count_tokens(super::quota::today(), tokens) {
-            tracing::error!(error = %err, "could not count the run's tokens for its tenant");
-        }
+        self.recorder.count_tokens(super::quota::today(), tokens);
         // Before the end is announced: a client that starts its next run on seeing it must
-        // find this run's place free and its tokens counted.
+        // find this run's place free.
         self.control.permit.release();
-        if recorded {
-            self.recorder.announce(event);
-        }
+        self.recorder.announce(event);
         self.recorder.close().await;
         self.control.registration
     }

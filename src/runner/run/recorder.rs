@@ -1,13 +1,13 @@
-//! Writes a run's records, then announces them: every event that tells a client about a
-//! record is emitted after the record is written, and the emitter makes both durable
-//! before anyone sees the event.
+//! Records a run's records, then announces them: every event that tells a client about a
+//! record is emitted after the record, and the emitter commits both together before anyone
+//! sees the event.
 
 use crate::domain::{
     FileId, FileRecord, Message, MessageId, RunEvent, Tenant, Thought, ToolCallRecord,
     SHOWN_TEXT_LIMIT,
 };
 use crate::runner::live::{Emitter, Outbox};
-use crate::store::{Store, StoreError};
+use crate::store::{Record, Store, StoreError};
 use crate::tools::{FileContent, ToolFile};
 
 /// The thought as an event announces it: whole unless it would make the event too large
@@ -43,11 +43,10 @@ impl Recorder {
         self.emitter.emit(event);
     }
 
-    /// Writes the thought as it stands, then announces it.
-    pub fn thought(&mut self, thought: &Thought) -> Result<(), StoreError> {
-        self.save_thought(thought)?;
+    /// Records the thought as it stands, then announces it.
+    pub fn thought(&mut self, thought: &Thought) {
+        self.save_thought(thought);
         self.announce_thought(thought);
-        Ok(())
     }
 
     /// Announces a thought already written.
@@ -56,19 +55,15 @@ impl Recorder {
             .emit(RunEvent::Thought(Box::new(announced(thought))));
     }
 
-    /// Writes the thought without an event (its last state, at the run's end).
-    pub fn save_thought(&self, thought: &Thought) -> Result<(), StoreError> {
-        self.store.put_thought(&self.tenant, thought)
+    /// Records the thought without an event (its last state, at the run's end).
+    pub fn save_thought(&self, thought: &Thought) {
+        self.emitter.record(Record::Thought(thought.clone()));
     }
 
-    /// Writes the thought with many calls' results at once, then announces each call as
+    /// Records the thought with many calls' results at once, then announces each call as
     /// finished.
-    pub fn tools_finished(
-        &mut self,
-        thought: &Thought,
-        calls: Vec<ToolCallRecord>,
-    ) -> Result<(), StoreError> {
-        self.save_thought(thought)?;
+    pub fn tools_finished(&mut self, thought: &Thought, calls: Vec<ToolCallRecord>) {
+        self.save_thought(thought);
         for call in calls {
             self.emitter.emit(RunEvent::ToolFinished {
                 thought_id: thought.id,
@@ -76,11 +71,11 @@ impl Recorder {
                 call: call.fitted(SHOWN_TEXT_LIMIT),
             });
         }
-        Ok(())
     }
 
-    /// Stores the files a tool produced for `message` and announces each.
-    pub fn files(
+    /// Stores the files a tool produced for `message` and announces each. Each is durable
+    /// before its event is emitted: a file may be large, so it is not held for a burst.
+    pub async fn files(
         &mut self,
         message: MessageId,
         files: &[ToolFile],
@@ -100,7 +95,7 @@ impl Recorder {
                 url,
                 created_at: crate::domain::now(),
             };
-            self.store.put_file(&self.tenant, &record, bytes)?;
+            self.store.put_file(&self.tenant, &record, bytes).await?;
             self.emitter.emit(RunEvent::File(record.clone()));
             records.push(record);
         }
@@ -109,10 +104,10 @@ impl Recorder {
 
     /// A file of `message` (one a tool of this run produced) named by its id, as a `data:`
     /// URL, for a tool argument that takes a file; `None` for any other text.
-    pub fn file_data_url(&self, message: MessageId, id: &str) -> Option<String> {
+    pub async fn file_data_url(&self, message: MessageId, id: &str) -> Option<String> {
         use base64::Engine as _;
         let id: FileId = id.trim().parse().ok()?;
-        let (record, bytes) = self.store.get_file(&self.tenant, id).ok()??;
+        let (record, bytes) = self.store.get_file(&self.tenant, id).await.ok()??;
         if record.message_id != message || !record.url.is_empty() {
             return None;
         }
@@ -120,30 +115,26 @@ impl Recorder {
         Some(format!("data:{};base64,{data}", record.mime_type))
     }
 
-    /// Adds the run's LLM tokens to what its tenant used today, for `limits.tokens_per_day`.
-    pub fn count_tokens(&self, day: u32, tokens: u64) -> Result<(), StoreError> {
-        if tokens == 0 {
-            return Ok(());
+    /// Adds the run's LLM tokens to what its tenant used today, for `limits.tokens_per_day`,
+    /// with the records of the run's end.
+    pub fn count_tokens(&self, day: u32, tokens: u64) {
+        if tokens > 0 {
+            self.emitter.record(Record::TenantTokens { day, tokens });
         }
-        self.store.add_tenant_tokens(&self.tenant, day, tokens)
     }
 
-    /// The thoughts of `message` as stored.
-    pub fn thoughts(&self, message: MessageId) -> Result<Vec<Thought>, StoreError> {
-        self.store.list_thoughts(&self.tenant, message)
+    /// The thoughts of `message` as stored, once what the run recorded is committed.
+    pub async fn thoughts(&self, message: MessageId) -> Result<Vec<Thought>, StoreError> {
+        self.emitter.settle().await;
+        self.store.all_thoughts(&self.tenant, message).await
     }
 
-    /// Writes the message as it stands.
-    pub fn message(&self, message: &Message) -> Result<(), StoreError> {
-        self.store.update_message(&self.tenant, message)
+    /// Records the message as it stands.
+    pub fn message(&self, message: &Message) {
+        self.emitter.record(Record::Message(message.clone()));
     }
 
-    /// Marks the run as waiting on its caller, or not (see [`Emitter::set_waiting`]).
-    pub fn set_waiting(&self, waiting: bool) {
-        self.emitter.set_waiting(waiting);
-    }
-
-    /// Whether some events could not be made durable: the store cannot write.
+    /// Whether some records could not be made durable: the store cannot write.
     pub fn events_failed(&self) -> bool {
         self.emitter.failed()
     }

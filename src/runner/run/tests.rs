@@ -68,7 +68,7 @@ fn spec(tools: &[(&str, &str)]) -> RunSpec {
 }
 
 async fn run_to_end(runner: &Runner, spec: RunSpec) -> Vec<EventEnvelope> {
-    let handle = runner.start(spec, runner.run_token()).unwrap();
+    let handle = runner.start(spec, runner.run_token()).await.unwrap();
     drain(handle.events).await
 }
 
@@ -134,7 +134,8 @@ async fn the_answer_is_every_rounds_text_exactly_as_the_deltas_showed_it() {
     assert_eq!(deltas(&events), answer);
     assert_eq!((reason, iterations), (FinishReason::Stop, 2));
     let thoughts = store
-        .list_thoughts(&Tenant::default_tenant(), events[0].message_id)
+        .all_thoughts(&Tenant::default_tenant(), events[0].message_id)
+        .await
         .unwrap();
     assert_eq!(thoughts.len(), 2);
     assert_eq!(thoughts[0].tool_calls[0].observation.as_deref(), Some("42"));
@@ -168,7 +169,8 @@ async fn the_last_round_offers_no_tools_and_a_call_there_ends_at_the_limit() {
         "the last round offers no tools"
     );
     let thoughts = store
-        .list_thoughts(&Tenant::default_tenant(), events[0].message_id)
+        .all_thoughts(&Tenant::default_tenant(), events[0].message_id)
+        .await
         .unwrap();
     assert_eq!(thoughts[1].tool_calls.len(), 1, "the last call is recorded");
     assert!(
@@ -210,6 +212,7 @@ async fn a_cancel_between_rounds_stops_before_the_next_model_call() {
     let (runner, store) = runner(Arc::clone(&model));
     let handle = runner
         .start(spec(&[("testing", "sleep")]), runner.run_token())
+        .await
         .unwrap();
     let mut events = handle.events;
     let mut seen = read_until(&mut events, |e| matches!(e, RunEvent::ToolStarted { .. })).await;
@@ -228,6 +231,7 @@ async fn a_cancel_between_rounds_stops_before_the_next_model_call() {
     assert_eq!(model.requests().len(), 1);
     let message = store
         .get_message(&Tenant::default_tenant(), handle.message_id)
+        .await
         .unwrap()
         .unwrap();
     assert_eq!(message.status, MessageStatus::Cancelled);
@@ -268,15 +272,20 @@ async fn the_whole_run_spec_is_kept_with_the_message() {
     asked.deadline = Some(Duration::from_secs(90));
     asked.cancel_on_disconnect = true;
     asked.trace_parent = TraceParent::from_header(traceparent);
-    let handle = runner.start(asked.clone(), runner.run_token()).unwrap();
+    let handle = runner
+        .start(asked.clone(), runner.run_token())
+        .await
+        .unwrap();
     drain(handle.events).await;
 
     let kept = runner
         .stored_spec(&Tenant::default_tenant(), handle.message_id)
+        .await
         .unwrap()
         .expect("kept with the message");
     let message = store
         .get_message(&Tenant::default_tenant(), handle.message_id)
+        .await
         .unwrap()
         .unwrap();
     let expected = StoredSpec::of(&asked.clone().validated().unwrap(), message.created_at);
@@ -290,6 +299,7 @@ async fn the_whole_run_spec_is_kept_with_the_message() {
     let unknown = crate::domain::MessageId::new();
     assert!(runner
         .stored_spec(&Tenant::default_tenant(), unknown)
+        .await
         .unwrap()
         .is_none());
 }
@@ -310,6 +320,7 @@ async fn calls_past_the_round_limit_are_not_run_and_the_model_goes_on() {
     let (runner, store) = runner(Arc::clone(&model));
     let handle = runner
         .start(spec(&[("maths", "eval_expression")]), runner.run_token())
+        .await
         .unwrap();
     let events = drain(handle.events).await;
     assert!(matches!(
@@ -322,7 +333,8 @@ async fn calls_past_the_round_limit_are_not_run_and_the_model_goes_on() {
         .count();
     assert_eq!(started, 128);
     let thoughts = store
-        .list_thoughts(&Tenant::default_tenant(), handle.message_id)
+        .all_thoughts(&Tenant::default_tenant(), handle.message_id)
+        .await
         .unwrap();
     let observations: Vec<&str> = thoughts[0]
         .tool_calls
@@ -347,7 +359,7 @@ async fn calls_past_the_round_limit_are_not_run_and_the_model_goes_on() {
 async fn a_panic_in_a_run_ends_it_as_failed() {
     let model = ScriptedChatModel::new(vec![ScriptedTurn::Panic("a bug")]);
     let (runner, store) = runner(model);
-    let handle = runner.start(spec(&[]), runner.run_token()).unwrap();
+    let handle = runner.start(spec(&[]), runner.run_token()).await.unwrap();
     let events = drain(handle.events).await;
     match &events.last().unwrap().event {
         RunEvent::Error { failure, .. } => {
@@ -361,6 +373,7 @@ async fn a_panic_in_a_run_ends_it_as_failed() {
     }
     let message = store
         .get_message(&Tenant::default_tenant(), handle.message_id)
+        .await
         .unwrap()
         .unwrap();
     assert_eq!(message.status, MessageStatus::Failed);
@@ -394,7 +407,7 @@ async fn a_client_tool_call_waits_for_the_callers_result_then_goes_on() {
         parameters: serde_json::json!({"type": "object", "properties": {"key": {"type": "string"}}}),
         require_approval: false,
     }];
-    let handle = runner.start(spec, runner.run_token()).unwrap();
+    let handle = runner.start(spec, runner.run_token()).await.unwrap();
     let mut events = handle.events;
     let mut seen = read_until(&mut events, |e| {
         matches!(e, RunEvent::ToolCallsRequired { .. })
@@ -403,6 +416,7 @@ async fn a_client_tool_call_waits_for_the_callers_result_then_goes_on() {
     let tenant = Tenant::default_tenant();
     let waiting = store
         .get_message(&tenant, handle.message_id)
+        .await
         .unwrap()
         .unwrap();
     assert_eq!(waiting.status, MessageStatus::WaitingToolOutputs);
@@ -417,6 +431,7 @@ async fn a_client_tool_call_waits_for_the_callers_result_then_goes_on() {
                 error: String::new(),
             }],
         )
+        .await
         .unwrap();
     seen.extend(drain(events).await);
 
@@ -459,6 +474,7 @@ async fn a_refused_key_ends_the_run_at_once_with_an_error_counting_the_call() {
     assert_eq!(model.requests().len(), 1, "a refused key is not retried");
     let message = store
         .get_message(&Tenant::default_tenant(), events[0].message_id)
+        .await
         .unwrap()
         .unwrap();
     assert_eq!(message.status, MessageStatus::Failed);

@@ -75,7 +75,7 @@ impl RoundTools<'_> {
         for (index, reason) in declined {
             let name = round.thought.tool_calls[index].name.clone();
             let invocation = self.tools.declined(&name, &reason);
-            self.record(round, index, invocation)?;
+            self.record(round, index, invocation).await?;
         }
         self.run_server_calls(round, server).await?;
         self.run_client_calls(round, client).await?;
@@ -106,7 +106,7 @@ impl RoundTools<'_> {
                 finished.push(call);
             }
         }
-        self.recorder.tools_finished(&round.thought, finished)?;
+        self.recorder.tools_finished(&round.thought, finished);
         Ok(limit)
     }
 
@@ -174,10 +174,11 @@ impl RoundTools<'_> {
         round: &mut Round,
         indices: Vec<usize>,
     ) -> Result<(), Halt> {
-        let calls: Vec<(usize, ToolCallRecord)> = indices
-            .into_iter()
-            .map(|index| (index, self.with_run_files(&round.thought.tool_calls[index])))
-            .collect();
+        let mut calls: Vec<(usize, ToolCallRecord)> = Vec::with_capacity(indices.len());
+        for index in indices {
+            let call = self.with_run_files(&round.thought.tool_calls[index]).await;
+            calls.push((index, call));
+        }
         let timeout = self.settings.tool_timeout;
         let tools = Arc::clone(self.tools);
         let mut results = futures::stream::iter(calls)
@@ -193,14 +194,14 @@ impl RoundTools<'_> {
             while let Some(Some(more)) = results.next().now_or_never() {
                 ready.push(more);
             }
-            self.record_all(round, ready)?;
+            self.record_all(round, ready).await?;
         }
         Ok(())
     }
 
     /// The call as it is run: an argument that takes a file and names a file this run
     /// produced gets that file. The recorded call keeps the id the model wrote.
-    fn with_run_files(&self, call: &ToolCallRecord) -> ToolCallRecord {
+    async fn with_run_files(&self, call: &ToolCallRecord) -> ToolCallRecord {
         let fields = self.tools.file_fields(&call.name);
         if fields.is_empty() {
             return call.clone();
@@ -209,11 +210,10 @@ impl RoundTools<'_> {
             return call.clone();
         };
         for field in fields {
-            let file = args
-                .get(field)
-                .and_then(serde_json::Value::as_str)
-                .and_then(|id| self.recorder.file_data_url(self.message.id, id));
-            if let Some(file) = file {
+            let Some(id) = args.get(field).and_then(serde_json::Value::as_str) else {
+                continue;
+            };
+            if let Some(file) = self.recorder.file_data_url(self.message.id, id).await {
                 args.insert(field.clone(), serde_json::Value::String(file));
             }
         }
@@ -235,7 +235,7 @@ impl RoundTools<'_> {
             let call = round.thought.tool_calls[index].clone();
             match self.tools.check_client_call(&call.name, &call.arguments) {
                 Ok(()) => waiting.push((index, call)),
-                Err(invocation) => self.record(round, index, *invocation)?,
+                Err(invocation) => self.record(round, index, *invocation).await?,
             }
         }
         if waiting.is_empty() {
@@ -252,7 +252,7 @@ impl RoundTools<'_> {
                 (truncate_output(o.output, limit), Some(o.error))
             });
             let invocation = self.tools.client_result(&call.name, text, error, waited);
-            self.record(round, index, invocation)?;
+            self.record(round, index, invocation).await?;
         }
         Ok(())
     }
@@ -294,14 +294,12 @@ impl RoundTools<'_> {
         let mut expected = self.mailbox.expect(wait.awaited, wait.ids);
         self.set_status(wait.status)?;
         self.recorder.announce(wait.announcement);
-        self.recorder.set_waiting(true);
         let outcome = tokio::select! {
             biased;
             _ = self.cancel.cancelled() => Err(Halt::Cancelled),
             _ = tokio::time::sleep(wait.limit) => Err(wait.on_timeout),
             delivery = expected.delivered() => delivery.ok_or(Halt::Cancelled),
         };
-        self.recorder.set_waiting(false);
         drop(expected);
         let delivery = outcome?;
         self.set_status(MessageStatus::Running)?;
@@ -311,23 +309,23 @@ impl RoundTools<'_> {
     fn set_status(&mut self, status: MessageStatus) -> Result<(), Halt> {
         self.message.status = status;
         self.message.updated_at = crate::domain::now();
-        self.recorder.message(self.message)?;
+        self.recorder.message(self.message);
         Ok(())
     }
 
     /// Stores a call's files and result, then announces the call as finished.
-    fn record(
+    async fn record(
         &mut self,
         round: &mut Round,
         index: usize,
         invocation: Invocation,
     ) -> Result<(), Halt> {
-        self.record_all(round, vec![(index, invocation)])
+        self.record_all(round, vec![(index, invocation)]).await
     }
 
     /// Stores the files and results of calls that finished together, writes the thought
     /// once for all of them, then announces each as finished.
-    fn record_all(
+    async fn record_all(
         &mut self,
         round: &mut Round,
         results: Vec<(usize, Invocation)>,
@@ -342,7 +340,10 @@ impl RoundTools<'_> {
                     Duration::from_secs_f64(invocation.meta.time_cost.max(0.0)),
                 );
             }
-            let files = self.recorder.files(self.message.id, &invocation.files)?;
+            let files = self
+                .recorder
+                .files(self.message.id, &invocation.files)
+                .await?;
             // The model learns each file's id, so it can hand the file to another tool.
             for file in &files {
                 invocation
@@ -355,7 +356,7 @@ impl RoundTools<'_> {
             }
         }
         if !finished.is_empty() {
-            self.recorder.tools_finished(&round.thought, finished)?;
+            self.recorder.tools_finished(&round.thought, finished);
         }
         Ok(())
     }

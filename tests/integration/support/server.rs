@@ -165,7 +165,7 @@ impl TestServer {
 
     /// Starts with `config`.
     pub async fn start_with(config: Config) -> Self {
-        let store = app::open_store(&config).unwrap();
+        let store = app::open_store(&config).await.unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();

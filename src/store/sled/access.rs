@@ -1,9 +1,9 @@
 //! API keys and per-tenant usage counts.
 
-use super::{decode, encode, keys, Store, StoreError};
+use super::{decode, encode, keys, Embedded, StoreError};
 use crate::domain::{ApiKeyRecord, Tenant};
 
-impl Store {
+impl Embedded {
     /// Writes (or replaces) an API key.
     pub fn put_api_key(&self, record: &ApiKeyRecord) -> Result<(), StoreError> {
         self.t()?

@@ -1,8 +1,9 @@
 //! Thoughts and events: the per-message records, keyed so scans come out in order.
 
 use super::pieces::{self, Owner};
-use super::{decode, encode, keys, scan, Store, StoreError};
+use super::{decode, encode, keys, scan, Embedded, StoreError};
 use crate::domain::EventEnvelope;
+use crate::store::{Page, PageSize};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -124,7 +125,7 @@ struct StoredProvider {
     sealed_credentials: Option<String>,
 }
 
-impl Store {
+impl Embedded {
     /// Writes (or overwrites) a thought record.
     pub fn put_thought(&self, tenant: &Tenant, thought: &Thought) -> Result<(), StoreError> {
         let t = self.t()?;
@@ -133,47 +134,56 @@ impl Store {
         pieces::put(&t.thoughts, &t.pieces, Owner::Thought, &key, &value)
     }
 
-    /// A message's thoughts by position.
-    pub fn list_thoughts(
+    /// Every thought of a message, by position.
+    pub fn thoughts_of(
         &self,
         tenant: &Tenant,
         message: MessageId,
     ) -> Result<Vec<Thought>, StoreError> {
-        self.thoughts_after(tenant, message, None).collect()
+        let t = self.t()?;
+        scan(
+            &t.thoughts,
+            (&t.pieces, Owner::Thought),
+            "thoughts",
+            &keys::message_children(tenant, message),
+        )
     }
 
-    /// A message's thoughts by position, from the one after `after` (all when `None`), read
-    /// as the caller goes.
-    pub fn thoughts_after<'a>(
-        &'a self,
+    /// A page of a message's thoughts by position, from the one after `after` (the first
+    /// when `None`): it stops reading once it is full.
+    pub fn list_thoughts(
+        &self,
         tenant: &Tenant,
         message: MessageId,
         after: Option<u32>,
-    ) -> Box<dyn Iterator<Item = Result<Thought, StoreError>> + 'a> {
+        size: PageSize,
+    ) -> Result<Page<Thought>, StoreError> {
+        let t = self.t()?;
         let prefix = keys::message_children(tenant, message);
         let start = match after {
             None => Bound::Included(prefix.clone()),
             Some(position) => Bound::Excluded(keys::thought(tenant, message, position)),
         };
-        let (thoughts, pieces) = match self.t() {
-            Ok(trees) => (trees.thoughts.clone(), trees.pieces.clone()),
-            Err(err) => return Box::new(std::iter::once(Err(err))),
+        let mut page = Page {
+            items: Vec::new(),
+            more: false,
         };
-        let read = thoughts
-            .range((start, Bound::Unbounded))
-            .take_while(move |entry| {
-                entry
-                    .as_ref()
-                    .map_or(true, |(key, _)| key.starts_with(&prefix))
-            })
-            .map(move |entry| {
-                let (key, value) = entry?;
-                decode(
-                    "thoughts",
-                    &pieces::join(&pieces, Owner::Thought, &key, value)?,
-                )
-            });
-        Box::new(read)
+        let mut bytes = 0;
+        for entry in t.thoughts.range((start, Bound::Unbounded)) {
+            let (key, value) = entry?;
+            if !key.starts_with(&prefix) {
+                break;
+            }
+            if page.items.len() >= size.limit || (!page.items.is_empty() && bytes > size.max_bytes)
+            {
+                page.more = true;
+                break;
+            }
+            let value = pieces::join(&t.pieces, Owner::Thought, &key, value)?;
+            bytes += value.len();
+            page.items.push(decode("thoughts", &value)?);
+        }
+        Ok(page)
     }
 
     /// Stores a file a tool produced, with its bytes when it has them.
@@ -317,7 +327,11 @@ impl Store {
 
     /// Appends a batch of one message's consecutive events as one record, keyed by its
     /// first `seq`: a burst of events costs one write.
-    pub fn put_events(&self, tenant: &Tenant, events: &[EventEnvelope]) -> Result<(), StoreError> {
+    pub(super) fn put_events(
+        &self,
+        tenant: &Tenant,
+        events: &[EventEnvelope],
+    ) -> Result<(), StoreError> {
         let t = self.t()?;
         let Some(first) = events.first() else {
             return Ok(());
@@ -363,7 +377,9 @@ impl Store {
                 events.push(envelope);
             }
         }
-        events.retain(|event| event.seq > after_seq);
+        // Events whose commit is not durable yet are not there for readers.
+        let limit = self.inflight.limit(message);
+        events.retain(|event| event.seq > after_seq && event.seq <= limit);
         Ok(events)
     }
 }
@@ -384,7 +400,7 @@ mod tests {
         }
     }
 
-    fn ended_message(store: &Store, tenant: &Tenant) -> Message {
+    fn ended_message(store: &Embedded, tenant: &Tenant) -> Message {
         let conversation = conversation(tenant);
         let mut message = Message {
             answer: "Hello there.".into(),
@@ -394,7 +410,13 @@ mod tests {
             ..running_message(conversation.id, 0)
         };
         store
-            .insert_message(tenant, Some(&conversation), &mut message, None)
+            .insert_message(crate::store::NewMessage {
+                tenant,
+                conversation: Some(&conversation),
+                message: &mut message,
+                spec: &serde_json::Value::Null,
+                idempotency: None,
+            })
             .unwrap();
         message
     }
@@ -419,7 +441,7 @@ mod tests {
     /// answer (stored once, with the message) put back; `after_seq` skips what was seen.
     #[test]
     fn stored_batches_read_back_as_written() {
-        let store = Store::temporary().unwrap();
+        let store = Embedded::temporary().unwrap();
         let tenant = Tenant::default_tenant();
         let message = ended_message(&store, &tenant);
         let first = vec![
@@ -454,7 +476,7 @@ mod tests {
     /// still read.
     #[test]
     fn batches_of_earlier_versions_still_read() {
-        let store = Store::temporary().unwrap();
+        let store = Embedded::temporary().unwrap();
         let tenant = Tenant::default_tenant();
         let message = ended_message(&store, &tenant);
         let whole = vec![envelope(&message, 1, delta("Hello there."))];

@@ -7,20 +7,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::pieces::{self, Owner};
-use super::{decode, encode, keys, Store, StoreError};
+use super::{decode, encode, keys, Embedded, StoreError};
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus,
     PastMessage, RunFailure, Tenant,
 };
-
-/// Whether a new message was written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Inserted {
-    /// It was.
-    Yes,
-    /// Its idempotency key already points at another message; nothing was written.
-    KeyTaken(IdempotencyRecord),
-}
+use crate::store::{Inserted, NewMessage, Page, PageSize};
 
 /// A message as stored: its answer kept apart in the `answers` tree when it has one
 /// (records of earlier versions have it inline and no flag).
@@ -41,11 +33,11 @@ fn remove_prefix(tree: &sled::Tree, prefix: &[u8]) -> Result<(), StoreError> {
 fn transaction_error(err: TransactionError<StoreError>) -> StoreError {
     match err {
         TransactionError::Abort(err) => err,
-        TransactionError::Storage(err) => StoreError::Sled(err),
+        TransactionError::Storage(err) => err.into(),
     }
 }
 
-impl Store {
+impl Embedded {
     /// Reads a conversation.
     pub fn get_conversation(
         &self,
@@ -79,14 +71,33 @@ impl Store {
     /// conversation's lock, so two runs started at once never share or skip a number, and a
     /// reader paging by `seq` never passes a message written after it looked.
     ///
-    /// Without a key the records are plain inserts, in an order that a crash can only cut
-    /// into a state start-up recovery mends (see [`Store::interrupt_unfinished`]): the
-    /// conversation, the running marker, the message, then its index entry. A sled
+    /// The spec is written first: a message in the store always has it (a crash between
+    /// the two leaves a spec no message names, which nothing reads). Without a key the
+    /// records are plain inserts, in an order that a crash can only cut into a state
+    /// start-up recovery mends (see [`Embedded::interrupt_unfinished`]): the conversation,
+    /// the running marker, the message, then its index entry. A sled
     /// transaction would make them atomic but forces two log writes and holds a lock
     /// every other writer waits on, on every run. With a key, one transaction writes them
     /// all: of two requests racing with one key only one may win, and the loser must find
     /// the winner's message whole.
-    pub fn insert_message(
+    pub fn insert_message(&self, new: NewMessage<'_>) -> Result<Inserted, StoreError> {
+        let NewMessage {
+            tenant,
+            conversation,
+            message,
+            spec,
+            idempotency,
+        } = new;
+        self.put_run_spec(tenant, message.id, spec)?;
+        let inserted = self.insert_in_place(tenant, conversation, message, idempotency);
+        if !matches!(inserted, Ok(Inserted::Yes)) {
+            self.remove_run_spec(tenant, message.id)?;
+        }
+        inserted
+    }
+
+    /// The records of [`Embedded::insert_message`] after the spec.
+    fn insert_in_place(
         &self,
         tenant: &Tenant,
         conversation: Option<&Conversation>,
@@ -265,71 +276,87 @@ impl Store {
         encode("messages", &stored)
     }
 
-    /// A conversation's messages in order, from the one after `after_seq`, read as the
-    /// caller goes: a page stops reading once it is full, so a long conversation of large
-    /// answers is never held whole.
-    pub fn messages_after<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        conversation: ConversationId,
-        after_seq: u64,
-    ) -> Box<dyn Iterator<Item = Result<Message, StoreError>> + 'a> {
-        let prefix = keys::conversation_messages(tenant, conversation);
-        let start = keys::conversation_message(tenant, conversation, after_seq.saturating_add(1));
-        let index = match self.t() {
-            Ok(trees) => trees.conversation_messages.clone(),
-            Err(err) => return Box::new(std::iter::once(Err(err))),
-        };
-        let entries = index
-            .range(start..)
-            .take_while(move |entry| {
-                entry
-                    .as_ref()
-                    .map_or(true, |(key, _)| key.starts_with(&prefix))
-            })
-            .filter_map(move |entry| {
-                let id = match entry {
-                    Ok((_, value)) => <[u8; 16]>::try_from(value.as_ref()).ok()?,
-                    Err(err) => return Some(Err(err.into())),
-                };
-                self.get_message(tenant, MessageId(uuid::Uuid::from_bytes(id)))
-                    .transpose()
-            });
-        Box::new(entries)
-    }
-
-    /// The ids of a conversation's messages, newest first, read as the caller goes (keys
-    /// only): history stops reading once it has what fits, and counts the rest cheaply.
-    pub fn message_ids_newest_first<'a>(
-        &'a self,
+    /// A page of a conversation's messages in order, from the one after `after_seq`: it
+    /// stops reading once it is full.
+    pub fn list_messages(
+        &self,
         tenant: &Tenant,
         conversation: ConversationId,
-    ) -> Box<dyn Iterator<Item = Result<MessageId, StoreError>> + 'a> {
+        after_seq: u64,
+        size: PageSize,
+    ) -> Result<Page<Message>, StoreError> {
+        let t = self.t()?;
         let prefix = keys::conversation_messages(tenant, conversation);
-        let index = match self.t() {
-            Ok(trees) => trees.conversation_messages.clone(),
-            Err(err) => return Box::new(std::iter::once(Err(err))),
+        let start = keys::conversation_message(tenant, conversation, after_seq.saturating_add(1));
+        let mut page = Page {
+            items: Vec::new(),
+            more: false,
         };
-        let ids = index
-            .scan_prefix(prefix)
-            .values()
-            .rev()
-            .filter_map(|value| match value {
-                Ok(value) => <[u8; 16]>::try_from(value.as_ref())
-                    .ok()
-                    .map(|bytes| Ok(MessageId(uuid::Uuid::from_bytes(bytes)))),
-                Err(err) => Some(Err(err.into())),
-            });
-        Box::new(ids)
+        let mut bytes = 0;
+        for entry in t.conversation_messages.range(start..) {
+            let (key, value) = entry?;
+            if !key.starts_with(&prefix) {
+                break;
+            }
+            if page.items.len() >= size.limit || (!page.items.is_empty() && bytes > size.max_bytes)
+            {
+                page.more = true;
+                break;
+            }
+            let Ok(id) = <[u8; 16]>::try_from(value.as_ref()) else {
+                continue;
+            };
+            if let Some(message) =
+                self.get_message(tenant, MessageId(uuid::Uuid::from_bytes(id)))?
+            {
+                bytes += message.answer.len() + message.query.len() + 512;
+                page.items.push(message);
+            }
+        }
+        Ok(page)
+    }
+
+    /// A page of the places (`seq`) and ids of a conversation's messages before
+    /// `before_seq`, newest first, from keys only.
+    pub fn message_ids_before(
+        &self,
+        tenant: &Tenant,
+        conversation: ConversationId,
+        before_seq: u64,
+        limit: usize,
+    ) -> Result<Page<(u64, MessageId)>, StoreError> {
+        let t = self.t()?;
+        let prefix = keys::conversation_messages(tenant, conversation);
+        let end = keys::conversation_message(tenant, conversation, before_seq);
+        let mut page = Page {
+            items: Vec::new(),
+            more: false,
+        };
+        for entry in t.conversation_messages.range(prefix.clone()..end).rev() {
+            let (key, value) = entry?;
+            if page.items.len() >= limit {
+                page.more = true;
+                break;
+            }
+            let seq = key
+                .get(prefix.len()..)
+                .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
+                .map_or(0, u64::from_be_bytes);
+            if let Ok(id) = <[u8; 16]>::try_from(value.as_ref()) {
+                page.items
+                    .push((seq, MessageId(uuid::Uuid::from_bytes(id))));
+            }
+        }
+        Ok(page)
     }
 
     /// Keeps what a run was started with (a record the runner defines) with its message;
     /// written before the message, once.
-    pub fn put_run_spec<T: serde::Serialize>(
+    fn put_run_spec(
         &self,
         tenant: &Tenant,
         message: MessageId,
-        spec: &T,
+        spec: &serde_json::Value,
     ) -> Result<(), StoreError> {
         let t = self.t()?;
         let key = keys::message(tenant, message);
@@ -339,11 +366,11 @@ impl Store {
 
     /// What the run of `message` was started with; `None` for messages of earlier versions
     /// (or of none).
-    pub fn get_run_spec<T: DeserializeOwned>(
+    pub fn get_run_spec(
         &self,
         tenant: &Tenant,
         message: MessageId,
-    ) -> Result<Option<T>, StoreError> {
+    ) -> Result<Option<serde_json::Value>, StoreError> {
         let t = self.t()?;
         let key = keys::message(tenant, message);
         let Some(stored) = t.specs.get(&key)? else {
@@ -354,7 +381,7 @@ impl Store {
     }
 
     /// Forgets a spec whose message was never written (another request took its key).
-    pub fn remove_run_spec(&self, tenant: &Tenant, message: MessageId) -> Result<(), StoreError> {
+    fn remove_run_spec(&self, tenant: &Tenant, message: MessageId) -> Result<(), StoreError> {
         let t = self.t()?;
         let key = keys::message(tenant, message);
         t.specs.remove(&key)?;
@@ -388,7 +415,7 @@ impl Store {
         }
         for message in &deleted {
             let files: Vec<_> = self
-                .list_thoughts(tenant, *message)?
+                .thoughts_of(tenant, *message)?
                 .into_iter()
                 .flat_map(|thought| thought.file_ids)
                 .filter_map(|id| id.parse().ok())
@@ -432,7 +459,7 @@ impl Store {
     /// start-up, before any run can begin; returns how many were found.
     ///
     /// Also mends what a crash while a message was being written or ending can leave (see
-    /// [`Store::insert_message`]): a marker without its message, or on a message that had
+    /// [`Embedded::insert_message`]): a marker without its message, or on a message that had
     /// ended, is removed; a message whose index entry was not yet written gets it.
     pub fn interrupt_unfinished(&self) -> Result<usize, StoreError> {
         let t = self.t()?;
@@ -477,70 +504,32 @@ mod tests {
     use crate::store::test_records::{conversation, running_message};
 
     /// A store with one running message, in a new conversation of the default tenant.
-    fn started() -> (Store, Tenant, Conversation, Message) {
-        let store = Store::temporary().unwrap();
+    fn started() -> (Embedded, Tenant, Conversation, Message) {
+        let store = Embedded::temporary().unwrap();
         let tenant = Tenant::default_tenant();
         let conversation = conversation(&tenant);
         let mut message = running_message(conversation.id, 0);
         store
-            .insert_message(&tenant, Some(&conversation), &mut message, None)
+            .insert_message(NewMessage {
+                tenant: &tenant,
+                conversation: Some(&conversation),
+                message: &mut message,
+                spec: &serde_json::Value::Null,
+                idempotency: None,
+            })
             .unwrap();
         (store, tenant, conversation, message)
     }
 
-    /// Messages started at once in one conversation, from several threads, take the places
-    /// 1, 2, 3 … with no number shared or skipped, ordinals alike; and a reader paging by
-    /// `seq` while they are written sees every one of them, in order.
-    #[test]
-    fn concurrent_starts_in_one_conversation_take_consecutive_places() {
-        let (store, tenant, conversation, first) = started();
-        assert_eq!((first.seq, first.ordinal), (1, 1));
-        let reader = {
-            let store = store.clone();
-            let tenant = tenant.clone();
-            std::thread::spawn(move || {
-                let mut seen = Vec::new();
-                let mut after = 0;
-                let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
-                while seen.len() < 201 && std::time::Instant::now() < until {
-                    for message in store.messages_after(&tenant, conversation.id, after) {
-                        let message = message.unwrap();
-                        after = message.seq;
-                        seen.push(message.seq);
-                    }
-                }
-                seen
-            })
+    fn listed(store: &Embedded, tenant: &Tenant, conversation: ConversationId) -> Vec<Message> {
+        let size = PageSize {
+            limit: 100,
+            max_bytes: 1 << 20,
         };
-        let writers: Vec<_> = (0..4)
-            .map(|_| {
-                let store = store.clone();
-                let tenant = tenant.clone();
-                std::thread::spawn(move || {
-                    for _ in 0..50 {
-                        let mut message = running_message(conversation.id, 0);
-                        store
-                            .insert_message(&tenant, None, &mut message, None)
-                            .unwrap();
-                    }
-                })
-            })
-            .collect();
-        for writer in writers {
-            writer.join().unwrap();
-        }
-        let seen = reader.join().unwrap();
-        assert_eq!(
-            seen,
-            (1..=201).collect::<Vec<u64>>(),
-            "paged in order, none skipped"
-        );
-        let mut ordinals: Vec<u64> = store
-            .messages_after(&tenant, conversation.id, 0)
-            .map(|m| m.unwrap().ordinal)
-            .collect();
-        ordinals.sort_unstable();
-        assert_eq!(ordinals, (1..=201).collect::<Vec<u64>>());
+        store
+            .list_messages(tenant, conversation, 0, size)
+            .unwrap()
+            .items
     }
 
     /// A crash after the message but before its index entry (the last of the inserts)
@@ -555,17 +544,11 @@ mod tests {
             .conversation_messages
             .remove(index_key)
             .unwrap();
-        assert!(store
-            .messages_after(&tenant, conversation.id, 0)
-            .next()
-            .is_none());
+        assert!(listed(&store, &tenant, conversation.id).is_empty());
 
         assert_eq!(store.interrupt_unfinished().unwrap(), 1);
 
-        let listed: Vec<Message> = store
-            .messages_after(&tenant, conversation.id, 0)
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let listed = listed(&store, &tenant, conversation.id);
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].id, message.id);
         assert_eq!(listed[0].status, MessageStatus::Interrupted);
@@ -605,7 +588,7 @@ mod tests {
     #[test]
     fn a_kept_past_message_follows_writes_and_deletion() {
         let (store, tenant, conversation, mut message) = started();
-        let answer = |store: &Store| {
+        let answer = |store: &Embedded| {
             store
                 .get_past_message(&tenant, message.id)
                 .unwrap()
@@ -653,7 +636,7 @@ mod tests {
     /// recovery removes it and reports no message.
     #[test]
     fn recovery_drops_a_marker_without_its_message() {
-        let store = Store::temporary().unwrap();
+        let store = Embedded::temporary().unwrap();
         let tenant = Tenant::default_tenant();
         let key = keys::message(&tenant, MessageId::new());
         store

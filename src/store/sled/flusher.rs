@@ -5,13 +5,16 @@
 //! thread each. So callers queue a request; the thread takes every queued request, runs one
 //! `flush`, and answers them all. Under load one fsync covers many runs' records: while
 //! several writers are counted, the thread waits up to [`LINGER`] for their requests before
-//! it flushes, since flushing costs the same for one run's records as for fifty's.
+//! it flushes, since flushing costs the same for one run's records as for fifty's. Writers
+//! are the runs that committed within the last [`WINDOW`]: a run waiting minutes on its
+//! caller drops out by itself, and no caller has to say so.
 //!
 //! The thread also tells whether writes are reaching the disk: a failed flush (a full
 //! disk, say) marks the store unwritable until a later flush succeeds.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, OnceLock};
+use std::sync::{mpsc, Arc, Mutex, OnceLock, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -24,6 +27,16 @@ type Reply = oneshot::Sender<Result<(), String>>;
 /// How long a flush waits for other writers' requests before it starts.
 const LINGER: Duration = Duration::from_millis(1);
 
+/// A run counts as a writer for this long after its last commit.
+const WINDOW: Duration = Duration::from_millis(20);
+
+/// The runs that committed in the current window and how many did in the one before.
+struct Activity {
+    started: Instant,
+    seen: HashSet<u128>,
+    before: usize,
+}
+
 /// What the flush thread shares with the handles.
 struct Shared {
     /// Told how long each flush took (metrics); set once.
@@ -32,8 +45,9 @@ struct Shared {
     writable: watch::Sender<bool>,
     /// Makes flushes fail, as a full disk would; for tests.
     fail: AtomicBool,
-    /// Writers counted by [`WriterGuard`]s: how many requests a flush may wait for.
+    /// Writers seen lately: how many requests a flush may wait for.
     writers: AtomicUsize,
+    activity: Mutex<Activity>,
 }
 
 /// Handle to the flushing thread. When the last handle is dropped the thread is stopped
@@ -65,6 +79,11 @@ impl Default for FlushState {
                 writable: watch::Sender::new(true),
                 fail: AtomicBool::new(false),
                 writers: AtomicUsize::new(0),
+                activity: Mutex::new(Activity {
+                    started: Instant::now(),
+                    seen: HashSet::new(),
+                    before: 0,
+                }),
             }),
         }
     }
@@ -82,24 +101,33 @@ impl FlushState {
         self.shared.writable.subscribe()
     }
 
-    /// Whether the last flush succeeded.
-    pub fn is_writable(&self) -> bool {
-        *self.shared.writable.borrow()
-    }
-
     /// Makes every flush fail (`true`) or work again (`false`), as a full disk would.
     #[cfg(any(test, feature = "test-utils"))]
     pub fn fail(&self, fail: bool) {
         self.shared.fail.store(fail, Ordering::SeqCst);
     }
 
-    /// Counts a writer that will ask for flushes until the guard is dropped.
-    pub fn writer(&self) -> WriterGuard {
-        self.shared.writers.fetch_add(1, Ordering::Relaxed);
-        WriterGuard {
-            shared: Arc::clone(&self.shared),
-            idle: AtomicBool::new(false),
+    /// Notes that the run `writer` committed now: for a window, flushes may wait for it.
+    pub fn note_writer(&self, writer: u128) {
+        let mut activity = self
+            .shared
+            .activity
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let elapsed = activity.started.elapsed();
+        if elapsed > WINDOW {
+            // A window with no commit after it tells nothing about now.
+            activity.before = if elapsed > 2 * WINDOW {
+                0
+            } else {
+                activity.seen.len()
+            };
+            activity.seen.clear();
+            activity.started = Instant::now();
         }
+        activity.seen.insert(writer);
+        let writers = activity.seen.len().max(activity.before);
+        self.shared.writers.store(writers, Ordering::Relaxed);
     }
 }
 
@@ -200,37 +228,6 @@ fn gather(
     waiting.extend(queue.try_iter());
 }
 
-/// A writer counted by the flush thread (see [`FlushState::writer`]).
-pub struct WriterGuard {
-    shared: Arc<Shared>,
-    /// Not counted while idle.
-    idle: AtomicBool,
-}
-
-impl WriterGuard {
-    /// Stops counting the writer while it is idle (a run waiting on its caller, which may
-    /// take minutes), so flushes do not wait for a request that will not come; counts it
-    /// again once it is not.
-    pub fn set_idle(&self, idle: bool) {
-        if self.idle.swap(idle, Ordering::SeqCst) == idle {
-            return;
-        }
-        if idle {
-            self.shared.writers.fetch_sub(1, Ordering::Relaxed);
-        } else {
-            self.shared.writers.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
-impl Drop for WriterGuard {
-    fn drop(&mut self) {
-        if !self.idle.load(Ordering::SeqCst) {
-            self.shared.writers.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,25 +245,18 @@ mod tests {
         (flusher, state, flushes)
     }
 
-    /// An idle writer is not counted, so no flush waits for it; counting is undone once,
-    /// however often the state is set.
+    /// Runs count as writers once they commit, and drop out two windows after their last.
     #[test]
-    fn idle_writers_are_not_counted() {
-        let flusher = FlushState::default();
-        let writers = || flusher.shared.writers.load(Ordering::Relaxed);
-        let one = flusher.writer();
-        let two = flusher.writer();
+    fn writers_are_the_runs_that_committed_lately() {
+        let state = FlushState::default();
+        let writers = || state.shared.writers.load(Ordering::Relaxed);
+        state.note_writer(1);
+        state.note_writer(2);
+        state.note_writer(2);
         assert_eq!(writers(), 2);
-        two.set_idle(true);
-        two.set_idle(true);
-        assert_eq!(writers(), 1);
-        two.set_idle(false);
-        assert_eq!(writers(), 2);
-        two.set_idle(true);
-        drop(two);
-        assert_eq!(writers(), 1);
-        drop(one);
-        assert_eq!(writers(), 0);
+        thread::sleep(WINDOW * 3);
+        state.note_writer(3);
+        assert_eq!(writers(), 1, "the runs that went quiet are not waited for");
     }
 
     fn request() -> Reply {
@@ -307,14 +297,13 @@ mod tests {
     #[tokio::test]
     async fn a_silent_writer_delays_a_flush_by_the_linger_at_most() {
         let (flusher, state, flushes) = counted_flusher();
-        let _silent = state.writer();
-        let _asking = state.writer();
+        state.note_writer(1);
+        state.note_writer(2);
         let started = Instant::now();
         flusher.flush().await.unwrap();
         assert!(started.elapsed() < LINGER + Duration::from_millis(500));
         assert_eq!(flushes.load(Ordering::SeqCst), 1);
 
-        drop(_silent);
         flusher.flush().await.unwrap();
         assert_eq!(flushes.load(Ordering::SeqCst), 2);
     }

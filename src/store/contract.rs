@@ -1,0 +1,357 @@
+//! The store's contract: one interface per family of records, which every backend honours
+//! (see the rule in the module doc of [`crate::store`]).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+
+use super::StoreError;
+use crate::domain::{
+    ApiKeyRecord, Conversation, ConversationId, EventEnvelope, FileId, FileRecord,
+    IdempotencyRecord, Message, MessageId, PastMessage, ProviderRecord, Tenant, Thought,
+};
+
+/// One page of a listing, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page<T> {
+    /// The records of the page.
+    pub items: Vec<T>,
+    /// Whether records follow the last one.
+    pub more: bool,
+}
+
+/// How much one page may hold: at most `limit` records and, past the first, no more than
+/// `max_bytes` of them as stored (a page never holds a whole long conversation in memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageSize {
+    /// The most records.
+    pub limit: usize,
+    /// The most bytes of stored records, the first one aside.
+    pub max_bytes: usize,
+}
+
+/// Who may write a run's records: the replica that owns the run and the epoch of its claim.
+/// A backend refuses a burst whose fence is not the run's current one, so a replica that
+/// lost a run cannot write to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    /// The owning replica.
+    pub owner: String,
+    /// Raised each time the run changes owner.
+    pub epoch: u64,
+}
+
+impl Fence {
+    /// The fence of a run on a single node, which owns every run it starts.
+    pub fn local() -> Self {
+        Self {
+            owner: "local".to_owned(),
+            epoch: 0,
+        }
+    }
+}
+
+/// A record a burst writes with the events that announce it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    /// A thought as it stands (written whole, replacing its earlier state).
+    Thought(Thought),
+    /// The message as it stands; a terminal status ends its run.
+    Message(Message),
+    /// LLM tokens the run used, added to its tenant's count for `day` (e.g. `20261123`).
+    /// Applied at most once: a caller that commits a burst again drops it first.
+    TenantTokens {
+        /// The UTC day.
+        day: u32,
+        /// Tokens to add.
+        tokens: u64,
+    },
+}
+
+/// One run's records and the events that announce them, committed together: a reader sees
+/// an event only once its records are there too.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Burst {
+    /// Records to write, in order.
+    pub records: Vec<Record>,
+    /// Consecutive events of the run's message, in `seq` order.
+    pub events: Vec<EventEnvelope>,
+}
+
+impl Burst {
+    /// Whether the burst has nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.events.is_empty()
+    }
+
+    /// Adds `later` after what the burst holds; a thought written twice is written once,
+    /// in its later state.
+    pub fn extend(&mut self, later: Burst) {
+        for record in later.records {
+            self.push(record);
+        }
+        self.events.extend(later.events);
+    }
+
+    /// Adds a record; a thought (or the message) already in the burst is replaced by its
+    /// later state.
+    pub fn push(&mut self, record: Record) {
+        let earlier = self
+            .records
+            .iter_mut()
+            .find(|held| match (&**held, &record) {
+                (Record::Thought(a), Record::Thought(b)) => a.id == b.id,
+                (Record::Message(a), Record::Message(b)) => a.id == b.id,
+                _ => false,
+            });
+        match earlier {
+            Some(held) => *held = record,
+            None => self.records.push(record),
+        }
+    }
+}
+
+/// A message to write as its run starts.
+pub struct NewMessage<'a> {
+    /// Its tenant.
+    pub tenant: &'a Tenant,
+    /// Its conversation when the run starts one.
+    pub conversation: Option<&'a Conversation>,
+    /// The message, running; the store gives it its `seq` and `ordinal`.
+    pub message: &'a mut Message,
+    /// What the run was started with, kept with the message.
+    pub spec: &'a serde_json::Value,
+    /// The request's idempotency key and what it will point at.
+    pub idempotency: Option<(&'a str, &'a IdempotencyRecord)>,
+}
+
+/// Whether a new message was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Inserted {
+    /// It was.
+    Yes,
+    /// Its idempotency key already points at another message; nothing was written.
+    KeyTaken(IdempotencyRecord),
+}
+
+/// Conversations, their messages in order, and what each run was started with.
+#[async_trait]
+pub trait Conversations: Send + Sync {
+    /// Reads a conversation.
+    async fn get_conversation(
+        &self,
+        tenant: &Tenant,
+        id: ConversationId,
+    ) -> Result<Option<Conversation>, StoreError>;
+
+    /// Reads what an idempotency key points at.
+    async fn get_idempotency(
+        &self,
+        tenant: &Tenant,
+        key: &str,
+    ) -> Result<Option<IdempotencyRecord>, StoreError>;
+
+    /// Writes a new running message with its spec, its conversation when that is new and
+    /// its idempotency key, and gives it its place: `seq` one past the conversation's last
+    /// (1 in a new one), `ordinal` one past its newest message's (0, unknown, when that
+    /// one's is). Places are taken atomically per conversation: two runs started at once
+    /// never share or skip one. Of two requests racing with one key, one wins; the other
+    /// gets [`Inserted::KeyTaken`] and writes nothing.
+    async fn insert_message(&self, new: NewMessage<'_>) -> Result<Inserted, StoreError>;
+
+    /// Reads a message.
+    async fn get_message(
+        &self,
+        tenant: &Tenant,
+        id: MessageId,
+    ) -> Result<Option<Message>, StoreError>;
+
+    /// Reads what history takes from a message.
+    async fn get_past_message(
+        &self,
+        tenant: &Tenant,
+        id: MessageId,
+    ) -> Result<Option<PastMessage>, StoreError>;
+
+    /// A conversation's messages in `seq` order, from the one after `after_seq`. A page
+    /// token of `seq`s never skips a message that committed late: places are taken in
+    /// order with the message's write.
+    async fn list_messages(
+        &self,
+        tenant: &Tenant,
+        conversation: ConversationId,
+        after_seq: u64,
+        size: PageSize,
+    ) -> Result<Page<Message>, StoreError>;
+
+    /// The `seq`s and ids of a conversation's messages before `before_seq`, newest first:
+    /// keys only, so history reads no more records than fit.
+    async fn message_ids_before(
+        &self,
+        tenant: &Tenant,
+        conversation: ConversationId,
+        before_seq: u64,
+        limit: usize,
+    ) -> Result<Page<(u64, MessageId)>, StoreError>;
+
+    /// What the run of `message` was started with; `None` for messages of earlier versions.
+    async fn get_run_spec(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+    ) -> Result<Option<serde_json::Value>, StoreError>;
+
+    /// Deletes a conversation with everything of its messages; returns their ids, or
+    /// `None` when there is no such conversation.
+    async fn delete_conversation(
+        &self,
+        tenant: &Tenant,
+        id: ConversationId,
+    ) -> Result<Option<Vec<MessageId>>, StoreError>;
+
+    /// Marks every message a previous process left running as interrupted; returns how
+    /// many. Called once at start-up, before any run begins.
+    async fn interrupt_unfinished(&self) -> Result<usize, StoreError>;
+}
+
+/// Thoughts and the files tools produced.
+#[async_trait]
+pub trait Records: Send + Sync {
+    /// A message's thoughts by position, from the one after `after` (the first when
+    /// `None`).
+    async fn list_thoughts(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+        after: Option<u32>,
+        size: PageSize,
+    ) -> Result<Page<Thought>, StoreError>;
+
+    /// Every thought of a message, for the runner (a run has few hundred at most).
+    async fn all_thoughts(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+    ) -> Result<Vec<Thought>, StoreError> {
+        let size = PageSize {
+            limit: 256,
+            max_bytes: 16 * 1024 * 1024,
+        };
+        let mut thoughts: Vec<Thought> = Vec::new();
+        loop {
+            let after = thoughts.last().map(|t| t.position);
+            let page = self.list_thoughts(tenant, message, after, size).await?;
+            thoughts.extend(page.items);
+            if !page.more {
+                return Ok(thoughts);
+            }
+        }
+    }
+
+    /// Stores a file a tool produced, with its bytes when it has them.
+    async fn put_file(
+        &self,
+        tenant: &Tenant,
+        record: &FileRecord,
+        bytes: Option<&[u8]>,
+    ) -> Result<(), StoreError>;
+
+    /// A file with its bytes (empty for a file that is only a URL).
+    async fn get_file(
+        &self,
+        tenant: &Tenant,
+        id: FileId,
+    ) -> Result<Option<(FileRecord, Vec<u8>)>, StoreError>;
+}
+
+/// Runs' events, committed with the records they announce.
+#[async_trait]
+pub trait EventLog: Send + Sync {
+    /// Writes one run's burst in one durable commit, if `fence` is the run's; commits of
+    /// many runs may share a disk write. Committing a burst again after an error writes it
+    /// once.
+    async fn commit(&self, tenant: &Tenant, fence: &Fence, burst: &Burst)
+        -> Result<(), StoreError>;
+
+    /// A message's committed events with `seq > after_seq`, in order.
+    async fn list_events(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+        after_seq: u64,
+    ) -> Result<Vec<EventEnvelope>, StoreError>;
+}
+
+/// A provider, or the failure to open its credentials, as listed at start-up.
+pub type StoredProvider = (Tenant, String, Result<ProviderRecord, StoreError>);
+
+/// Tool providers, API keys and what tenants used.
+#[async_trait]
+pub trait Registry: Send + Sync {
+    /// Writes (or replaces) a provider; its credentials are sealed before they are written.
+    async fn put_provider(
+        &self,
+        tenant: &Tenant,
+        record: &ProviderRecord,
+    ) -> Result<(), StoreError>;
+
+    /// A provider with its credentials opened.
+    async fn get_provider(
+        &self,
+        tenant: &Tenant,
+        name: &str,
+    ) -> Result<Option<ProviderRecord>, StoreError>;
+
+    /// Deletes a provider; returns whether it existed.
+    async fn delete_provider(&self, tenant: &Tenant, name: &str) -> Result<bool, StoreError>;
+
+    /// Every provider of every tenant, for start-up; one whose credentials do not open is
+    /// an error in its place, not a failure of all.
+    async fn all_providers(&self) -> Result<Vec<StoredProvider>, StoreError>;
+
+    /// Seals credentials an earlier version stored in plaintext; returns how many.
+    async fn seal_plaintext_credentials(&self) -> Result<usize, StoreError>;
+
+    /// Writes (or replaces) an API key.
+    async fn put_api_key(&self, record: &ApiKeyRecord) -> Result<(), StoreError>;
+
+    /// Deletes an API key; returns whether it existed.
+    async fn delete_api_key(&self, id: &str) -> Result<bool, StoreError>;
+
+    /// Every API key, for start-up.
+    async fn all_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError>;
+
+    /// Tokens `tenant` used on `day` (e.g. `20261123`).
+    async fn tenant_tokens(&self, tenant: &Tenant, day: u32) -> Result<u64, StoreError>;
+}
+
+/// Whether the store can write, for health and admission.
+#[async_trait]
+pub trait Health: Send + Sync {
+    /// Follows whether writes succeed: `false` after one failed (a full disk, a lost
+    /// database), `true` again after one succeeded. Reads may work either way.
+    fn writable(&self) -> watch::Receiver<bool>;
+
+    /// Writes a small marker: whether the store can write at all. A success marks it
+    /// writable again; a backend may reconnect or reopen to get there.
+    async fn probe(&self) -> Result<(), StoreError>;
+
+    /// Tells `observe` how long each durable commit takes, for metrics; the first call
+    /// counts.
+    fn observe_commits(&self, observe: Box<dyn Fn(Duration) + Send + Sync>);
+
+    /// Makes every commit fail (`true`) or work again (`false`), as a full disk would.
+    #[cfg(any(test, feature = "test-utils"))]
+    fn fail_writes(&self, fail: bool);
+
+    /// Names every stored record whose key or value holds `needle`: a check that deleted
+    /// data is gone. Reads everything.
+    #[cfg(any(test, feature = "test-utils"))]
+    async fn find_bytes(&self, needle: &[u8]) -> Result<Vec<String>, StoreError>;
+}
+
+/// Everything a backend provides.
+pub trait Backend: Conversations + Records + EventLog + Registry + Health {}
+
+impl<T: Conversations + Records + EventLog + Registry + Health> Backend for T {}

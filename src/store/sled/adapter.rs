@@ -1,0 +1,291 @@
+//! The contract over the embedded database. sled's calls are quick in-memory work over its
+//! page cache, so they run on the caller's task as before; what waits is durability: a
+//! write returns after the flush that covers it, which many writers share.
+//!
+//! The family traits are named by path and not imported, so a call on `self` here can only
+//! reach the synchronous method of [`Embedded`] with the same name.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+
+use super::Embedded;
+use crate::domain::{
+    ApiKeyRecord, Conversation, ConversationId, EventEnvelope, FileId, FileRecord,
+    IdempotencyRecord, Message, MessageId, PastMessage, ProviderRecord, Tenant, Thought,
+};
+use crate::store::{
+    Burst, Fence, Inserted, NewMessage, Page, PageSize, Record, StoreError, StoredProvider,
+};
+
+impl Embedded {
+    /// Writes a burst's records, then its events: nothing of it is durable until the
+    /// flush that follows, and its events are held back from readers until then.
+    fn apply(&self, tenant: &Tenant, burst: &Burst) -> Result<(), StoreError> {
+        for record in &burst.records {
+            match record {
+                Record::Thought(thought) => self.put_thought(tenant, thought)?,
+                Record::Message(message) => self.update_message(tenant, message)?,
+                Record::TenantTokens { day, tokens } => {
+                    self.add_tenant_tokens(tenant, *day, *tokens)?;
+                }
+            }
+        }
+        self.put_events(tenant, &burst.events)
+    }
+
+    /// The message a burst belongs to.
+    fn writer_of(burst: &Burst) -> Option<MessageId> {
+        burst.events.first().map(|e| e.message_id).or_else(|| {
+            burst.records.iter().find_map(|record| match record {
+                Record::Thought(thought) => Some(thought.message_id),
+                Record::Message(message) => Some(message.id),
+                Record::TenantTokens { .. } => None,
+            })
+        })
+    }
+
+    /// Waits until what was written so far is durable.
+    async fn written<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        let value = result?;
+        self.flush().await?;
+        Ok(value)
+    }
+}
+
+#[async_trait]
+impl crate::store::Conversations for Embedded {
+    async fn get_conversation(
+        &self,
+        tenant: &Tenant,
+        id: ConversationId,
+    ) -> Result<Option<Conversation>, StoreError> {
+        self.get_conversation(tenant, id)
+    }
+
+    async fn get_idempotency(
+        &self,
+        tenant: &Tenant,
+        key: &str,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.get_idempotency(tenant, key)
+    }
+
+    async fn insert_message(&self, new: NewMessage<'_>) -> Result<Inserted, StoreError> {
+        let inserted = self.insert_message(new);
+        self.written(inserted).await
+    }
+
+    async fn get_message(
+        &self,
+        tenant: &Tenant,
+        id: MessageId,
+    ) -> Result<Option<Message>, StoreError> {
+        self.get_message(tenant, id)
+    }
+
+    async fn get_past_message(
+        &self,
+        tenant: &Tenant,
+        id: MessageId,
+    ) -> Result<Option<PastMessage>, StoreError> {
+        self.get_past_message(tenant, id)
+    }
+
+    async fn list_messages(
+        &self,
+        tenant: &Tenant,
+        conversation: ConversationId,
+        after_seq: u64,
+        size: PageSize,
+    ) -> Result<Page<Message>, StoreError> {
+        self.list_messages(tenant, conversation, after_seq, size)
+    }
+
+    async fn message_ids_before(
+        &self,
+        tenant: &Tenant,
+        conversation: ConversationId,
+        before_seq: u64,
+        limit: usize,
+    ) -> Result<Page<(u64, MessageId)>, StoreError> {
+        self.message_ids_before(tenant, conversation, before_seq, limit)
+    }
+
+    async fn get_run_spec(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        self.get_run_spec(tenant, message)
+    }
+
+    async fn delete_conversation(
+        &self,
+        tenant: &Tenant,
+        id: ConversationId,
+    ) -> Result<Option<Vec<MessageId>>, StoreError> {
+        let deleted = self.delete_conversation(tenant, id);
+        self.written(deleted).await
+    }
+
+    async fn interrupt_unfinished(&self) -> Result<usize, StoreError> {
+        let interrupted = self.interrupt_unfinished();
+        self.written(interrupted).await
+    }
+}
+
+#[async_trait]
+impl crate::store::Records for Embedded {
+    async fn list_thoughts(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+        after: Option<u32>,
+        size: PageSize,
+    ) -> Result<Page<Thought>, StoreError> {
+        self.list_thoughts(tenant, message, after, size)
+    }
+
+    async fn all_thoughts(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+    ) -> Result<Vec<Thought>, StoreError> {
+        self.thoughts_of(tenant, message)
+    }
+
+    async fn put_file(
+        &self,
+        tenant: &Tenant,
+        record: &FileRecord,
+        bytes: Option<&[u8]>,
+    ) -> Result<(), StoreError> {
+        let put = self.put_file(tenant, record, bytes);
+        self.written(put).await
+    }
+
+    async fn get_file(
+        &self,
+        tenant: &Tenant,
+        id: FileId,
+    ) -> Result<Option<(FileRecord, Vec<u8>)>, StoreError> {
+        self.get_file(tenant, id)
+    }
+}
+
+#[async_trait]
+impl crate::store::EventLog for Embedded {
+    /// One process holds the database's lock, so every fence is its own: there is no
+    /// other writer to keep out.
+    async fn commit(
+        &self,
+        tenant: &Tenant,
+        _fence: &Fence,
+        burst: &Burst,
+    ) -> Result<(), StoreError> {
+        if burst.is_empty() {
+            return Ok(());
+        }
+        if let Some(first) = burst.events.first() {
+            self.inflight
+                .hold(first.message_id, first.seq.saturating_sub(1));
+        }
+        if let Some(writer) = Self::writer_of(burst) {
+            self.state.note_writer(writer.0.as_u128());
+        }
+        self.apply(tenant, burst)?;
+        self.flush().await?;
+        if let Some(first) = burst.events.first() {
+            self.inflight.release(first.message_id);
+        }
+        Ok(())
+    }
+
+    async fn list_events(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+        after_seq: u64,
+    ) -> Result<Vec<EventEnvelope>, StoreError> {
+        self.list_events(tenant, message, after_seq)
+    }
+}
+
+#[async_trait]
+impl crate::store::Registry for Embedded {
+    async fn put_provider(
+        &self,
+        tenant: &Tenant,
+        record: &ProviderRecord,
+    ) -> Result<(), StoreError> {
+        let put = self.put_provider(tenant, record);
+        self.written(put).await
+    }
+
+    async fn get_provider(
+        &self,
+        tenant: &Tenant,
+        name: &str,
+    ) -> Result<Option<ProviderRecord>, StoreError> {
+        self.get_provider(tenant, name)
+    }
+
+    async fn delete_provider(&self, tenant: &Tenant, name: &str) -> Result<bool, StoreError> {
+        let deleted = self.delete_provider(tenant, name);
+        self.written(deleted).await
+    }
+
+    async fn all_providers(&self) -> Result<Vec<StoredProvider>, StoreError> {
+        self.all_providers()
+    }
+
+    async fn seal_plaintext_credentials(&self) -> Result<usize, StoreError> {
+        let sealed = self.seal_plaintext_credentials();
+        self.written(sealed).await
+    }
+
+    async fn put_api_key(&self, record: &ApiKeyRecord) -> Result<(), StoreError> {
+        let put = self.put_api_key(record);
+        self.written(put).await
+    }
+
+    async fn delete_api_key(&self, id: &str) -> Result<bool, StoreError> {
+        let deleted = self.delete_api_key(id);
+        self.written(deleted).await
+    }
+
+    async fn all_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        self.all_api_keys()
+    }
+
+    async fn tenant_tokens(&self, tenant: &Tenant, day: u32) -> Result<u64, StoreError> {
+        self.tenant_tokens(tenant, day)
+    }
+}
+
+#[async_trait]
+impl crate::store::Health for Embedded {
+    fn writable(&self) -> watch::Receiver<bool> {
+        self.state.writable()
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        self.probe_disk().await
+    }
+
+    fn observe_commits(&self, observe: Box<dyn Fn(Duration) + Send + Sync>) {
+        self.state.observe(observe);
+    }
+
+    #[cfg(any(test, feature = "test-utils"))]
+    fn fail_writes(&self, fail: bool) {
+        self.fail_flushes(fail);
+    }
+
+    #[cfg(any(test, feature = "test-utils"))]
+    async fn find_bytes(&self, needle: &[u8]) -> Result<Vec<String>, StoreError> {
+        self.find_bytes_now(needle)
+    }
+}
