@@ -11,6 +11,8 @@
 //! [`Store`] is the handle the rest of the service holds: cheap to clone, any backend
 //! behind it. Call its methods with the family traits in scope.
 
+#[cfg(any(test, feature = "test-utils"))]
+pub mod conformance;
 mod contract;
 mod error;
 mod sealed;

@@ -407,3 +407,105 @@ fn scan<T: DeserializeOwned>(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod conformance_tests {
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::store::conformance::{self, Harness};
+    use crate::store::Store;
+
+    /// Embedded stores in one temporary directory, opened again from it.
+    struct OnDisk {
+        dir: tempfile::TempDir,
+        key: SecretKey,
+        /// Where the last fresh store lives (a check uses one store at a time).
+        last: std::sync::Mutex<Option<PathBuf>>,
+    }
+
+    #[async_trait]
+    impl Harness for OnDisk {
+        async fn fresh(&self) -> Store {
+            let path = self.dir.path().join(uuid::Uuid::new_v4().to_string());
+            *self.last.lock().unwrap() = Some(path.clone());
+            let opened = Embedded::open_with_cache(&path, DEFAULT_CACHE_BYTES, &self.key);
+            Store::new(Arc::new(opened.expect("a fresh store opens")))
+        }
+
+        async fn reopen(&self, store: Store) -> Store {
+            let path = self
+                .last
+                .lock()
+                .unwrap()
+                .clone()
+                .expect("a fresh store first");
+            drop(store);
+            let reopened = tokio::task::spawn_blocking({
+                let key = self.key.clone();
+                move || Embedded::open_with_cache(&path, DEFAULT_CACHE_BYTES, &key)
+            });
+            Store::new(Arc::new(
+                reopened.await.unwrap().expect("the store opens again"),
+            ))
+        }
+    }
+
+    fn on_disk() -> OnDisk {
+        OnDisk {
+            dir: tempfile::tempdir().unwrap(),
+            key: SecretKey::generate(),
+            last: std::sync::Mutex::default(),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_starts_take_consecutive_places() {
+        conformance::concurrent_starts_take_consecutive_places(&on_disk()).await;
+    }
+
+    #[tokio::test]
+    async fn pages_follow_order_limits_and_bytes() {
+        conformance::pages_follow_order_limits_and_bytes(&on_disk()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn one_idempotency_key_starts_one_run() {
+        conformance::one_idempotency_key_starts_one_run(&on_disk()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_writers_to_one_message_all_land() {
+        conformance::concurrent_writers_to_one_message_all_land(&on_disk()).await;
+    }
+
+    #[tokio::test]
+    async fn a_burst_reads_back_with_its_records() {
+        conformance::a_burst_reads_back_with_its_records(&on_disk()).await;
+    }
+
+    #[tokio::test]
+    async fn large_values_read_back_whole() {
+        conformance::large_values_read_back_whole(&on_disk()).await;
+    }
+
+    #[tokio::test]
+    async fn deletion_removes_everything_of_a_conversation() {
+        conformance::deletion_removes_everything_of_a_conversation(&on_disk()).await;
+    }
+
+    #[tokio::test]
+    async fn credentials_are_sealed() {
+        conformance::credentials_are_sealed(&on_disk()).await;
+    }
+
+    #[tokio::test]
+    async fn a_reopened_store_holds_everything() {
+        conformance::a_reopened_store_holds_everything(&on_disk()).await;
+    }
+
+    #[tokio::test]
+    async fn a_store_that_cannot_write_says_unavailable() {
+        conformance::a_store_that_cannot_write_says_unavailable(&on_disk()).await;
+    }
+}

@@ -1,0 +1,728 @@
+//! What every backend must do, as checks any backend's tests run against it: a backend is
+//! a store once it passes them all. Each check takes a [`Harness`] that makes an empty
+//! store and opens one again (as a restart would), and panics on the first thing wrong.
+
+// A check fails as a test does: by panicking, with what was wrong.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use super::test_records::{conversation, running_message};
+use super::{Burst, Category, Fence, Inserted, NewMessage, PageSize, Record, Store};
+use crate::domain::{
+    ApiKeyRecord, Conversation, ConversationId, EventEnvelope, FileId, FileRecord, FinishReason,
+    IdempotencyRecord, Message, MessageStatus, ProviderRecord, ProviderSource, RunEvent, Tenant,
+    Thought, Usage,
+};
+
+/// Makes stores of one backend for the checks.
+#[async_trait]
+pub trait Harness: Send + Sync {
+    /// A new, empty store.
+    async fn fresh(&self) -> Store;
+
+    /// The database of `store` opened again, as after a restart; `store` is dropped first.
+    async fn reopen(&self, store: Store) -> Store;
+}
+
+/// Runs every check, each on a fresh store.
+pub async fn run_all(harness: &dyn Harness) {
+    concurrent_starts_take_consecutive_places(harness).await;
+    pages_follow_order_limits_and_bytes(harness).await;
+    one_idempotency_key_starts_one_run(harness).await;
+    concurrent_writers_to_one_message_all_land(harness).await;
+    a_burst_reads_back_with_its_records(harness).await;
+    large_values_read_back_whole(harness).await;
+    deletion_removes_everything_of_a_conversation(harness).await;
+    credentials_are_sealed(harness).await;
+    a_reopened_store_holds_everything(harness).await;
+    a_store_that_cannot_write_says_unavailable(harness).await;
+}
+
+fn tenant() -> Tenant {
+    Tenant::default_tenant()
+}
+
+fn spec() -> serde_json::Value {
+    serde_json::json!({"agent": {"instruction": "be brief"}, "deadline": null})
+}
+
+const WIDE: PageSize = PageSize {
+    limit: 10_000,
+    max_bytes: 64 * 1024 * 1024,
+};
+
+/// Starts a run in `conversation` (new when `start` holds it); returns its message.
+async fn start(
+    store: &Store,
+    conversation: ConversationId,
+    start: Option<&Conversation>,
+) -> Message {
+    let mut message = running_message(conversation, 0);
+    let inserted = store
+        .insert_message(NewMessage {
+            tenant: &tenant(),
+            conversation: start,
+            message: &mut message,
+            spec: &spec(),
+            idempotency: None,
+        })
+        .await
+        .expect("a message is written");
+    assert_eq!(inserted, Inserted::Yes);
+    message
+}
+
+fn envelope(message: &Message, seq: u64, event: RunEvent) -> EventEnvelope {
+    EventEnvelope {
+        seq,
+        conversation_id: message.conversation_id,
+        message_id: message.id,
+        created_at: chrono::DateTime::from_timestamp_nanos(1_795_000_000_000_000_000 + seq as i64),
+        event,
+    }
+}
+
+fn delta(text: &str) -> RunEvent {
+    RunEvent::AnswerDelta { text: text.into() }
+}
+
+fn end(answer: &str) -> RunEvent {
+    RunEvent::MessageEnd {
+        answer: answer.into(),
+        usage: Usage::default(),
+        finish_reason: FinishReason::Stop,
+        iterations: 1,
+        retriever_resources: Vec::new(),
+        structured_output: None,
+        output_invalid: None,
+    }
+}
+
+async fn commit(store: &Store, records: Vec<Record>, events: Vec<EventEnvelope>) {
+    store
+        .commit(&tenant(), &Fence::local(), &Burst { records, events })
+        .await
+        .expect("the burst commits");
+}
+
+/// Ends `message` with `answer`, its thought and its events, in one burst.
+async fn finish(store: &Store, message: &mut Message, answer: &str) -> Thought {
+    let mut thought = Thought::begin(message.id, 1);
+    thought.thought = format!("thinking about {}", message.id);
+    message.status = MessageStatus::Completed;
+    message.finish_reason = Some(FinishReason::Stop);
+    message.answer = answer.to_owned();
+    let events = vec![
+        envelope(message, 1, RunEvent::Thought(Box::new(thought.clone()))),
+        envelope(message, 2, delta(answer)),
+        envelope(message, 3, end(answer)),
+    ];
+    let records = vec![
+        Record::Thought(thought.clone()),
+        Record::Message(message.clone()),
+    ];
+    commit(store, records, events).await;
+    thought
+}
+
+/// Runs started at once in one conversation take the places 1, 2, 3 … (ordinals alike)
+/// with none shared or skipped, and a reader paging by `seq` meanwhile sees every one, in
+/// order.
+pub async fn concurrent_starts_take_consecutive_places(harness: &dyn Harness) {
+    const WRITERS: usize = 4;
+    const EACH: usize = 25;
+    let store = harness.fresh().await;
+    let first_conversation = conversation(&tenant());
+    let id = first_conversation.id;
+    let first = start(&store, id, Some(&first_conversation)).await;
+    assert_eq!((first.seq, first.ordinal), (1, 1));
+    let total = (WRITERS * EACH + 1) as u64;
+    let reader = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut seen = Vec::new();
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while (seen.len() as u64) < total && std::time::Instant::now() < until {
+                let after = seen.last().copied().unwrap_or(0);
+                let size = PageSize {
+                    limit: 7,
+                    max_bytes: 1 << 20,
+                };
+                let page = store
+                    .list_messages(&tenant(), id, after, size)
+                    .await
+                    .unwrap();
+                seen.extend(page.items.iter().map(|m| m.seq));
+                tokio::task::yield_now().await;
+            }
+            seen
+        })
+    };
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for _ in 0..EACH {
+                    start(&store, id, None).await;
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let seen = reader.await.unwrap();
+    assert_eq!(
+        seen,
+        (1..=total).collect::<Vec<u64>>(),
+        "paged in order, none skipped"
+    );
+    let all = store.list_messages(&tenant(), id, 0, WIDE).await.unwrap();
+    let mut ordinals: Vec<u64> = all.items.iter().map(|m| m.ordinal).collect();
+    ordinals.sort_unstable();
+    assert_eq!(ordinals, (1..=total).collect::<Vec<u64>>());
+}
+
+/// Pages keep order, stop at their limit or once past their bytes, say whether more
+/// follow, and go on where the last one stopped; ids page newest first.
+pub async fn pages_follow_order_limits_and_bytes(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let opening = conversation(&tenant());
+    let mut messages = vec![start(&store, opening.id, Some(&opening)).await];
+    for _ in 1..10 {
+        messages.push(start(&store, opening.id, None).await);
+    }
+    let small = PageSize {
+        limit: 3,
+        max_bytes: 1 << 20,
+    };
+    let mut pages = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = store
+            .list_messages(&tenant(), opening.id, after, small)
+            .await
+            .unwrap();
+        let seqs: Vec<u64> = page.items.iter().map(|m| m.seq).collect();
+        after = *seqs.last().unwrap_or(&after);
+        pages.push((seqs, page.more));
+        if !page.more {
+            break;
+        }
+    }
+    assert_eq!(
+        pages,
+        vec![
+            (vec![1, 2, 3], true),
+            (vec![4, 5, 6], true),
+            (vec![7, 8, 9], true),
+            (vec![10], false)
+        ]
+    );
+
+    // Three answers of 1 MiB: a page of 1.5 MiB holds two (it stops once past) or fewer.
+    for message in &mut messages[..3] {
+        finish(&store, message, &"a".repeat(1 << 20)).await;
+    }
+    let budget = PageSize {
+        limit: 100,
+        max_bytes: 3 << 19,
+    };
+    let page = store
+        .list_messages(&tenant(), opening.id, 0, budget)
+        .await
+        .unwrap();
+    assert!(
+        page.more && (1..=2).contains(&page.items.len()),
+        "{}",
+        page.items.len()
+    );
+    assert_eq!(page.items[0].answer.len(), 1 << 20);
+
+    let newest = store
+        .message_ids_before(&tenant(), opening.id, u64::MAX, 4)
+        .await
+        .unwrap();
+    let seqs: Vec<u64> = newest.items.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!((seqs, newest.more), (vec![10, 9, 8, 7], true));
+    assert_eq!(newest.items[0].1, messages[9].id);
+    let oldest = store
+        .message_ids_before(&tenant(), opening.id, 3, 4)
+        .await
+        .unwrap();
+    let seqs: Vec<u64> = oldest.items.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!((seqs, oldest.more), (vec![2, 1], false));
+
+    let mut thoughts: Vec<Record> = (1..=5)
+        .map(|position| Record::Thought(Thought::begin(messages[5].id, position)))
+        .collect();
+    thoughts.reverse();
+    commit(&store, thoughts, Vec::new()).await;
+    let two = PageSize {
+        limit: 2,
+        max_bytes: 1 << 20,
+    };
+    let first = store
+        .list_thoughts(&tenant(), messages[5].id, None, two)
+        .await
+        .unwrap();
+    let next = store
+        .list_thoughts(&tenant(), messages[5].id, Some(2), two)
+        .await
+        .unwrap();
+    let positions =
+        |page: &super::Page<Thought>| page.items.iter().map(|t| t.position).collect::<Vec<_>>();
+    assert_eq!((positions(&first), first.more), (vec![1, 2], true));
+    assert_eq!((positions(&next), next.more), (vec![3, 4], true));
+}
+
+/// Of runs started at once under one idempotency key, one is written; the others learn
+/// its message and write nothing of their own.
+pub async fn one_idempotency_key_starts_one_run(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let racers: Vec<_> = (0..6)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let opening = conversation(&tenant());
+                let mut message = running_message(opening.id, 0);
+                let key = IdempotencyRecord {
+                    message_id: message.id,
+                    fingerprint: "same request".into(),
+                };
+                let inserted = store
+                    .insert_message(NewMessage {
+                        tenant: &tenant(),
+                        conversation: Some(&opening),
+                        message: &mut message,
+                        spec: &spec(),
+                        idempotency: Some(("retry-me", &key)),
+                    })
+                    .await
+                    .unwrap();
+                (message.id, inserted)
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    let mut losers = Vec::new();
+    for racer in racers {
+        match racer.await.unwrap() {
+            (id, Inserted::Yes) => winners.push(id),
+            (id, Inserted::KeyTaken(record)) => losers.push((id, record.message_id)),
+        }
+    }
+    assert_eq!(winners.len(), 1, "one run per key");
+    let winner = winners[0];
+    for (loser, pointed) in losers {
+        assert_eq!(pointed, winner, "a loser learns the winner's message");
+        assert!(store.get_message(&tenant(), loser).await.unwrap().is_none());
+        assert!(store
+            .get_run_spec(&tenant(), loser)
+            .await
+            .unwrap()
+            .is_none());
+    }
+    let kept = store
+        .get_idempotency(&tenant(), "retry-me")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(kept.message_id, winner);
+    assert_eq!(
+        store.get_run_spec(&tenant(), winner).await.unwrap(),
+        Some(spec())
+    );
+}
+
+/// Bursts of one message committed at once from many tasks all land: every thought is
+/// there and the tokens they count add up.
+pub async fn concurrent_writers_to_one_message_all_land(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let opening = conversation(&tenant());
+    let message = start(&store, opening.id, Some(&opening)).await;
+    let writers: Vec<_> = (1..=16u32)
+        .map(|position| {
+            let store = store.clone();
+            let id = message.id;
+            tokio::spawn(async move {
+                let mut thought = Thought::begin(id, position);
+                thought.thought = format!("writer {position}");
+                let records = vec![
+                    Record::Thought(thought),
+                    Record::TenantTokens {
+                        day: 20_261_125,
+                        tokens: 10,
+                    },
+                ];
+                commit(&store, records, Vec::new()).await;
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let thoughts = store.all_thoughts(&tenant(), message.id).await.unwrap();
+    let written: Vec<String> = thoughts.iter().map(|t| t.thought.clone()).collect();
+    let expected: Vec<String> = (1..=16).map(|n| format!("writer {n}")).collect();
+    assert_eq!(written, expected);
+    assert_eq!(
+        store.tenant_tokens(&tenant(), 20_261_125).await.unwrap(),
+        160
+    );
+}
+
+/// A burst's events read back with its records: the thought they announce, the message's
+/// end and its answer (the end event carries it whole), and `after_seq` skips what a
+/// client saw.
+pub async fn a_burst_reads_back_with_its_records(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let opening = conversation(&tenant());
+    let mut message = start(&store, opening.id, Some(&opening)).await;
+    let thought = finish(&store, &mut message, "It is noon.").await;
+
+    let events = store.list_events(&tenant(), message.id, 0).await.unwrap();
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    assert_eq!(events[2].event, end("It is noon."));
+    assert_eq!(
+        events[0].created_at,
+        envelope(&message, 1, delta("")).created_at
+    );
+    let read = store
+        .get_message(&tenant(), message.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read, message);
+    let thoughts = store.all_thoughts(&tenant(), message.id).await.unwrap();
+    assert_eq!(thoughts, vec![thought]);
+    let later = store.list_events(&tenant(), message.id, 2).await.unwrap();
+    assert_eq!(later.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3]);
+}
+
+/// Values of several MiB (an answer, a thought, a file) read back byte for byte.
+pub async fn large_values_read_back_whole(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let opening = conversation(&tenant());
+    let mut message = start(&store, opening.id, Some(&opening)).await;
+    let answer: String = (0..5 << 20)
+        .map(|n| char::from(b'a' + (n % 26) as u8))
+        .collect();
+    let mut thought = Thought::begin(message.id, 1);
+    thought.answer = "o".repeat(3 << 20);
+    message.answer = answer.clone();
+    message.status = MessageStatus::Completed;
+    let events = vec![envelope(&message, 1, end(&answer))];
+    commit(
+        &store,
+        vec![
+            Record::Thought(thought.clone()),
+            Record::Message(message.clone()),
+        ],
+        events,
+    )
+    .await;
+    let bytes: Vec<u8> = (0..2 << 20).map(|n| (n % 251) as u8).collect();
+    let file = FileRecord {
+        id: FileId::new(),
+        message_id: message.id,
+        name: "big.bin".into(),
+        mime_type: "application/octet-stream".into(),
+        size: bytes.len() as u64,
+        url: String::new(),
+        created_at: crate::domain::now(),
+    };
+    store
+        .put_file(&tenant(), &file, Some(&bytes))
+        .await
+        .unwrap();
+
+    let read = store
+        .get_message(&tenant(), message.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(read.answer == answer, "the answer reads back whole");
+    let thoughts = store.all_thoughts(&tenant(), message.id).await.unwrap();
+    assert!(thoughts == vec![thought], "the thought reads back whole");
+    let events = store.list_events(&tenant(), message.id, 0).await.unwrap();
+    assert!(
+        events[0].event == end(&answer),
+        "the end carries the whole answer"
+    );
+    let (record, data) = store.get_file(&tenant(), file.id).await.unwrap().unwrap();
+    assert_eq!(record, file);
+    assert!(data == bytes, "the file's bytes read back whole");
+}
+
+/// Deleting a conversation removes its messages, their specs, thoughts, events, files and
+/// idempotency keys, and nothing of any other conversation.
+pub async fn deletion_removes_everything_of_a_conversation(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let doomed = conversation(&tenant());
+    let mut message = running_message(doomed.id, 0);
+    let key = IdempotencyRecord {
+        message_id: message.id,
+        fingerprint: "f".into(),
+    };
+    store
+        .insert_message(NewMessage {
+            tenant: &tenant(),
+            conversation: Some(&doomed),
+            message: &mut message,
+            spec: &spec(),
+            idempotency: Some(("doomed-key", &key)),
+        })
+        .await
+        .unwrap();
+    let mut thought = finish(&store, &mut message, "gone soon").await;
+    let file = FileRecord {
+        id: FileId::new(),
+        message_id: message.id,
+        name: "f.txt".into(),
+        mime_type: "text/plain".into(),
+        size: 4,
+        url: String::new(),
+        created_at: crate::domain::now(),
+    };
+    store
+        .put_file(&tenant(), &file, Some(b"data"))
+        .await
+        .unwrap();
+    thought.file_ids = vec![file.id.to_string()];
+    commit(&store, vec![Record::Thought(thought)], Vec::new()).await;
+    let kept = conversation(&tenant());
+    let mut survivor = start(&store, kept.id, Some(&kept)).await;
+    finish(&store, &mut survivor, "still here").await;
+
+    let deleted = store
+        .delete_conversation(&tenant(), doomed.id)
+        .await
+        .unwrap();
+    assert_eq!(deleted, Some(vec![message.id]));
+    assert!(store
+        .get_conversation(&tenant(), doomed.id)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store
+        .get_message(&tenant(), message.id)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store
+        .get_run_spec(&tenant(), message.id)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store
+        .all_thoughts(&tenant(), message.id)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(store
+        .list_events(&tenant(), message.id, 0)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(store.get_file(&tenant(), file.id).await.unwrap().is_none());
+    assert!(store
+        .get_idempotency(&tenant(), "doomed-key")
+        .await
+        .unwrap()
+        .is_none());
+    for needle in [message.id.to_string(), doomed.id.to_string()] {
+        assert_eq!(
+            store.find_bytes(needle.as_bytes()).await.unwrap(),
+            Vec::<String>::new()
+        );
+    }
+    assert!(!store.find_bytes(b"still here").await.unwrap().is_empty());
+    assert_eq!(
+        store
+            .list_events(&tenant(), survivor.id, 0)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    assert_eq!(
+        store
+            .delete_conversation(&tenant(), doomed.id)
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+fn provider(secret: &str) -> ProviderRecord {
+    ProviderRecord {
+        name: "weather".into(),
+        description: "forecasts".into(),
+        source: ProviderSource::Mcp {
+            url: "http://127.0.0.1:9/mcp".into(),
+        },
+        credentials: BTreeMap::from([("api_key".to_owned(), secret.to_owned())]),
+        cache_ttl_secs: 0,
+        mcp_tools: Vec::new(),
+    }
+}
+
+/// A provider's credentials are nowhere in the database as written, and read back opened.
+pub async fn credentials_are_sealed(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let secret = "sk-conformance-7f3a9c";
+    store
+        .put_provider(&tenant(), &provider(secret))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.find_bytes(secret.as_bytes()).await.unwrap(),
+        Vec::<String>::new()
+    );
+    let read = store
+        .get_provider(&tenant(), "weather")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read, provider(secret));
+    let all = store.all_providers().await.unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].2.as_ref().unwrap(), &provider(secret));
+    assert!(store.delete_provider(&tenant(), "weather").await.unwrap());
+    assert!(!store.delete_provider(&tenant(), "weather").await.unwrap());
+}
+
+/// Everything written reads back the same after the store is opened again, and a run left
+/// running is found and marked interrupted.
+pub async fn a_reopened_store_holds_everything(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let opening = conversation(&tenant());
+    let mut ended = start(&store, opening.id, Some(&opening)).await;
+    let thought = finish(&store, &mut ended, "kept").await;
+    let running = start(&store, opening.id, None).await;
+    commit(
+        &store,
+        vec![Record::TenantTokens {
+            day: 20_261_125,
+            tokens: 42,
+        }],
+        vec![envelope(&running, 1, delta("half"))],
+    )
+    .await;
+    store
+        .put_provider(&tenant(), &provider("sk-reopen"))
+        .await
+        .unwrap();
+    let key = ApiKeyRecord {
+        id: "k1".into(),
+        tenant: tenant(),
+        name: "ci".into(),
+        secret_hash: "00".repeat(32),
+        created_at: crate::domain::now(),
+        last_used_at: None,
+        limits: Default::default(),
+    };
+    store.put_api_key(&key).await.unwrap();
+
+    let store = harness.reopen(store).await;
+    assert_eq!(
+        store.get_message(&tenant(), ended.id).await.unwrap(),
+        Some(ended.clone())
+    );
+    assert_eq!(
+        store.all_thoughts(&tenant(), ended.id).await.unwrap(),
+        vec![thought]
+    );
+    assert_eq!(
+        store
+            .list_events(&tenant(), ended.id, 0)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    assert_eq!(
+        store.get_run_spec(&tenant(), running.id).await.unwrap(),
+        Some(spec())
+    );
+    assert_eq!(
+        store.tenant_tokens(&tenant(), 20_261_125).await.unwrap(),
+        42
+    );
+    assert_eq!(
+        store.get_provider(&tenant(), "weather").await.unwrap(),
+        Some(provider("sk-reopen"))
+    );
+    assert_eq!(store.all_api_keys().await.unwrap(), vec![key]);
+
+    assert_eq!(store.interrupt_unfinished().await.unwrap(), 1);
+    let interrupted = store
+        .get_message(&tenant(), running.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(interrupted.status, MessageStatus::Interrupted);
+    assert_eq!(
+        store
+            .list_events(&tenant(), running.id, 0)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(store.interrupt_unfinished().await.unwrap(), 0, "found once");
+    let listed = store
+        .list_messages(&tenant(), opening.id, 0, WIDE)
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 2);
+}
+
+/// A store that cannot write fails writes as unavailable and says so to whoever follows
+/// it; once it can, writes work and it says that too.
+pub async fn a_store_that_cannot_write_says_unavailable(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let opening = conversation(&tenant());
+    let message = start(&store, opening.id, Some(&opening)).await;
+    let mut writable = store.writable();
+    assert!(*writable.borrow_and_update());
+
+    store.fail_writes(true);
+    let burst = Burst {
+        records: Vec::new(),
+        events: vec![envelope(&message, 1, delta("lost?"))],
+    };
+    let refused = store
+        .commit(&tenant(), &Fence::local(), &burst)
+        .await
+        .expect_err("a store that cannot write refuses");
+    assert_eq!(refused.category(), Category::Unavailable);
+    assert!(
+        !*writable.borrow_and_update(),
+        "followers learn it cannot write"
+    );
+    assert!(
+        store
+            .list_events(&tenant(), message.id, 0)
+            .await
+            .unwrap()
+            .is_empty(),
+        "readers never see what was not made durable"
+    );
+
+    store.fail_writes(false);
+    store
+        .commit(&tenant(), &Fence::local(), &burst)
+        .await
+        .unwrap();
+    assert!(*writable.borrow_and_update());
+    let events = store.list_events(&tenant(), message.id, 0).await.unwrap();
+    assert_eq!(events.len(), 1);
+}
