@@ -281,7 +281,7 @@ impl Runner {
         )
         .await?;
         let mut message = prepare::new_message(&spec, &prepared);
-        if !self.store.is_writable() {
+        if !*self.store.writable().borrow() {
             return Err(RunError::StoreUnwritable);
         }
         if let Inserted::KeyTaken(record) =

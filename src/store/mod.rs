@@ -78,11 +78,6 @@ impl Store {
     pub fn temporary() -> Result<Self, StoreError> {
         Ok(Self::new(Arc::new(self::sled::Embedded::temporary()?)))
     }
-
-    /// Whether the last write succeeded (see [`Health::writable`]).
-    pub fn is_writable(&self) -> bool {
-        *self.backend.writable().borrow()
-    }
 }
 
 /// Records for the store's unit tests.
