@@ -289,6 +289,8 @@ impl Runner {
         {
             return self.follow_retry(&spec, &record).await;
         }
+        // Durable with the run's first burst: the caller learns the message's id from its
+        // first event. A disk write of its own would hold the first model call back.
         Ok(self.launch(spec, prepared, message, cancel, permit))
     }
 

@@ -117,7 +117,7 @@ pub async fn earlier_run(
 }
 
 /// Writes the message as running with what the run was started with (and its new
-/// conversation and idempotency key); durable when this returns. A key another request
+/// conversation and idempotency key); durable with the run's first burst. A key another request
 /// took first comes back as [`Inserted::KeyTaken`].
 pub async fn insert_message(
     store: &Store,

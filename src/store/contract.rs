@@ -158,6 +158,11 @@ pub trait Conversations: Send + Sync {
     /// one's is). Places are taken atomically per conversation: two runs started at once
     /// never share or skip one. Of two requests racing with one key, one wins; the other
     /// gets [`Inserted::KeyTaken`] and writes nothing.
+    ///
+    /// The one write whose durability may come later: it is durable once the run's first
+    /// burst is ([`EventLog::commit`] makes every earlier write of the store durable too).
+    /// No client learns of a message before its first event, and a run's first model call
+    /// need not wait for a disk write of its own.
     async fn insert_message(&self, new: NewMessage<'_>) -> Result<Inserted, StoreError>;
 
     /// Reads a message.
@@ -269,8 +274,9 @@ pub trait Records: Send + Sync {
 #[async_trait]
 pub trait EventLog: Send + Sync {
     /// Writes one run's burst in one durable commit, if `fence` is the run's; commits of
-    /// many runs may share a disk write. Committing a burst again after an error writes it
-    /// once.
+    /// many runs may share a disk write. When it returns, every earlier write of the store
+    /// is durable too. Committing a burst again after an error writes its records and events
+    /// once (tenant tokens aside, see [`Record::TenantTokens`]).
     async fn commit(&self, tenant: &Tenant, fence: &Fence, burst: &Burst)
         -> Result<(), StoreError>;
 

@@ -2,7 +2,8 @@
 //! knows a database; the embedded one lives in its own room ([`sled`]).
 //!
 //! The rule, for every backend: **a write returns when it is durable, and readers never
-//! see more.** A run's records and the events that announce them are committed together
+//! see more** (one write, a run's new message, is durable with the run's first burst; see
+//! [`Conversations::insert_message`]). A run's records and the events that announce them are committed together
 //! ([`EventLog::commit`]), so no reader sees an event without its record, and no event is
 //! announced that a crash could take back. Listings come in pages, never as cursors into
 //! the database. Errors carry a [`Category`] that the one error mapping turns into gRPC

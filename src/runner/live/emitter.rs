@@ -444,4 +444,115 @@ mod tests {
         emitter.close().await;
         assert_eq!(next(&mut received).await.seq, OUTBOX_EVENTS as u64 + 1);
     }
+
+    /// A running message in a temporary store, and an emitter for it.
+    async fn emitter_for_message() -> (
+        Store,
+        crate::domain::Message,
+        Emitter,
+        broadcast::Receiver<EventEnvelope>,
+    ) {
+        use crate::store::test_records::{conversation, running_message};
+        let store = Store::temporary().unwrap();
+        let tenant = Tenant::default_tenant();
+        let opening = conversation(&tenant);
+        let mut message = running_message(opening.id, 0);
+        store
+            .insert_message(crate::store::NewMessage {
+                tenant: &tenant,
+                conversation: Some(&opening),
+                message: &mut message,
+                spec: &serde_json::Value::Null,
+                idempotency: None,
+            })
+            .await
+            .unwrap();
+        let (events, received) = broadcast::channel(16);
+        let destination = Destination {
+            store: store.clone(),
+            tenant,
+            fence: Fence::local(),
+            shutdown: CancellationToken::new(),
+        };
+        let emitter = Emitter::new(
+            destination,
+            opening.id,
+            message.id,
+            events,
+            CancellationToken::new(),
+        );
+        (store, message, emitter, received)
+    }
+
+    fn ended(message: &crate::domain::Message) -> crate::domain::Message {
+        crate::domain::Message {
+            status: crate::domain::MessageStatus::Completed,
+            answer: "done".into(),
+            ..message.clone()
+        }
+    }
+
+    /// A follower told of an event finds the record it announces already there.
+    #[tokio::test]
+    async fn a_record_is_there_when_its_event_arrives() {
+        let (store, message, mut emitter, mut received) = emitter_for_message().await;
+        emitter.record(Record::Message(ended(&message)));
+        emitter.emit(delta("done"));
+        emitter.outbox().hand_on();
+        assert_eq!(next(&mut received).await.seq, 1);
+        let read = store
+            .get_message(&Tenant::default_tenant(), message.id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(read.status, crate::domain::MessageStatus::Completed);
+        emitter.close().await;
+    }
+
+    /// A run whose last burst cannot be committed ends its followers' stream after a few
+    /// attempts, and keeps trying: once the store can write, its end lands, events and all.
+    #[tokio::test]
+    async fn an_end_that_could_not_be_committed_lands_once_the_store_can_write() {
+        let (store, message, mut emitter, mut received) = emitter_for_message().await;
+        let tenant = Tenant::default_tenant();
+        store.fail_writes(true);
+        emitter.record(Record::Message(ended(&message)));
+        emitter.emit(delta("done"));
+        assert!(
+            tokio::time::timeout(Duration::from_secs(10), emitter.close())
+                .await
+                .is_ok()
+        );
+        let told = tokio::time::timeout(Duration::from_secs(10), received.recv()).await;
+        assert!(
+            matches!(told, Ok(Err(broadcast::error::RecvError::Closed))),
+            "followers learn the stream ends: {told:?}"
+        );
+        assert!(store
+            .list_events(&tenant, message.id, 0)
+            .await
+            .unwrap()
+            .is_empty());
+
+        store.fail_writes(false);
+        let landed = async {
+            loop {
+                let events = store.list_events(&tenant, message.id, 0).await.unwrap();
+                if !events.is_empty() {
+                    return events;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let events = tokio::time::timeout(Duration::from_secs(10), landed)
+            .await
+            .expect("the end lands within seconds");
+        assert_eq!(events.len(), 1);
+        let read = store
+            .get_message(&tenant, message.id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(read.status, crate::domain::MessageStatus::Completed);
+    }
 }

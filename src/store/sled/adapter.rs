@@ -10,10 +10,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::watch;
 
+use super::flusher::Writing;
 use super::Embedded;
 use crate::domain::{
     ApiKeyRecord, Conversation, ConversationId, EventEnvelope, FileId, FileRecord,
-    IdempotencyRecord, Message, MessageId, PastMessage, ProviderRecord, Tenant, Thought,
+    IdempotencyRecord, Message, MessageId, MessageStatus, PastMessage, ProviderRecord, Tenant,
+    Thought,
 };
 use crate::store::{
     Burst, Fence, Inserted, NewMessage, Page, PageSize, Record, StoreError, StoredProvider,
@@ -35,15 +37,32 @@ impl Embedded {
         self.put_events(tenant, &burst.events)
     }
 
-    /// The message a burst belongs to.
-    fn writer_of(burst: &Burst) -> Option<MessageId> {
-        burst.events.first().map(|e| e.message_id).or_else(|| {
-            burst.records.iter().find_map(|record| match record {
-                Record::Thought(thought) => Some(thought.message_id),
-                Record::Message(message) => Some(message.id),
-                Record::TenantTokens { .. } => None,
-            })
-        })
+    /// The message a burst belongs to, and what it says of the run's next commits: the
+    /// message's status, when the burst writes it.
+    fn writer_of(burst: &Burst) -> Option<(MessageId, Writing)> {
+        let status = burst.records.iter().rev().find_map(|record| match record {
+            Record::Message(message) => Some((message.id, message.status)),
+            Record::Thought(_) | Record::TenantTokens { .. } => None,
+        });
+        let writing = match status.map(|(_, status)| status) {
+            Some(status) if status.is_terminal() => Writing::Done,
+            Some(MessageStatus::WaitingToolOutputs | MessageStatus::WaitingApproval) => {
+                Writing::Idle
+            }
+            _ => Writing::Active,
+        };
+        let message = burst
+            .events
+            .first()
+            .map(|e| e.message_id)
+            .or(status.map(|(id, _)| id))
+            .or_else(|| {
+                burst.records.iter().find_map(|record| match record {
+                    Record::Thought(thought) => Some(thought.message_id),
+                    Record::Message(_) | Record::TenantTokens { .. } => None,
+                })
+            })?;
+        Some((message, writing))
     }
 
     /// Waits until what was written so far is durable.
@@ -72,9 +91,9 @@ impl crate::store::Conversations for Embedded {
         self.get_idempotency(tenant, key)
     }
 
+    /// Durable with the run's first burst, whose flush covers it.
     async fn insert_message(&self, new: NewMessage<'_>) -> Result<Inserted, StoreError> {
-        let inserted = self.insert_message(new);
-        self.written(inserted).await
+        self.insert_message(new)
     }
 
     async fn get_message(
@@ -192,8 +211,8 @@ impl crate::store::EventLog for Embedded {
             self.inflight
                 .hold(first.message_id, first.seq.saturating_sub(1));
         }
-        if let Some(writer) = Self::writer_of(burst) {
-            self.state.note_writer(writer.0.as_u128());
+        if let Some((writer, writing)) = Self::writer_of(burst) {
+            self.state.note_writer(writer.0.as_u128(), writing);
         }
         self.apply(tenant, burst)?;
         self.flush().await?;

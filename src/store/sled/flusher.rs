@@ -6,13 +6,14 @@
 //! `flush`, and answers them all. Under load one fsync covers many runs' records: while
 //! several writers are counted, the thread waits up to [`LINGER`] for their requests before
 //! it flushes, since flushing costs the same for one run's records as for fifty's. Writers
-//! are the runs that committed within the last [`WINDOW`]: a run waiting minutes on its
-//! caller drops out by itself, and no caller has to say so.
+//! are the runs in progress, learned from what they commit: a run counts from its first
+//! burst until one ends its message, and not while its message waits on its caller (which
+//! may take minutes). A run not heard of for [`FORGOTTEN`] is not counted either.
 //!
 //! The thread also tells whether writes are reaching the disk: a failed flush (a full
 //! disk, say) marks the store unwritable until a later flush succeeds.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock, PoisonError};
 use std::thread;
@@ -27,14 +28,24 @@ type Reply = oneshot::Sender<Result<(), String>>;
 /// How long a flush waits for other writers' requests before it starts.
 const LINGER: Duration = Duration::from_millis(1);
 
-/// A run counts as a writer for this long after its last commit.
-const WINDOW: Duration = Duration::from_millis(20);
+/// A run that committed nothing for this long is no longer counted (its task is gone).
+const FORGOTTEN: Duration = Duration::from_secs(30);
 
-/// The runs that committed in the current window and how many did in the one before.
+/// What a run's commit says about its next ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writing {
+    /// More will come soon.
+    Active,
+    /// It waits on its caller: nothing may come for minutes.
+    Idle,
+    /// Its message ended: nothing more comes.
+    Done,
+}
+
+/// The runs counted as writers, with when each last committed.
 struct Activity {
-    started: Instant,
-    seen: HashSet<u128>,
-    before: usize,
+    runs: HashMap<u128, Instant>,
+    swept: Instant,
 }
 
 /// What the flush thread shares with the handles.
@@ -80,9 +91,8 @@ impl Default for FlushState {
                 fail: AtomicBool::new(false),
                 writers: AtomicUsize::new(0),
                 activity: Mutex::new(Activity {
-                    started: Instant::now(),
-                    seen: HashSet::new(),
-                    before: 0,
+                    runs: HashMap::new(),
+                    swept: Instant::now(),
                 }),
             }),
         }
@@ -107,26 +117,30 @@ impl FlushState {
         self.shared.fail.store(fail, Ordering::SeqCst);
     }
 
-    /// Notes that the run `writer` committed now: for a window, flushes may wait for it.
-    pub fn note_writer(&self, writer: u128) {
+    /// Notes what the run `writer` just committed: flushes wait for an active run's next
+    /// request, and not for one that is idle or done.
+    pub fn note_writer(&self, writer: u128, writing: Writing) {
         let mut activity = self
             .shared
             .activity
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let elapsed = activity.started.elapsed();
-        if elapsed > WINDOW {
-            // A window with no commit after it tells nothing about now.
-            activity.before = if elapsed > 2 * WINDOW {
-                0
-            } else {
-                activity.seen.len()
-            };
-            activity.seen.clear();
-            activity.started = Instant::now();
+        let now = Instant::now();
+        match writing {
+            Writing::Active => {
+                activity.runs.insert(writer, now);
+            }
+            Writing::Idle | Writing::Done => {
+                activity.runs.remove(&writer);
+            }
         }
-        activity.seen.insert(writer);
-        let writers = activity.seen.len().max(activity.before);
+        if now.duration_since(activity.swept) > Duration::from_secs(1) {
+            activity
+                .runs
+                .retain(|_, last| now.duration_since(*last) < FORGOTTEN);
+            activity.swept = now;
+        }
+        let writers = activity.runs.len();
         self.shared.writers.store(writers, Ordering::Relaxed);
     }
 }
@@ -245,18 +259,29 @@ mod tests {
         (flusher, state, flushes)
     }
 
-    /// Runs count as writers once they commit, and drop out two windows after their last.
+    /// Runs count as writers while active, not while idle or once done; runs one after the
+    /// other (each done before the next starts) are one writer at a time.
     #[test]
-    fn writers_are_the_runs_that_committed_lately() {
+    fn writers_are_the_runs_in_progress() {
         let state = FlushState::default();
         let writers = || state.shared.writers.load(Ordering::Relaxed);
-        state.note_writer(1);
-        state.note_writer(2);
-        state.note_writer(2);
+        state.note_writer(1, Writing::Active);
+        state.note_writer(2, Writing::Active);
+        state.note_writer(2, Writing::Active);
         assert_eq!(writers(), 2);
-        thread::sleep(WINDOW * 3);
-        state.note_writer(3);
-        assert_eq!(writers(), 1, "the runs that went quiet are not waited for");
+        state.note_writer(2, Writing::Idle);
+        assert_eq!(
+            writers(),
+            1,
+            "a run waiting on its caller is not waited for"
+        );
+        state.note_writer(1, Writing::Done);
+        for run in 3..10 {
+            state.note_writer(run, Writing::Active);
+            assert_eq!(writers(), 1, "one run after the other");
+            state.note_writer(run, Writing::Done);
+        }
+        assert_eq!(writers(), 0);
     }
 
     fn request() -> Reply {
@@ -297,8 +322,8 @@ mod tests {
     #[tokio::test]
     async fn a_silent_writer_delays_a_flush_by_the_linger_at_most() {
         let (flusher, state, flushes) = counted_flusher();
-        state.note_writer(1);
-        state.note_writer(2);
+        state.note_writer(1, Writing::Active);
+        state.note_writer(2, Writing::Active);
         let started = Instant::now();
         flusher.flush().await.unwrap();
         assert!(started.elapsed() < LINGER + Duration::from_millis(500));
