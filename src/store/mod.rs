@@ -16,6 +16,7 @@
 pub mod conformance;
 mod contract;
 mod error;
+mod postgres;
 mod sealed;
 mod sled;
 
@@ -27,6 +28,7 @@ pub use contract::{
     Record, Records, Registry, StoredProvider,
 };
 pub use error::{Category, StoreError};
+pub use postgres::{describe as describe_database, Settings as DatabaseSettings};
 pub use sealed::SecretKey;
 
 /// Page cache of the embedded database when the configuration does not say.
@@ -73,6 +75,14 @@ impl Store {
             cache_bytes,
             key,
         )?)))
+    }
+
+    /// Connects to the shared database `settings` name (PostgreSQL), migrating it and
+    /// checking that it was sealed with `key`; one process per database.
+    pub async fn connect(settings: &DatabaseSettings, key: &SecretKey) -> Result<Self, StoreError> {
+        Ok(Self::new(Arc::new(
+            postgres::Postgres::connect(settings, key).await?,
+        )))
     }
 
     /// A throw-away embedded database that lives in memory; for tests and benchmarks.

@@ -1,0 +1,406 @@
+//! Conversations and messages in PostgreSQL.
+
+use async_trait::async_trait;
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::error::{codec, from_sqlx};
+use super::Postgres;
+use crate::domain::{
+    Conversation, ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus,
+    PastMessage, RunFailure, Tenant,
+};
+use crate::store::{Inserted, NewMessage, Page, PageSize, StoreError};
+
+fn encode<T: serde::Serialize>(table: &'static str, record: &T) -> Result<String, StoreError> {
+    serde_json::to_string(record).map_err(|err| codec(table, err))
+}
+
+fn decode<T: serde::de::DeserializeOwned>(
+    table: &'static str,
+    text: &str,
+) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|err| codec(table, err))
+}
+
+/// How many of the records, sized in bytes, a page takes: at most `size.limit`, and none
+/// past the one that goes over `size.max_bytes`; and whether more follow.
+pub(super) fn fit(sizes: &[i64], size: PageSize) -> (usize, bool) {
+    let mut bytes = 0usize;
+    for (taken, record) in sizes.iter().enumerate() {
+        if taken >= size.limit || (taken > 0 && bytes > size.max_bytes) {
+            return (taken, true);
+        }
+        bytes += usize::try_from(*record).unwrap_or(0);
+    }
+    (sizes.len(), false)
+}
+
+impl Postgres {
+    async fn read_message<T: serde::de::DeserializeOwned>(
+        &self,
+        tenant: &Tenant,
+        id: MessageId,
+    ) -> Result<Option<T>, StoreError> {
+        let row: Option<(String,)> =
+            sqlx::query_as("SELECT record FROM messages WHERE tenant = $1 AND id = $2")
+                .bind(tenant.as_str())
+                .bind(id.0)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(from_sqlx)?;
+        row.map(|(text,)| decode("messages", &text)).transpose()
+    }
+}
+
+#[async_trait]
+impl crate::store::Conversations for Postgres {
+    async fn get_conversation(
+        &self,
+        tenant: &Tenant,
+        id: ConversationId,
+    ) -> Result<Option<Conversation>, StoreError> {
+        let row: Option<(String,)> =
+            sqlx::query_as("SELECT record FROM conversations WHERE tenant = $1 AND id = $2")
+                .bind(tenant.as_str())
+                .bind(id.0)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(from_sqlx)?;
+        row.map(|(text,)| decode("conversations", &text))
+            .transpose()
+    }
+
+    async fn get_idempotency(
+        &self,
+        tenant: &Tenant,
+        key: &str,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let row: Option<(Uuid, String)> = sqlx::query_as(
+            "SELECT message_id, fingerprint FROM idempotency_keys WHERE tenant = $1 AND key = $2",
+        )
+        .bind(tenant.as_str())
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(from_sqlx)?;
+        Ok(row.map(|(id, fingerprint)| IdempotencyRecord {
+            message_id: MessageId(id),
+            fingerprint,
+        }))
+    }
+
+    /// One transaction, committed without waiting for its WAL flush: the run's first
+    /// burst commits synchronously after it, which makes it durable too. The place is taken
+    /// under a transaction-scoped advisory lock on the conversation.
+    async fn insert_message(&self, new: NewMessage<'_>) -> Result<Inserted, StoreError> {
+        let NewMessage {
+            tenant,
+            conversation,
+            message,
+            spec,
+            idempotency,
+        } = new;
+        let mut tx = self.begin().await?;
+        let failed = |err| self.failed(err);
+        sqlx::query("SET LOCAL synchronous_commit = off")
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        if let Some((key, record)) = idempotency {
+            let taken = sqlx::query(
+                "INSERT INTO idempotency_keys (tenant, key, message_id, fingerprint) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+            )
+            .bind(tenant.as_str())
+            .bind(key)
+            .bind(record.message_id.0)
+            .bind(&record.fingerprint)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+            if taken.rows_affected() == 0 {
+                drop(tx);
+                let winner = self.get_idempotency_now(tenant, key).await?;
+                return Ok(Inserted::KeyTaken(winner));
+            }
+        }
+        if let Some(conversation) = conversation {
+            sqlx::query(
+                "INSERT INTO conversations (tenant, id, record) VALUES ($1, $2, $3) \
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(tenant.as_str())
+            .bind(conversation.id.0)
+            .bind(encode("conversations", conversation)?)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        }
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+            .bind(format!(
+                "{}\u{1}{}",
+                tenant.as_str(),
+                message.conversation_id.0
+            ))
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        let newest: Option<(i64, i64)> = sqlx::query_as(
+            "SELECT seq, ordinal FROM messages WHERE tenant = $1 AND conversation_id = $2 \
+             ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(tenant.as_str())
+        .bind(message.conversation_id.0)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(failed)?;
+        let (seq, ordinal) = match newest {
+            None => (1, 1),
+            // An ordinal of 0 is unknown (messages of earlier versions), and stays so.
+            Some((seq, 0)) => (seq + 1, 0),
+            Some((seq, ordinal)) => (seq + 1, ordinal + 1),
+        };
+        message.seq = u64::try_from(seq).unwrap_or_default();
+        message.ordinal = u64::try_from(ordinal).unwrap_or_default();
+        sqlx::query(
+            "INSERT INTO messages (tenant, id, conversation_id, seq, ordinal, running, record, spec) \
+             VALUES ($1, $2, $3, $4, $5, true, $6, $7)",
+        )
+        .bind(tenant.as_str())
+        .bind(message.id.0)
+        .bind(message.conversation_id.0)
+        .bind(seq)
+        .bind(ordinal)
+        .bind(encode("messages", &*message)?)
+        .bind(encode("specs", spec)?)
+        .execute(&mut *tx)
+        .await
+        .map_err(failed)?;
+        tx.commit().await.map_err(failed)?;
+        Ok(Inserted::Yes)
+    }
+
+    async fn get_message(
+        &self,
+        tenant: &Tenant,
+        id: MessageId,
+    ) -> Result<Option<Message>, StoreError> {
+        self.read_message(tenant, id).await
+    }
+
+    async fn get_past_message(
+        &self,
+        tenant: &Tenant,
+        id: MessageId,
+    ) -> Result<Option<PastMessage>, StoreError> {
+        self.read_message(tenant, id).await
+    }
+
+    async fn list_messages(
+        &self,
+        tenant: &Tenant,
+        conversation: ConversationId,
+        after_seq: u64,
+        size: PageSize,
+    ) -> Result<Page<Message>, StoreError> {
+        let after = i64::try_from(after_seq).unwrap_or(i64::MAX);
+        let limit = i64::try_from(size.limit.saturating_add(1)).unwrap_or(i64::MAX);
+        let sizes: Vec<(i64, i32)> = sqlx::query_as(
+            "SELECT seq, octet_length(record) FROM messages \
+             WHERE tenant = $1 AND conversation_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.0)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(from_sqlx)?;
+        let lengths: Vec<i64> = sizes.iter().map(|(_, len)| i64::from(*len)).collect();
+        let (taken, more) = fit(&lengths, size);
+        let Some(&(last, _)) = sizes.get(taken.saturating_sub(1)).filter(|_| taken > 0) else {
+            return Ok(Page {
+                items: Vec::new(),
+                more,
+            });
+        };
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "SELECT record FROM messages \
+             WHERE tenant = $1 AND conversation_id = $2 AND seq > $3 AND seq <= $4 ORDER BY seq",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.0)
+        .bind(after)
+        .bind(last)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(from_sqlx)?;
+        let items = rows
+            .iter()
+            .map(|(text,)| decode("messages", text))
+            .collect::<Result<_, _>>()?;
+        Ok(Page { items, more })
+    }
+
+    async fn message_ids_before(
+        &self,
+        tenant: &Tenant,
+        conversation: ConversationId,
+        before_seq: u64,
+        limit: usize,
+    ) -> Result<Page<(u64, MessageId)>, StoreError> {
+        let rows: Vec<(i64, Uuid)> = sqlx::query_as(
+            "SELECT seq, id FROM messages WHERE tenant = $1 AND conversation_id = $2 AND seq < $3 \
+             ORDER BY seq DESC LIMIT $4",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.0)
+        .bind(i64::try_from(before_seq).unwrap_or(i64::MAX))
+        .bind(i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(from_sqlx)?;
+        let more = rows.len() > limit;
+        let items = rows
+            .into_iter()
+            .take(limit)
+            .map(|(seq, id)| (u64::try_from(seq).unwrap_or_default(), MessageId(id)))
+            .collect();
+        Ok(Page { items, more })
+    }
+
+    async fn get_run_spec(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let row: Option<(Option<String>,)> =
+            sqlx::query_as("SELECT spec FROM messages WHERE tenant = $1 AND id = $2")
+                .bind(tenant.as_str())
+                .bind(message.0)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(from_sqlx)?;
+        row.and_then(|(spec,)| spec)
+            .map(|text| decode("specs", &text))
+            .transpose()
+    }
+
+    async fn delete_conversation(
+        &self,
+        tenant: &Tenant,
+        id: ConversationId,
+    ) -> Result<Option<Vec<MessageId>>, StoreError> {
+        let mut tx = self.begin().await?;
+        let failed = |err| self.failed(err);
+        let gone = sqlx::query("DELETE FROM conversations WHERE tenant = $1 AND id = $2")
+            .bind(tenant.as_str())
+            .bind(id.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        if gone.rows_affected() == 0 {
+            return Ok(None);
+        }
+        let rows = sqlx::query(
+            "DELETE FROM messages WHERE tenant = $1 AND conversation_id = $2 RETURNING id, seq",
+        )
+        .bind(tenant.as_str())
+        .bind(id.0)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(failed)?;
+        let mut deleted: Vec<(i64, Uuid)> = rows
+            .iter()
+            .map(|row| (row.get::<i64, _>("seq"), row.get::<Uuid, _>("id")))
+            .collect();
+        deleted.sort_unstable();
+        let ids: Vec<Uuid> = deleted.iter().map(|(_, id)| *id).collect();
+        for table in ["thoughts", "events", "files", "idempotency_keys"] {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM {table} WHERE tenant = $1 AND message_id = ANY($2)"
+            )))
+            .bind(tenant.as_str())
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        }
+        self.finish(tx, std::time::Instant::now()).await?;
+        Ok(Some(ids.into_iter().map(MessageId).collect()))
+    }
+
+    /// With one process per database, every running message is one a previous process
+    /// left.
+    async fn interrupt_unfinished(&self) -> Result<usize, StoreError> {
+        let started = std::time::Instant::now();
+        let mut tx = self.begin().await?;
+        let failed = |err| self.failed(err);
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT tenant, record FROM messages WHERE running FOR UPDATE")
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(failed)?;
+        let count = rows.len();
+        for (tenant, text) in rows {
+            let mut message: Message = decode("messages", &text)?;
+            message.status = MessageStatus::Interrupted;
+            message.error = Some(RunFailure {
+                code: "interrupted".to_owned(),
+                message: "the server stopped while this message was running".to_owned(),
+            });
+            message.updated_at = crate::domain::now();
+            sqlx::query(
+                "UPDATE messages SET record = $3, running = false WHERE tenant = $1 AND id = $2",
+            )
+            .bind(&tenant)
+            .bind(message.id.0)
+            .bind(encode("messages", &message)?)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        }
+        self.finish(tx, started).await?;
+        Ok(count)
+    }
+}
+
+impl Postgres {
+    /// What an idempotency key points at, after another request took it.
+    async fn get_idempotency_now(
+        &self,
+        tenant: &Tenant,
+        key: &str,
+    ) -> Result<IdempotencyRecord, StoreError> {
+        use crate::store::Conversations as _;
+        self.get_idempotency(tenant, key)
+            .await?
+            .ok_or_else(|| super::unavailable("an idempotency key was taken and then released"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_fits_its_limit_and_bytes() {
+        let size = PageSize {
+            limit: 3,
+            max_bytes: 100,
+        };
+        assert_eq!(fit(&[10, 10], size), (2, false));
+        assert_eq!(fit(&[10, 10, 10, 10], size), (3, true));
+        assert_eq!(
+            fit(&[60, 60, 10], size),
+            (2, true),
+            "stops once past the bytes"
+        );
+        assert_eq!(
+            fit(&[500, 10], size),
+            (1, true),
+            "a large first record alone"
+        );
+    }
+}

@@ -1,0 +1,79 @@
+//! PostgreSQL's failures filed under the store's categories.
+
+use crate::store::{Category, StoreError};
+
+/// An unavailable-store error saying `why`.
+pub fn unavailable(why: &str) -> StoreError {
+    StoreError::Backend {
+        category: Category::Unavailable,
+        message: why.to_owned(),
+    }
+}
+
+/// What a failure says, without anything of the URL it connected with (sqlx's texts hold
+/// none; configuration errors, which could, are not shown).
+pub fn text(err: &sqlx::Error) -> String {
+    if matches!(err, sqlx::Error::Configuration(_)) {
+        return "the database URL is not valid".to_owned();
+    }
+    err.to_string()
+}
+
+/// The category of a failure: unavailable when waiting may help (the connection, a
+/// timeout, a full disk, a server shutting down), conflict for a lost race.
+pub fn category(err: &sqlx::Error) -> Category {
+    use sqlx::Error;
+    if let Error::Database(db) = err {
+        return database_category(db.code().as_deref());
+    }
+    if matches!(
+        err,
+        Error::Io(_)
+            | Error::Tls(_)
+            | Error::Protocol(_)
+            | Error::PoolTimedOut
+            | Error::PoolClosed
+            | Error::WorkerCrashed
+            | Error::BeginFailed
+    ) {
+        Category::Unavailable
+    } else if matches!(err, Error::RowNotFound) {
+        Category::NotFound
+    } else if matches!(err, Error::ColumnDecode { .. } | Error::Decode(_)) {
+        Category::Corrupt
+    } else {
+        Category::Internal
+    }
+}
+
+/// The category of an error the server reported, by its SQLSTATE.
+fn database_category(code: Option<&str>) -> Category {
+    match code {
+        // Serialization failure, deadlock, unique violation: another writer won.
+        Some("40001" | "40P01" | "23505") => Category::Conflict,
+        // Connection exceptions, resources (a full disk), operator intervention (a
+        // shutdown, a statement's timeout).
+        Some(code)
+            if code.starts_with("08") || code.starts_with("53") || code.starts_with("57") =>
+        {
+            Category::Unavailable
+        }
+        Some(_) | None => Category::Internal,
+    }
+}
+
+/// The store error for a failure.
+pub fn from_sqlx(err: sqlx::Error) -> StoreError {
+    StoreError::Backend {
+        category: category(&err),
+        message: text(&err),
+    }
+}
+
+/// A record that cannot be encoded or decoded.
+pub fn codec(table: &'static str, source: serde_json::Error) -> StoreError {
+    StoreError::Codec {
+        tree: table,
+        source,
+    }
+}

@@ -1,0 +1,334 @@
+//! The shared backend: PostgreSQL. The only code that names it.
+//!
+//! Records are JSON of the service's own types, with the columns queries select and order
+//! on beside them. A run's burst is one transaction, committed with `synchronous_commit` on,
+//! so it is durable when the commit returns; a new message is committed without waiting
+//! for its WAL flush, which the run's first burst (a later synchronous commit) covers.
+//! Migrations are embedded and applied at connection under the migrator's advisory lock.
+
+mod conversations;
+mod error;
+mod records;
+mod registry;
+
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Connection, PgConnection};
+use tokio::sync::watch;
+
+use super::sealed::{self, SecretKey};
+use super::{Category, StoreError};
+pub use error::unavailable;
+
+/// The schema version this build writes; a database whose recorded minimum is newer is
+/// refused.
+const SCHEMA_VERSION: i64 = 1;
+
+/// Key of the advisory lock one process holds for its life on a database.
+const PROCESS_LOCK: i64 = 0x6167_656e_7452_756e; // "agentRun"
+
+/// How long a start waits for a previous process's lock to go (its session may linger a
+/// moment after it exited).
+const LOCK_WAIT: Duration = Duration::from_secs(3);
+
+/// How to reach the database.
+#[derive(Clone)]
+pub struct Settings {
+    /// `postgres://user:password@host:port/database?sslmode=…`; never shown.
+    pub url: String,
+    /// Connections in the pool.
+    pub pool_size: u32,
+    /// A statement running longer counts as the database being unavailable.
+    pub statement_timeout: Duration,
+}
+
+/// Where the database is, as errors and logs may name it: host, port and database, never
+/// the user's password.
+pub fn describe(url: &str) -> String {
+    match PgConnectOptions::from_str(url) {
+        Ok(options) => format!(
+            "{}:{}/{}",
+            options.get_host(),
+            options.get_port(),
+            options.get_database().unwrap_or("postgres")
+        ),
+        Err(_) => "an unreadable database URL".to_owned(),
+    }
+}
+
+/// The backend: a pool and what the contract's health needs.
+pub struct Postgres {
+    pool: PgPool,
+    sealer: sealed::Sealer,
+    writable: watch::Sender<bool>,
+    observer: OnceLock<Box<dyn Fn(Duration) + Send + Sync>>,
+    /// Makes writes fail, as a lost database would; for tests.
+    fail: AtomicBool,
+    /// The connection holding the process lock, for the process's life.
+    _lock: Mutex<Option<PgConnection>>,
+    /// Where it is, for messages.
+    place: String,
+}
+
+impl Postgres {
+    /// Connects, applies the migrations, checks the schema's minimum version and the
+    /// sealing key's fingerprint, and takes the process lock.
+    pub async fn connect(settings: &Settings, key: &SecretKey) -> Result<Self, StoreError> {
+        let place = describe(&settings.url);
+        let options =
+            PgConnectOptions::from_str(&settings.url).map_err(|_| StoreError::Backend {
+                category: Category::Internal,
+                message:
+                    "the database URL cannot be read (postgres://user:password@host:port/database)"
+                        .to_owned(),
+            })?;
+        let timeout = settings.statement_timeout.as_millis().to_string();
+        let options = options.options([("statement_timeout", timeout.as_str())]);
+        let unreachable = |err: sqlx::Error| StoreError::Backend {
+            category: Category::Unavailable,
+            message: format!("cannot reach PostgreSQL at {place}: {}", error::text(&err)),
+        };
+        let lock = take_process_lock(&options, &place).await?;
+        let pool = PgPoolOptions::new()
+            .max_connections(settings.pool_size.max(1))
+            .acquire_timeout(settings.statement_timeout.max(Duration::from_secs(1)))
+            .connect_with(options)
+            .await
+            .map_err(unreachable)?;
+        migrator()
+            .run(&pool)
+            .await
+            .map_err(|err| StoreError::Backend {
+                category: Category::Unavailable,
+                message: format!("cannot migrate the database at {place}: {err}"),
+            })?;
+        check_schema(&pool, &place).await?;
+        check_key(&pool, key, &place).await?;
+        Ok(Self {
+            pool,
+            sealer: sealed::Sealer::new(key),
+            writable: watch::Sender::new(true),
+            observer: OnceLock::new(),
+            fail: AtomicBool::new(false),
+            _lock: Mutex::new(Some(lock)),
+            place,
+        })
+    }
+
+    /// Starts a transaction, or fails as unavailable while writes are made to fail.
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
+        if self.fail.load(Ordering::SeqCst) {
+            self.writable.send_replace(false);
+            return Err(unavailable("writes are failing (simulated)"));
+        }
+        self.pool.begin().await.map_err(|err| self.failed(err))
+    }
+
+    /// The error, noting an unavailable database for health.
+    fn failed(&self, err: sqlx::Error) -> StoreError {
+        let err = error::from_sqlx(err);
+        if err.category() == Category::Unavailable {
+            self.writable.send_replace(false);
+        }
+        err
+    }
+
+    /// Commits `tx`, durably; a success marks the store writable and is timed.
+    async fn finish(
+        &self,
+        tx: sqlx::Transaction<'static, sqlx::Postgres>,
+        started: Instant,
+    ) -> Result<(), StoreError> {
+        tx.commit().await.map_err(|err| self.failed(err))?;
+        if let Some(observe) = self.observer.get() {
+            observe(started.elapsed());
+        }
+        self.writable
+            .send_if_modified(|writable| !std::mem::replace(writable, true));
+        Ok(())
+    }
+}
+
+/// The embedded migrations, applied in order under the migrator's advisory lock, so
+/// replicas starting at once on an empty database apply each once.
+fn migrator() -> Migrator {
+    let initial = Migration::new(
+        1,
+        "initial".into(),
+        MigrationType::Simple,
+        sqlx::SqlStr::from_static(include_str!("migrations/0001_initial.sql")),
+        false,
+    );
+    Migrator::with_migrations(vec![initial])
+}
+
+/// Refuses a database whose schema needs a newer build than this one.
+async fn check_schema(pool: &PgPool, place: &str) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO store_meta (key, value) VALUES ('min_version', $1) ON CONFLICT (key) DO NOTHING",
+    )
+    .bind(SCHEMA_VERSION.to_string())
+    .execute(pool)
+    .await
+    .map_err(error::from_sqlx)?;
+    let (min,): (String,) =
+        sqlx::query_as("SELECT value FROM store_meta WHERE key = 'min_version'")
+            .fetch_one(pool)
+            .await
+            .map_err(error::from_sqlx)?;
+    let min: i64 = min.parse().unwrap_or(i64::MAX);
+    if min > SCHEMA_VERSION {
+        return Err(StoreError::Backend {
+            category: Category::Internal,
+            message: format!(
+                "the database at {place} needs schema version {min}; this build writes version {SCHEMA_VERSION}: upgrade it"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A short, one-way fingerprint of the sealing key: replicas compare keys without any of
+/// them showing one.
+fn fingerprint(key: &SecretKey) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"agent-runner sealing key\0")
+        .chain_update(key.to_base64().as_bytes())
+        .finalize();
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Records the key's fingerprint on first use, and refuses another key later: what one
+/// replica sealed, every replica must open.
+async fn check_key(pool: &PgPool, key: &SecretKey, place: &str) -> Result<(), StoreError> {
+    let ours = fingerprint(key);
+    sqlx::query(
+        "INSERT INTO store_meta (key, value) VALUES ('key_fingerprint', $1) ON CONFLICT (key) DO NOTHING",
+    )
+    .bind(&ours)
+    .execute(pool)
+    .await
+    .map_err(error::from_sqlx)?;
+    let (recorded,): (String,) =
+        sqlx::query_as("SELECT value FROM store_meta WHERE key = 'key_fingerprint'")
+            .fetch_one(pool)
+            .await
+            .map_err(error::from_sqlx)?;
+    if recorded != ours {
+        return Err(StoreError::SecretKey(format!(
+            "the database at {place} was sealed with another key (fingerprint {recorded}; this process's key has {ours}): start every replica with the same AGENT_RUNNER_SECRET_KEY"
+        )));
+    }
+    Ok(())
+}
+
+/// Takes the lock that makes this the one process serving the database, on a connection
+/// of its own held for the process's life.
+async fn take_process_lock(
+    options: &PgConnectOptions,
+    place: &str,
+) -> Result<PgConnection, StoreError> {
+    let mut connection =
+        PgConnection::connect_with(options)
+            .await
+            .map_err(|err| StoreError::Backend {
+                category: Category::Unavailable,
+                message: format!("cannot reach PostgreSQL at {place}: {}", error::text(&err)),
+            })?;
+    let until = Instant::now() + LOCK_WAIT;
+    loop {
+        let (taken,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
+            .bind(PROCESS_LOCK)
+            .fetch_one(&mut connection)
+            .await
+            .map_err(error::from_sqlx)?;
+        if taken {
+            return Ok(connection);
+        }
+        if Instant::now() >= until {
+            return Err(StoreError::Backend {
+                category: Category::Conflict,
+                message: format!(
+                    "another agent-runner process already serves the database at {place}; one process per database"
+                ),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::store::Health for Postgres {
+    fn writable(&self) -> watch::Receiver<bool> {
+        self.writable.subscribe()
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        let started = Instant::now();
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO store_meta (key, value) VALUES ('probe', now()::text) \
+             ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(|err| self.failed(err))?;
+        self.finish(tx, started).await
+    }
+
+    fn observe_commits(&self, observe: Box<dyn Fn(Duration) + Send + Sync>) {
+        let _ = self.observer.set(observe);
+    }
+
+    #[cfg(any(test, feature = "test-utils"))]
+    fn fail_writes(&self, fail: bool) {
+        self.fail.store(fail, Ordering::SeqCst);
+    }
+
+    #[cfg(any(test, feature = "test-utils"))]
+    async fn find_bytes(&self, needle: &[u8]) -> Result<Vec<String>, StoreError> {
+        let text = String::from_utf8_lossy(needle).into_owned();
+        let hex: String = needle.iter().map(|b| format!("{b:02x}")).collect();
+        let mut found = Vec::new();
+        for table in [
+            "conversations",
+            "messages",
+            "thoughts",
+            "events",
+            "files",
+            "idempotency_keys",
+            "providers",
+            "api_keys",
+            "tenant_usage",
+        ] {
+            let rows: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT t::text FROM {table} t WHERE strpos(t::text, $1) > 0 OR strpos(t::text, $2) > 0"
+            )))
+            .bind(&text)
+            .bind(&hex)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(error::from_sqlx)?;
+            found.extend(rows.into_iter().map(|(row,)| {
+                let shown: String = row.chars().take(80).collect();
+                format!("{table}: {shown}")
+            }));
+        }
+        Ok(found)
+    }
+}
+
+impl std::fmt::Debug for Postgres {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Postgres").field("at", &self.place).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,216 @@
+//! Thoughts, files and the event log in PostgreSQL: a run's burst is one transaction.
+
+use std::time::Instant;
+
+use async_trait::async_trait;
+
+use super::conversations::fit;
+use super::error::{codec, from_sqlx};
+use super::Postgres;
+use crate::domain::{EventEnvelope, FileId, FileRecord, MessageId, Tenant, Thought};
+use crate::store::{Burst, Fence, Page, PageSize, Record, StoreError};
+
+fn encode<T: serde::Serialize>(table: &'static str, record: &T) -> Result<String, StoreError> {
+    serde_json::to_string(record).map_err(|err| codec(table, err))
+}
+
+#[async_trait]
+impl crate::store::Records for Postgres {
+    async fn list_thoughts(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+        after: Option<u32>,
+        size: PageSize,
+    ) -> Result<Page<Thought>, StoreError> {
+        let after = after.map_or(-1, i64::from);
+        let limit = i64::try_from(size.limit.saturating_add(1)).unwrap_or(i64::MAX);
+        let sizes: Vec<(i32, i32)> = sqlx::query_as(
+            "SELECT position, octet_length(record) FROM thoughts \
+             WHERE tenant = $1 AND message_id = $2 AND position > $3 ORDER BY position LIMIT $4",
+        )
+        .bind(tenant.as_str())
+        .bind(message.0)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(from_sqlx)?;
+        let lengths: Vec<i64> = sizes.iter().map(|(_, len)| i64::from(*len)).collect();
+        let (taken, more) = fit(&lengths, size);
+        let Some(&(last, _)) = sizes.get(taken.saturating_sub(1)).filter(|_| taken > 0) else {
+            return Ok(Page {
+                items: Vec::new(),
+                more,
+            });
+        };
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "SELECT record FROM thoughts \
+             WHERE tenant = $1 AND message_id = $2 AND position > $3 AND position <= $4 \
+             ORDER BY position",
+        )
+        .bind(tenant.as_str())
+        .bind(message.0)
+        .bind(after)
+        .bind(i64::from(last))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(from_sqlx)?;
+        let items = rows
+            .iter()
+            .map(|(text,)| serde_json::from_str(text).map_err(|err| codec("thoughts", err)))
+            .collect::<Result<_, _>>()?;
+        Ok(Page { items, more })
+    }
+
+    async fn put_file(
+        &self,
+        tenant: &Tenant,
+        record: &FileRecord,
+        bytes: Option<&[u8]>,
+    ) -> Result<(), StoreError> {
+        let started = Instant::now();
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO files (tenant, id, message_id, record, data) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (tenant, id) DO UPDATE SET record = EXCLUDED.record, data = EXCLUDED.data",
+        )
+        .bind(tenant.as_str())
+        .bind(record.id.0)
+        .bind(record.message_id.0)
+        .bind(encode("files", record)?)
+        .bind(bytes)
+        .execute(&mut *tx)
+        .await
+        .map_err(|err| self.failed(err))?;
+        self.finish(tx, started).await
+    }
+
+    async fn get_file(
+        &self,
+        tenant: &Tenant,
+        id: FileId,
+    ) -> Result<Option<(FileRecord, Vec<u8>)>, StoreError> {
+        let row: Option<(String, Option<Vec<u8>>)> =
+            sqlx::query_as("SELECT record, data FROM files WHERE tenant = $1 AND id = $2")
+                .bind(tenant.as_str())
+                .bind(id.0)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(from_sqlx)?;
+        row.map(|(text, data)| {
+            let record = serde_json::from_str(&text).map_err(|err| codec("files", err))?;
+            Ok((record, data.unwrap_or_default()))
+        })
+        .transpose()
+    }
+}
+
+#[async_trait]
+impl crate::store::EventLog for Postgres {
+    /// The fence is recorded with each message (one fixed owner until replicas take runs
+    /// over); the burst is one transaction, durable when it commits. Events already
+    /// written (a burst committed again after an error it did not see) are kept as they are.
+    async fn commit(
+        &self,
+        tenant: &Tenant,
+        _fence: &Fence,
+        burst: &Burst,
+    ) -> Result<(), StoreError> {
+        if burst.is_empty() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let mut tx = self.begin().await?;
+        let failed = |err| self.failed(err);
+        for record in &burst.records {
+            match record {
+                Record::Thought(thought) => {
+                    sqlx::query(
+                        "INSERT INTO thoughts (tenant, message_id, position, record) \
+                         VALUES ($1, $2, $3, $4) ON CONFLICT (tenant, message_id, position) \
+                         DO UPDATE SET record = EXCLUDED.record",
+                    )
+                    .bind(tenant.as_str())
+                    .bind(thought.message_id.0)
+                    .bind(i32::try_from(thought.position).unwrap_or(i32::MAX))
+                    .bind(encode("thoughts", thought)?)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(failed)?;
+                }
+                Record::Message(message) => {
+                    sqlx::query(
+                        "UPDATE messages SET record = $3, running = $4 \
+                         WHERE tenant = $1 AND id = $2",
+                    )
+                    .bind(tenant.as_str())
+                    .bind(message.id.0)
+                    .bind(encode("messages", message)?)
+                    .bind(!message.status.is_terminal())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(failed)?;
+                }
+                Record::TenantTokens { day, tokens } => {
+                    sqlx::query(
+                        "INSERT INTO tenant_usage (tenant, day, tokens) VALUES ($1, $2, $3) \
+                         ON CONFLICT (tenant, day) DO UPDATE SET tokens = tenant_usage.tokens + EXCLUDED.tokens",
+                    )
+                    .bind(tenant.as_str())
+                    .bind(i32::try_from(*day).unwrap_or(i32::MAX))
+                    .bind(i64::try_from(*tokens).unwrap_or(i64::MAX))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(failed)?;
+                }
+            }
+        }
+        if let Some(first) = burst.events.first() {
+            let seqs: Vec<i64> = burst
+                .events
+                .iter()
+                .map(|e| i64::try_from(e.seq).unwrap_or(i64::MAX))
+                .collect();
+            let records: Vec<String> = burst
+                .events
+                .iter()
+                .map(|e| encode("events", e))
+                .collect::<Result<_, _>>()?;
+            sqlx::query(
+                "INSERT INTO events (tenant, message_id, seq, record) \
+                 SELECT $1, $2, seq, record FROM UNNEST($3::bigint[], $4::text[]) AS e(seq, record) \
+                 ON CONFLICT (tenant, message_id, seq) DO NOTHING",
+            )
+            .bind(tenant.as_str())
+            .bind(first.message_id.0)
+            .bind(&seqs)
+            .bind(&records)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        }
+        self.finish(tx, started).await
+    }
+
+    async fn list_events(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+        after_seq: u64,
+    ) -> Result<Vec<EventEnvelope>, StoreError> {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "SELECT record FROM events WHERE tenant = $1 AND message_id = $2 AND seq > $3 \
+             ORDER BY seq",
+        )
+        .bind(tenant.as_str())
+        .bind(message.0)
+        .bind(i64::try_from(after_seq).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(from_sqlx)?;
+        rows.iter()
+            .map(|(text,)| serde_json::from_str(text).map_err(|err| codec("events", err)))
+            .collect()
+    }
+}

@@ -1,0 +1,220 @@
+//! The conformance suite on a real PostgreSQL: each test makes a database of its own and
+//! drops it. Without a reachable server the tests pass and say they were skipped, except
+//! under `CI=true`, where PostgreSQL is part of the machine.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::{Connection, PgConnection};
+
+use super::{Postgres, Settings};
+use crate::store::conformance::{self, Harness};
+use crate::store::{SecretKey, Store};
+
+/// The server tests use when `AGENT_RUNNER_TEST_DATABASE_URL` does not name another.
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// One test at a time in this process, so it holds at most four connections: the admin
+/// one, the process lock, and a pool of two.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn admin_url() -> String {
+    std::env::var("AGENT_RUNNER_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+}
+
+/// `url` with its database replaced by `database`.
+fn url_of(url: &str, database: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, ""), |(b, q)| (b, q));
+    let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
+    if query.is_empty() {
+        format!("{server}/{database}")
+    } else {
+        format!("{server}/{database}?{query}")
+    }
+}
+
+/// Databases made for one test, dropped with it.
+struct Databases {
+    admin: String,
+    made: Mutex<Vec<String>>,
+    key: SecretKey,
+    _turn: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Databases {
+    /// `None` (the test is skipped) when PostgreSQL cannot be reached outside CI.
+    async fn new() -> Option<Self> {
+        let turn = ONE_AT_A_TIME.lock().await;
+        let admin = admin_url();
+        let reached =
+            tokio::time::timeout(Duration::from_secs(5), PgConnection::connect(&admin)).await;
+        match reached {
+            Ok(Ok(connection)) => {
+                let _ = connection.close().await;
+            }
+            failure => {
+                let why = match failure {
+                    Ok(Err(err)) => err.to_string(),
+                    _ => "no answer within 5 s".to_owned(),
+                };
+                let place = super::describe(&admin);
+                assert!(
+                    std::env::var("CI").as_deref() != Ok("true"),
+                    "PostgreSQL at {place} is needed in CI: {why}"
+                );
+                eprintln!("skipped: PostgreSQL at {place} cannot be reached ({why}); set AGENT_RUNNER_TEST_DATABASE_URL to run these tests");
+                return None;
+            }
+        }
+        Some(Self {
+            admin,
+            made: Mutex::default(),
+            key: SecretKey::generate(),
+            _turn: turn,
+        })
+    }
+
+    fn settings(&self, database: &str) -> Settings {
+        Settings {
+            url: url_of(&self.admin, database),
+            pool_size: 2,
+            statement_timeout: Duration::from_secs(5),
+        }
+    }
+
+    fn last(&self) -> String {
+        self.made
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .expect("a database was made")
+    }
+}
+
+#[async_trait]
+impl Harness for Databases {
+    async fn fresh(&self) -> Store {
+        let name = format!("agent_runner_test_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = PgConnection::connect(&self.admin).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        let _ = admin.close().await;
+        self.made.lock().unwrap().push(name.clone());
+        let backend = Postgres::connect(&self.settings(&name), &self.key)
+            .await
+            .unwrap();
+        Store::new(Arc::new(backend))
+    }
+
+    async fn reopen(&self, store: Store) -> Store {
+        drop(store);
+        let backend = Postgres::connect(&self.settings(&self.last()), &self.key)
+            .await
+            .unwrap();
+        Store::new(Arc::new(backend))
+    }
+}
+
+impl Drop for Databases {
+    /// Drops the test's databases, from a thread of its own (this may run inside the
+    /// test's runtime, which cannot be blocked on).
+    fn drop(&mut self) {
+        let made = std::mem::take(&mut *self.made.lock().unwrap_or_else(|e| e.into_inner()));
+        let admin = self.admin.clone();
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let mut connection = PgConnection::connect(&admin).await.unwrap();
+                for name in made {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                    )))
+                    .execute(&mut connection)
+                    .await;
+                }
+                let _ = connection.close().await;
+            });
+        });
+        let _ = dropped.join();
+    }
+}
+
+macro_rules! conformance_on_postgres {
+    ($($check:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $check() {
+                let Some(databases) = Databases::new().await else {
+                    return;
+                };
+                conformance::$check(&databases).await;
+            }
+        )*
+    };
+}
+
+conformance_on_postgres!(
+    concurrent_starts_take_consecutive_places,
+    pages_follow_order_limits_and_bytes,
+    one_idempotency_key_starts_one_run,
+    concurrent_writers_to_one_message_all_land,
+    a_burst_reads_back_with_its_records,
+    large_values_read_back_whole,
+    deletion_removes_everything_of_a_conversation,
+    credentials_are_sealed,
+    a_reopened_store_holds_everything,
+    a_store_that_cannot_write_says_unavailable,
+);
+
+/// A second process on the same database is refused, naming the database and not the
+/// password; a process with another sealing key is refused, naming the mismatch.
+#[tokio::test]
+async fn a_second_process_and_another_key_are_refused() {
+    let Some(databases) = Databases::new().await else {
+        return;
+    };
+    let first = databases.fresh().await;
+    let settings = databases.settings(&databases.last());
+    let second = Postgres::connect(&settings, &databases.key)
+        .await
+        .expect_err("one process per database");
+    let text = second.to_string();
+    assert!(text.contains("another agent-runner process"), "{text}");
+    assert!(text.contains(&databases.last()), "{text}");
+    drop(first);
+
+    let other_key = SecretKey::generate();
+    let other = Postgres::connect(&settings, &other_key)
+        .await
+        .expect_err("another key is refused");
+    let text = other.to_string();
+    assert!(text.contains("another key"), "{text}");
+    for key in [&other_key, &databases.key] {
+        assert!(!text.contains(&key.to_base64()), "no key is shown: {text}");
+    }
+}
+
+/// A server that cannot be reached is named by host, port and database; a password in
+/// the URL appears nowhere in the error.
+#[tokio::test]
+async fn an_unreachable_database_is_named_without_its_password() {
+    let settings = Settings {
+        url: "postgres://app:hunter2-secret@127.0.0.1:1/agents".to_owned(),
+        pool_size: 1,
+        statement_timeout: Duration::from_secs(1),
+    };
+    let err = Postgres::connect(&settings, &SecretKey::generate())
+        .await
+        .expect_err("nothing listens on port 1");
+    let text = err.to_string();
+    assert!(text.contains("127.0.0.1:1/agents"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+    assert_eq!(err.category(), crate::store::Category::Unavailable);
+}
