@@ -51,6 +51,9 @@ pub enum AppError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A shared database was configured without a key every replica shares.
+    #[error("a shared database needs the secret key every replica seals credentials with: set AGENT_RUNNER_SECRET_KEY or server.secret_key_file (a key made in one replica's data directory would differ from the others')")]
+    SharedKeyMissing,
     /// An LLM provider could not be set up.
     #[error("LLM provider setup failed: {0}")]
     Llm(#[from] LlmError),
@@ -87,9 +90,29 @@ pub enum AppError {
     },
 }
 
-/// Opens the store under the configured data directory, recovering from a crash: messages
-/// a previous process left running become interrupted.
+/// Opens the configured store (the shared database, else the embedded one under the data
+/// directory), recovering from a crash: messages a previous process left running become
+/// interrupted.
 pub async fn open_store(config: &Config) -> Result<Store, AppError> {
+    let store = match config.store.database() {
+        Some(settings) => {
+            if config.server.secret_key.is_none() && config.server.secret_key_file.is_none() {
+                return Err(AppError::SharedKeyMissing);
+            }
+            let key = secret_key(config)?;
+            let place = crate::store::describe_database(&settings.url);
+            let store = Store::connect(&settings, &key).await?;
+            tracing::info!(database = %place, "records are kept in PostgreSQL");
+            store
+        }
+        None => open_embedded(config)?,
+    };
+    recover(&store).await?;
+    Ok(store)
+}
+
+/// The embedded store under the data directory.
+fn open_embedded(config: &Config) -> Result<Store, AppError> {
     let dir = &config.server.data_dir;
     std::fs::create_dir_all(dir).map_err(|source| AppError::DataDir {
         path: dir.clone(),
@@ -101,6 +124,12 @@ pub async fn open_store(config: &Config) -> Result<Store, AppError> {
         config.server.store_cache_mb.saturating_mul(1024 * 1024),
         &key,
     )?;
+    Ok(store)
+}
+
+/// Seals what an earlier version kept in plaintext and marks the runs a previous process
+/// left running as interrupted.
+async fn recover(store: &Store) -> Result<(), AppError> {
     let sealed = store.seal_plaintext_credentials().await?;
     if sealed > 0 {
         tracing::info!(
@@ -115,7 +144,7 @@ pub async fn open_store(config: &Config) -> Result<Store, AppError> {
             "messages left running by a previous process are now interrupted"
         );
     }
-    Ok(store)
+    Ok(())
 }
 
 /// The key credentials are sealed with: `AGENT_RUNNER_SECRET_KEY`, else the configured key

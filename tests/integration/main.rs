@@ -27,6 +27,7 @@ mod mcp;
 mod observability;
 mod operations;
 mod persistence;
+mod postgres;
 mod process;
 mod resilience;
 mod run_control;

@@ -3,6 +3,7 @@
 
 pub mod fake_anthropic;
 pub mod fake_openai;
+pub mod postgres;
 pub mod process;
 pub mod request;
 pub mod server;

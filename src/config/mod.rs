@@ -20,6 +20,9 @@ use crate::runner::RunnerSettings;
 use crate::tools::schema::SchemaLimits;
 use crate::tools::{OutboundPolicy, ProviderSettings};
 
+mod store;
+pub use store::StoreConfig;
+
 /// Flags of `serve`; each overrides the file.
 #[derive(Debug, Default, clap::Args)]
 pub struct ServeArgs {
@@ -53,6 +56,15 @@ pub struct ServeArgs {
     /// Require client certificates signed by this CA (PEM): mutual TLS.
     #[arg(long, env = "AGENT_RUNNER_TLS_CLIENT_CA")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Keep records in PostgreSQL (`postgres://user:password@host:port/database`), shared
+    /// by every replica, instead of the embedded store; needs a secret key.
+    #[arg(long, env = "AGENT_RUNNER_DATABASE_URL", hide_env_values = true, value_parser = secret)]
+    pub database_url: Option<Secret>,
+}
+
+/// A flag's value kept as a secret: never shown in help, errors or debug output.
+fn secret(value: &str) -> Result<Secret, String> {
+    Ok(Secret::new(value))
 }
 
 /// How logs are written.
@@ -443,6 +455,9 @@ pub struct Config {
     /// `[limits]`: every tenant's limits unless its key sets its own; 0 is unlimited.
     #[serde(default)]
     pub limits: TenantLimits,
+    /// `[store]`: the shared database, when records are not kept in the embedded store.
+    #[serde(default)]
+    pub store: StoreConfig,
 }
 
 /// `[outbound]`: what tool traffic may reach besides public addresses.
@@ -512,6 +527,9 @@ impl Config {
         }
         if let Some(dir) = &args.data_dir {
             config.server.data_dir.clone_from(dir);
+        }
+        if let Some(url) = &args.database_url {
+            config.store.database_url = Some(url.clone());
         }
         if let Some(format) = args.log_format {
             config.server.log_format = format;

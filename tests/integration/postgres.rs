@@ -1,0 +1,186 @@
+//! The service on PostgreSQL, as whole processes: runs are served and survive `kill -9`
+//! with every announced record intact; a second process on the database, a start without
+//! a key, a start with another key and an unreachable database are refused, clearly and
+//! without the password.
+
+use std::path::Path;
+
+use agent_runner::pb;
+use agent_runner::store::SecretKey;
+
+use crate::support::postgres::TestDatabase;
+use crate::support::process::{agent_runner, client, spawn_service_edited, Service};
+use crate::support::{config_toml, message, read_until_delta, run_request, run_to_end};
+use crate::support::{FakeOpenAi, Reply, ScriptedCall};
+
+/// The test configuration on `database`, with `key` (when given) in a key file.
+fn on_postgres(config: String, dir: &Path, url: &str, key: Option<&SecretKey>) -> String {
+    let key_line = match key {
+        Some(key) => {
+            let path = dir.join("shared.key");
+            std::fs::write(&path, key.to_base64()).unwrap();
+            format!("secret_key_file = \"{}\"\n", path.display())
+        }
+        None => String::new(),
+    };
+    let config = config.replacen("[server]\n", &format!("[server]\n{key_line}"), 1);
+    format!("{config}\n[store]\ndatabase_url = \"{url}\"\npool_size = 3\n")
+}
+
+async fn spawn_on(dir: &Path, llm: &FakeOpenAi, url: &str, key: &SecretKey) -> Service {
+    spawn_service_edited(dir, llm, None, |config| {
+        on_postgres(config, dir, url, Some(key))
+    })
+    .await
+}
+
+/// Writes the configuration for a start expected to fail; returns its path.
+fn config_file(dir: &Path, llm: &FakeOpenAi, url: &str, key: Option<&SecretKey>) -> String {
+    let path = dir.join(format!("refused-{}.toml", uuid::Uuid::new_v4().simple()));
+    let config = config_toml(&llm.base_url(), &dir.join("data"));
+    std::fs::write(&path, on_postgres(config, dir, url, key)).unwrap();
+    path.display().to_string()
+}
+
+/// Starts `serve` with `config` and waits for it to exit; returns its exit code and its
+/// standard error.
+async fn refused_start(config: &str) -> (Option<i32>, String) {
+    let listen = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let output = agent_runner(&["serve", "--listen", &listen, "--config", config], &[]).await;
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A run with a tool call completes on PostgreSQL and reads back; a second one killed
+/// with SIGKILL mid-answer leaves every event its client received, and is INTERRUPTED
+/// after a restart; the tables hold the conversations, messages, thoughts and events.
+#[tokio::test]
+async fn runs_on_postgres_survive_kill_9_with_every_announced_event() {
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(
+            &["Working."],
+            vec![ScriptedCall::new(
+                "k",
+                "eval_expression",
+                &["{\"expression\": \"6*7\"}"],
+            )],
+            (2, 2),
+        ),
+        Reply::text(&["It is 42."], (3, 3)),
+        Reply::Stall(vec!["Almost"]),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let mut first = spawn_on(dir.path(), &llm, &database.url(), &key).await;
+    let mut agents = client(&first).await;
+    let done = run_to_end(
+        &mut agents,
+        run_request("what is 6*7?", &[("maths", "eval_expression")]),
+    )
+    .await;
+    let done_id = done[0].message_id.clone();
+    let mut stream = agents
+        .run(run_request("crash me", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let received = read_until_delta(&mut stream).await;
+
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    drop(stream);
+    let second = spawn_on(dir.path(), &llm, &database.url(), &key).await;
+    let mut agents = client(&second).await;
+    for (id, seen) in [(&done_id, &done), (&received[0].message_id, &received)] {
+        let mut replay = agents
+            .attach(pb::AttachRequest {
+                message_id: id.clone(),
+                after_seq: 0,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut stored = Vec::new();
+        while let Some(event) = replay.message().await.unwrap() {
+            stored.push(event);
+        }
+        assert_eq!(&stored[..seen.len()], &seen[..], "every announced event");
+    }
+    let ended = message(&mut agents, done_id.clone()).await;
+    assert_eq!(ended.status, pb::MessageStatus::Completed as i32);
+    assert_eq!(ended.answer, "Working.\nIt is 42.");
+    let crashed = message(&mut agents, received[0].message_id.clone()).await;
+    assert_eq!(crashed.status, pb::MessageStatus::Interrupted as i32);
+    let thoughts = agents
+        .list_thoughts(pb::ListThoughtsRequest {
+            message_id: done_id,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(thoughts.thoughts[0].tool_calls[0].observation, "42");
+    assert_eq!(database.count("conversations").await, 2);
+    assert_eq!(database.count("messages").await, 2);
+    assert_eq!(database.count("thoughts").await, 3);
+    assert!(database.count("events").await >= (done.len() + received.len()) as i64);
+}
+
+/// One process per database: a second is refused while the first serves. A start without
+/// a secret key, and one with a key other than the database's, are refused too, each
+/// saying why and showing no key.
+#[tokio::test]
+async fn a_second_process_a_missing_key_and_another_key_are_refused() {
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let first = spawn_on(dir.path(), &llm, &database.url(), &key).await;
+
+    let second = config_file(dir.path(), &llm, &database.url(), Some(&key));
+    let (code, stderr) = refused_start(&second).await;
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("another agent-runner process"), "{stderr}");
+    assert!(stderr.contains(database.name()), "{stderr}");
+    drop(first);
+
+    let keyless = config_file(dir.path(), &llm, &database.url(), None);
+    let (code, stderr) = refused_start(&keyless).await;
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("AGENT_RUNNER_SECRET_KEY"), "{stderr}");
+
+    let other = SecretKey::generate();
+    let mismatched = config_file(dir.path(), &llm, &database.url(), Some(&other));
+    let (code, stderr) = refused_start(&mismatched).await;
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("another key"), "{stderr}");
+    for shown in [&key, &other] {
+        assert!(!stderr.contains(&shown.to_base64()), "{stderr}");
+    }
+}
+
+/// A database that cannot be reached fails the start, naming host, port and database,
+/// and the password appears nowhere in what the process wrote.
+#[tokio::test]
+async fn an_unreachable_database_fails_the_start_without_its_password() {
+    let llm = FakeOpenAi::start(vec![]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = "postgres://agents:hunter2-in-the-url@127.0.0.1:1/agents";
+    let config = config_file(dir.path(), &llm, url, Some(&SecretKey::generate()));
+    let (code, stderr) = refused_start(&config).await;
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("127.0.0.1:1/agents"), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+}

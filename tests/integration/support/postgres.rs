@@ -1,0 +1,110 @@
+//! Databases of their own for tests on PostgreSQL, dropped with them. Without a reachable
+//! server the tests that need one pass and say they were skipped, except under `CI=true`.
+
+use std::time::Duration;
+
+use sqlx::{Connection, PgConnection};
+
+/// The server tests use when `AGENT_RUNNER_TEST_DATABASE_URL` does not name another.
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// A database made for one test.
+pub struct TestDatabase {
+    admin: String,
+    name: String,
+}
+
+fn admin_url() -> String {
+    std::env::var("AGENT_RUNNER_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+}
+
+/// `url` with its database replaced by `database`.
+fn url_of(url: &str, database: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
+    match query {
+        "" => format!("{server}/{database}"),
+        query => format!("{server}/{database}?{query}"),
+    }
+}
+
+impl TestDatabase {
+    /// A new, empty database; `None` (skip the test) when PostgreSQL cannot be reached
+    /// outside CI.
+    pub async fn create() -> Option<Self> {
+        let admin = admin_url();
+        let reached =
+            tokio::time::timeout(Duration::from_secs(5), PgConnection::connect(&admin)).await;
+        let mut connection = match reached {
+            Ok(Ok(connection)) => connection,
+            failure => {
+                let why = match failure {
+                    Ok(Err(err)) => err.to_string(),
+                    _ => "no answer within 5 s".to_owned(),
+                };
+                let place = agent_runner::store::describe_database(&admin);
+                assert!(
+                    std::env::var("CI").as_deref() != Ok("true"),
+                    "PostgreSQL at {place} is needed in CI: {why}"
+                );
+                eprintln!("skipped: PostgreSQL at {place} cannot be reached ({why}); set AGENT_RUNNER_TEST_DATABASE_URL to run these tests");
+                return None;
+            }
+        };
+        let name = format!("agent_runner_it_{}", uuid::Uuid::new_v4().simple());
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut connection)
+            .await
+            .unwrap();
+        let _ = connection.close().await;
+        Some(Self { admin, name })
+    }
+
+    /// Its URL.
+    pub fn url(&self) -> String {
+        url_of(&self.admin, &self.name)
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Counts the rows of `table`.
+    pub async fn count(&self, table: &str) -> i64 {
+        let mut connection = PgConnection::connect(&self.url()).await.unwrap();
+        let (count,): (i64,) =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+                .fetch_one(&mut connection)
+                .await
+                .unwrap();
+        let _ = connection.close().await;
+        count
+    }
+}
+
+impl Drop for TestDatabase {
+    /// Drops the database from a thread of its own: this may run inside the test's
+    /// runtime, which cannot be blocked on.
+    fn drop(&mut self) {
+        let admin = self.admin.clone();
+        let name = self.name.clone();
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                if let Ok(mut connection) = PgConnection::connect(&admin).await {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                    )))
+                    .execute(&mut connection)
+                    .await;
+                    let _ = connection.close().await;
+                }
+            });
+        });
+        let _ = dropped.join();
+    }
+}
