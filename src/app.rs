@@ -16,7 +16,7 @@ use crate::catalog::Catalog;
 use crate::config::{Config, TlsConfig};
 use crate::llm::{ChatModel, LlmError, ModelEntry, ModelRegistry};
 use crate::net::Descriptors;
-use crate::runner::Runner;
+use crate::runner::{Runner, RunnerSettings};
 use crate::store::{SecretKey, Store, StoreError};
 use crate::telemetry::Metrics;
 use crate::tools::{Provider, RegistryError, ToolRegistry};
@@ -303,7 +303,10 @@ pub async fn serve(
     );
     let loaded = catalog.load().await?;
     tracing::info!(providers = loaded, "registered tool providers loaded");
-    let settings = config.runner.settings();
+    let settings = RunnerSettings {
+        write_timeout: Duration::from_secs(config.store.write_timeout_secs),
+        ..config.runner.settings()
+    };
     let runner = Runner::new(
         store.clone(),
         Arc::new(models),

@@ -376,6 +376,7 @@ impl Runner {
             tenant: tenant.clone(),
             fence: Fence::local(),
             shutdown: self.shutdown.clone(),
+            write_timeout: self.settings.write_timeout,
         };
         let emitter = Emitter::new(
             destination,

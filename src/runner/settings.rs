@@ -28,6 +28,9 @@ pub struct RunnerSettings {
     pub tool_output_limit: usize,
     /// Calls of one round that are run; the rest get an observation saying so.
     pub max_tool_calls_per_round: usize,
+    /// How long a run tries to commit its records while the store is unavailable before
+    /// it stops as on a full disk (it announces nothing meanwhile).
+    pub write_timeout: Duration,
 }
 
 impl Default for RunnerSettings {
@@ -44,6 +47,7 @@ impl Default for RunnerSettings {
             max_instruction_bytes: 4 * 1024 * 1024,
             tool_output_limit: 16 * 1024,
             max_tool_calls_per_round: 128,
+            write_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -23,8 +23,13 @@ fn on_postgres(config: String, dir: &Path, url: &str, key: Option<&SecretKey>) -
         }
         None => String::new(),
     };
-    let config = config.replacen("[server]\n", &format!("[server]\n{key_line}"), 1);
-    format!("{config}\n[store]\ndatabase_url = \"{url}\"\npool_size = 3\n")
+    config
+        .replacen("[server]\n", &format!("[server]\n{key_line}"), 1)
+        .replacen(
+            "[store]\n",
+            &format!("[store]\ndatabase_url = \"{url}\"\npool_size = 3\n"),
+            1,
+        )
 }
 
 async fn spawn_on(dir: &Path, llm: &FakeOpenAi, url: &str, key: &SecretKey) -> Service {
@@ -183,4 +188,133 @@ async fn an_unreachable_database_fails_the_start_without_its_password() {
     assert_ne!(code, Some(0), "{stderr}");
     assert!(stderr.contains("127.0.0.1:1/agents"), "{stderr}");
     assert!(!stderr.contains("hunter2"), "{stderr}");
+}
+
+/// The health status of the service behind `channel`.
+async fn health(channel: tonic::transport::Channel) -> i32 {
+    tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "agentrunner.v1.AgentService".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+}
+
+/// Waits up to `limit` for health to read `status`; returns how long it took.
+async fn health_turns(
+    channel: &tonic::transport::Channel,
+    status: i32,
+    limit: std::time::Duration,
+) -> Option<std::time::Duration> {
+    let started = std::time::Instant::now();
+    while started.elapsed() < limit {
+        if health(channel.clone()).await == status {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    None
+}
+
+/// PostgreSQL lost mid-run: the run announces nothing more, tries its commit for the write
+/// timeout, then its stream ends UNAVAILABLE; health turns NOT_SERVING and `Run` is refused
+/// as UNAVAILABLE. Once the database is back, health and `Run` recover within 2 s, the
+/// lost run's end lands (FAILED, `store_error`), and every event announced before is there.
+#[tokio::test]
+async fn a_lost_database_stops_announcing_and_recovers_with_every_announced_event() {
+    use crate::support::postgres::{server_of, Proxy};
+    use std::time::Duration;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let proxy = Proxy::start(server_of(&database.url())).await;
+    let url = proxy.url_through(&database.url());
+    let llm = FakeOpenAi::start(vec![
+        Reply::text(&["Before."], (1, 1)),
+        Reply::Slow {
+            text: vec!["one ", "two ", "three ", "four ", "five ", "six"],
+            delay_ms: 200,
+        },
+        Reply::text(&["After."], (1, 1)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let service = spawn_on(dir.path(), &llm, &url, &key).await;
+    let channel = crate::support::process::channel(&service).await;
+    let mut agents = client(&service).await;
+    let before = run_to_end(&mut agents, run_request("before", &[])).await;
+    let mut stream = agents
+        .run(run_request("during", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut received = read_until_delta(&mut stream).await;
+
+    proxy.cut();
+    let ended = loop {
+        match stream.message().await {
+            Ok(Some(event)) => received.push(event),
+            Ok(None) => break None,
+            Err(status) => break Some(status),
+        }
+    };
+    let status = ended.expect("the stream ends with a status");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(
+        health_turns(&channel, 2, Duration::from_secs(5))
+            .await
+            .is_some(),
+        "health turns NOT_SERVING"
+    );
+    let refused = agents
+        .run(run_request("while down", &[]))
+        .await
+        .expect_err("no run starts while the database is away");
+    assert_eq!(refused.code(), tonic::Code::Unavailable);
+
+    proxy.restore();
+    let took = health_turns(&channel, 1, Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|| panic!("health turns SERVING again: {}", service.log_text()));
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    let after = run_to_end(&mut agents, run_request("after", &[])).await;
+    assert_eq!(crate::support::end_of(&after).answer, "After.");
+
+    for (id, seen) in [
+        (&before[0].message_id, &before),
+        (&received[0].message_id, &received),
+    ] {
+        let mut replay = agents
+            .attach(pb::AttachRequest {
+                message_id: id.clone(),
+                after_seq: 0,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut stored = Vec::new();
+        while let Ok(Some(event)) = replay.message().await {
+            stored.push(event);
+        }
+        assert!(
+            stored.len() >= seen.len(),
+            "{} < {}",
+            stored.len(),
+            seen.len()
+        );
+        assert_eq!(&stored[..seen.len()], &seen[..], "every announced event");
+    }
+    let mut lost = message(&mut agents, received[0].message_id.clone()).await;
+    for _ in 0..40 {
+        if lost.status != pb::MessageStatus::Running as i32 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        lost = message(&mut agents, received[0].message_id.clone()).await;
+    }
+    assert_eq!(lost.status, pb::MessageStatus::Failed as i32);
+    assert_eq!(lost.error.unwrap().code, "store_error");
 }

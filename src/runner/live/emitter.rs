@@ -14,14 +14,14 @@ use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{ConversationId, MessageId, Tenant};
 use crate::domain::{EventEnvelope, RunEvent};
-use crate::store::{Burst, Fence, Record, Store, StoreError};
+use crate::store::{Burst, Category, Fence, Record, Store, StoreError};
 
 /// Where a run's burst goes, and under whose fence.
 pub struct Destination {
@@ -33,6 +33,9 @@ pub struct Destination {
     pub fence: Fence,
     /// Until when a burst that could not be committed is tried again.
     pub shutdown: CancellationToken,
+    /// How long commits are tried again while the store is unavailable before the run
+    /// stops.
+    pub write_timeout: Duration,
 }
 
 /// The run's side of its event stream.
@@ -46,6 +49,8 @@ pub struct Emitter {
     settled: oneshot::Receiver<()>,
     /// Set once a burst could not be made durable: the run must end as a store failure.
     failed: Arc<AtomicBool>,
+    /// Set while the last commit failed and is being tried again.
+    failing: Arc<AtomicBool>,
 }
 
 impl Emitter {
@@ -61,12 +66,14 @@ impl Emitter {
     ) -> Self {
         let (batches, queue) = mpsc::unbounded_channel();
         let failed = Arc::new(AtomicBool::new(false));
+        let failing = Arc::new(AtomicBool::new(false));
         let (settle, settled) = oneshot::channel();
         let publisher = Publisher {
             destination,
             events: Some(events),
             cancel,
             failed: Arc::clone(&failed),
+            failing: Arc::clone(&failing),
             settle: Some(settle),
         };
         tokio::spawn(publisher.run(queue));
@@ -77,6 +84,7 @@ impl Emitter {
             outbox: Outbox::new(batches),
             settled,
             failed,
+            failing,
         }
     }
 
@@ -105,12 +113,18 @@ impl Emitter {
         self.outbox.clone()
     }
 
-    /// Waits until everything recorded so far is committed (or could not be), so the run
-    /// can read back its own records.
+    /// Waits until everything recorded so far is committed, or the run was stopped for
+    /// failing to commit it (after the write timeout): the run can then read back its own
+    /// records, or knows it failed.
     pub async fn settle(&self) {
         let (done, settled) = oneshot::channel();
         self.outbox.hand_on_then(Outgoing::Settle(done));
         let _ = settled.await;
+    }
+
+    /// Whether the last commit failed and is being tried again (the store is unavailable).
+    pub fn failing(&self) -> bool {
+        self.failing.load(Ordering::SeqCst)
     }
 
     /// Whether some records or events could not be made durable (the store cannot write).
@@ -237,13 +251,12 @@ impl Staged {
     }
 }
 
-/// Waits before the last attempts to commit a closed run's burst, when the store failed;
-/// after them its events are given up for announcing.
-const CLOSING_RETRIES: [Duration; 3] = [
-    Duration::from_millis(100),
-    Duration::from_millis(400),
-    Duration::from_millis(1000),
-];
+/// How often a burst the store refused is tried again while the run goes on.
+const RETRY_EVERY: Duration = Duration::from_millis(250);
+
+/// The least time a closed run's last burst is tried for before its followers are told
+/// it is lost, whatever the write timeout.
+const CLOSING_AT_LEAST: Duration = Duration::from_millis(1500);
 
 /// How often a burst that could not be committed is tried again once its run has ended,
 /// until it is committed or the service shuts down: a live process leaves no run running.
@@ -256,42 +269,70 @@ struct Publisher {
     events: Option<broadcast::Sender<EventEnvelope>>,
     cancel: CancellationToken,
     failed: Arc<AtomicBool>,
+    failing: Arc<AtomicBool>,
     /// Told once the closed run's last burst is committed, or given up for announcing.
     settle: Option<oneshot::Sender<()>>,
 }
 
 impl Publisher {
-    /// Commits bursts as they come. A burst that cannot be made durable stays pending and
-    /// is tried again with the next; the first failure stops the run, since nothing it does
-    /// could be announced. Once the run closed its emitter, its last burst (its end among
-    /// it) gets a few more attempts before its followers are told it is lost, then more
-    /// until it lands or the service shuts down.
+    /// Commits bursts as they come. A burst the store refuses stays pending and is tried
+    /// again (with what comes next) every [`RETRY_EVERY`]: while the store is unavailable
+    /// for less than the write timeout the run goes on and nothing is announced; past it,
+    /// or on any other failure, the run stops, since nothing it does could be announced.
+    /// Once the run closed its emitter, its last burst (its end among it) is tried until
+    /// the write timeout (at least [`CLOSING_AT_LEAST`]) before its followers are told it
+    /// is lost, then until it lands or the service shuts down.
     async fn run(mut self, mut queue: mpsc::UnboundedReceiver<Outgoing>) {
         let mut pending = Burst::default();
+        let mut failing: Option<Instant> = None;
         let mut batch = Vec::new();
-        while queue.recv_many(&mut batch, usize::MAX).await > 0 {
-            let mut settles = Vec::new();
+        // Answered once what was handed on before them is committed, or given up on.
+        let mut settles: Vec<oneshot::Sender<()>> = Vec::new();
+        loop {
+            let retry = async {
+                match failing {
+                    Some(_) if !pending.is_empty() => tokio::time::sleep(RETRY_EVERY).await,
+                    _ => std::future::pending().await,
+                }
+            };
+            let open = tokio::select! {
+                received = queue.recv_many(&mut batch, usize::MAX) => received > 0,
+                () = retry => true,
+            };
+            if !open {
+                break;
+            }
             for outgoing in batch.drain(..) {
                 match outgoing {
                     Outgoing::Burst(burst) => pending.extend(burst),
                     Outgoing::Settle(done) => settles.push(done),
                 }
             }
-            if let Err(err) = self.publish(&mut pending).await {
-                if !self.failed.swap(true, Ordering::SeqCst) {
-                    tracing::error!(error = %err, "cannot make the run's records durable; the run stops");
-                    self.cancel.cancel();
+            let published = self.publish(&mut pending).await;
+            self.failing.store(published.is_err(), Ordering::SeqCst);
+            match published {
+                Ok(()) => failing = None,
+                Err(err) => {
+                    let since = *failing.get_or_insert_with(Instant::now);
+                    let waiting = err.category() == Category::Unavailable
+                        && since.elapsed() < self.destination.write_timeout;
+                    if !waiting && !self.failed.swap(true, Ordering::SeqCst) {
+                        tracing::error!(error = %err, "cannot make the run's records durable; the run stops");
+                        self.cancel.cancel();
+                    }
                 }
             }
-            for done in settles {
-                let _ = done.send(());
+            if pending.is_empty() || self.failed.load(Ordering::SeqCst) {
+                for done in settles.drain(..) {
+                    let _ = done.send(());
+                }
             }
         }
-        for wait in CLOSING_RETRIES {
-            if pending.is_empty() {
-                break;
-            }
-            tokio::time::sleep(wait).await;
+        drop(settles);
+        let since = failing.unwrap_or_else(Instant::now);
+        let closing = self.destination.write_timeout.max(CLOSING_AT_LEAST);
+        while !pending.is_empty() && since.elapsed() < closing {
+            tokio::time::sleep(RETRY_EVERY).await;
             let _ = self.publish(&mut pending).await;
         }
         if !pending.is_empty() {
@@ -380,6 +421,7 @@ mod tests {
             tenant: Tenant::default_tenant(),
             fence: Fence::local(),
             shutdown: CancellationToken::new(),
+            write_timeout: Duration::from_secs(1),
         };
         let emitter = Emitter::new(
             destination,
@@ -473,6 +515,7 @@ mod tests {
             tenant,
             fence: Fence::local(),
             shutdown: CancellationToken::new(),
+            write_timeout: Duration::from_secs(1),
         };
         let emitter = Emitter::new(
             destination,

@@ -682,6 +682,9 @@ impl RunTask {
     /// Writes the message's final state, then sends the last event and waits until every
     /// event is published. Returns what keeps the run registered.
     async fn finish(mut self, outcome: Result<FinishReason, Halt>) -> Registration {
+        // While the store refuses its records, a run ends only once they are committed or
+        // the write timeout has passed: it does not call itself done with nothing durable.
+        self.recorder.settle_if_failing().await;
         // A run whose events could not be stored was stopped for it, whatever it saw.
         let outcome = if self.recorder.events_failed() {
             Err(Halt::failed(

@@ -134,6 +134,14 @@ impl Recorder {
         self.emitter.record(Record::Message(message.clone()));
     }
 
+    /// While the store refuses the run's records, waits until they are committed or the
+    /// run was stopped for failing to commit them; otherwise returns at once.
+    pub async fn settle_if_failing(&self) {
+        if self.emitter.failing() {
+            self.emitter.settle().await;
+        }
+    }
+
     /// Whether some records could not be made durable: the store cannot write.
     pub fn events_failed(&self) -> bool {
         self.emitter.failed()

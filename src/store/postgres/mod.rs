@@ -13,7 +13,7 @@ mod registry;
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -32,6 +32,13 @@ const SCHEMA_VERSION: i64 = 1;
 
 /// Key of the advisory lock one process holds for its life on a database.
 const PROCESS_LOCK: i64 = 0x6167_656e_7452_756e; // "agentRun"
+
+/// How often the database is asked whether it still answers, so health turns
+/// `NOT_SERVING` when it goes away between writes.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// How long a heartbeat waits for its answer.
+const HEARTBEAT_WAIT: Duration = Duration::from_secs(2);
 
 /// How long a start waits for a previous process's lock to go (its session may linger a
 /// moment after it exited).
@@ -66,7 +73,7 @@ pub fn describe(url: &str) -> String {
 pub struct Postgres {
     pool: PgPool,
     sealer: sealed::Sealer,
-    writable: watch::Sender<bool>,
+    writable: Arc<watch::Sender<bool>>,
     observer: OnceLock<Box<dyn Fn(Duration) + Send + Sync>>,
     /// Makes writes fail, as a lost database would; for tests.
     fail: AtomicBool,
@@ -110,10 +117,12 @@ impl Postgres {
             })?;
         check_schema(&pool, &place).await?;
         check_key(&pool, key, &place).await?;
+        let writable = Arc::new(watch::Sender::new(true));
+        watch_connection(pool.clone(), Arc::downgrade(&writable));
         Ok(Self {
             pool,
             sealer: sealed::Sealer::new(key),
-            writable: watch::Sender::new(true),
+            writable,
             observer: OnceLock::new(),
             fail: AtomicBool::new(false),
             _lock: Mutex::new(Some(lock)),
@@ -153,6 +162,26 @@ impl Postgres {
             .send_if_modified(|writable| !std::mem::replace(writable, true));
         Ok(())
     }
+}
+
+/// Asks the database every [`HEARTBEAT`] whether it answers, until the backend is
+/// dropped: one that does not is marked unwritable, and health's probe marks it writable
+/// again once a write succeeds.
+fn watch_connection(pool: PgPool, writable: Weak<watch::Sender<bool>>) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(HEARTBEAT).await;
+            let Some(writable) = writable.upgrade() else {
+                return;
+            };
+            let answer =
+                tokio::time::timeout(HEARTBEAT_WAIT, sqlx::query("SELECT 1").execute(&pool));
+            if !matches!(answer.await, Ok(Ok(_))) && *writable.borrow() {
+                tracing::error!("PostgreSQL does not answer");
+                writable.send_replace(false);
+            }
+        }
+    });
 }
 
 /// The embedded migrations, applied in order under the migrator's advisory lock, so

@@ -108,3 +108,85 @@ impl Drop for TestDatabase {
         let _ = dropped.join();
     }
 }
+
+/// A TCP proxy in front of PostgreSQL that a test can cut (every connection dropped, new
+/// ones refused) and restore: the database going away and coming back, without stopping
+/// the server other tests use.
+pub struct Proxy {
+    /// Where clients connect.
+    pub addr: std::net::SocketAddr,
+    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cut: tokio::sync::watch::Sender<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    /// A proxy to `upstream` (`host:port`).
+    pub async fn start(upstream: String) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let (cut, cuts) = tokio::sync::watch::channel(0u64);
+        let accepting = std::sync::Arc::clone(&open);
+        let task = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !accepting.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let upstream = upstream.clone();
+                let mut cuts = cuts.clone();
+                // Only cuts after this connection opened end it.
+                cuts.borrow_and_update();
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cuts.changed() => {}
+                    }
+                });
+            }
+        });
+        Self {
+            addr,
+            open,
+            cut,
+            task,
+        }
+    }
+
+    /// Drops every connection and refuses new ones.
+    pub fn cut(&self) {
+        self.open.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.cut.send_modify(|n| *n += 1);
+    }
+
+    /// Lets connections through again.
+    pub fn restore(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// `url` (of the proxied server) pointed at the proxy.
+    pub fn url_through(&self, url: &str) -> String {
+        let (scheme, rest) = url.split_once("://").unwrap();
+        let (credentials, rest) = rest.rsplit_once('@').map_or(("", rest), |(c, r)| (c, r));
+        let path = rest.find('/').map_or("", |at| &rest[at..]);
+        let at = if credentials.is_empty() { "" } else { "@" };
+        format!("{scheme}://{credentials}{at}{}{path}", self.addr)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `host:port` of a PostgreSQL URL.
+pub fn server_of(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, rest)| rest);
+    rest.split(['/', '?']).next().unwrap_or(rest).to_owned()
+}

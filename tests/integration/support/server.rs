@@ -66,6 +66,9 @@ pub fn config_toml(llm_base_url: &str, data_dir: &Path) -> String {
         data_dir = "{dir}"
         shutdown_grace_secs = 5
 
+        [store]
+        write_timeout_secs = 1
+
         [runner]
         tool_timeout_secs = 5
         client_tool_timeout_secs = 2
