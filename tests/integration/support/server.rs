@@ -10,10 +10,58 @@ use agent_runner::pb::agent_service_client::AgentServiceClient;
 use agent_runner::pb::tool_registry_client::ToolRegistryClient;
 use agent_runner::store::Store;
 use agent_runner::test_utils::testing_provider;
+
+use super::postgres::TestDatabase;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
+
+/// Whether in-process servers keep their records in PostgreSQL (`AGENT_RUNNER_TEST_STORE=
+/// postgres`): how CI runs the suites that matter most on both backends.
+pub fn on_postgres() -> bool {
+    std::env::var("AGENT_RUNNER_TEST_STORE").as_deref() == Ok("postgres")
+}
+
+/// The database and key of each data directory a server used on PostgreSQL: a restart on
+/// the same directory finds its records. A database goes once its directory is gone.
+static DATABASES: std::sync::Mutex<
+    Vec<(std::path::PathBuf, std::sync::Arc<TestDatabase>, String)>,
+> = std::sync::Mutex::new(Vec::new());
+
+/// Points `config` at its data directory's database (a new one the first time), with that
+/// database's sealing key, as a shared database needs.
+async fn use_database(config: &mut Config) -> std::sync::Arc<TestDatabase> {
+    let dir = config.server.data_dir.clone();
+    let known = {
+        let mut databases = DATABASES.lock().unwrap();
+        databases.retain(|(dir, _, _)| dir.exists());
+        databases
+            .iter()
+            .find(|(known, _, _)| *known == dir)
+            .map(|(_, database, key)| (std::sync::Arc::clone(database), key.clone()))
+    };
+    let (database, key) = match known {
+        Some(known) => known,
+        None => {
+            let database = TestDatabase::create()
+                .await
+                .expect("AGENT_RUNNER_TEST_STORE=postgres needs a reachable PostgreSQL");
+            let database = std::sync::Arc::new(database);
+            let key = agent_runner::store::SecretKey::generate().to_base64();
+            std::fs::create_dir_all(&dir).unwrap();
+            DATABASES
+                .lock()
+                .unwrap()
+                .push((dir, std::sync::Arc::clone(&database), key.clone()));
+            (database, key)
+        }
+    };
+    config.store.database_url = Some(agent_runner::llm::Secret::new(database.url()));
+    config.store.pool_size = 3;
+    config.server.secret_key = Some(agent_runner::llm::Secret::new(key));
+    database
+}
 
 /// Provider name of the scripted LLM in the server's configuration.
 pub const PROVIDER: &str = "scripted";
@@ -45,6 +93,8 @@ pub struct TestServer {
     /// The server's store, for tests that make it fail.
     pub store: Store,
     _temp: Option<tempfile::TempDir>,
+    /// The database of a server on PostgreSQL (see [`on_postgres`]).
+    _database: Option<std::sync::Arc<TestDatabase>>,
     stop: Option<oneshot::Sender<()>>,
     handle: Option<JoinHandle<Result<(), AppError>>>,
 }
@@ -166,8 +216,13 @@ impl TestServer {
         server
     }
 
-    /// Starts with `config`.
-    pub async fn start_with(config: Config) -> Self {
+    /// Starts with `config`, on a database of its own when the suite runs on PostgreSQL
+    /// (see [`on_postgres`]).
+    pub async fn start_with(mut config: Config) -> Self {
+        let database = match on_postgres() {
+            true => Some(use_database(&mut config).await),
+            false => None,
+        };
         let store = app::open_store(&config).await.unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -188,6 +243,7 @@ impl TestServer {
             metrics_addr,
             store,
             _temp: None,
+            _database: database,
             stop: Some(stop),
             handle: Some(handle),
         }
