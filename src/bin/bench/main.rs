@@ -6,6 +6,7 @@
 //! The workload is a two-round function-calling agent: one `time.current_time` call, then
 //! an answer of about 20 chunks. Build with `--release`.
 
+mod database;
 mod hostile;
 mod large;
 mod long;
@@ -69,6 +70,11 @@ struct Args {
     /// Only these of the `hostile` case's inputs (numbered from 1; repeat for more).
     #[arg(long = "hostile-input")]
     hostile_inputs: Vec<usize>,
+    /// Run c1, c50 and the stream cases on PostgreSQL, in a database made on this server
+    /// for the sitting (`postgres://user@host:port/database`; the database named is only
+    /// connected to, to make it).
+    #[arg(long, env = "AGENT_RUNNER_BENCH_DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
 }
 
 /// The workload of a preset measured through [`run_case`]; `None` for `large`, which is
@@ -111,7 +117,7 @@ async fn main() -> anyhow::Result<()> {
     let presets = if args.cases.is_empty() {
         vec![Preset::C1, Preset::C50, Preset::Streams2k]
     } else {
-        args.cases
+        args.cases.clone()
     };
     let sink = if args.otlp_sink {
         Some(otlp::Sink::start().await?)
@@ -127,6 +133,36 @@ async fn main() -> anyhow::Result<()> {
         service_env.push(("AGENT_RUNNER_REQUIRE_AUTH".into(), "true".into()));
         service_env.push(("AGENT_RUNNER_ADMIN_TOKEN".into(), token.clone()));
     }
+    let database = match &args.database_url {
+        Some(url) => Some(database::BenchDatabase::create(url).await?),
+        None => None,
+    };
+    if let Some(database) = &database {
+        service_env.push(("AGENT_RUNNER_DATABASE_URL".into(), database.url.clone()));
+        let key = agent_runner::store::SecretKey::generate().to_base64();
+        service_env.push(("AGENT_RUNNER_SECRET_KEY".into(), key));
+    }
+    let outcome = run_presets(
+        &args,
+        presets,
+        &service_env,
+        admin_token.as_deref(),
+        sink.as_ref(),
+    )
+    .await;
+    if let Some(database) = database {
+        database.drop_database().await?;
+    }
+    outcome
+}
+
+async fn run_presets(
+    args: &Args,
+    presets: Vec<Preset>,
+    service_env: &[(String, String)],
+    admin_token: Option<&str>,
+    sink: Option<&otlp::Sink>,
+) -> anyhow::Result<()> {
     if presets.contains(&Preset::Hostile) {
         if !args.json {
             println!("| input | answer | RSS before | peak | RSS after | also |\n|---|---|---|---|---|---|");
@@ -156,7 +192,7 @@ async fn main() -> anyhow::Result<()> {
         .filter(|p| !matches!(p, Preset::Large | Preset::Long | Preset::Hostile))
         .collect();
     if long {
-        let report = long::run_long(args.turns, &service_env).await?;
+        let report = long::run_long(args.turns, service_env).await?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
@@ -180,14 +216,14 @@ async fn main() -> anyhow::Result<()> {
     let mut reports: Vec<Vec<Report>> = presets.iter().map(|_| Vec::new()).collect();
     for _ in 0..args.repeats.max(1) {
         for (preset, runs) in presets.iter().zip(reports.iter_mut()) {
-            if let Some(case) = case(*preset, &service_env, admin_token.as_deref()) {
+            if let Some(case) = case(*preset, service_env, admin_token) {
                 runs.push(run_case(case).await?);
             }
         }
     }
     if large {
         anyhow::ensure!(!args.auth, "--auth applies to c1, c50 and the stream cases");
-        let report = large::run_large(&service_env).await?;
+        let report = large::run_large(service_env).await?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {

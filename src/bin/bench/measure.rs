@@ -93,6 +93,12 @@ pub struct Report {
     /// The service's CPU time (user + system) over the measured runs, per run: steadier
     /// than runs/s on a shared machine.
     pub cpu_per_run_ms: f64,
+    /// On PostgreSQL: its server processes' CPU time per run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database_cpu_per_run_ms: Option<f64>,
+    /// On PostgreSQL: transactions committed per run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database_commits_per_run: Option<f64>,
 }
 
 struct RunResult {
@@ -147,11 +153,27 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
         Arc::clone(&peak),
         Arc::clone(&sampling),
     ));
+    let database = case
+        .service_env
+        .iter()
+        .find(|(name, _)| name == "AGENT_RUNNER_DATABASE_URL")
+        .map(|(_, url)| url.as_str());
+    let database_before = match database {
+        Some(url) => Some(crate::database::spent(url).await?),
+        None => None,
+    };
     let cpu_before = cpu_time(service.pid());
     let started = Instant::now();
     let results = drive(&channels, case, &credentials).await;
     let elapsed = started.elapsed();
     let cpu = cpu_time(service.pid()).saturating_sub(cpu_before);
+    let database_spent = match (database, database_before) {
+        (Some(url), Some((cpu_then, commits_then))) => {
+            let (cpu_now, commits_now) = crate::database::spent(url).await?;
+            Some((cpu_now.saturating_sub(cpu_then), commits_now - commits_then))
+        }
+        _ => None,
+    };
     sampling.store(false, Ordering::SeqCst);
     let _ = sampler.await;
     let (_, hwm) = memory_kib(service.pid());
@@ -165,7 +187,12 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
         idle_rss,
         peak_rss,
     );
-    report.cpu_per_run_ms = millis(cpu) / results.len().max(1) as f64;
+    let runs = results.len().max(1) as f64;
+    report.cpu_per_run_ms = millis(cpu) / runs;
+    if let Some((cpu, commits)) = database_spent {
+        report.database_cpu_per_run_ms = Some(millis(cpu) / runs);
+        report.database_commits_per_run = Some(commits as f64 / runs);
+    }
     Ok(report)
 }
 
@@ -208,6 +235,8 @@ fn summarize(
         peak_rss_mib: peak_rss as f64 / 1024.0,
         rss_per_run_kib: peak_rss.saturating_sub(idle_rss) as f64 / case.concurrency as f64,
         cpu_per_run_ms: 0.0,
+        database_cpu_per_run_ms: None,
+        database_commits_per_run: None,
     }
 }
 
@@ -382,6 +411,15 @@ pub fn print_table(reports: &[Report]) {
             r.overhead_per_round_p50_ms, r.overhead_per_round_p99_ms, r.peak_rss_mib, r.rss_per_run_kib,
             r.cpu_per_run_ms
         );
+    }
+    for r in reports {
+        if let (Some(cpu), Some(commits)) = (r.database_cpu_per_run_ms, r.database_commits_per_run)
+        {
+            println!(
+                "{:<11} PostgreSQL: {cpu:.3} ms CPU per run, {commits:.1} transactions per run",
+                r.case
+            );
+        }
     }
     println!("(times in ms; ovh = orchestration overhead per round: (run latency − direct two-call floor − tool time) / 2)");
 }
