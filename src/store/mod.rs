@@ -80,9 +80,7 @@ impl Store {
     /// Connects to the shared database `settings` name (PostgreSQL), migrating it and
     /// checking that it was sealed with `key`; one process per database.
     pub async fn connect(settings: &DatabaseSettings, key: &SecretKey) -> Result<Self, StoreError> {
-        Ok(Self::new(Arc::new(
-            postgres::Postgres::connect(settings, key).await?,
-        )))
+        Ok(Self::new(postgres::Postgres::connect(settings, key).await?))
     }
 
     /// A throw-away embedded database that lives in memory; for tests and benchmarks.

@@ -6,6 +6,7 @@
 //! for its WAL flush, which the run's first burst (a later synchronous commit) covers.
 //! Migrations are embedded and applied at connection under the migrator's advisory lock.
 
+mod committer;
 mod conversations;
 mod error;
 mod records;
@@ -79,14 +80,16 @@ pub struct Postgres {
     fail: AtomicBool,
     /// The connection holding the process lock, for the process's life.
     _lock: Mutex<Option<PgConnection>>,
+    /// Where bursts wait for their group commit.
+    committer: tokio::sync::mpsc::UnboundedSender<committer::Job>,
     /// Where it is, for messages.
     place: String,
 }
 
 impl Postgres {
     /// Connects, applies the migrations, checks the schema's minimum version and the
-    /// sealing key's fingerprint, and takes the process lock.
-    pub async fn connect(settings: &Settings, key: &SecretKey) -> Result<Self, StoreError> {
+    /// sealing key's fingerprint, takes the process lock and starts the group committer.
+    pub async fn connect(settings: &Settings, key: &SecretKey) -> Result<Arc<Self>, StoreError> {
         let place = describe(&settings.url);
         let options =
             PgConnectOptions::from_str(&settings.url).map_err(|_| StoreError::Backend {
@@ -119,15 +122,16 @@ impl Postgres {
         check_key(&pool, key, &place).await?;
         let writable = Arc::new(watch::Sender::new(true));
         watch_connection(pool.clone(), Arc::downgrade(&writable));
-        Ok(Self {
+        Ok(Arc::new_cyclic(|backend| Self {
             pool,
             sealer: sealed::Sealer::new(key),
             writable,
             observer: OnceLock::new(),
             fail: AtomicBool::new(false),
             _lock: Mutex::new(Some(lock)),
+            committer: committer::start(backend.clone()),
             place,
-        })
+        }))
     }
 
     /// Starts a transaction, or fails as unavailable while writes are made to fail.
@@ -194,7 +198,14 @@ fn migrator() -> Migrator {
         sqlx::SqlStr::from_static(include_str!("migrations/0001_initial.sql")),
         false,
     );
-    Migrator::with_migrations(vec![initial])
+    let usage_shards = Migration::new(
+        2,
+        "usage shards".into(),
+        MigrationType::Simple,
+        sqlx::SqlStr::from_static(include_str!("migrations/0002_usage_shards.sql")),
+        false,
+    );
+    Migrator::with_migrations(vec![initial, usage_shards])
 }
 
 /// Refuses a database whose schema needs a newer build than this one.

@@ -8,7 +8,7 @@ use super::conversations::fit;
 use super::error::{codec, from_sqlx};
 use super::Postgres;
 use crate::domain::{EventEnvelope, FileId, FileRecord, MessageId, Tenant, Thought};
-use crate::store::{Burst, Fence, Page, PageSize, Record, StoreError};
+use crate::store::{Burst, Fence, Page, PageSize, StoreError};
 
 fn encode<T: serde::Serialize>(table: &'static str, record: &T) -> Result<String, StoreError> {
     serde_json::to_string(record).map_err(|err| codec(table, err))
@@ -109,7 +109,8 @@ impl crate::store::Records for Postgres {
 #[async_trait]
 impl crate::store::EventLog for Postgres {
     /// The fence is recorded with each message (one fixed owner until replicas take runs
-    /// over); the burst is one transaction, durable when it commits. Events already
+    /// over). The burst joins the bursts of other runs waiting at the time in one
+    /// transaction (see [`super::committer`]), durable when it commits. Events already
     /// written (a burst committed again after an error it did not see) are kept as they are.
     async fn commit(
         &self,
@@ -120,77 +121,10 @@ impl crate::store::EventLog for Postgres {
         if burst.is_empty() {
             return Ok(());
         }
-        let started = Instant::now();
-        let mut tx = self.begin().await?;
-        let failed = |err| self.failed(err);
-        for record in &burst.records {
-            match record {
-                Record::Thought(thought) => {
-                    sqlx::query(
-                        "INSERT INTO thoughts (tenant, message_id, position, record) \
-                         VALUES ($1, $2, $3, $4) ON CONFLICT (tenant, message_id, position) \
-                         DO UPDATE SET record = EXCLUDED.record",
-                    )
-                    .bind(tenant.as_str())
-                    .bind(thought.message_id.0)
-                    .bind(i32::try_from(thought.position).unwrap_or(i32::MAX))
-                    .bind(encode("thoughts", thought)?)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(failed)?;
-                }
-                Record::Message(message) => {
-                    sqlx::query(
-                        "UPDATE messages SET record = $3, running = $4 \
-                         WHERE tenant = $1 AND id = $2",
-                    )
-                    .bind(tenant.as_str())
-                    .bind(message.id.0)
-                    .bind(encode("messages", message)?)
-                    .bind(!message.status.is_terminal())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(failed)?;
-                }
-                Record::TenantTokens { day, tokens } => {
-                    sqlx::query(
-                        "INSERT INTO tenant_usage (tenant, day, tokens) VALUES ($1, $2, $3) \
-                         ON CONFLICT (tenant, day) DO UPDATE SET tokens = tenant_usage.tokens + EXCLUDED.tokens",
-                    )
-                    .bind(tenant.as_str())
-                    .bind(i32::try_from(*day).unwrap_or(i32::MAX))
-                    .bind(i64::try_from(*tokens).unwrap_or(i64::MAX))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(failed)?;
-                }
-            }
-        }
-        if let Some(first) = burst.events.first() {
-            let seqs: Vec<i64> = burst
-                .events
-                .iter()
-                .map(|e| i64::try_from(e.seq).unwrap_or(i64::MAX))
-                .collect();
-            let records: Vec<String> = burst
-                .events
-                .iter()
-                .map(|e| encode("events", e))
-                .collect::<Result<_, _>>()?;
-            sqlx::query(
-                "INSERT INTO events (tenant, message_id, seq, record) \
-                 SELECT $1, $2, seq, record FROM UNNEST($3::bigint[], $4::text[]) AS e(seq, record) \
-                 ON CONFLICT (tenant, message_id, seq) DO NOTHING",
-            )
-            .bind(tenant.as_str())
-            .bind(first.message_id.0)
-            .bind(&seqs)
-            .bind(&records)
-            .execute(&mut *tx)
-            .await
-            .map_err(failed)?;
-        }
-        self.finish(tx, started).await
+        let stopped = || super::unavailable("the store's committer has stopped");
+        let (job, done) = super::committer::job(tenant, burst)?;
+        self.committer.send(job).map_err(|_| stopped())?;
+        done.await.map_err(|_| stopped())?
     }
 
     async fn list_events(

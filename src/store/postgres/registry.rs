@@ -135,13 +135,16 @@ impl crate::store::Registry for Postgres {
     }
 
     async fn tenant_tokens(&self, tenant: &Tenant, day: u32) -> Result<u64, StoreError> {
-        let row: Option<(i64,)> =
-            sqlx::query_as("SELECT tokens FROM tenant_usage WHERE tenant = $1 AND day = $2")
-                .bind(tenant.as_str())
-                .bind(i32::try_from(day).unwrap_or(i32::MAX))
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(from_sqlx)?;
-        Ok(row.map_or(0, |(tokens,)| u64::try_from(tokens).unwrap_or_default()))
+        let row: Option<(Option<i64>,)> = sqlx::query_as(
+            "SELECT sum(tokens)::bigint FROM tenant_usage WHERE tenant = $1 AND day = $2",
+        )
+        .bind(tenant.as_str())
+        .bind(i32::try_from(day).unwrap_or(i32::MAX))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(from_sqlx)?;
+        Ok(row
+            .and_then(|(tokens,)| tokens)
+            .map_or(0, |tokens| u64::try_from(tokens).unwrap_or_default()))
     }
 }

@@ -2,7 +2,7 @@
 //! drops it. Without a reachable server the tests pass and say they were skipped, except
 //! under `CI=true`, where PostgreSQL is part of the machine.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -107,7 +107,7 @@ impl Harness for Databases {
         let backend = Postgres::connect(&self.settings(&name), &self.key)
             .await
             .unwrap();
-        Store::new(Arc::new(backend))
+        Store::new(backend)
     }
 
     async fn reopen(&self, store: Store) -> Store {
@@ -115,7 +115,7 @@ impl Harness for Databases {
         let backend = Postgres::connect(&self.settings(&self.last()), &self.key)
             .await
             .unwrap();
-        Store::new(Arc::new(backend))
+        Store::new(backend)
     }
 }
 

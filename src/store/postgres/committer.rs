@@ -1,0 +1,259 @@
+//! Group commit: a committer takes the bursts of every run waiting at the time into one
+//! transaction, with one statement per kind of record for all of them. Under load a
+//! commit (and its WAL flush) serves many runs; a lone run's burst goes at once. A few
+//! committers take turns, so one group is written while another waits for its flush.
+
+use std::collections::BTreeMap;
+use std::sync::Weak;
+use std::time::Instant;
+
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use super::error::codec;
+use super::Postgres;
+use crate::domain::Tenant;
+use crate::store::{Burst, Record, StoreError};
+
+/// Bursts one transaction takes at most.
+const GROUP: usize = 128;
+
+/// Shards of each tenant's daily token count (see the migration `usage shards`).
+const USAGE_SHARDS: u8 = 64;
+
+/// Transactions in flight at once: while one waits for its WAL flush, the next group is
+/// written, and PostgreSQL flushes the WAL of concurrent commits together.
+const COMMITTERS: usize = 8;
+
+/// One run's burst, encoded by its caller (so encoding runs on the callers' tasks, in
+/// parallel), waiting for its commit.
+pub struct Job {
+    rows: Rows,
+    reply: oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// The rows of one or more bursts, column by column, as the statements bind them.
+#[derive(Default)]
+struct Rows {
+    thoughts: (Vec<String>, Vec<Uuid>, Vec<i32>, Vec<String>),
+    messages: (Vec<String>, Vec<Uuid>, Vec<String>, Vec<bool>),
+    tokens: BTreeMap<(String, i32), i64>,
+    events: (Vec<String>, Vec<Uuid>, Vec<i64>, Vec<String>),
+}
+
+impl Rows {
+    fn add(&mut self, other: Rows) {
+        extend4(&mut self.thoughts, other.thoughts);
+        extend4(&mut self.messages, other.messages);
+        for (key, tokens) in other.tokens {
+            *self.tokens.entry(key).or_default() += tokens;
+        }
+        extend4(&mut self.events, other.events);
+    }
+}
+
+fn extend4<A, B, C, D>(
+    into: &mut (Vec<A>, Vec<B>, Vec<C>, Vec<D>),
+    from: (Vec<A>, Vec<B>, Vec<C>, Vec<D>),
+) {
+    into.0.extend(from.0);
+    into.1.extend(from.1);
+    into.2.extend(from.2);
+    into.3.extend(from.3);
+}
+
+/// The rows of `burst`, a run of `tenant`.
+pub fn job(
+    tenant: &Tenant,
+    burst: &Burst,
+) -> Result<(Job, oneshot::Receiver<Result<(), StoreError>>), StoreError> {
+    let mut rows = Rows::default();
+    let name = tenant.as_str().to_owned();
+    for record in &burst.records {
+        match record {
+            Record::Thought(thought) => {
+                rows.thoughts.0.push(name.clone());
+                rows.thoughts.1.push(thought.message_id.0);
+                rows.thoughts
+                    .2
+                    .push(i32::try_from(thought.position).unwrap_or(i32::MAX));
+                rows.thoughts
+                    .3
+                    .push(serde_json::to_string(thought).map_err(|e| codec("thoughts", e))?);
+            }
+            Record::Message(message) => {
+                rows.messages.0.push(name.clone());
+                rows.messages.1.push(message.id.0);
+                rows.messages
+                    .2
+                    .push(serde_json::to_string(message).map_err(|e| codec("messages", e))?);
+                rows.messages.3.push(!message.status.is_terminal());
+            }
+            Record::TenantTokens { day, tokens } => {
+                let key = (name.clone(), i32::try_from(*day).unwrap_or(i32::MAX));
+                *rows.tokens.entry(key).or_default() += i64::try_from(*tokens).unwrap_or(i64::MAX);
+            }
+        }
+    }
+    for event in &burst.events {
+        rows.events.0.push(name.clone());
+        rows.events.1.push(event.message_id.0);
+        rows.events
+            .2
+            .push(i64::try_from(event.seq).unwrap_or(i64::MAX));
+        rows.events
+            .3
+            .push(serde_json::to_string(event).map_err(|e| codec("events", e))?);
+    }
+    let (reply, done) = oneshot::channel();
+    Ok((Job { rows, reply }, done))
+}
+
+/// Starts the committers of `backend`; they stop once the backend is dropped.
+pub fn start(backend: Weak<Postgres>) -> mpsc::UnboundedSender<Job> {
+    let (jobs, queue) = mpsc::unbounded_channel::<Job>();
+    let queue = std::sync::Arc::new(tokio::sync::Mutex::new(queue));
+    for _ in 0..COMMITTERS {
+        let queue = std::sync::Arc::clone(&queue);
+        let backend = backend.clone();
+        tokio::spawn(async move {
+            let mut waiting = Vec::with_capacity(GROUP);
+            loop {
+                // One committer takes what is waiting; the others wait their turn.
+                let received = queue.lock().await.recv_many(&mut waiting, GROUP).await;
+                if received == 0 {
+                    return;
+                }
+                let Some(backend) = backend.upgrade() else {
+                    return;
+                };
+                backend.commit_group(std::mem::take(&mut waiting)).await;
+            }
+        });
+    }
+    jobs
+}
+
+impl Postgres {
+    /// Commits `group` in one transaction; when that fails for a reason other than an
+    /// unavailable database, each burst is tried alone, so one bad burst fails alone.
+    async fn commit_group(&self, group: Vec<Job>) {
+        if group.len() == 1 {
+            for job in group {
+                let result = self.write_rows(&job.rows).await;
+                let _ = job.reply.send(result);
+            }
+            return;
+        }
+        let (parts, replies): (Vec<Rows>, Vec<_>) =
+            group.into_iter().map(|job| (job.rows, job.reply)).unzip();
+        // Merged for the one transaction; the parts kept for a retry one by one.
+        let mut rows = Rows::default();
+        for part in &parts {
+            rows.add(copy(part));
+        }
+        match self.write_rows(&rows).await {
+            Ok(()) => {
+                for reply in replies {
+                    let _ = reply.send(Ok(()));
+                }
+            }
+            Err(err) if err.category() == crate::store::Category::Unavailable => {
+                for reply in replies {
+                    let _ = reply.send(Err(super::unavailable(&err.to_string())));
+                }
+            }
+            Err(_) => {
+                for (part, reply) in parts.iter().zip(replies) {
+                    let _ = reply.send(self.write_rows(part).await);
+                }
+            }
+        }
+    }
+
+    /// Writes `rows` in one durable transaction.
+    async fn write_rows(&self, rows: &Rows) -> Result<(), StoreError> {
+        let started = Instant::now();
+        let mut tx = self.begin().await?;
+        let failed = |err| self.failed(err);
+        if !rows.thoughts.0.is_empty() {
+            sqlx::query(
+                "INSERT INTO thoughts (tenant, message_id, position, record) \
+                 SELECT * FROM UNNEST($1::text[], $2::uuid[], $3::int[], $4::text[]) \
+                 ON CONFLICT (tenant, message_id, position) DO UPDATE SET record = EXCLUDED.record",
+            )
+            .bind(&rows.thoughts.0)
+            .bind(&rows.thoughts.1)
+            .bind(&rows.thoughts.2)
+            .bind(&rows.thoughts.3)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        }
+        // One statement per message, by its key: a join against a list of them lets the
+        // planner scan the whole table once it has grown.
+        for (((tenant, id), record), running) in rows
+            .messages
+            .0
+            .iter()
+            .zip(&rows.messages.1)
+            .zip(&rows.messages.2)
+            .zip(&rows.messages.3)
+        {
+            sqlx::query(
+                "UPDATE messages SET record = $3, running = $4 WHERE tenant = $1 AND id = $2",
+            )
+            .bind(tenant)
+            .bind(id)
+            .bind(record)
+            .bind(running)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        }
+        if !rows.events.0.is_empty() {
+            sqlx::query(
+                "INSERT INTO events (tenant, message_id, seq, record) \
+                 SELECT * FROM UNNEST($1::text[], $2::uuid[], $3::bigint[], $4::text[]) \
+                 ON CONFLICT (tenant, message_id, seq) DO NOTHING",
+            )
+            .bind(&rows.events.0)
+            .bind(&rows.events.1)
+            .bind(&rows.events.2)
+            .bind(&rows.events.3)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        }
+        // Last, so the row is held for as short a time as the commit allows.
+        if !rows.tokens.is_empty() {
+            let tenants: Vec<&str> = rows.tokens.keys().map(|(t, _)| t.as_str()).collect();
+            let days: Vec<i32> = rows.tokens.keys().map(|(_, d)| *d).collect();
+            let tokens: Vec<i64> = rows.tokens.values().copied().collect();
+            // A shard of the count at random: concurrent commits rarely share a row.
+            let shard = i16::from(fastrand::u8(..USAGE_SHARDS));
+            sqlx::query(
+                "INSERT INTO tenant_usage (tenant, day, tokens, shard) \
+                 SELECT *, $4 FROM UNNEST($1::text[], $2::int[], $3::bigint[]) \
+                 ON CONFLICT (tenant, day, shard) DO UPDATE SET tokens = tenant_usage.tokens + EXCLUDED.tokens",
+            )
+            .bind(&tenants)
+            .bind(&days)
+            .bind(&tokens)
+            .bind(shard)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        }
+        self.finish(tx, started).await
+    }
+}
+
+fn copy(rows: &Rows) -> Rows {
+    Rows {
+        thoughts: rows.thoughts.clone(),
+        messages: rows.messages.clone(),
+        tokens: rows.tokens.clone(),
+        events: rows.events.clone(),
+    }
+}
