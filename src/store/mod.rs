@@ -28,7 +28,7 @@ pub use contract::{
     Record, Records, Registry, StoredProvider,
 };
 pub use error::{Category, StoreError};
-pub use postgres::{describe as describe_database, Settings as DatabaseSettings};
+pub use postgres::{describe as describe_database, with_database, Settings as DatabaseSettings};
 pub use sealed::SecretKey;
 
 /// Page cache of the embedded database when the configuration does not say.

@@ -16,16 +16,6 @@ pub struct BenchDatabase {
     pub url: String,
 }
 
-/// `url` with its database replaced by `database`.
-fn url_of(url: &str, database: &str) -> String {
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
-    let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
-    match query {
-        "" => format!("{server}/{database}"),
-        query => format!("{server}/{database}?{query}"),
-    }
-}
-
 impl BenchDatabase {
     /// A new database on the server `admin` names.
     pub async fn create(admin: &str) -> anyhow::Result<Self> {
@@ -40,7 +30,7 @@ impl BenchDatabase {
         let _ = connection.close().await;
         Ok(Self {
             admin: admin.to_owned(),
-            url: url_of(admin, &name),
+            url: agent_runner::store::with_database(admin, &name),
             name,
         })
     }

@@ -70,6 +70,17 @@ pub fn describe(url: &str) -> String {
     }
 }
 
+/// `url` with its database replaced by `database` (query parameters kept): how a tool
+/// that makes a database of its own reaches it.
+pub fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
+    match query {
+        "" => format!("{server}/{database}"),
+        query => format!("{server}/{database}?{query}"),
+    }
+}
+
 /// The backend: a pool and what the contract's health needs.
 pub struct Postgres {
     pool: PgPool,

@@ -23,17 +23,6 @@ fn admin_url() -> String {
     std::env::var("AGENT_RUNNER_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
 }
 
-/// `url` with its database replaced by `database`.
-fn url_of(url: &str, database: &str) -> String {
-    let (base, query) = url.split_once('?').map_or((url, ""), |(b, q)| (b, q));
-    let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
-    if query.is_empty() {
-        format!("{server}/{database}")
-    } else {
-        format!("{server}/{database}?{query}")
-    }
-}
-
 /// Databases made for one test, dropped with it.
 struct Databases {
     admin: String,
@@ -77,7 +66,7 @@ impl Databases {
 
     fn settings(&self, database: &str) -> Settings {
         Settings {
-            url: url_of(&self.admin, database),
+            url: super::with_database(&self.admin, database),
             pool_size: 2,
             statement_timeout: Duration::from_secs(5),
         }
@@ -217,4 +206,23 @@ async fn an_unreachable_database_is_named_without_its_password() {
     assert!(text.contains("127.0.0.1:1/agents"), "{text}");
     assert!(!text.contains("hunter2"), "{text}");
     assert_eq!(err.category(), crate::store::Category::Unavailable);
+}
+
+/// A URL's database is replaced, its credentials and parameters kept; one shown names
+/// host, port and database only.
+#[test]
+fn urls_name_another_database_and_show_no_password() {
+    assert_eq!(
+        super::with_database("postgres://u:p@h:5433/test?sslmode=require", "other"),
+        "postgres://u:p@h:5433/other?sslmode=require"
+    );
+    assert_eq!(
+        super::with_database("postgres://h/test", "other"),
+        "postgres://h/other"
+    );
+    assert_eq!(
+        super::describe("postgres://u:secret@db.internal:5433/agents?sslmode=verify-full"),
+        "db.internal:5433/agents"
+    );
+    assert!(!super::describe("postgres://u:secret@[").contains("secret"));
 }

@@ -18,16 +18,6 @@ fn admin_url() -> String {
     std::env::var("AGENT_RUNNER_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
 }
 
-/// `url` with its database replaced by `database`.
-fn url_of(url: &str, database: &str) -> String {
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
-    let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
-    match query {
-        "" => format!("{server}/{database}"),
-        query => format!("{server}/{database}?{query}"),
-    }
-}
-
 impl TestDatabase {
     /// A new, empty database; `None` (skip the test) when PostgreSQL cannot be reached
     /// outside CI.
@@ -62,7 +52,7 @@ impl TestDatabase {
 
     /// Its URL.
     pub fn url(&self) -> String {
-        url_of(&self.admin, &self.name)
+        agent_runner::store::with_database(&self.admin, &self.name)
     }
 
     /// Its name.
