@@ -48,3 +48,33 @@ python3 -m venv "$WORK/venv"
 echo "--- node"
 (cd examples/node && npm ci --no-audit --no-fund --loglevel=error && node run_agent.js) ||
   { tail -20 "$WORK/server.log"; exit 1; }
+
+# The generated Python stubs again, against a server keeping its records in PostgreSQL,
+# in a database made for this run and dropped after it. Skipped (and said so) without a
+# PostgreSQL on 127.0.0.1; under CI=true that fails instead.
+if ! pg_isready -h 127.0.0.1 -q 2>/dev/null; then
+  if [ "${CI:-}" = "true" ]; then
+    echo "PostgreSQL on 127.0.0.1 is needed in CI" >&2
+    exit 1
+  fi
+  echo "--- python on PostgreSQL: skipped, no PostgreSQL on 127.0.0.1"
+  exit 0
+fi
+echo "--- python on PostgreSQL"
+DB="agent_runner_examples_$$"
+psql -h 127.0.0.1 -U postgres -d test -qc "CREATE DATABASE $DB"
+trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true;
+  psql -h 127.0.0.1 -U postgres -d test -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)"' EXIT
+PG_PORT=$(free_port)
+AGENT_RUNNER_SECRET_KEY=$(python3 -c 'import base64, os; print(base64.b64encode(os.urandom(32)).decode())') \
+  OPENAI_BASE_URL="http://127.0.0.1:$LLM_PORT/v1" OPENAI_API_KEY= \
+  "$BIN/agent-runner" serve --listen "127.0.0.1:$PG_PORT" \
+  --database-url "postgres://postgres@127.0.0.1:5432/$DB" >"$WORK/server-pg.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+  "$BIN/agent-runner" health --addr "127.0.0.1:$PG_PORT" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+"$BIN/agent-runner" health --addr "127.0.0.1:$PG_PORT"
+(cd examples/python && export PATH="$WORK/venv/bin:$PATH" AGENT_RUNNER_ADDR="127.0.0.1:$PG_PORT" &&
+  python run_agent.py) || { tail -20 "$WORK/server-pg.log"; exit 1; }

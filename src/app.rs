@@ -217,6 +217,49 @@ fn gate(config: &Config, keys: &Arc<Keys>) -> Gate {
     }
 }
 
+/// How often ended messages' old events are looked for.
+const RETIRE_EVERY: Duration = Duration::from_secs(3600);
+
+/// Messages whose events one batch retires.
+const RETIRE_BATCH: usize = 100;
+
+/// Retires the events of messages that ended more than `days` ago, every hour until
+/// `stop`, a batch at a time so the store never runs one long delete.
+async fn retire_events(store: Store, days: u32, stop: CancellationToken) {
+    loop {
+        let before = crate::domain::now() - chrono::Duration::days(i64::from(days));
+        let mut retired = 0;
+        loop {
+            match store.retire_events(before, RETIRE_BATCH).await {
+                Ok(count) => {
+                    retired += count;
+                    if count < RETIRE_BATCH {
+                        break;
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "could not retire old events; trying again later");
+                    break;
+                }
+            }
+            if stop.is_cancelled() {
+                return;
+            }
+        }
+        if retired > 0 {
+            tracing::info!(
+                messages = retired,
+                days,
+                "retired the events of ended messages"
+            );
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(RETIRE_EVERY) => {}
+        }
+    }
+}
+
 /// How often a store that cannot write is probed for room again.
 const STORE_PROBE: Duration = Duration::from_secs(1);
 
@@ -327,6 +370,14 @@ pub async fn serve(
         ));
     }
 
+    let stop_retiring = CancellationToken::new();
+    if config.store.event_retention_days > 0 {
+        tokio::spawn(retire_events(
+            store.clone(),
+            config.store.event_retention_days,
+            stop_retiring.clone(),
+        ));
+    }
     let keys = Arc::new(Keys::load(store.clone()).await?);
     let stop_keys = CancellationToken::new();
     let saving_keys = tokio::spawn(save_last_used(Arc::clone(&keys), stop_keys.clone()));
@@ -390,6 +441,7 @@ pub async fn serve(
         );
     }
     stop_metrics.cancel();
+    stop_retiring.cancel();
     stop_keys.cancel();
     let _ = saving_keys.await;
     tracing::info!("stopped");

@@ -38,6 +38,10 @@ pub struct StoreConfig {
     /// before it stops as on a full disk.
     #[serde(default = "default_write_timeout_secs")]
     pub write_timeout_secs: u64,
+    /// Days after which an ended message's events are retired, all but its last (its
+    /// end); 0 keeps them until the conversation is deleted.
+    #[serde(default)]
+    pub event_retention_days: u32,
 }
 
 impl Default for StoreConfig {
@@ -47,6 +51,7 @@ impl Default for StoreConfig {
             pool_size: default_pool_size(),
             statement_timeout_ms: default_statement_timeout_ms(),
             write_timeout_secs: default_write_timeout_secs(),
+            event_retention_days: 0,
         }
     }
 }

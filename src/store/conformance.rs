@@ -39,6 +39,7 @@ pub async fn run_all(harness: &dyn Harness) {
     credentials_are_sealed(harness).await;
     a_reopened_store_holds_everything(harness).await;
     a_store_that_cannot_write_says_unavailable(harness).await;
+    retired_events_leave_each_end(harness).await;
 }
 
 fn tenant() -> Tenant {
@@ -725,4 +726,61 @@ pub async fn a_store_that_cannot_write_says_unavailable(harness: &dyn Harness) {
     assert!(*writable.borrow_and_update());
     let events = store.list_events(&tenant(), message.id, 0).await.unwrap();
     assert_eq!(events.len(), 1);
+}
+
+/// Retiring the events of messages that ended before a moment leaves each its last event
+/// (its end) and nothing else of them changed; running messages and messages that ended
+/// later keep every event; a second pass finds nothing left to retire.
+pub async fn retired_events_leave_each_end(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let opening = conversation(&tenant());
+    let mut ended = start(&store, opening.id, Some(&opening)).await;
+    let thought = finish(&store, &mut ended, "kept whole").await;
+    let running = start(&store, opening.id, None).await;
+    commit(
+        &store,
+        Vec::new(),
+        vec![
+            envelope(&running, 1, delta("still ")),
+            envelope(&running, 2, delta("going")),
+        ],
+    )
+    .await;
+    let long_ago = crate::domain::now() - chrono::Duration::days(1);
+    assert_eq!(
+        store.retire_events(long_ago, 100).await.unwrap(),
+        0,
+        "nothing ended then"
+    );
+
+    let later = crate::domain::now() + chrono::Duration::seconds(5);
+    assert_eq!(store.retire_events(later, 100).await.unwrap(), 1);
+    let events = store.list_events(&tenant(), ended.id, 0).await.unwrap();
+    assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3]);
+    assert_eq!(
+        events[0].event,
+        end("kept whole"),
+        "the end, answer and all"
+    );
+    assert_eq!(
+        store
+            .list_events(&tenant(), running.id, 0)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        store.get_message(&tenant(), ended.id).await.unwrap(),
+        Some(ended.clone())
+    );
+    assert_eq!(
+        store.all_thoughts(&tenant(), ended.id).await.unwrap(),
+        vec![thought]
+    );
+    assert_eq!(
+        store.retire_events(later, 100).await.unwrap(),
+        0,
+        "retired once"
+    );
 }

@@ -287,6 +287,16 @@ pub trait EventLog: Send + Sync {
         message: MessageId,
         after_seq: u64,
     ) -> Result<Vec<EventEnvelope>, StoreError>;
+
+    /// Retires the events of up to `limit` messages that ended before `before`: each keeps
+    /// only its last event (its end, which is then all Attach sends); the messages, their
+    /// thoughts and files stay as they are. Returns how many messages it retired; a batch
+    /// at a time, so no call runs long.
+    async fn retire_events(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+        limit: usize,
+    ) -> Result<usize, StoreError>;
 }
 
 /// A provider, or the failure to open its credentials, as listed at start-up.

@@ -223,3 +223,31 @@ async fn cancel_on_disconnect_stops_the_run_when_the_client_leaves() {
     let status = settled_status(&mut client, &seen[0].message_id).await;
     assert_eq!(status, pb::MessageStatus::Cancelled as i32);
 }
+
+/// Once an ended message's events are retired, Attach sends its end alone (the answer
+/// whole), and the message and its thoughts read as before.
+#[tokio::test]
+async fn attach_after_retirement_sends_the_end_alone() {
+    let (_llm, server, mut client) = start(vec![Reply::text(&["Kept ", "whole."], (1, 1))]).await;
+    let events = run_to_end(&mut client, run_request("retire me", &[])).await;
+    let id = events[0].message_id.clone();
+    let before = message(&mut client, id.clone()).await;
+    let later = agent_runner::domain::now() + chrono::Duration::seconds(5);
+    assert_eq!(server.store.retire_events(later, 100).await.unwrap(), 1);
+
+    let mut replay = client
+        .attach(pb::AttachRequest {
+            message_id: id.clone(),
+            after_seq: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut replayed = Vec::new();
+    while let Some(event) = replay.message().await.unwrap() {
+        replayed.push(event);
+    }
+    assert_eq!(replayed, vec![events.last().unwrap().clone()]);
+    assert_eq!(end_of(&replayed).answer, "Kept whole.");
+    assert_eq!(message(&mut client, id).await, before);
+}

@@ -18,7 +18,7 @@ use crate::store::{Burst, Record, StoreError};
 /// Bursts one transaction takes at most.
 const GROUP: usize = 128;
 
-/// Shards of each tenant's daily token count (see the migration `usage shards`).
+/// Shards of each tenant's daily token count (see `tenant_usage` in the first migration).
 const USAGE_SHARDS: u8 = 64;
 
 /// Transactions in flight at once: while one waits for its WAL flush, the next group is
@@ -201,7 +201,9 @@ impl Postgres {
             .zip(&rows.messages.3)
         {
             sqlx::query(
-                "UPDATE messages SET record = $3, running = $4 WHERE tenant = $1 AND id = $2",
+                "UPDATE messages SET record = $3, running = $4, \
+                 ended_at = CASE WHEN $4 THEN NULL ELSE coalesce(ended_at, now()) END \
+                 WHERE tenant = $1 AND id = $2",
             )
             .bind(tenant)
             .bind(id)

@@ -352,7 +352,8 @@ impl crate::store::Conversations for Postgres {
             });
             message.updated_at = crate::domain::now();
             sqlx::query(
-                "UPDATE messages SET record = $3, running = false WHERE tenant = $1 AND id = $2",
+                "UPDATE messages SET record = $3, running = false, ended_at = now() \
+                 WHERE tenant = $1 AND id = $2",
             )
             .bind(&tenant)
             .bind(message.id.0)

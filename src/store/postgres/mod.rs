@@ -209,14 +209,7 @@ fn migrator() -> Migrator {
         sqlx::SqlStr::from_static(include_str!("migrations/0001_initial.sql")),
         false,
     );
-    let usage_shards = Migration::new(
-        2,
-        "usage shards".into(),
-        MigrationType::Simple,
-        sqlx::SqlStr::from_static(include_str!("migrations/0002_usage_shards.sql")),
-        false,
-    );
-    Migrator::with_migrations(vec![initial, usage_shards])
+    Migrator::with_migrations(vec![initial])
 }
 
 /// Refuses a database whose schema needs a newer build than this one.

@@ -147,4 +147,36 @@ impl crate::store::EventLog for Postgres {
             .map(|(text,)| serde_json::from_str(text).map_err(|err| codec("events", err)))
             .collect()
     }
+
+    /// One statement per batch: the ended messages picked (skipping any another process
+    /// holds), their events but the last deleted, and the messages marked.
+    async fn retire_events(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        let started = std::time::Instant::now();
+        let mut tx = self.begin().await?;
+        let retired = sqlx::query(
+            "WITH picked AS ( \
+                 SELECT tenant, id FROM messages \
+                 WHERE ended_at < $1 AND NOT events_retired \
+                 ORDER BY ended_at LIMIT $2 FOR UPDATE SKIP LOCKED \
+             ), gone AS ( \
+                 DELETE FROM events e USING picked p \
+                 WHERE e.tenant = p.tenant AND e.message_id = p.id AND e.seq < ( \
+                     SELECT max(l.seq) FROM events l \
+                     WHERE l.tenant = p.tenant AND l.message_id = p.id) \
+             ) \
+             UPDATE messages m SET events_retired = true FROM picked p \
+             WHERE m.tenant = p.tenant AND m.id = p.id",
+        )
+        .bind(before)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .execute(&mut *tx)
+        .await
+        .map_err(|err| self.failed(err))?;
+        self.finish(tx, started).await?;
+        Ok(usize::try_from(retired.rows_affected()).unwrap_or(usize::MAX))
+    }
 }

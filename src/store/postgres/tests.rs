@@ -160,6 +160,7 @@ conformance_on_postgres!(
     credentials_are_sealed,
     a_reopened_store_holds_everything,
     a_store_that_cannot_write_says_unavailable,
+    retired_events_leave_each_end,
 );
 
 /// A second process on the same database is refused, naming the database and not the

@@ -230,6 +230,15 @@ impl crate::store::EventLog for Embedded {
     ) -> Result<Vec<EventEnvelope>, StoreError> {
         self.list_events(tenant, message, after_seq)
     }
+
+    async fn retire_events(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        let retired = self.retire_events(before, limit);
+        self.written(retired).await
+    }
 }
 
 #[async_trait]

@@ -23,7 +23,7 @@ struct StoredMessageRef<'a> {
     answer_apart: bool,
 }
 
-fn remove_prefix(tree: &sled::Tree, prefix: &[u8]) -> Result<(), StoreError> {
+pub(super) fn remove_prefix(tree: &sled::Tree, prefix: &[u8]) -> Result<(), StoreError> {
     for key in tree.scan_prefix(prefix).keys() {
         tree.remove(key?)?;
     }
@@ -193,6 +193,8 @@ impl Embedded {
         self.past.forget(&key);
         if message.status.is_terminal() {
             t.running.remove(key.as_slice())?;
+            let ended = message.updated_at.timestamp_nanos_opt().unwrap_or(i64::MAX);
+            t.ended.insert(key.as_slice(), &ended.to_be_bytes())?;
         }
         Ok(())
     }
@@ -425,6 +427,7 @@ impl Embedded {
             t.messages.remove(&key)?;
             self.past.forget(&key);
             t.running.remove(&key)?;
+            t.ended.remove(&key)?;
             t.answers.remove(&key)?;
             pieces::remove(&t.pieces, Owner::Answer, &key)?;
             t.specs.remove(&key)?;

@@ -89,6 +89,8 @@ struct Trees {
     api_keys: sled::Tree,
     /// LLM tokens used per tenant and UTC day.
     tenant_usage: sled::Tree,
+    /// Ended messages whose events are not retired yet, with when they ended.
+    ended: sled::Tree,
     flusher: flusher::Flusher,
 }
 
@@ -110,6 +112,7 @@ impl Trees {
             pieces: db.open_tree("pieces")?,
             api_keys: db.open_tree("api_keys")?,
             tenant_usage: db.open_tree("tenant_usage")?,
+            ended: db.open_tree("ended")?,
             flusher: flusher::Flusher::start(db, state)?,
         })
     }
@@ -306,6 +309,7 @@ impl Embedded {
             ("answers", &t.answers),
             ("specs", &t.specs),
             ("pieces", &t.pieces),
+            ("ended", &t.ended),
         ];
         let mut found = Vec::new();
         for (name, tree) in trees {
@@ -507,5 +511,10 @@ mod conformance_tests {
     #[tokio::test]
     async fn a_store_that_cannot_write_says_unavailable() {
         conformance::a_store_that_cannot_write_says_unavailable(&on_disk()).await;
+    }
+
+    #[tokio::test]
+    async fn retired_events_leave_each_end() {
+        conformance::retired_events_leave_each_end(&on_disk()).await;
     }
 }

@@ -341,6 +341,40 @@ impl Embedded {
         pieces::put(&t.events, &t.pieces, Owner::Events, &key, &value)
     }
 
+    /// Keeps only the last event of up to `limit` messages that ended before `before`
+    /// (see [`crate::store::EventLog::retire_events`]); returns how many.
+    pub fn retire_events(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        let t = self.t()?;
+        let cutoff = before.timestamp_nanos_opt().unwrap_or(i64::MAX);
+        let mut retired = 0;
+        for entry in t.ended.iter() {
+            if retired >= limit {
+                break;
+            }
+            let (key, value) = entry?;
+            let ended = <[u8; 8]>::try_from(value.as_ref()).map_or(i64::MAX, i64::from_be_bytes);
+            if ended >= cutoff {
+                continue;
+            }
+            if let Some((tenant, id)) = keys::parse_message(&key) {
+                let events = self.list_events(&tenant, id, 0)?;
+                let children = keys::message_children(&tenant, id);
+                super::messages::remove_prefix(&t.events, &children)?;
+                pieces::remove_under(&t.pieces, Owner::Events, &children)?;
+                if let Some(last) = events.last() {
+                    self.put_events(&tenant, std::slice::from_ref(last))?;
+                }
+            }
+            t.ended.remove(&key)?;
+            retired += 1;
+        }
+        Ok(retired)
+    }
+
     /// A message's events with `seq > after_seq`, in order.
     pub fn list_events(
         &self,

@@ -25,10 +25,16 @@ CREATE TABLE messages (
     spec            text,
     owner           text NOT NULL DEFAULT 'local',
     epoch           bigint NOT NULL DEFAULT 0,
+    -- When it ended, and whether its events were retired (all but its last), so retention
+    -- finds ended messages by an index and never touches a running one.
+    ended_at        timestamptz,
+    events_retired  boolean NOT NULL DEFAULT false,
     PRIMARY KEY (tenant, id),
     UNIQUE (tenant, conversation_id, seq)
 );
 CREATE INDEX messages_running ON messages (tenant, id) WHERE running;
+CREATE INDEX messages_retirable ON messages (ended_at)
+    WHERE ended_at IS NOT NULL AND NOT events_retired;
 
 CREATE TABLE thoughts (
     tenant     text NOT NULL,
@@ -78,9 +84,12 @@ CREATE TABLE api_keys (
     record text NOT NULL
 );
 
+-- Counted in shards: every run of a tenant adds to its day's count, and one row would make
+-- concurrent commits wait for each other's WAL flush. A count is the sum of its shards.
 CREATE TABLE tenant_usage (
     tenant text NOT NULL,
     day    integer NOT NULL,
+    shard  smallint NOT NULL,
     tokens bigint NOT NULL,
-    PRIMARY KEY (tenant, day)
+    PRIMARY KEY (tenant, day, shard)
 );
