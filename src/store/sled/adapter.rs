@@ -67,9 +67,20 @@ impl Embedded {
 
     /// Waits until what was written so far is durable.
     async fn written<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
-        let value = result?;
+        let value = self.noted(result)?;
         self.flush().await?;
         Ok(value)
+    }
+
+    /// `result`, noting a write the database refused as unavailable (a full disk met by
+    /// the write itself, not by a flush) in the store's writability, which health follows.
+    fn noted<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(err) = &result {
+            if err.category() == crate::store::Category::Unavailable {
+                self.state.mark_unwritable();
+            }
+        }
+        result
     }
 }
 
@@ -93,7 +104,7 @@ impl crate::store::Conversations for Embedded {
 
     /// Durable with the run's first burst, whose flush covers it.
     async fn insert_message(&self, new: NewMessage<'_>) -> Result<Inserted, StoreError> {
-        self.insert_message(new)
+        self.noted(self.insert_message(new))
     }
 
     async fn get_message(
@@ -214,7 +225,7 @@ impl crate::store::EventLog for Embedded {
         if let Some((writer, writing)) = Self::writer_of(burst) {
             self.state.note_writer(writer.0.as_u128(), writing);
         }
-        self.apply(tenant, burst)?;
+        self.noted(self.apply(tenant, burst))?;
         self.flush().await?;
         if let Some(first) = burst.events.first() {
             self.inflight.release(first.message_id);

@@ -111,6 +111,14 @@ impl FlushState {
         self.shared.writable.subscribe()
     }
 
+    /// Marks the store unwritable: a write failed before any flush could (sled refuses
+    /// every write once it met an I/O error). A later successful flush marks it writable.
+    pub fn mark_unwritable(&self) {
+        self.shared
+            .writable
+            .send_if_modified(|writable| std::mem::replace(writable, false));
+    }
+
     /// Makes every flush fail (`true`) or work again (`false`), as a full disk would.
     #[cfg(any(test, feature = "test-utils"))]
     pub fn fail(&self, fail: bool) {
