@@ -10,7 +10,7 @@ use agent_runner::store::SecretKey;
 
 use crate::support::postgres::TestDatabase;
 use crate::support::process::{agent_runner, client, spawn_service_edited, Service};
-use crate::support::{config_toml, message, read_until_delta, run_request, run_to_end};
+use crate::support::{config_toml, message, read_rest, read_until_delta, run_request, run_to_end};
 use crate::support::{FakeOpenAi, Reply, ScriptedCall};
 
 /// The test configuration on `database`, with `key` (when given) in a key file.
@@ -115,10 +115,7 @@ async fn runs_on_postgres_survive_kill_9_with_every_announced_event() {
             .await
             .unwrap()
             .into_inner();
-        let mut stored = Vec::new();
-        while let Some(event) = replay.message().await.unwrap() {
-            stored.push(event);
-        }
+        let stored = read_rest(&mut replay).await;
         assert_eq!(&stored[..seen.len()], &seen[..], "every announced event");
     }
     let ended = message(&mut agents, done_id.clone()).await;

@@ -243,10 +243,7 @@ async fn attach_after_retirement_sends_the_end_alone() {
         .await
         .unwrap()
         .into_inner();
-    let mut replayed = Vec::new();
-    while let Some(event) = replay.message().await.unwrap() {
-        replayed.push(event);
-    }
+    let replayed = read_rest(&mut replay).await;
     assert_eq!(replayed, vec![events.last().unwrap().clone()]);
     assert_eq!(end_of(&replayed).answer, "Kept whole.");
     assert_eq!(message(&mut client, id).await, before);
