@@ -94,7 +94,7 @@ pub enum AppError {
 /// directory), recovering from a crash: messages a previous process left running become
 /// interrupted.
 pub async fn open_store(config: &Config) -> Result<Store, AppError> {
-    let store = match config.store.database() {
+    let store = match config.store.database(&config.cluster) {
         Some(settings) => {
             if config.server.secret_key.is_none() && config.server.secret_key_file.is_none() {
                 return Err(AppError::SharedKeyMissing);
@@ -102,7 +102,7 @@ pub async fn open_store(config: &Config) -> Result<Store, AppError> {
             let key = secret_key(config)?;
             let place = crate::store::describe_database(&settings.url);
             let store = Store::connect(&settings, &key).await?;
-            tracing::info!(database = %place, "records are kept in PostgreSQL");
+            tracing::info!(database = %place, replica = %config.cluster.id(), "records are kept in PostgreSQL");
             store
         }
         None => open_embedded(config)?,
@@ -137,7 +137,7 @@ async fn recover(store: &Store) -> Result<(), AppError> {
             "sealed provider credentials stored in plaintext by an earlier version"
         );
     }
-    let interrupted = store.interrupt_unfinished().await?;
+    let interrupted = store.interrupt_orphans().await?;
     if interrupted > 0 {
         tracing::warn!(
             interrupted,
@@ -260,6 +260,24 @@ async fn retire_events(store: Store, days: u32, stop: CancellationToken) {
     }
 }
 
+/// How often runs whose replica is gone are looked for.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// Ends the runs of replicas whose heartbeat lapsed, every second until `stop`, so no
+/// message stays running without a live owner. (On the embedded store, which one process
+/// opens, there are none after start-up.)
+async fn sweep_orphans(store: Store, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(SWEEP_EVERY) => {}
+        }
+        if let Err(err) = store.interrupt_orphans().await {
+            tracing::debug!(error = %err, "could not look for runs whose replica is gone");
+        }
+    }
+}
+
 /// How often a store that cannot write is probed for room again.
 const STORE_PROBE: Duration = Duration::from_secs(1);
 
@@ -317,6 +335,7 @@ pub async fn serve(
         None => open_store(&config).await?,
     };
     let metrics = Arc::new(Metrics::new(config.server.metrics_tenant_label));
+    metrics.set_replica(config.cluster.id());
     let observed = Arc::clone(&metrics);
     store.observe_commits(Box::new(move |took| observed.store_flush(took)));
     let metrics_listener = match (extensions.metrics_listener, config.server.metrics_listen) {
@@ -378,6 +397,7 @@ pub async fn serve(
             stop_retiring.clone(),
         ));
     }
+    tokio::spawn(sweep_orphans(store.clone(), stop_retiring.clone()));
     let keys = Arc::new(Keys::load(store.clone()).await?);
     let stop_keys = CancellationToken::new();
     let saving_keys = tokio::spawn(save_last_used(Arc::clone(&keys), stop_keys.clone()));
@@ -399,7 +419,7 @@ pub async fn serve(
         health,
     )?;
     crate::api::set_serving(&reporter).await;
-    tracing::info!(addr = ?listener.local_addr().ok(), "serving");
+    tracing::info!(addr = ?listener.local_addr().ok(), replica = %config.cluster.id(), "serving");
     let stop_health = CancellationToken::new();
     tokio::spawn(follow_health(
         store.clone(),

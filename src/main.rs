@@ -73,7 +73,10 @@ async fn keys(client: &ClientArgs, args: KeysArgs) -> anyhow::Result<()> {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = Config::load(&args)?;
-    let tracing = traces::init(config.server.log_format == LogFormat::Json)?;
+    let tracing = traces::init(
+        config.server.log_format == LogFormat::Json,
+        config.cluster.id(),
+    )?;
     if tracing.exports() {
         tracing::info!("exporting spans over OTLP");
     }

@@ -8,22 +8,33 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 use super::args::{ClientArgs, KeysCommand};
-use super::connection::{connect, status_error};
+use super::connection::{connect, status_error, Unreachable};
 use crate::pb;
 use crate::pb::admin_service_client::AdminServiceClient;
 
 /// The environment variable holding the admin token.
 pub const ADMIN_TOKEN_ENV: &str = "AGENT_RUNNER_ADMIN_TOKEN";
 
+/// How long a health check waits for its answer.
+const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Succeeds when both services answer `SERVING`.
 pub async fn check_health(args: &ClientArgs) -> anyhow::Result<()> {
     let mut client = HealthClient::new(connect(args).await?);
     for service in ["agentrunner.v1.AgentService", "agentrunner.v1.ToolRegistry"] {
-        let status = client
-            .check(HealthCheckRequest {
-                service: service.to_owned(),
-            })
+        let check = client.check(HealthCheckRequest {
+            service: service.to_owned(),
+        });
+        // A probe answers within its time or fails: one that hangs holds its caller.
+        let status = tokio::time::timeout(HEALTH_TIMEOUT, check)
             .await
+            .map_err(|_| {
+                anyhow::Error::new(Unreachable(format!(
+                    "at {} (no answer within {} s)",
+                    args.addr,
+                    HEALTH_TIMEOUT.as_secs()
+                )))
+            })?
             .map_err(status_error)?
             .into_inner()
             .status;

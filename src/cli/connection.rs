@@ -17,6 +17,10 @@ use crate::pb::tool_registry_client::ToolRegistryClient;
 #[error("cannot reach the server {0}")]
 pub struct Unreachable(pub String);
 
+/// How long reaching the server may take: a command never hangs on an address that
+/// swallows packets.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A channel to the server `args` name, over TLS when a CA is given.
 pub async fn connect(args: &ClientArgs) -> anyhow::Result<Channel> {
     let host = reachable(&args.addr);
@@ -41,6 +45,7 @@ pub async fn connect(args: &ClientArgs) -> anyhow::Result<Channel> {
         endpoint = endpoint.tls_config(tls)?;
     }
     endpoint
+        .connect_timeout(CONNECT_TIMEOUT)
         .connect()
         .await
         .map_err(|err| anyhow::Error::new(Unreachable(format!("at {host}: {}", source_text(&err)))))

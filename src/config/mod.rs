@@ -20,7 +20,9 @@ use crate::runner::RunnerSettings;
 use crate::tools::schema::SchemaLimits;
 use crate::tools::{OutboundPolicy, ProviderSettings};
 
+mod cluster;
 mod store;
+pub use cluster::ClusterConfig;
 pub use store::StoreConfig;
 
 /// Flags of `serve`; each overrides the file.
@@ -60,6 +62,9 @@ pub struct ServeArgs {
     /// by every replica, instead of the embedded store; needs a secret key.
     #[arg(long, env = "AGENT_RUNNER_DATABASE_URL", hide_env_values = true, value_parser = secret)]
     pub database_url: Option<Secret>,
+    /// This replica's id among those sharing the database [default: made up at start].
+    #[arg(long, env = "AGENT_RUNNER_REPLICA_ID")]
+    pub replica_id: Option<String>,
 }
 
 /// A flag's value kept as a secret: never shown in help, errors or debug output.
@@ -459,6 +464,9 @@ pub struct Config {
     /// `[store]`: the shared database, when records are not kept in the embedded store.
     #[serde(default)]
     pub store: StoreConfig,
+    /// `[cluster]`: this replica among the others on the shared database.
+    #[serde(default)]
+    pub cluster: ClusterConfig,
 }
 
 /// `[outbound]`: what tool traffic may reach besides public addresses.
@@ -531,6 +539,9 @@ impl Config {
         }
         if let Some(url) = &args.database_url {
             config.store.database_url = Some(url.clone());
+        }
+        if let Some(id) = &args.replica_id {
+            config.cluster.replica_id = Some(id.clone());
         }
         if let Some(format) = args.log_format {
             config.server.log_format = format;
@@ -607,7 +618,7 @@ impl Config {
     }
 
     /// Fails fast on values the service cannot run with.
-    pub fn validated(self) -> Result<Self, ConfigError> {
+    pub fn validated(mut self) -> Result<Self, ConfigError> {
         let invalid = |field: &str, reason: &str| ConfigError::Invalid {
             field: field.to_owned(),
             reason: reason.to_owned(),
@@ -656,6 +667,7 @@ impl Config {
             return Err(invalid("runner.tool_concurrency", "must be at least 1"));
         }
         self.outbound.policy()?;
+        self.cluster.validate()?;
         if !(1024..=MAX_ANSWER_LIMIT).contains(&self.runner.max_answer_bytes) {
             return Err(invalid(
                 "runner.max_answer_bytes",

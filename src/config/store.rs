@@ -57,10 +57,12 @@ impl Default for StoreConfig {
 }
 
 impl StoreConfig {
-    /// How to reach the shared database, when one is configured.
-    pub fn database(&self) -> Option<DatabaseSettings> {
+    /// How to reach the shared database, when one is configured, as replica `cluster`.
+    pub fn database(&self, cluster: &super::ClusterConfig) -> Option<DatabaseSettings> {
         self.database_url.as_ref().map(|url| DatabaseSettings {
             url: url.expose().to_owned(),
+            replica_id: cluster.id().to_owned(),
+            lease: cluster.lease(),
             pool_size: self.pool_size,
             statement_timeout: Duration::from_millis(self.statement_timeout_ms),
         })

@@ -44,7 +44,7 @@ use crate::domain::{
     ConversationId, FieldError, IdempotencyRecord, Message, MessageId, MessageStatus, Tenant,
 };
 use crate::llm::ModelRegistry;
-use crate::store::{Fence, Inserted, Store, StoreError};
+use crate::store::{Inserted, Store, StoreError};
 use crate::telemetry::Metrics;
 use crate::tools::ToolRegistry;
 use live::{Awaited, Delivery, Emitter, LiveRun, LiveRuns, Mailbox};
@@ -374,7 +374,7 @@ impl Runner {
         let destination = live::Destination {
             store: self.store.clone(),
             tenant: tenant.clone(),
-            fence: Fence::local(),
+            fence: self.store.fence(),
             shutdown: self.shutdown.clone(),
             write_timeout: self.settings.write_timeout,
         };

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 
 use super::test_records::{conversation, running_message};
-use super::{Burst, Category, Fence, Inserted, NewMessage, PageSize, Record, Store};
+use super::{Burst, Category, Fence, Inserted, NewMessage, PageSize, Record, Store, StoreError};
 use crate::domain::{
     ApiKeyRecord, Conversation, ConversationId, EventEnvelope, FileId, FileRecord, FinishReason,
     IdempotencyRecord, Message, MessageStatus, ProviderRecord, ProviderSource, RunEvent, Tenant,
@@ -40,6 +40,7 @@ pub async fn run_all(harness: &dyn Harness) {
     a_reopened_store_holds_everything(harness).await;
     a_store_that_cannot_write_says_unavailable(harness).await;
     retired_events_leave_each_end(harness).await;
+    a_burst_under_another_fence_writes_nothing(harness).await;
 }
 
 fn tenant() -> Tenant {
@@ -104,7 +105,7 @@ fn end(answer: &str) -> RunEvent {
 
 async fn commit(store: &Store, records: Vec<Record>, events: Vec<EventEnvelope>) {
     store
-        .commit(&tenant(), &Fence::local(), &Burst { records, events })
+        .commit(&tenant(), &store.fence(), &Burst { records, events })
         .await
         .expect("the burst commits");
 }
@@ -663,7 +664,7 @@ pub async fn a_reopened_store_holds_everything(harness: &dyn Harness) {
     );
     assert_eq!(store.all_api_keys().await.unwrap(), vec![key]);
 
-    assert_eq!(store.interrupt_unfinished().await.unwrap(), 1);
+    assert_eq!(store.interrupt_orphans().await.unwrap(), 1);
     let interrupted = store
         .get_message(&tenant(), running.id)
         .await
@@ -675,10 +676,13 @@ pub async fn a_reopened_store_holds_everything(harness: &dyn Harness) {
             .list_events(&tenant(), running.id, 0)
             .await
             .unwrap()
-            .len(),
-        1
+            .iter()
+            .map(|e| (e.seq, e.event.is_terminal()))
+            .collect::<Vec<_>>(),
+        [(1, false), (2, true)],
+        "its end follows what it had announced"
     );
-    assert_eq!(store.interrupt_unfinished().await.unwrap(), 0, "found once");
+    assert_eq!(store.interrupt_orphans().await.unwrap(), 0, "found once");
     let listed = store
         .list_messages(&tenant(), opening.id, 0, WIDE)
         .await
@@ -701,7 +705,7 @@ pub async fn a_store_that_cannot_write_says_unavailable(harness: &dyn Harness) {
         events: vec![envelope(&message, 1, delta("lost?"))],
     };
     let refused = store
-        .commit(&tenant(), &Fence::local(), &burst)
+        .commit(&tenant(), &store.fence(), &burst)
         .await
         .expect_err("a store that cannot write refuses");
     assert_eq!(refused.category(), Category::Unavailable);
@@ -720,7 +724,7 @@ pub async fn a_store_that_cannot_write_says_unavailable(harness: &dyn Harness) {
 
     store.fail_writes(false);
     store
-        .commit(&tenant(), &Fence::local(), &burst)
+        .commit(&tenant(), &store.fence(), &burst)
         .await
         .unwrap();
     assert!(*writable.borrow_and_update());
@@ -783,4 +787,28 @@ pub async fn retired_events_leave_each_end(harness: &dyn Harness) {
         0,
         "retired once"
     );
+}
+
+/// A burst under a fence that is not the run's (a replica that lost the run) is refused
+/// as fenced and writes nothing of itself.
+pub async fn a_burst_under_another_fence_writes_nothing(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let opening = conversation(&tenant());
+    let message = start(&store, opening.id, Some(&opening)).await;
+    let ours = store.fence();
+    let stale = Fence {
+        epoch: ours.epoch + 1,
+        ..ours
+    };
+    let burst = Burst {
+        records: Vec::new(),
+        events: vec![envelope(&message, 1, delta("late"))],
+    };
+    let refused = store.commit(&tenant(), &stale, &burst).await;
+    assert!(matches!(refused, Err(StoreError::Fenced)), "{refused:?}");
+    assert!(store
+        .list_events(&tenant(), message.id, 0)
+        .await
+        .unwrap()
+        .is_empty());
 }

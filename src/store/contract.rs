@@ -215,9 +215,17 @@ pub trait Conversations: Send + Sync {
         id: ConversationId,
     ) -> Result<Option<Vec<MessageId>>, StoreError>;
 
-    /// Marks every message a previous process left running as interrupted; returns how
-    /// many. Called once at start-up, before any run begins.
-    async fn interrupt_unfinished(&self) -> Result<usize, StoreError>;
+    /// The fence of the runs this process starts: its replica, first epoch.
+    fn fence(&self) -> Fence {
+        Fence::local()
+    }
+
+    /// Ends, as interrupted, the runs no live process owns; returns how many. The first
+    /// call (at start-up, before any run begins) takes those this replica left running
+    /// in an earlier life; each call takes those of replicas whose heartbeat lapsed. A
+    /// backend shared by replicas appends each such run's end event, so its followers
+    /// everywhere see it end.
+    async fn interrupt_orphans(&self) -> Result<usize, StoreError>;
 }
 
 /// Thoughts and the files tools produced.

@@ -40,6 +40,10 @@ pub enum StoreError {
     /// A sealed value could not be sealed or opened.
     #[error("sealed credentials: {0}")]
     Sealed(String),
+    /// A run's write was refused: the run is no longer this replica's (its owner's lease
+    /// lapsed and a peer ended or took it). Its owner stops it and writes nothing more.
+    #[error("the run belongs to another replica now")]
+    Fenced,
     /// The database is being opened again after it could not write.
     #[error("the store is being reopened after a write failure; try again")]
     Reopening,
@@ -72,6 +76,7 @@ impl StoreError {
                 Category::Corrupt
             }
             Self::SecretKey(_) => Category::Internal,
+            Self::Fenced => Category::Conflict,
         }
     }
 

@@ -31,6 +31,38 @@ pub use error::{Category, StoreError};
 pub use postgres::{describe as describe_database, with_database, Settings as DatabaseSettings};
 pub use sealed::SecretKey;
 
+/// Marks `message`, left running by a process that is gone, as interrupted for `why`, and
+/// returns the end event that announces it, one past `last_seq`: its followers, wherever
+/// they are, see the run end.
+pub(crate) fn interrupt(
+    message: &mut crate::domain::Message,
+    why: &str,
+    last_seq: u64,
+) -> crate::domain::EventEnvelope {
+    use crate::domain::{EventEnvelope, MessageStatus, RunEvent, RunFailure};
+    let failure = RunFailure {
+        code: "interrupted".to_owned(),
+        message: why.to_owned(),
+    };
+    message.status = MessageStatus::Interrupted;
+    message.error = Some(failure.clone());
+    message.updated_at = crate::domain::now();
+    EventEnvelope {
+        seq: last_seq + 1,
+        conversation_id: message.conversation_id,
+        message_id: message.id,
+        created_at: message.updated_at,
+        event: RunEvent::Error {
+            failure,
+            usage: message.usage.clone(),
+            iterations: message.iterations,
+        },
+    }
+}
+
+/// Why a message a process left running at its end is interrupted.
+pub(crate) const STOPPED: &str = "the server stopped while this message was running";
+
 /// Page cache of the embedded database when the configuration does not say.
 pub const DEFAULT_CACHE_BYTES: u64 = self::sled::DEFAULT_CACHE_BYTES;
 

@@ -142,6 +142,12 @@ pub struct LlmCall<'a> {
     pub error: Option<&'a str>,
 }
 
+/// Labels of the replica's info gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReplicaLabels {
+    replica_id: String,
+}
+
 /// Every metric of one server, registered in its own registry.
 pub struct Metrics {
     registry: Registry,
@@ -156,6 +162,7 @@ pub struct Metrics {
     retries: Family<RetryLabels, Counter>,
     cost: Family<CostLabels, Counter<f64, AtomicU64>>,
     store_flush: Histogram,
+    replica_info: Family<ReplicaLabels, Gauge>,
     /// Whether run counts and cost carry a `tenant` label.
     tenant_label: bool,
 }
@@ -182,6 +189,7 @@ impl Metrics {
             retries: Family::default(),
             cost: Family::default(),
             store_flush: Histogram::new(FLUSH_BUCKETS),
+            replica_info: Family::default(),
             tenant_label,
         };
         metrics.register();
@@ -245,6 +253,20 @@ impl Metrics {
             "Duration of store flushes that make records durable",
             self.store_flush.clone(),
         );
+        registry.register(
+            "agent_runner_replica_info",
+            "This replica's id among those sharing the database (always 1)",
+            self.replica_info.clone(),
+        );
+    }
+
+    /// Names the replica this process is, for dashboards that join on it.
+    pub fn set_replica(&self, replica_id: &str) {
+        self.replica_info
+            .get_or_create(&ReplicaLabels {
+                replica_id: replica_id.to_owned(),
+            })
+            .set(1);
     }
 
     /// A run began.

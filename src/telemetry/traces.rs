@@ -64,8 +64,9 @@ impl Tracing {
 
 /// Installs the process-wide subscriber: log lines on stderr (`json` or text, filtered by
 /// `RUST_LOG`, default `info`) and, when an OTLP endpoint is configured, span export. Must run inside
-/// the tokio runtime, which exports the batches.
-pub fn init(json: bool) -> Result<Tracing, TracingError> {
+/// the tokio runtime, which exports the batches. Spans carry `instance` (the replica id) as
+/// `service.instance.id`, so a trace tells which replica served it.
+pub fn init(json: bool, instance: &str) -> Result<Tracing, TracingError> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let provider = exporter_from_env()?.map(|exporter| {
         SdkTracerProvider::builder()
@@ -73,6 +74,10 @@ pub fn init(json: bool) -> Result<Tracing, TracingError> {
             .with_resource(
                 Resource::builder()
                     .with_service_name(service_name())
+                    .with_attribute(opentelemetry::KeyValue::new(
+                        "service.instance.id",
+                        instance.to_owned(),
+                    ))
                     .build(),
             )
             .build()

@@ -29,6 +29,7 @@ mod operations;
 mod persistence;
 mod postgres;
 mod process;
+mod replicas;
 mod resilience;
 mod run_control;
 mod run_function_calling;

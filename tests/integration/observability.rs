@@ -119,6 +119,11 @@ async fn metrics_count_every_run_llm_call_and_tool_call_exactly() {
     assert_eq!(runs(&after, "failed"), 1.0);
     assert_eq!(runs(&after, "cancelled"), 1.0);
     assert_eq!(sample(&after, "agent_runner_runs_active"), 0.0);
+    let replica = after
+        .lines()
+        .find(|line| line.starts_with("agent_runner_replica_info{replica_id=\""))
+        .expect("the replica names itself");
+    assert!(replica.ends_with("} 1"), "{replica}");
     assert_eq!(
         sample(
             &after,
@@ -206,6 +211,8 @@ async fn retries_are_counted() {
 #[derive(Clone, Default)]
 struct Receiver {
     spans: Arc<Mutex<Vec<Span>>>,
+    /// The string attributes of every resource the spans came with.
+    resources: Arc<Mutex<HashMap<String, String>>>,
 }
 
 #[tonic::async_trait]
@@ -216,6 +223,13 @@ impl TraceService for Receiver {
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         let mut spans = self.spans.lock().unwrap();
         for resource in request.into_inner().resource_spans {
+            for kv in resource.resource.iter().flat_map(|r| &r.attributes) {
+                if let Some(OtlpValue::StringValue(value)) =
+                    kv.value.as_ref().and_then(|v| v.value.clone())
+                {
+                    self.resources.lock().unwrap().insert(kv.key.clone(), value);
+                }
+            }
             for scope in resource.scope_spans {
                 spans.extend(scope.spans);
             }
@@ -356,6 +370,7 @@ async fn spans_follow_the_genai_conventions_and_the_callers_trace() {
             ("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{otlp}")),
             ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
             ("OTEL_SERVICE_NAME", "agent-runner-test".to_owned()),
+            ("AGENT_RUNNER_REPLICA_ID", "replica-7".to_owned()),
         ],
     )
     .await;
@@ -388,6 +403,9 @@ async fn spans_follow_the_genai_conventions_and_the_callers_trace() {
         spans.iter().map(|s| &s.name).collect::<Vec<_>>()
     );
     let agent = agent[0];
+    let resource = receiver.resources.lock().unwrap().clone();
+    assert_eq!(resource["service.instance.id"], "replica-7");
+    assert_eq!(resource["service.name"], "agent-runner-test");
     assert_eq!(hex(&agent.trace_id), trace_id);
     assert_eq!(hex(&agent.parent_span_id), caller_span);
     let attrs = attributes(agent);

@@ -312,6 +312,13 @@ impl Publisher {
             self.failing.store(published.is_err(), Ordering::SeqCst);
             match published {
                 Ok(()) => failing = None,
+                Err(StoreError::Fenced) => {
+                    // The run is no longer ours: nothing it staged may be written.
+                    tracing::warn!("the run was ended or taken over by another replica; it stops here and writes nothing more");
+                    self.failed.store(true, Ordering::SeqCst);
+                    self.cancel.cancel();
+                    pending = Burst::default();
+                }
                 Err(err) => {
                     let since = *failing.get_or_insert_with(Instant::now);
                     let waiting = err.category() == Category::Unavailable
@@ -333,7 +340,9 @@ impl Publisher {
         let closing = self.destination.write_timeout.max(CLOSING_AT_LEAST);
         while !pending.is_empty() && since.elapsed() < closing {
             tokio::time::sleep(RETRY_EVERY).await;
-            let _ = self.publish(&mut pending).await;
+            if let Err(StoreError::Fenced) = self.publish(&mut pending).await {
+                pending = Burst::default();
+            }
         }
         if !pending.is_empty() {
             tracing::error!(
@@ -386,8 +395,10 @@ impl Publisher {
                 () = self.destination.shutdown.cancelled() => return,
                 () = wait => {}
             }
-            if self.publish(&mut pending).await.is_ok() {
-                tracing::info!("the records of an ended run were made durable at last");
+            match self.publish(&mut pending).await {
+                Ok(()) => tracing::info!("the records of an ended run were made durable at last"),
+                Err(StoreError::Fenced) => return,
+                Err(_) => {}
             }
         }
     }

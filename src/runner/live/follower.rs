@@ -53,6 +53,9 @@ pub fn follow(
     ))
 }
 
+/// How often the store is read for the events of a run another replica holds.
+const POLL_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 struct Follower {
     store: Store,
     tenant: Tenant,
@@ -97,7 +100,7 @@ impl Follower {
                 if self.was_live {
                     self.lost = Some(RunError::EventsLost);
                 } else {
-                    self.done = true;
+                    self.await_elsewhere().await;
                 }
                 continue;
             };
@@ -110,6 +113,26 @@ impl Follower {
                     self.refill().await;
                 }
             }
+        }
+    }
+
+    /// Waits for more of a run this process does not hold: one that runs on another
+    /// replica, or ended. The store is read again every [`POLL_EVERY`] until the run's end
+    /// is there; a message that ended without one (written by an earlier version) ends
+    /// the stream with what it has.
+    async fn await_elsewhere(&mut self) {
+        match self.store.get_message(&self.tenant, self.message).await {
+            Ok(Some(message)) if !message.status.is_terminal() => {
+                tokio::time::sleep(POLL_EVERY).await;
+                self.refill().await;
+            }
+            Ok(_) => {
+                self.refill().await;
+                if self.pending.is_empty() {
+                    self.done = true;
+                }
+            }
+            Err(err) => self.lost = Some(err.into()),
         }
     }
 

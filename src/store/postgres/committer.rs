@@ -12,8 +12,8 @@ use uuid::Uuid;
 
 use super::error::codec;
 use super::Postgres;
-use crate::domain::Tenant;
-use crate::store::{Burst, Record, StoreError};
+use crate::domain::{MessageId, Tenant};
+use crate::store::{Burst, Fence, Record, StoreError};
 
 /// Bursts one transaction takes at most.
 const GROUP: usize = 128;
@@ -35,6 +35,8 @@ pub struct Job {
 /// The rows of one or more bursts, column by column, as the statements bind them.
 #[derive(Default)]
 struct Rows {
+    /// Each burst's run and the fence it writes under: tenant, message, owner, epoch.
+    fences: (Vec<String>, Vec<Uuid>, Vec<String>, Vec<i64>),
     thoughts: (Vec<String>, Vec<Uuid>, Vec<i32>, Vec<String>),
     messages: (Vec<String>, Vec<Uuid>, Vec<String>, Vec<bool>),
     tokens: BTreeMap<(String, i32), i64>,
@@ -43,6 +45,7 @@ struct Rows {
 
 impl Rows {
     fn add(&mut self, other: Rows) {
+        extend4(&mut self.fences, other.fences);
         extend4(&mut self.thoughts, other.thoughts);
         extend4(&mut self.messages, other.messages);
         for (key, tokens) in other.tokens {
@@ -62,13 +65,22 @@ fn extend4<A, B, C, D>(
     into.3.extend(from.3);
 }
 
-/// The rows of `burst`, a run of `tenant`.
+/// The rows of `burst`, a run of `tenant` written under `fence`.
 pub fn job(
     tenant: &Tenant,
+    fence: &Fence,
     burst: &Burst,
 ) -> Result<(Job, oneshot::Receiver<Result<(), StoreError>>), StoreError> {
     let mut rows = Rows::default();
     let name = tenant.as_str().to_owned();
+    if let Some(message) = run_of(burst) {
+        rows.fences.0.push(name.clone());
+        rows.fences.1.push(message.0);
+        rows.fences.2.push(fence.owner.clone());
+        rows.fences
+            .3
+            .push(i64::try_from(fence.epoch).unwrap_or(i64::MAX));
+    }
     for record in &burst.records {
         match record {
             Record::Thought(thought) => {
@@ -107,6 +119,16 @@ pub fn job(
     }
     let (reply, done) = oneshot::channel();
     Ok((Job { rows, reply }, done))
+}
+
+/// The message whose run wrote `burst`.
+fn run_of(burst: &Burst) -> Option<MessageId> {
+    let recorded = burst.records.iter().find_map(|record| match record {
+        Record::Thought(thought) => Some(thought.message_id),
+        Record::Message(message) => Some(message.id),
+        Record::TenantTokens { .. } => None,
+    });
+    recorded.or_else(|| burst.events.first().map(|event| event.message_id))
 }
 
 /// Starts the committers of `backend`; they stop once the backend is dropped.
@@ -176,6 +198,24 @@ impl Postgres {
         let started = Instant::now();
         let mut tx = self.begin().await?;
         let failed = |err| self.failed(err);
+        // First, and holding each run's row until the commit: a sweep that ends a run
+        // whose replica it judged gone waits for this commit, or this one finds the run
+        // ended and moved to another epoch, and writes nothing.
+        if !rows.fences.0.is_empty() {
+            let (held,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM UNNEST($1::text[], $2::uuid[], $3::text[], $4::bigint[])                  AS f(tenant, id, owner, epoch) CROSS JOIN LATERAL (                      SELECT 1 FROM messages m WHERE m.tenant = f.tenant AND m.id = f.id                      AND m.owner = f.owner AND m.epoch = f.epoch FOR SHARE) AS held",
+            )
+            .bind(&rows.fences.0)
+            .bind(&rows.fences.1)
+            .bind(&rows.fences.2)
+            .bind(&rows.fences.3)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(failed)?;
+            if usize::try_from(held).ok() != Some(rows.fences.0.len()) {
+                return Err(StoreError::Fenced);
+            }
+        }
         if !rows.thoughts.0.is_empty() {
             sqlx::query(
                 "INSERT INTO thoughts (tenant, message_id, position, record) \
@@ -253,6 +293,7 @@ impl Postgres {
 
 fn copy(rows: &Rows) -> Rows {
     Rows {
+        fences: rows.fences.clone(),
         thoughts: rows.thoughts.clone(),
         messages: rows.messages.clone(),
         tokens: rows.tokens.clone(),

@@ -7,10 +7,12 @@ use uuid::Uuid;
 use super::error::{codec, from_sqlx};
 use super::Postgres;
 use crate::domain::{
-    Conversation, ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus,
-    PastMessage, RunFailure, Tenant,
+    Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
 };
-use crate::store::{Inserted, NewMessage, Page, PageSize, StoreError};
+use crate::store::{Fence, Inserted, NewMessage, Page, PageSize, StoreError};
+
+/// The epoch a run starts with on its first owner.
+const FIRST_EPOCH: i64 = 1;
 
 fn encode<T: serde::Serialize>(table: &'static str, record: &T) -> Result<String, StoreError> {
     serde_json::to_string(record).map_err(|err| codec(table, err))
@@ -164,8 +166,8 @@ impl crate::store::Conversations for Postgres {
         message.seq = u64::try_from(seq).unwrap_or_default();
         message.ordinal = u64::try_from(ordinal).unwrap_or_default();
         sqlx::query(
-            "INSERT INTO messages (tenant, id, conversation_id, seq, ordinal, running, record, spec) \
-             VALUES ($1, $2, $3, $4, $5, true, $6, $7)",
+            "INSERT INTO messages (tenant, id, conversation_id, seq, ordinal, running, record, spec, owner, epoch) \
+             VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9)",
         )
         .bind(tenant.as_str())
         .bind(message.id.0)
@@ -174,6 +176,8 @@ impl crate::store::Conversations for Postgres {
         .bind(ordinal)
         .bind(encode("messages", &*message)?)
         .bind(encode("specs", spec)?)
+        .bind(&self.identity.id)
+        .bind(FIRST_EPOCH)
         .execute(&mut *tx)
         .await
         .map_err(failed)?;
@@ -333,37 +337,15 @@ impl crate::store::Conversations for Postgres {
 
     /// With one process per database, every running message is one a previous process
     /// left.
-    async fn interrupt_unfinished(&self) -> Result<usize, StoreError> {
-        let started = std::time::Instant::now();
-        let mut tx = self.begin().await?;
-        let failed = |err| self.failed(err);
-        let rows: Vec<(String, String)> =
-            sqlx::query_as("SELECT tenant, record FROM messages WHERE running FOR UPDATE")
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(failed)?;
-        let count = rows.len();
-        for (tenant, text) in rows {
-            let mut message: Message = decode("messages", &text)?;
-            message.status = MessageStatus::Interrupted;
-            message.error = Some(RunFailure {
-                code: "interrupted".to_owned(),
-                message: "the server stopped while this message was running".to_owned(),
-            });
-            message.updated_at = crate::domain::now();
-            sqlx::query(
-                "UPDATE messages SET record = $3, running = false, ended_at = now() \
-                 WHERE tenant = $1 AND id = $2",
-            )
-            .bind(&tenant)
-            .bind(message.id.0)
-            .bind(encode("messages", &message)?)
-            .execute(&mut *tx)
-            .await
-            .map_err(failed)?;
+    fn fence(&self) -> Fence {
+        Fence {
+            owner: self.identity.id.clone(),
+            epoch: u64::try_from(FIRST_EPOCH).unwrap_or_default(),
         }
-        self.finish(tx, started).await?;
-        Ok(count)
+    }
+
+    async fn interrupt_orphans(&self) -> Result<usize, StoreError> {
+        self.sweep_orphans().await
     }
 }
 

@@ -11,16 +11,16 @@ mod conversations;
 mod error;
 mod records;
 mod registry;
+mod replicas;
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{Connection, PgConnection};
 use tokio::sync::watch;
 
 use super::sealed::{self, SecretKey};
@@ -31,20 +31,6 @@ pub use error::unavailable;
 /// refused.
 const SCHEMA_VERSION: i64 = 1;
 
-/// Key of the advisory lock one process holds for its life on a database.
-const PROCESS_LOCK: i64 = 0x6167_656e_7452_756e; // "agentRun"
-
-/// How often the database is asked whether it still answers, so health turns
-/// `NOT_SERVING` when it goes away between writes.
-const HEARTBEAT: Duration = Duration::from_secs(1);
-
-/// How long a heartbeat waits for its answer.
-const HEARTBEAT_WAIT: Duration = Duration::from_secs(2);
-
-/// How long a start waits for a previous process's lock to go (its session may linger a
-/// moment after it exited).
-const LOCK_WAIT: Duration = Duration::from_secs(3);
-
 /// How to reach the database.
 #[derive(Clone)]
 pub struct Settings {
@@ -54,6 +40,10 @@ pub struct Settings {
     pub pool_size: u32,
     /// A statement running longer counts as the database being unavailable.
     pub statement_timeout: Duration,
+    /// This replica's id: the owner of the runs it starts.
+    pub replica_id: String,
+    /// How long its heartbeat holds.
+    pub lease: Duration,
 }
 
 /// Where the database is, as errors and logs may name it: host, port and database, never
@@ -89,8 +79,12 @@ pub struct Postgres {
     observer: OnceLock<Box<dyn Fn(Duration) + Send + Sync>>,
     /// Makes writes fail, as a lost database would; for tests.
     fail: AtomicBool,
-    /// The connection holding the process lock, for the process's life.
-    _lock: Mutex<Option<PgConnection>>,
+    /// Who this process is among the replicas.
+    identity: replicas::Identity,
+    /// Set once another process took this replica's id: nothing more is written.
+    lost: AtomicBool,
+    /// Whether the runs an earlier life of this replica left were swept.
+    swept_own: AtomicBool,
     /// Where bursts wait for their group commit.
     committer: tokio::sync::mpsc::UnboundedSender<committer::Job>,
     /// Where it is, for messages.
@@ -99,7 +93,8 @@ pub struct Postgres {
 
 impl Postgres {
     /// Connects, applies the migrations, checks the schema's minimum version and the
-    /// sealing key's fingerprint, takes the process lock and starts the group committer.
+    /// sealing key's fingerprint, claims the replica id and starts its heartbeat and the
+    /// group committer.
     pub async fn connect(settings: &Settings, key: &SecretKey) -> Result<Arc<Self>, StoreError> {
         let place = describe(&settings.url);
         let options =
@@ -115,7 +110,6 @@ impl Postgres {
             category: Category::Unavailable,
             message: format!("cannot reach PostgreSQL at {place}: {}", error::text(&err)),
         };
-        let lock = take_process_lock(&options, &place).await?;
         let pool = PgPoolOptions::new()
             .max_connections(settings.pool_size.max(1))
             .acquire_timeout(settings.statement_timeout.max(Duration::from_secs(1)))
@@ -131,22 +125,34 @@ impl Postgres {
             })?;
         check_schema(&pool, &place).await?;
         check_key(&pool, key, &place).await?;
+        let identity = replicas::Identity {
+            id: settings.replica_id.clone(),
+            instance: uuid::Uuid::new_v4(),
+            lease: settings.lease,
+        };
+        replicas::claim(&pool, &identity, &place).await?;
         let writable = Arc::new(watch::Sender::new(true));
-        watch_connection(pool.clone(), Arc::downgrade(&writable));
-        Ok(Arc::new_cyclic(|backend| Self {
+        let backend = Arc::new_cyclic(|backend| Self {
             pool,
             sealer: sealed::Sealer::new(key),
             writable,
             observer: OnceLock::new(),
             fail: AtomicBool::new(false),
-            _lock: Mutex::new(Some(lock)),
+            identity,
+            lost: AtomicBool::new(false),
+            swept_own: AtomicBool::new(false),
             committer: committer::start(backend.clone()),
             place,
-        }))
+        });
+        replicas::renew(Arc::downgrade(&backend));
+        Ok(backend)
     }
 
     /// Starts a transaction, or fails as unavailable while writes are made to fail.
     async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
+        if self.lost.load(Ordering::SeqCst) {
+            return Err(StoreError::Fenced);
+        }
         if self.fail.load(Ordering::SeqCst) {
             self.writable.send_replace(false);
             return Err(unavailable("writes are failing (simulated)"));
@@ -179,26 +185,6 @@ impl Postgres {
     }
 }
 
-/// Asks the database every [`HEARTBEAT`] whether it answers, until the backend is
-/// dropped: one that does not is marked unwritable, and health's probe marks it writable
-/// again once a write succeeds.
-fn watch_connection(pool: PgPool, writable: Weak<watch::Sender<bool>>) {
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(HEARTBEAT).await;
-            let Some(writable) = writable.upgrade() else {
-                return;
-            };
-            let answer =
-                tokio::time::timeout(HEARTBEAT_WAIT, sqlx::query("SELECT 1").execute(&pool));
-            if !matches!(answer.await, Ok(Ok(_))) && *writable.borrow() {
-                tracing::error!("PostgreSQL does not answer");
-                writable.send_replace(false);
-            }
-        }
-    });
-}
-
 /// The embedded migrations, applied in order under the migrator's advisory lock, so
 /// replicas starting at once on an empty database apply each once.
 fn migrator() -> Migrator {
@@ -209,7 +195,14 @@ fn migrator() -> Migrator {
         sqlx::SqlStr::from_static(include_str!("migrations/0001_initial.sql")),
         false,
     );
-    Migrator::with_migrations(vec![initial])
+    let replicas = Migration::new(
+        2,
+        "replicas".into(),
+        MigrationType::Simple,
+        sqlx::SqlStr::from_static(include_str!("migrations/0002_replicas.sql")),
+        false,
+    );
+    Migrator::with_migrations(vec![initial, replicas])
 }
 
 /// Refuses a database whose schema needs a newer build than this one.
@@ -272,41 +265,6 @@ async fn check_key(pool: &PgPool, key: &SecretKey, place: &str) -> Result<(), St
     Ok(())
 }
 
-/// Takes the lock that makes this the one process serving the database, on a connection
-/// of its own held for the process's life.
-async fn take_process_lock(
-    options: &PgConnectOptions,
-    place: &str,
-) -> Result<PgConnection, StoreError> {
-    let mut connection =
-        PgConnection::connect_with(options)
-            .await
-            .map_err(|err| StoreError::Backend {
-                category: Category::Unavailable,
-                message: format!("cannot reach PostgreSQL at {place}: {}", error::text(&err)),
-            })?;
-    let until = Instant::now() + LOCK_WAIT;
-    loop {
-        let (taken,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
-            .bind(PROCESS_LOCK)
-            .fetch_one(&mut connection)
-            .await
-            .map_err(error::from_sqlx)?;
-        if taken {
-            return Ok(connection);
-        }
-        if Instant::now() >= until {
-            return Err(StoreError::Backend {
-                category: Category::Conflict,
-                message: format!(
-                    "another agent-runner process already serves the database at {place}; one process per database"
-                ),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[async_trait::async_trait]
 impl crate::store::Health for Postgres {
     fn writable(&self) -> watch::Receiver<bool> {
@@ -350,6 +308,7 @@ impl crate::store::Health for Postgres {
             "providers",
             "api_keys",
             "tenant_usage",
+            "replicas",
         ] {
             let rows: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT t::text FROM {table} t WHERE strpos(t::text, $1) > 0 OR strpos(t::text, $2) > 0"
@@ -365,6 +324,12 @@ impl crate::store::Health for Postgres {
             }));
         }
         Ok(found)
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        replicas::release(self.pool.clone(), &self.identity);
     }
 }
 

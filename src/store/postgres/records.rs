@@ -115,14 +115,14 @@ impl crate::store::EventLog for Postgres {
     async fn commit(
         &self,
         tenant: &Tenant,
-        _fence: &Fence,
+        fence: &Fence,
         burst: &Burst,
     ) -> Result<(), StoreError> {
         if burst.is_empty() {
             return Ok(());
         }
         let stopped = || super::unavailable("the store's committer has stopped");
-        let (job, done) = super::committer::job(tenant, burst)?;
+        let (job, done) = super::committer::job(tenant, fence, burst)?;
         self.committer.send(job).map_err(|_| stopped())?;
         done.await.map_err(|_| stopped())?
     }

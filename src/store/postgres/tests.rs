@@ -69,6 +69,8 @@ impl Databases {
             url: super::with_database(&self.admin, database),
             pool_size: 2,
             statement_timeout: Duration::from_secs(5),
+            replica_id: "conformance".to_owned(),
+            lease: Duration::from_secs(2),
         }
     }
 
@@ -161,24 +163,34 @@ conformance_on_postgres!(
     a_reopened_store_holds_everything,
     a_store_that_cannot_write_says_unavailable,
     retired_events_leave_each_end,
+    a_burst_under_another_fence_writes_nothing,
 );
 
-/// A second process on the same database is refused, naming the database and not the
-/// password; a process with another sealing key is refused, naming the mismatch.
+/// A second live process with the same replica id is refused, naming the id and the
+/// database and not the password; one with another id joins; a process with another
+/// sealing key is refused, naming the mismatch.
 #[tokio::test]
-async fn a_second_process_and_another_key_are_refused() {
+async fn a_second_process_with_the_id_and_another_key_are_refused() {
     let Some(databases) = Databases::new().await else {
         return;
     };
     let first = databases.fresh().await;
-    let settings = databases.settings(&databases.last());
+    let mut settings = databases.settings(&databases.last());
     let second = Postgres::connect(&settings, &databases.key)
         .await
-        .expect_err("one process per database");
+        .expect_err("one live process per replica id");
     let text = second.to_string();
-    assert!(text.contains("another agent-runner process"), "{text}");
+    assert!(
+        text.contains("\"conformance\" is held by another live process"),
+        "{text}"
+    );
     assert!(text.contains(&databases.last()), "{text}");
-    drop(first);
+    settings.replica_id = "another".to_owned();
+    let peer = Postgres::connect(&settings, &databases.key)
+        .await
+        .expect("another replica joins");
+    drop((first, peer));
+    settings.replica_id = "conformance".to_owned();
 
     let other_key = SecretKey::generate();
     let other = Postgres::connect(&settings, &other_key)
@@ -199,6 +211,8 @@ async fn an_unreachable_database_is_named_without_its_password() {
         url: "postgres://app:hunter2-secret@127.0.0.1:1/agents".to_owned(),
         pool_size: 1,
         statement_timeout: Duration::from_secs(1),
+        replica_id: "r1".to_owned(),
+        lease: Duration::from_secs(5),
     };
     let err = Postgres::connect(&settings, &SecretKey::generate())
         .await

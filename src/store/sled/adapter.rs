@@ -160,7 +160,12 @@ impl crate::store::Conversations for Embedded {
         self.written(deleted).await
     }
 
-    async fn interrupt_unfinished(&self) -> Result<usize, StoreError> {
+    /// One process opens the database, so only what an earlier process left is orphaned,
+    /// and only the first call finds anything.
+    async fn interrupt_orphans(&self) -> Result<usize, StoreError> {
+        if self.swept.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Ok(0);
+        }
         let interrupted = self.interrupt_unfinished();
         self.written(interrupted).await
     }
@@ -212,11 +217,15 @@ impl crate::store::EventLog for Embedded {
     async fn commit(
         &self,
         tenant: &Tenant,
-        _fence: &Fence,
+        fence: &Fence,
         burst: &Burst,
     ) -> Result<(), StoreError> {
         if burst.is_empty() {
             return Ok(());
+        }
+        // One process owns every run of the embedded store; no other fence is its.
+        if *fence != Fence::local() {
+            return Err(StoreError::Fenced);
         }
         if let Some(first) = burst.events.first() {
             self.inflight

@@ -9,8 +9,7 @@ use serde::Serialize;
 use super::pieces::{self, Owner};
 use super::{decode, encode, keys, Embedded, StoreError};
 use crate::domain::{
-    Conversation, ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus,
-    PastMessage, RunFailure, Tenant,
+    Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
 };
 use crate::store::{Inserted, NewMessage, Page, PageSize};
 
@@ -458,8 +457,9 @@ impl Embedded {
         Ok(())
     }
 
-    /// Marks every message a previous process left running as interrupted. Called once at
-    /// start-up, before any run can begin; returns how many were found.
+    /// Marks every message a previous process left running as interrupted, with its end
+    /// event. Called once at start-up, before any run can begin; returns how many were
+    /// found.
     ///
     /// Also mends what a crash while a message was being written or ending can leave (see
     /// [`Embedded::insert_message`]): a marker without its message, or on a message that had
@@ -482,13 +482,14 @@ impl Embedded {
                         keys::conversation_message(&tenant, message.conversation_id, message.seq);
                     t.conversation_messages
                         .insert(index_key, message.id.as_bytes().as_slice())?;
-                    message.status = MessageStatus::Interrupted;
-                    message.error = Some(RunFailure {
-                        code: "interrupted".to_owned(),
-                        message: "the server stopped while this message was running".to_owned(),
-                    });
-                    message.updated_at = crate::domain::now();
+                    let last_seq = self
+                        .list_events(&tenant, id, 0)?
+                        .last()
+                        .map_or(0, |event| event.seq);
+                    let end =
+                        crate::store::interrupt(&mut message, crate::store::STOPPED, last_seq);
                     self.update_message(&tenant, &message)?;
+                    self.put_events(&tenant, std::slice::from_ref(&end))?;
                     count += 1;
                 }
                 None => {
@@ -504,6 +505,7 @@ impl Embedded {
 mod tests {
     use super::*;
     use crate::domain::Conversation;
+    use crate::domain::MessageStatus;
     use crate::store::test_records::{conversation, running_message};
 
     /// A store with one running message, in a new conversation of the default tenant.

@@ -146,6 +146,8 @@ pub struct Embedded {
     order: Arc<OrderLocks>,
     /// Events written but not yet durable, held back from readers.
     inflight: Arc<inflight::InFlight>,
+    /// Whether what an earlier process left running was interrupted.
+    pub(super) swept: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Locks that give each conversation one writer of new messages at a time, striped so
@@ -213,6 +215,7 @@ impl Embedded {
             sealer: sealed::Sealer::new(key),
             order: Arc::new(OrderLocks::new()),
             inflight: Arc::default(),
+            swept: Arc::default(),
         })
     }
 

@@ -180,3 +180,27 @@ pub fn server_of(url: &str) -> String {
     let rest = rest.rsplit_once('@').map_or(rest, |(_, rest)| rest);
     rest.split(['/', '?']).next().unwrap_or(rest).to_owned()
 }
+
+/// The test configuration on `database`, with `key` (when given) in a key file.
+pub fn on_postgres(
+    config: String,
+    dir: &std::path::Path,
+    url: &str,
+    key: Option<&agent_runner::store::SecretKey>,
+) -> String {
+    let key_line = match key {
+        Some(key) => {
+            let path = dir.join("shared.key");
+            std::fs::write(&path, key.to_base64()).unwrap();
+            format!("secret_key_file = \"{}\"\n", path.display())
+        }
+        None => String::new(),
+    };
+    config
+        .replacen("[server]\n", &format!("[server]\n{key_line}"), 1)
+        .replacen(
+            "[store]\n",
+            &format!("[store]\ndatabase_url = \"{url}\"\npool_size = 3\n"),
+            1,
+        )
+}

@@ -172,8 +172,9 @@ pub async fn wait_for_exit(child: &mut Child, limit: Duration) -> Option<ExitSta
 /// test's runtime (which serves the in-process server the command talks to). Variables a
 /// developer's shell may set are cleared first.
 pub async fn agent_runner_with(args: &[&str], env: &[(&str, &str)], stdin: &str) -> Output {
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     let mut command = Command::new(env!("CARGO_BIN_EXE_agent-runner"));
-    command.args(args);
+    command.args(&args);
     for name in [
         "AGENT_RUNNER_ADMIN_TOKEN",
         "AGENT_RUNNER_LISTEN",
@@ -195,11 +196,43 @@ pub async fn agent_runner_with(args: &[&str], env: &[(&str, &str)], stdin: &str)
         if let Some(mut input) = child.stdin.take() {
             input.write_all(stdin.as_bytes()).unwrap();
         }
-        child.wait_with_output().unwrap()
+        let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                if let Some(mut pipe) = pipe {
+                    let _ = pipe.read_to_end(&mut bytes);
+                }
+                bytes
+            })
+        };
+        let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
+        let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
+        // A command that hangs fails its test, saying so, rather than stalling the suite.
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > COMMAND_LIMIT {
+                let _ = child.kill();
+                let _ = child.wait();
+                let stderr = String::from_utf8_lossy(&stderr.join().unwrap()).into_owned();
+                panic!("agent-runner {args:?} did not exit within {COMMAND_LIMIT:?}: {stderr}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Output {
+            status,
+            stdout: stdout.join().unwrap(),
+            stderr: stderr.join().unwrap(),
+        }
     })
     .await
     .unwrap()
 }
+
+/// How long a command of [`agent_runner_with`] may take.
+const COMMAND_LIMIT: Duration = Duration::from_secs(60);
 
 /// [`agent_runner_with`] with nothing on stdin.
 pub async fn agent_runner(args: &[&str], env: &[(&str, &str)]) -> Output {

@@ -119,6 +119,9 @@ pub fn config_toml(llm_base_url: &str, data_dir: &Path) -> String {
         [store]
         write_timeout_secs = 1
 
+        [cluster]
+        lease_secs = 2
+
         [runner]
         tool_timeout_secs = 5
         client_tool_timeout_secs = 2

@@ -1,0 +1,12 @@
+-- Replicas sharing the database. Each renews its row's lease about five times per lease;
+-- one whose lease passed is gone, and its peers end the runs it owned. `instance` tells a
+-- restart (a new claim on the same id) from the process that held the id before.
+CREATE TABLE replicas (
+    id          text PRIMARY KEY,
+    instance    uuid NOT NULL,
+    lease_until timestamptz NOT NULL,
+    started_at  timestamptz NOT NULL
+);
+
+-- The sweep looks for running messages by owner.
+CREATE INDEX messages_running_owner ON messages (owner) WHERE running;

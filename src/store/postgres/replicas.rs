@@ -1,0 +1,231 @@
+//! Replicas sharing the database: each holds its id by a heartbeat row it renews about
+//! five times per lease, judged by the database's clock. A replica whose lease lapsed is
+//! gone; the runs it owned are ended by whichever peer sweeps first.
+
+use std::sync::atomic::Ordering;
+use std::sync::Weak;
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::error::{self, from_sqlx};
+use super::Postgres;
+use crate::domain::{EventEnvelope, Message};
+use crate::store::{Category, StoreError};
+
+/// How many orphaned runs one sweep ends at most, so no sweep holds many rows at once.
+const SWEEP_BATCH: i64 = 100;
+
+/// Why a run whose replica stopped renewing its heartbeat is interrupted.
+const OWNER_GONE: &str = "the replica running this message stopped answering";
+
+/// Who this process is among the replicas.
+pub struct Identity {
+    /// The configured (or made up) replica id, the owner of the runs it starts.
+    pub id: String,
+    /// This process's claim on the id: a restart is a new instance.
+    pub instance: Uuid,
+    /// How long a heartbeat holds.
+    pub lease: Duration,
+}
+
+impl Identity {
+    fn lease_ms(&self) -> i64 {
+        i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// Takes the replica id for this process. An id whose holder still renews its lease is
+/// refused after waiting one lease (and a second) for it to lapse, which it does within a
+/// lease when that holder was a process that died.
+pub async fn claim(pool: &PgPool, me: &Identity, place: &str) -> Result<(), StoreError> {
+    let until = Instant::now() + me.lease + Duration::from_secs(1);
+    loop {
+        let claimed: Option<(String,)> = sqlx::query_as(
+            "INSERT INTO replicas (id, instance, lease_until, started_at) \
+             VALUES ($1, $2, now() + $3 * interval '1 millisecond', now()) \
+             ON CONFLICT (id) DO UPDATE SET instance = EXCLUDED.instance, \
+             lease_until = EXCLUDED.lease_until, started_at = EXCLUDED.started_at \
+             WHERE replicas.lease_until < now() OR replicas.instance = EXCLUDED.instance \
+             RETURNING id",
+        )
+        .bind(&me.id)
+        .bind(me.instance)
+        .bind(me.lease_ms())
+        .fetch_optional(pool)
+        .await
+        .map_err(from_sqlx)?;
+        if claimed.is_some() {
+            return Ok(());
+        }
+        if Instant::now() >= until {
+            return Err(StoreError::Backend {
+                category: Category::Conflict,
+                message: format!(
+                    "replica id {:?} is held by another live process on the database at {place}: give each replica its own [cluster] replica_id (or AGENT_RUNNER_REPLICA_ID)",
+                    me.id
+                ),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Renews the lease about five times per lease until the backend is dropped. A renewal
+/// that fails marks the store unwritable (health's probe marks it writable again); one
+/// that finds the id taken by another process means this one was given up for gone: it
+/// stays unwritable, and the fences refuse every write of its runs.
+pub fn renew(backend: Weak<Postgres>) {
+    tokio::spawn(async move {
+        let mut lost = false;
+        loop {
+            let Some(every) = backend.upgrade().map(|b| b.identity.lease / 5) else {
+                return;
+            };
+            tokio::time::sleep(every).await;
+            let Some(backend) = backend.upgrade() else {
+                return;
+            };
+            let renewed = tokio::time::timeout(every.max(Duration::from_secs(1)), async {
+                sqlx::query(
+                    "UPDATE replicas SET lease_until = now() + $3 * interval '1 millisecond' \
+                     WHERE id = $1 AND instance = $2",
+                )
+                .bind(&backend.identity.id)
+                .bind(backend.identity.instance)
+                .bind(backend.identity.lease_ms())
+                .execute(&backend.pool)
+                .await
+            })
+            .await;
+            match renewed {
+                Ok(Ok(done)) if done.rows_affected() == 1 => {
+                    if lost {
+                        continue;
+                    }
+                }
+                Ok(Ok(_)) => {
+                    if !lost {
+                        tracing::error!(replica = %backend.identity.id, "another process took this replica's id after its lease lapsed; this process writes nothing more");
+                    }
+                    lost = true;
+                    backend.lost.store(true, Ordering::SeqCst);
+                    backend.writable.send_replace(false);
+                }
+                Ok(Err(_)) | Err(_) => {
+                    if *backend.writable.borrow() {
+                        tracing::error!("PostgreSQL does not answer");
+                    }
+                    backend.writable.send_replace(false);
+                }
+            }
+        }
+    });
+}
+
+/// Gives the id up at once when the backend goes (a graceful stop): a restart under the
+/// same id need not wait for the lease to lapse.
+pub fn release(pool: PgPool, me: &Identity) {
+    let (id, instance) = (me.id.clone(), me.instance);
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let _ = sqlx::query("DELETE FROM replicas WHERE id = $1 AND instance = $2")
+                .bind(id)
+                .bind(instance)
+                .execute(&pool)
+                .await;
+        });
+    }
+}
+
+impl Postgres {
+    /// Ends the runs no live replica owns (see [`crate::store::Conversations::interrupt_orphans`]),
+    /// a batch at a time; rows another sweeper holds are skipped, so replicas sweeping at
+    /// once end each run once.
+    pub(super) async fn sweep_orphans(&self) -> Result<usize, StoreError> {
+        let own = !self.swept_own.swap(true, Ordering::SeqCst);
+        let mut count = 0;
+        loop {
+            let ended = self.sweep_batch(own).await?;
+            count += ended;
+            if ended < usize::try_from(SWEEP_BATCH).unwrap_or(usize::MAX) {
+                return Ok(count);
+            }
+        }
+    }
+
+    async fn sweep_batch(&self, own: bool) -> Result<usize, StoreError> {
+        let started = Instant::now();
+        let mut tx = self.begin().await?;
+        let failed = |err| self.failed(err);
+        let rows: Vec<(String, Uuid, String, bool)> = sqlx::query_as(
+            "SELECT m.tenant, m.id, m.record, m.owner = $1 FROM messages m \
+             WHERE m.running AND (($2 AND m.owner = $1) OR NOT EXISTS ( \
+                 SELECT 1 FROM replicas r WHERE r.id = m.owner AND r.lease_until > now())) \
+             ORDER BY m.tenant, m.id LIMIT $3 FOR UPDATE OF m SKIP LOCKED",
+        )
+        .bind(&self.identity.id)
+        .bind(own)
+        .bind(SWEEP_BATCH)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(failed)?;
+        let count = rows.len();
+        for (tenant, id, record, mine) in rows {
+            let mut message: Message =
+                serde_json::from_str(&record).map_err(|err| error::codec("messages", err))?;
+            let (last,): (Option<i64>,) =
+                sqlx::query_as("SELECT max(seq) FROM events WHERE tenant = $1 AND message_id = $2")
+                    .bind(&tenant)
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(failed)?;
+            let why = if mine {
+                crate::store::STOPPED
+            } else {
+                OWNER_GONE
+            };
+            let last = u64::try_from(last.unwrap_or(0)).unwrap_or(0);
+            let end = crate::store::interrupt(&mut message, why, last);
+            self.write_end(&mut tx, &tenant, &message, &end).await?;
+        }
+        self.finish(tx, started).await?;
+        if count > 0 {
+            tracing::warn!(count, "runs whose replica is gone were interrupted");
+        }
+        Ok(count)
+    }
+
+    /// Writes an orphaned run's end: the message, no longer running and no longer any
+    /// replica's (its epoch moves on, so its late owner's writes are refused), and its end
+    /// event.
+    async fn write_end(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+        tenant: &str,
+        message: &Message,
+        end: &EventEnvelope,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE messages SET record = $3, running = false, ended_at = now(), \
+             epoch = epoch + 1 WHERE tenant = $1 AND id = $2",
+        )
+        .bind(tenant)
+        .bind(message.id.0)
+        .bind(serde_json::to_string(message).map_err(|err| error::codec("messages", err))?)
+        .execute(&mut **tx)
+        .await
+        .map_err(|err| self.failed(err))?;
+        sqlx::query("INSERT INTO events (tenant, message_id, seq, record) VALUES ($1, $2, $3, $4)")
+            .bind(tenant)
+            .bind(end.message_id.0)
+            .bind(i64::try_from(end.seq).unwrap_or(i64::MAX))
+            .bind(serde_json::to_string(end).map_err(|err| error::codec("events", err))?)
+            .execute(&mut **tx)
+            .await
+            .map_err(|err| self.failed(err))?;
+        Ok(())
+    }
+}

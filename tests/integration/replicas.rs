@@ -1,0 +1,281 @@
+//! Several replica processes on one PostgreSQL database: a run is followed from any of
+//! them, a dead or paused replica's runs end on its peers (and the paused one, woken, adds
+//! nothing), a restart leaves its peers' runs alone, and two live processes never share a
+//! replica id. The tests take turns: each starts several processes on two cores.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use agent_runner::pb;
+use agent_runner::store::SecretKey;
+
+use crate::support::postgres::{on_postgres, TestDatabase};
+use crate::support::process::{agent_runner, client, spawn_service_edited, Service};
+use crate::support::{config_toml, message, read_rest, read_until_delta, run_request};
+use crate::support::{FakeOpenAi, Reply};
+
+/// One multi-process test at a time.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A replica named `id` on `database`, in a directory of its own.
+async fn replica(
+    dir: &Path,
+    llm: &FakeOpenAi,
+    database: &TestDatabase,
+    key: &SecretKey,
+    id: &str,
+) -> Service {
+    let dir = dir.join(id);
+    std::fs::create_dir_all(&dir).unwrap();
+    spawn_service_edited(&dir, llm, None, |config| {
+        on_postgres(config, &dir, &database.url(), Some(key)).replacen(
+            "[cluster]\n",
+            &format!("[cluster]\nreplica_id = \"{id}\"\n"),
+            1,
+        )
+    })
+    .await
+}
+
+fn slow(pieces: usize, delay_ms: u64) -> Reply {
+    Reply::Slow {
+        text: vec!["tick "; pieces],
+        delay_ms,
+    }
+}
+
+/// The stream of `message_id` on `service` after `after_seq`.
+async fn attach(
+    service: &Service,
+    message_id: &str,
+    after_seq: u64,
+) -> tonic::Streaming<pb::RunEvent> {
+    client(service)
+        .await
+        .attach(pb::AttachRequest {
+            message_id: message_id.to_owned(),
+            after_seq,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Reads `stream` to its end, failing the test after `limit`.
+async fn read_within(
+    stream: &mut tonic::Streaming<pb::RunEvent>,
+    limit: Duration,
+) -> Vec<pb::RunEvent> {
+    tokio::time::timeout(limit, read_rest(stream))
+        .await
+        .expect("the stream ends in time")
+}
+
+fn failure_code(event: &pb::RunEvent) -> Option<String> {
+    match &event.event {
+        Some(pb::run_event::Event::Error(error)) => Some(error.code.clone()),
+        _ => None,
+    }
+}
+
+/// A run on one replica, attached on another from `seq` 0 and from the middle, gives the
+/// same events, byte for byte, with no gap; the peer reads the finished message too.
+#[tokio::test]
+async fn a_run_is_followed_identically_from_another_replica() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![slow(30, 40)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let a = replica(dir.path(), &llm, &database, &key, "a").await;
+    let b = replica(dir.path(), &llm, &database, &key, "b").await;
+
+    let mut stream = client(&a)
+        .await
+        .run(run_request("count", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = read_until_delta(&mut stream).await;
+    let id = seen[0].message_id.clone();
+    let middle = seen.last().unwrap().seq;
+    let mut from_start = attach(&b, &id, 0).await;
+    let mut from_middle = attach(&b, &id, middle).await;
+    seen.extend(read_within(&mut stream, Duration::from_secs(20)).await);
+    let whole = read_within(&mut from_start, Duration::from_secs(20)).await;
+    let rest = read_within(&mut from_middle, Duration::from_secs(20)).await;
+
+    assert_eq!(whole, seen, "from seq 0 on a peer: every event, in order");
+    let after: Vec<_> = seen.iter().filter(|e| e.seq > middle).cloned().collect();
+    assert_eq!(rest, after, "from the middle on a peer: the rest");
+    let seqs: Vec<u64> = whole.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "no gap");
+    let read = message(&mut client(&b).await, id).await;
+    assert_eq!(read.status, pb::MessageStatus::Completed as i32);
+    assert_eq!(read.answer, "tick ".repeat(30));
+}
+
+/// A replica killed mid-run: once its lease lapses, a peer ends its run INTERRUPTED with
+/// an end event, so a client attached on the peer sees the stream end; a replica that
+/// restarts leaves its peer's running run alone.
+#[tokio::test]
+async fn a_dead_replicas_run_ends_on_its_peer_and_a_restart_leaves_peers_alone() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![Reply::Stall(vec!["Almost"]), slow(40, 50)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let mut a = replica(dir.path(), &llm, &database, &key, "a").await;
+    let b = replica(dir.path(), &llm, &database, &key, "b").await;
+
+    let mut doomed = client(&a)
+        .await
+        .run(run_request("stall", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let seen = read_until_delta(&mut doomed).await;
+    let doomed_id = seen[0].message_id.clone();
+    let mut on_peer = attach(&b, &doomed_id, 0).await;
+    let mut surviving = client(&b)
+        .await
+        .run(run_request("count", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let surviving_seen = read_until_delta(&mut surviving).await;
+
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let killed = Instant::now();
+    let followed = read_within(&mut on_peer, Duration::from_secs(15)).await;
+    let lapse = killed.elapsed();
+    assert_eq!(&followed[..seen.len()], &seen[..], "every announced event");
+    let end = followed.last().unwrap();
+    assert_eq!(failure_code(end).as_deref(), Some("interrupted"), "{end:?}");
+    assert_eq!(end.seq, followed[followed.len() - 2].seq + 1);
+    assert!(
+        lapse < Duration::from_secs(6),
+        "ended {lapse:?} after the kill"
+    );
+    let read = message(&mut client(&b).await, doomed_id).await;
+    assert_eq!(read.status, pb::MessageStatus::Interrupted as i32);
+
+    // A restart of the dead replica, under its id, touches only what was its own.
+    let _a = replica(dir.path(), &llm, &database, &key, "a").await;
+    let rest = read_within(&mut surviving, Duration::from_secs(20)).await;
+    let surviving_end = rest.last().unwrap();
+    assert!(
+        matches!(surviving_end.event, Some(pb::run_event::Event::End(_))),
+        "the peer's run completes: {surviving_end:?}"
+    );
+    let read = message(&mut client(&b).await, surviving_seen[0].message_id.clone()).await;
+    assert_eq!(read.status, pb::MessageStatus::Completed as i32);
+}
+
+/// A paused replica (SIGSTOP) loses its run to a peer's sweep; woken (SIGCONT), it adds
+/// not one event or record to it.
+#[tokio::test]
+async fn a_paused_replica_woken_after_its_run_ended_writes_nothing() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![slow(200, 30)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let a = replica(dir.path(), &llm, &database, &key, "a").await;
+    let b = replica(dir.path(), &llm, &database, &key, "b").await;
+
+    let mut stream = client(&a)
+        .await
+        .run(run_request("count", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let seen = read_until_delta(&mut stream).await;
+    let id = seen[0].message_id.clone();
+    let mut on_peer = attach(&b, &id, 0).await;
+    signal(&a, "STOP");
+    let followed = read_within(&mut on_peer, Duration::from_secs(15)).await;
+    assert_eq!(
+        failure_code(followed.last().unwrap()).as_deref(),
+        Some("interrupted")
+    );
+    let events = database.count("events").await;
+
+    signal(&a, "CONT");
+    // The woken replica's model stream goes on for seconds; give it time to try.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(database.count("events").await, events, "not one event more");
+    let replay = read_within(&mut attach(&b, &id, 0).await, Duration::from_secs(5)).await;
+    assert_eq!(replay, followed, "the record is as the peer ended it");
+    let read = message(&mut client(&b).await, id).await;
+    assert_eq!(read.status, pb::MessageStatus::Interrupted as i32);
+    assert!(
+        a.log_text().contains("writes nothing more"),
+        "the woken replica says it stopped the run: {}",
+        a.log_text()
+    );
+}
+
+/// A second live process with a replica id already in use is refused, naming the id.
+#[tokio::test]
+async fn a_second_live_process_with_the_same_replica_id_is_refused() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let _a = replica(dir.path(), &llm, &database, &key, "same").await;
+    let twin = dir.path().join("twin");
+    std::fs::create_dir_all(&twin).unwrap();
+    let config = twin.join("config.toml");
+    let text = on_postgres(
+        config_toml(&llm.base_url(), &twin.join("data")),
+        &twin,
+        &database.url(),
+        Some(&key),
+    );
+    std::fs::write(&config, text).unwrap();
+    let listen = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let config = config.display().to_string();
+    let output = agent_runner(
+        &[
+            "serve",
+            "--listen",
+            &listen,
+            "--config",
+            &config,
+            "--replica-id",
+            "same",
+        ],
+        &[],
+    )
+    .await;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("\"same\" is held by another live process"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(database.name()), "{stderr}");
+}
+
+fn signal(service: &Service, name: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &service.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
