@@ -398,6 +398,9 @@ pub async fn serve(
         ));
     }
     tokio::spawn(sweep_orphans(store.clone(), stop_retiring.clone()));
+    let taking = runner.clone();
+    let stop_taking = stop_retiring.clone();
+    tokio::spawn(async move { taking.follow_commands(stop_taking).await });
     let keys = Arc::new(Keys::load(store.clone()).await?);
     let stop_keys = CancellationToken::new();
     let saving_keys = tokio::spawn(save_last_used(Arc::clone(&keys), stop_keys.clone()));

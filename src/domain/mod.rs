@@ -5,6 +5,7 @@
 //! each other in these types.
 
 mod access;
+mod command;
 mod error;
 mod events;
 mod file;
@@ -16,6 +17,7 @@ mod thought;
 mod usage;
 
 pub use access::{ApiKeyRecord, TenantLimits};
+pub use command::{ClientOutput, Decision, RunCommand};
 pub use error::{ErrorKind, FieldError};
 pub use events::{EventEnvelope, HistoryReport, RunEvent};
 pub use file::FileRecord;

@@ -17,6 +17,7 @@ mod history;
 mod live;
 mod prepare;
 mod quota;
+mod remote;
 mod run;
 mod settings;
 mod spec;
@@ -47,7 +48,7 @@ use crate::llm::ModelRegistry;
 use crate::store::{Inserted, Store, StoreError};
 use crate::telemetry::Metrics;
 use crate::tools::ToolRegistry;
-use live::{Awaited, Delivery, Emitter, LiveRun, LiveRuns, Mailbox};
+use live::{Delivery, Emitter, LiveRun, LiveRuns, Mailbox};
 use prepare::Prepared;
 use run::{Control, Recorder, RunTask};
 
@@ -163,12 +164,9 @@ impl Runner {
         if self.store.get_conversation(tenant, id).await?.is_none() {
             return Err(RunError::not_found("conversation", id));
         }
-        // Ids only: a long conversation's records are not read to learn which are live.
-        let mut ids = prepare::NewestFirst::new(&self.store, tenant, id);
-        while let Some(message) = ids.next().await? {
-            if self.live.get(tenant, message).is_some() {
-                return Err(RunError::ConversationBusy { id: id.to_string() });
-            }
+        // Running anywhere: a run holds its message running in the store until it ends.
+        if self.store.running_in(tenant, id).await? {
+            return Err(RunError::ConversationBusy { id: id.to_string() });
         }
         self.store.delete_conversation(tenant, id).await?;
         Ok(())
@@ -202,16 +200,9 @@ impl Runner {
         message_id: MessageId,
         delivery: Delivery,
     ) -> Result<(), RunError> {
-        let awaited = match &delivery {
-            Delivery::Outputs(_) => Awaited::ToolOutputs,
-            Delivery::Decisions(_) => Awaited::Approval,
-        };
         match self.live.get(tenant, message_id) {
             Some(run) => run.mailbox.deliver(delivery),
-            None if self.store.get_message(tenant, message_id).await?.is_some() => {
-                Err(live::not_waiting(awaited))
-            }
-            None => Err(RunError::not_found("message", message_id)),
+            None => self.deliver_elsewhere(tenant, message_id, delivery).await,
         }
     }
 
@@ -223,15 +214,7 @@ impl Runner {
         message_id: MessageId,
     ) -> Result<MessageStatus, RunError> {
         let Some(run) = self.live.get(tenant, message_id) else {
-            let message = self
-                .store
-                .get_message(tenant, message_id)
-                .await?
-                .ok_or_else(|| RunError::not_found("message", message_id))?;
-            return Err(RunError::NotRunning {
-                id: message_id.to_string(),
-                status: message.status,
-            });
+            return self.cancel_elsewhere(tenant, message_id).await;
         };
         let mut events = run.events.subscribe();
         run.cancel.cancel();

@@ -9,7 +9,8 @@ use tokio::sync::watch;
 use super::StoreError;
 use crate::domain::{
     ApiKeyRecord, Conversation, ConversationId, EventEnvelope, FileId, FileRecord,
-    IdempotencyRecord, Message, MessageId, PastMessage, ProviderRecord, Tenant, Thought,
+    IdempotencyRecord, Message, MessageId, PastMessage, ProviderRecord, RunCommand, Tenant,
+    Thought,
 };
 
 /// One page of a listing, in order.
@@ -207,6 +208,13 @@ pub trait Conversations: Send + Sync {
         message: MessageId,
     ) -> Result<Option<serde_json::Value>, StoreError>;
 
+    /// Whether a message of the conversation is running (on any replica).
+    async fn running_in(
+        &self,
+        tenant: &Tenant,
+        conversation: ConversationId,
+    ) -> Result<bool, StoreError>;
+
     /// Deletes a conversation with everything of its messages; returns their ids, or
     /// `None` when there is no such conversation.
     async fn delete_conversation(
@@ -296,6 +304,15 @@ pub trait EventLog: Send + Sync {
         after_seq: u64,
     ) -> Result<Vec<EventEnvelope>, StoreError>;
 
+    /// A message's last committed event: for a waiting run, what it waits on.
+    async fn last_event(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+    ) -> Result<Option<EventEnvelope>, StoreError> {
+        Ok(self.list_events(tenant, message, 0).await?.pop())
+    }
+
     /// Retires the events of up to `limit` messages that ended before `before`: each keeps
     /// only its last event (its end, which is then all Attach sends); the messages, their
     /// thoughts and files stay as they are. Returns how many messages it retired; a batch
@@ -375,7 +392,37 @@ pub trait Health: Send + Sync {
     async fn find_bytes(&self, needle: &[u8]) -> Result<Vec<String>, StoreError>;
 }
 
-/// Everything a backend provides.
-pub trait Backend: Conversations + Records + EventLog + Registry + Health {}
+/// A command taken by the replica that owns its run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakenCommand {
+    /// The run's tenant.
+    pub tenant: Tenant,
+    /// The run's message.
+    pub message: MessageId,
+    /// What was asked.
+    pub command: RunCommand,
+}
 
-impl<T: Conversations + Records + EventLog + Registry + Health> Backend for T {}
+/// Commands for runs, from whichever replica a caller reached to the one that holds the
+/// run: durable before the caller is answered, so a lost notice costs latency, never a
+/// cancel or a delivery.
+#[async_trait]
+pub trait Commands: Send + Sync {
+    /// Keeps `command` for the run of `message` if it is running; returns whether it was
+    /// (nothing is kept for a message that is not). Durable when it returns.
+    async fn send_command(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+        command: &RunCommand,
+    ) -> Result<bool, StoreError>;
+
+    /// Takes (and removes) the commands for the running messages this replica owns, in
+    /// the order they were kept.
+    async fn take_commands(&self) -> Result<Vec<TakenCommand>, StoreError>;
+}
+
+/// Everything a backend provides.
+pub trait Backend: Conversations + Records + EventLog + Registry + Commands + Health {}
+
+impl<T: Conversations + Records + EventLog + Registry + Commands + Health> Backend for T {}

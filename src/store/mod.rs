@@ -24,8 +24,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use contract::{
-    Backend, Burst, Conversations, EventLog, Fence, Health, Inserted, NewMessage, Page, PageSize,
-    Record, Records, Registry, StoredProvider,
+    Backend, Burst, Commands, Conversations, EventLog, Fence, Health, Inserted, NewMessage, Page,
+    PageSize, Record, Records, Registry, StoredProvider, TakenCommand,
 };
 pub use error::{Category, StoreError};
 pub use postgres::{describe as describe_database, with_database, Settings as DatabaseSettings};

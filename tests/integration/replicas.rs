@@ -279,3 +279,137 @@ fn signal(service: &Service, name: &str) {
         .unwrap();
     assert!(sent.success());
 }
+
+fn order_lookup() -> pb::ClientTool {
+    pb::ClientTool {
+        name: "lookup_order".into(),
+        description: "Look up an order in the caller's system".into(),
+        parameters_schema: None,
+        require_approval: false,
+    }
+}
+
+/// Reads `stream` until the run asks for its caller's tools.
+async fn until_required(stream: &mut tonic::Streaming<pb::RunEvent>) -> Vec<pb::RunEvent> {
+    let mut events = Vec::new();
+    while let Some(event) = stream.message().await.unwrap() {
+        let required = matches!(
+            event.event,
+            Some(pb::run_event::Event::ToolCallsRequired(_))
+        );
+        events.push(event);
+        if required {
+            return events;
+        }
+    }
+    panic!("the run ended without asking for tools: {events:?}");
+}
+
+/// Tool outputs, cancels and deletes sent to a replica that does not hold the run: they
+/// are refused as the owner would refuse them, or kept and carried out by the owner; an
+/// idempotency key sent to two replicas at once starts one run.
+#[tokio::test]
+async fn commands_sent_to_a_peer_reach_the_run() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(
+            &[],
+            vec![crate::support::ScriptedCall::new(
+                "cli",
+                "lookup_order",
+                &["{\"order_id\": \"A1\"}"],
+            )],
+            (1, 1),
+        ),
+        Reply::text(&["Order A1 has shipped."], (1, 1)),
+        Reply::Stall(vec!["Almost"]),
+        slow(20, 100),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let a = replica(dir.path(), &llm, &database, &key, "a").await;
+    let b = replica(dir.path(), &llm, &database, &key, "b").await;
+    let mut peer = client(&b).await;
+
+    // Tool outputs through the peer: a wrong id is refused naming the field, as the owner
+    // refuses it; the right one resumes the run on its owner.
+    let mut request = run_request("Where is order A1?", &[]);
+    request.client_tools.push(order_lookup());
+    let mut stream = client(&a).await.run(request).await.unwrap().into_inner();
+    let mut events = until_required(&mut stream).await;
+    let id = events[0].message_id.clone();
+    let output = |call: &str| pb::SubmitToolOutputsRequest {
+        message_id: id.clone(),
+        outputs: vec![pb::ToolOutput {
+            tool_call_id: call.into(),
+            output: "shipped".into(),
+            error: String::new(),
+        }],
+    };
+    let refused = peer.submit_tool_outputs(output("nope")).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        refused.message(),
+        "outputs[0].tool_call_id \"nope\" is not a call the run is waiting for"
+    );
+    peer.submit_tool_outputs(output("cli")).await.unwrap();
+    events.extend(read_within(&mut stream, Duration::from_secs(10)).await);
+    match &events.last().unwrap().event {
+        Some(pb::run_event::Event::End(end)) => assert_eq!(end.answer, "Order A1 has shipped."),
+        other => panic!("the run did not complete: {other:?}"),
+    }
+    let late = peer.submit_tool_outputs(output("cli")).await.unwrap_err();
+    assert_eq!(late.code(), tonic::Code::FailedPrecondition, "{late:?}");
+
+    // A run held by the owner: the peer refuses to delete its conversation, then cancels
+    // it; the cancel is answered once the run has ended.
+    let mut stalled = client(&a)
+        .await
+        .run(run_request("stall", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let seen = read_until_delta(&mut stalled).await;
+    let busy = peer
+        .delete_conversation(pb::DeleteConversationRequest {
+            conversation_id: seen[0].conversation_id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(busy.code(), tonic::Code::FailedPrecondition, "{busy:?}");
+    let asked = Instant::now();
+    let cancelled = peer
+        .cancel(pb::CancelRequest {
+            message_id: seen[0].message_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let took = asked.elapsed();
+    assert_eq!(cancelled.status, pb::MessageStatus::Cancelled as i32);
+    assert!(took < Duration::from_secs(3), "cancel took {took:?}");
+    let rest = read_within(&mut stalled, Duration::from_secs(5)).await;
+    assert!(rest.last().is_some(), "the owner's stream ends");
+    let again = peer
+        .cancel(pb::CancelRequest {
+            message_id: seen[0].message_id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), tonic::Code::FailedPrecondition);
+
+    // One idempotency key, two replicas at once: one message.
+    let mut keyed = run_request("count", &[]);
+    keyed.idempotency_key = "order-42".into();
+    let (mut on_a, mut on_b) = (client(&a).await, client(&b).await);
+    let (first, second) = tokio::join!(on_a.run(keyed.clone()), on_b.run(keyed.clone()));
+    let (mut first, mut second) = (first.unwrap().into_inner(), second.unwrap().into_inner());
+    let first = read_within(&mut first, Duration::from_secs(20)).await;
+    let second = read_within(&mut second, Duration::from_secs(20)).await;
+    assert_eq!(first[0].message_id, second[0].message_id);
+    assert_eq!(first, second, "the second caller follows the one run");
+}

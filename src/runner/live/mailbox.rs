@@ -10,29 +10,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::oneshot;
 
 use crate::domain::FieldError;
+pub use crate::domain::{ClientOutput, Decision};
 use crate::runner::error::RunError;
-
-/// One result the caller submitted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientOutput {
-    /// The call it answers.
-    pub tool_call_id: String,
-    /// The tool's output.
-    pub output: String,
-    /// Set when the tool failed; the model sees it as the observation.
-    pub error: String,
-}
-
-/// A decision on one call that needs approval.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
-    /// The call decided on.
-    pub tool_call_id: String,
-    /// Whether it may run.
-    pub approve: bool,
-    /// Why it may not, for the model.
-    pub reason: String,
-}
 
 /// What a waiting run receives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,8 +23,14 @@ pub enum Delivery {
 }
 
 impl Delivery {
+    /// Whether this answers every one of `ids`, the calls a run waits on, once and
+    /// nothing else; the refusal names the field at fault.
+    pub fn answers(&self, ids: &[String]) -> Result<(), RunError> {
+        Ok(check(self.awaited(), ids, &self.ids())?)
+    }
+
     /// What a run must be waiting for to take this.
-    fn awaited(&self) -> Awaited {
+    pub fn awaited(&self) -> Awaited {
         match self {
             Self::Outputs(_) => Awaited::ToolOutputs,
             Self::Decisions(_) => Awaited::Approval,
@@ -141,9 +126,9 @@ impl Mailbox {
             *guard = Some(pending);
             return Err(not_waiting(awaited));
         }
-        if let Err(err) = check(awaited, &pending.ids, &delivery.ids()) {
+        if let Err(err) = delivery.answers(&pending.ids) {
             *guard = Some(pending);
-            return Err(err.into());
+            return Err(err);
         }
         // A run that stopped waiting (cancelled or timed out) no longer listens; nothing to do.
         let _ = pending.reply.send(delivery);

@@ -337,6 +337,23 @@ impl crate::store::Conversations for Postgres {
 
     /// With one process per database, every running message is one a previous process
     /// left.
+    async fn running_in(
+        &self,
+        tenant: &Tenant,
+        conversation: ConversationId,
+    ) -> Result<bool, StoreError> {
+        let (running,): (bool,) = sqlx::query_as(
+            "SELECT EXISTS (SELECT 1 FROM messages \
+             WHERE tenant = $1 AND conversation_id = $2 AND running)",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.0)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(from_sqlx)?;
+        Ok(running)
+    }
+
     fn fence(&self) -> Fence {
         Fence {
             owner: self.identity.id.clone(),

@@ -6,6 +6,7 @@
 //! for its WAL flush, which the run's first burst (a later synchronous commit) covers.
 //! Migrations are embedded and applied at connection under the migrator's advisory lock.
 
+mod commands;
 mod committer;
 mod conversations;
 mod error;
@@ -309,6 +310,7 @@ impl crate::store::Health for Postgres {
             "api_keys",
             "tenant_usage",
             "replicas",
+            "run_commands",
         ] {
             let rows: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT t::text FROM {table} t WHERE strpos(t::text, $1) > 0 OR strpos(t::text, $2) > 0"

@@ -148,6 +148,24 @@ impl crate::store::EventLog for Postgres {
             .collect()
     }
 
+    async fn last_event(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+    ) -> Result<Option<EventEnvelope>, StoreError> {
+        let row: Option<(String,)> = sqlx::query_as(
+            "SELECT record FROM events WHERE tenant = $1 AND message_id = $2 \
+             ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(tenant.as_str())
+        .bind(message.0)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(from_sqlx)?;
+        row.map(|(text,)| serde_json::from_str(&text).map_err(|err| codec("events", err)))
+            .transpose()
+    }
+
     /// One statement per batch: the ended messages picked (skipping any another process
     /// holds), their events but the last deleted, and the messages marked.
     async fn retire_events(

@@ -150,9 +150,11 @@ impl Postgres {
             let ended = self.sweep_batch(own).await?;
             count += ended;
             if ended < usize::try_from(SWEEP_BATCH).unwrap_or(usize::MAX) {
-                return Ok(count);
+                break;
             }
         }
+        self.drop_stale_commands().await?;
+        Ok(count)
     }
 
     async fn sweep_batch(&self, own: bool) -> Result<usize, StoreError> {

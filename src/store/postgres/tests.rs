@@ -164,6 +164,7 @@ conformance_on_postgres!(
     a_store_that_cannot_write_says_unavailable,
     retired_events_leave_each_end,
     a_burst_under_another_fence_writes_nothing,
+    commands_reach_running_runs_once,
 );
 
 /// A second live process with the same replica id is refused, naming the id and the

@@ -66,7 +66,7 @@ impl Embedded {
     }
 
     /// Waits until what was written so far is durable.
-    async fn written<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+    pub(super) async fn written<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
         let value = self.noted(result)?;
         self.flush().await?;
         Ok(value)
@@ -158,6 +158,14 @@ impl crate::store::Conversations for Embedded {
     ) -> Result<Option<Vec<MessageId>>, StoreError> {
         let deleted = self.delete_conversation(tenant, id);
         self.written(deleted).await
+    }
+
+    async fn running_in(
+        &self,
+        tenant: &Tenant,
+        conversation: ConversationId,
+    ) -> Result<bool, StoreError> {
+        self.running_in(tenant, conversation)
     }
 
     /// One process opens the database, so only what an earlier process left is orphaned,

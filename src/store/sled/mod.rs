@@ -9,6 +9,7 @@
 
 mod access;
 mod adapter;
+mod commands;
 mod flusher;
 mod inflight;
 pub mod keys;
@@ -91,6 +92,8 @@ struct Trees {
     tenant_usage: sled::Tree,
     /// Ended messages whose events are not retired yet, with when they ended.
     ended: sled::Tree,
+    /// Commands for runs, until their run takes them.
+    commands: sled::Tree,
     flusher: flusher::Flusher,
 }
 
@@ -113,6 +116,7 @@ impl Trees {
             api_keys: db.open_tree("api_keys")?,
             tenant_usage: db.open_tree("tenant_usage")?,
             ended: db.open_tree("ended")?,
+            commands: db.open_tree("commands")?,
             flusher: flusher::Flusher::start(db, state)?,
         })
     }

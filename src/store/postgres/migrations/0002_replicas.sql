@@ -10,3 +10,14 @@ CREATE TABLE replicas (
 
 -- The sweep looks for running messages by owner.
 CREATE INDEX messages_running_owner ON messages (owner) WHERE running;
+
+-- Commands for runs (cancel, tool outputs, approvals), kept by whichever replica a caller
+-- reached until the run's owner takes them.
+CREATE TABLE run_commands (
+    id         bigserial PRIMARY KEY,
+    tenant     text NOT NULL,
+    message_id uuid NOT NULL,
+    command    text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX run_commands_message ON run_commands (tenant, message_id);

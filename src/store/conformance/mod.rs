@@ -5,6 +5,10 @@
 // A check fails as a test does: by panicking, with what was wrong.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod ownership;
+
+pub use ownership::{a_burst_under_another_fence_writes_nothing, commands_reach_running_runs_once};
+
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
@@ -41,6 +45,7 @@ pub async fn run_all(harness: &dyn Harness) {
     a_store_that_cannot_write_says_unavailable(harness).await;
     retired_events_leave_each_end(harness).await;
     a_burst_under_another_fence_writes_nothing(harness).await;
+    commands_reach_running_runs_once(harness).await;
 }
 
 fn tenant() -> Tenant {
@@ -787,28 +792,4 @@ pub async fn retired_events_leave_each_end(harness: &dyn Harness) {
         0,
         "retired once"
     );
-}
-
-/// A burst under a fence that is not the run's (a replica that lost the run) is refused
-/// as fenced and writes nothing of itself.
-pub async fn a_burst_under_another_fence_writes_nothing(harness: &dyn Harness) {
-    let store = harness.fresh().await;
-    let opening = conversation(&tenant());
-    let message = start(&store, opening.id, Some(&opening)).await;
-    let ours = store.fence();
-    let stale = Fence {
-        epoch: ours.epoch + 1,
-        ..ours
-    };
-    let burst = Burst {
-        records: Vec::new(),
-        events: vec![envelope(&message, 1, delta("late"))],
-    };
-    let refused = store.commit(&tenant(), &stale, &burst).await;
-    assert!(matches!(refused, Err(StoreError::Fenced)), "{refused:?}");
-    assert!(store
-        .list_events(&tenant(), message.id, 0)
-        .await
-        .unwrap()
-        .is_empty());
 }

@@ -1,0 +1,139 @@
+//! Commands for runs this replica does not hold. A caller may reach any replica: a cancel,
+//! tool outputs or approvals for a run held elsewhere are checked against what is stored
+//! (with the refusals the owner would give), kept in the store, and only then answered;
+//! the owner takes them on its next look ([`Runner::follow_commands`]).
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::live::{not_waiting, Awaited, Delivery};
+use super::{RunError, Runner, CANCEL_WAIT};
+use crate::domain::{MessageId, MessageStatus, RunCommand, RunEvent, Tenant};
+
+/// How often a replica looks for commands kept for the runs it holds, when no notice
+/// wakes it sooner.
+pub const COMMANDS_EVERY: Duration = Duration::from_secs(1);
+
+/// How often a cancel sent to another replica's run looks whether the run has ended.
+const ENDED_EVERY: Duration = Duration::from_millis(50);
+
+impl Runner {
+    /// Cancels a run this replica does not hold: keeps the cancel for its owner, then
+    /// waits (briefly) for the run to record its end; returns the status it has then.
+    pub(super) async fn cancel_elsewhere(
+        &self,
+        tenant: &Tenant,
+        message_id: MessageId,
+    ) -> Result<MessageStatus, RunError> {
+        let status = self.stored_status(tenant, message_id).await?;
+        if status.is_terminal()
+            || !self
+                .store
+                .send_command(tenant, message_id, &RunCommand::Cancel)
+                .await?
+        {
+            return Err(RunError::NotRunning {
+                id: message_id.to_string(),
+                status: self.stored_status(tenant, message_id).await?,
+            });
+        }
+        let waited = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(ENDED_EVERY).await;
+            let status = self.stored_status(tenant, message_id).await?;
+            if status.is_terminal() || waited.elapsed() >= CANCEL_WAIT {
+                return Ok(status);
+            }
+        }
+    }
+
+    /// Delivers outputs or decisions to a run this replica does not hold: the run must be
+    /// waiting for them and every call it waits on (as its last event names them) answered.
+    pub(super) async fn deliver_elsewhere(
+        &self,
+        tenant: &Tenant,
+        message_id: MessageId,
+        delivery: Delivery,
+    ) -> Result<(), RunError> {
+        let awaited = delivery.awaited();
+        let waiting = match awaited {
+            Awaited::ToolOutputs => MessageStatus::WaitingToolOutputs,
+            Awaited::Approval => MessageStatus::WaitingApproval,
+        };
+        if self.stored_status(tenant, message_id).await? != waiting {
+            return Err(not_waiting(awaited));
+        }
+        let last = self.store.last_event(tenant, message_id).await?;
+        let calls = match (awaited, last.map(|e| e.event)) {
+            (Awaited::ToolOutputs, Some(RunEvent::ToolCallsRequired { calls, .. }))
+            | (Awaited::Approval, Some(RunEvent::ApprovalRequired { calls, .. })) => calls,
+            _ => return Err(not_waiting(awaited)),
+        };
+        let ids: Vec<String> = calls.into_iter().map(|call| call.id).collect();
+        delivery.answers(&ids)?;
+        let command = match delivery {
+            Delivery::Outputs(outputs) => RunCommand::Outputs(outputs),
+            Delivery::Decisions(decisions) => RunCommand::Decisions(decisions),
+        };
+        if !self
+            .store
+            .send_command(tenant, message_id, &command)
+            .await?
+        {
+            return Err(not_waiting(awaited));
+        }
+        Ok(())
+    }
+
+    async fn stored_status(
+        &self,
+        tenant: &Tenant,
+        message_id: MessageId,
+    ) -> Result<MessageStatus, RunError> {
+        let message = self
+            .store
+            .get_message(tenant, message_id)
+            .await?
+            .ok_or_else(|| RunError::not_found("message", message_id))?;
+        Ok(message.status)
+    }
+
+    /// Takes the commands kept for the runs this replica holds and hands each to its run;
+    /// returns how many it took.
+    pub async fn take_commands(&self) -> Result<usize, RunError> {
+        let taken = self.store.take_commands().await?;
+        let count = taken.len();
+        for taken in taken {
+            let Some(run) = self.live.get(&taken.tenant, taken.message) else {
+                continue;
+            };
+            let delivery = match taken.command {
+                RunCommand::Cancel => {
+                    run.cancel.cancel();
+                    continue;
+                }
+                RunCommand::Outputs(outputs) => Delivery::Outputs(outputs),
+                RunCommand::Decisions(decisions) => Delivery::Decisions(decisions),
+            };
+            // Checked when it was kept; a run that stopped waiting since refuses it.
+            if let Err(err) = run.mailbox.deliver(delivery) {
+                tracing::info!(error = %err, message_id = %taken.message, "a delivery from another replica came too late");
+            }
+        }
+        Ok(count)
+    }
+
+    /// Takes commands every [`COMMANDS_EVERY`] until `stop`.
+    pub async fn follow_commands(&self, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(COMMANDS_EVERY) => {}
+            }
+            if let Err(err) = self.take_commands().await {
+                tracing::debug!(error = %err, "could not look for commands from other replicas");
+            }
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Commands for runs in PostgreSQL: kept in `run_commands` while their run is running,
+//! taken by the replica that owns it.
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use super::error::{codec, from_sqlx};
+use super::Postgres;
+use crate::domain::{MessageId, RunCommand, Tenant};
+use crate::store::{StoreError, TakenCommand};
+
+#[async_trait]
+impl crate::store::Commands for Postgres {
+    /// Kept while the message's row is held, so a run that ends at the same moment either
+    /// takes the command or leaves it to the sweep.
+    async fn send_command(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+        command: &RunCommand,
+    ) -> Result<bool, StoreError> {
+        let text = serde_json::to_string(command).map_err(|err| codec("run_commands", err))?;
+        let started = std::time::Instant::now();
+        let mut tx = self.begin().await?;
+        let failed = |err| self.failed(err);
+        let running: Option<(i32,)> = sqlx::query_as(
+            "SELECT 1 FROM messages WHERE tenant = $1 AND id = $2 AND running FOR SHARE",
+        )
+        .bind(tenant.as_str())
+        .bind(message.0)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(failed)?;
+        if running.is_none() {
+            return Ok(false);
+        }
+        sqlx::query("INSERT INTO run_commands (tenant, message_id, command) VALUES ($1, $2, $3)")
+            .bind(tenant.as_str())
+            .bind(message.0)
+            .bind(text)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        self.finish(tx, started).await?;
+        Ok(true)
+    }
+
+    async fn take_commands(&self) -> Result<Vec<TakenCommand>, StoreError> {
+        let mut rows: Vec<(i64, String, Uuid, String)> = sqlx::query_as(
+            "DELETE FROM run_commands c USING messages m \
+             WHERE m.tenant = c.tenant AND m.id = c.message_id AND m.running AND m.owner = $1 \
+             RETURNING c.id, c.tenant, c.message_id, c.command",
+        )
+        .bind(&self.identity.id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|err| self.failed(err))?;
+        rows.sort_by_key(|(id, ..)| *id);
+        rows.into_iter()
+            .map(|(_, tenant, message, text)| {
+                let tenant = Tenant::parse(&tenant).ok_or_else(|| StoreError::Backend {
+                    category: crate::store::Category::Corrupt,
+                    message: "a command names a tenant that is not valid".to_owned(),
+                })?;
+                Ok(TakenCommand {
+                    tenant,
+                    message: MessageId(message),
+                    command: serde_json::from_str(&text)
+                        .map_err(|err| codec("run_commands", err))?,
+                })
+            })
+            .collect()
+    }
+}
+
+impl Postgres {
+    /// Drops the commands of messages no longer running (their run ended before taking
+    /// them, or the conversation was deleted).
+    pub(super) async fn drop_stale_commands(&self) -> Result<(), StoreError> {
+        sqlx::query(
+            "DELETE FROM run_commands c WHERE NOT EXISTS (SELECT 1 FROM messages m \
+             WHERE m.tenant = c.tenant AND m.id = c.message_id AND m.running)",
+        )
+        .execute(&self.pool)
+        .await
+        .map_err(from_sqlx)?;
+        Ok(())
+    }
+}

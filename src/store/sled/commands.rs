@@ -1,0 +1,114 @@
+//! Commands for runs in the embedded store. One process opens it and owns every run, so
+//! a command is taken by that process, in the order it was kept.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use super::{keys, Embedded};
+use crate::domain::{ConversationId, MessageId, RunCommand, Tenant};
+use crate::store::{StoreError, TakenCommand};
+
+/// A kept command, as stored.
+#[derive(Serialize, Deserialize)]
+struct Kept {
+    tenant: Tenant,
+    message: MessageId,
+    command: RunCommand,
+}
+
+impl Embedded {
+    fn running(&self, tenant: &Tenant, message: MessageId) -> Result<bool, StoreError> {
+        Ok(self
+            .get_message(tenant, message)?
+            .is_some_and(|m| !m.status.is_terminal()))
+    }
+
+    fn keep_command(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+        command: &RunCommand,
+    ) -> Result<bool, StoreError> {
+        if !self.running(tenant, message)? {
+            return Ok(false);
+        }
+        let kept = Kept {
+            tenant: tenant.clone(),
+            message,
+            command: command.clone(),
+        };
+        let value = serde_json::to_vec(&kept).map_err(|source| StoreError::Codec {
+            tree: "commands",
+            source,
+        })?;
+        // Time-ordered keys: commands come out in the order they were kept.
+        let key = uuid::Uuid::now_v7();
+        self.t()?.commands.insert(key.as_bytes(), value)?;
+        Ok(true)
+    }
+
+    fn take_kept(&self) -> Result<Vec<TakenCommand>, StoreError> {
+        let t = self.t()?;
+        let mut taken = Vec::new();
+        for entry in t.commands.iter() {
+            let (key, value) = entry?;
+            t.commands.remove(&key)?;
+            let Ok(kept) = serde_json::from_slice::<Kept>(&value) else {
+                continue;
+            };
+            if self.running(&kept.tenant, kept.message)? {
+                taken.push(TakenCommand {
+                    tenant: kept.tenant,
+                    message: kept.message,
+                    command: kept.command,
+                });
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Whether a message of `conversation` is running: the running markers are few.
+    pub(super) fn running_in(
+        &self,
+        tenant: &Tenant,
+        conversation: ConversationId,
+    ) -> Result<bool, StoreError> {
+        for entry in self.t()?.running.iter() {
+            let (key, _) = entry?;
+            let Some((owner, id)) = keys::parse_message(&key) else {
+                continue;
+            };
+            if owner != *tenant {
+                continue;
+            }
+            let message = self.get_message(tenant, id)?;
+            if message.is_some_and(|m| m.conversation_id == conversation && !m.status.is_terminal())
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+}
+
+#[async_trait]
+impl crate::store::Commands for Embedded {
+    async fn send_command(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+        command: &RunCommand,
+    ) -> Result<bool, StoreError> {
+        let kept = self.keep_command(tenant, message, command);
+        self.written(kept).await
+    }
+
+    async fn take_commands(&self) -> Result<Vec<TakenCommand>, StoreError> {
+        // Looked at every second: nothing to take writes nothing.
+        if self.t()?.commands.is_empty() {
+            return Ok(Vec::new());
+        }
+        let taken = self.take_kept();
+        self.written(taken).await
+    }
+}
