@@ -13,6 +13,8 @@ use tonic_health::server::HealthReporter;
 use crate::access::{AccessError, AdminToken, Keys};
 use crate::api::{AdminGate, Gate, TlsPem};
 use crate::catalog::Catalog;
+use crate::cluster::nats::Nats;
+use crate::cluster::Bus;
 use crate::config::{Config, TlsConfig};
 use crate::llm::{ChatModel, LlmError, ModelEntry, ModelRegistry};
 use crate::net::Descriptors;
@@ -80,6 +82,9 @@ pub enum AppError {
         /// Why.
         source: std::io::Error,
     },
+    /// The NATS bus could not be set up.
+    #[error(transparent)]
+    Nats(#[from] crate::cluster::nats::NatsError),
     /// The metrics listener could not be bound.
     #[error("cannot listen for metrics on {addr}: {source}")]
     MetricsListen {
@@ -109,6 +114,20 @@ pub async fn open_store(config: &Config) -> Result<Store, AppError> {
     };
     recover(&store).await?;
     Ok(store)
+}
+
+/// The bus between replicas: NATS when configured, else the shared database's
+/// notifications, else none (a single process).
+async fn open_bus(config: &Config, store: &Store) -> Result<Arc<dyn Bus>, AppError> {
+    if let Some(settings) = config.cluster.nats() {
+        let place = crate::cluster::nats::describe(&settings.url);
+        let bus = Nats::connect(&settings).await?;
+        tracing::info!(nats = %place, prefix = %settings.prefix, "live events and commands between replicas go over NATS");
+        return Ok(bus);
+    }
+    Ok(store
+        .bus()
+        .unwrap_or_else(|| Arc::new(crate::cluster::Silent::default())))
 }
 
 /// The embedded store under the data directory.
@@ -369,13 +388,17 @@ pub async fn serve(
         write_timeout: Duration::from_secs(config.store.write_timeout_secs),
         ..config.runner.settings()
     };
+    let bus = open_bus(&config, &store).await?;
+    let relays = Arc::clone(&metrics);
+    bus.observe_relays(Box::new(move |events, lag| relays.relayed(events, lag)));
     let runner = Runner::new(
         store.clone(),
         Arc::new(models),
         Arc::clone(&tools),
         settings.clone(),
     )
-    .with_metrics(Arc::clone(&metrics));
+    .with_metrics(Arc::clone(&metrics))
+    .with_bus(bus);
     let descriptors = Descriptors::default();
     let stop_metrics = CancellationToken::new();
     if let Some(listener) = metrics_listener {

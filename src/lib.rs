@@ -21,6 +21,7 @@ pub mod api;
 pub mod app;
 pub mod catalog;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod domain;
 pub mod llm;

@@ -2,12 +2,19 @@
 
 use std::time::Duration;
 
+use std::path::PathBuf;
+
 use serde::Deserialize;
 
 use super::ConfigError;
+use crate::llm::Secret;
 
 fn default_lease_secs() -> u64 {
     5
+}
+
+fn default_subject_prefix() -> String {
+    "agent-runner".to_owned()
 }
 
 /// The longest replica id: it is written with every run the replica owns.
@@ -25,6 +32,20 @@ pub struct ClusterConfig {
     /// runs are ended by its peers. Renewed about five times per lease.
     #[serde(default = "default_lease_secs")]
     pub lease_secs: u64,
+    /// NATS for live events and commands between replicas: `nats://[user:password@]host:port`
+    /// (`tls://…` for TLS); `AGENT_RUNNER_NATS_URL` or `--nats-url` set it too. Never
+    /// shown. Without it, replicas on PostgreSQL notify each other through the database.
+    #[serde(default)]
+    pub nats_url: Option<Secret>,
+    /// A NATS `.creds` file (JWT and seed).
+    #[serde(default)]
+    pub nats_credentials_file: Option<PathBuf>,
+    /// A CA (PEM) to trust for the NATS server's certificate besides the system's.
+    #[serde(default)]
+    pub nats_ca_file: Option<PathBuf>,
+    /// Subjects start with it, so deployments sharing a NATS server stay apart.
+    #[serde(default = "default_subject_prefix")]
+    pub subject_prefix: String,
 }
 
 impl Default for ClusterConfig {
@@ -32,6 +53,10 @@ impl Default for ClusterConfig {
         Self {
             replica_id: None,
             lease_secs: default_lease_secs(),
+            nats_url: None,
+            nats_credentials_file: None,
+            nats_ca_file: None,
+            subject_prefix: default_subject_prefix(),
         }
     }
 }
@@ -58,6 +83,19 @@ impl ClusterConfig {
         }
     }
 
+    /// How to reach NATS, when configured.
+    pub fn nats(&self) -> Option<crate::cluster::nats::Settings> {
+        self.nats_url
+            .as_ref()
+            .map(|url| crate::cluster::nats::Settings {
+                url: url.expose().to_owned(),
+                credentials_file: self.nats_credentials_file.clone(),
+                ca_file: self.nats_ca_file.clone(),
+                prefix: self.subject_prefix.clone(),
+                replica: self.id().to_owned(),
+            })
+    }
+
     /// How long a heartbeat holds.
     pub fn lease(&self) -> Duration {
         Duration::from_secs(self.lease_secs)
@@ -81,6 +119,16 @@ impl ClusterConfig {
         }
         if self.replica_id.is_none() {
             self.replica_id = Some(Self::made_up_id());
+        }
+        let tokens_ok = self
+            .subject_prefix
+            .split('.')
+            .all(|token| !token.is_empty() && token.chars().all(is_id_char));
+        if self.subject_prefix.len() > 100 || !tokens_ok {
+            return Err(invalid(
+                "cluster.subject_prefix",
+                "must be dot-separated tokens of A-Z a-z 0-9 _ - (up to 100 characters)".to_owned(),
+            ));
         }
         if !(2..=300).contains(&self.lease_secs) {
             return Err(invalid(
@@ -123,6 +171,14 @@ mod tests {
             };
             let err = config.validate().unwrap_err().to_string();
             assert!(err.contains("cluster.replica_id"), "{err}");
+        }
+        for prefix in ["", "a..b", "a b", "x.*", &"a".repeat(101)] {
+            let mut config = ClusterConfig {
+                subject_prefix: prefix.to_owned(),
+                ..ClusterConfig::default()
+            };
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains("cluster.subject_prefix"), "{err}");
         }
         for lease_secs in [0, 1, 301] {
             let mut config = ClusterConfig {

@@ -65,6 +65,9 @@ pub struct ServeArgs {
     /// This replica's id among those sharing the database [default: made up at start].
     #[arg(long, env = "AGENT_RUNNER_REPLICA_ID")]
     pub replica_id: Option<String>,
+    /// NATS for live events and commands between replicas (`nats://host:4222`).
+    #[arg(long, env = "AGENT_RUNNER_NATS_URL", hide_env_values = true, value_parser = secret)]
+    pub nats_url: Option<Secret>,
 }
 
 /// A flag's value kept as a secret: never shown in help, errors or debug output.
@@ -542,6 +545,9 @@ impl Config {
         }
         if let Some(id) = &args.replica_id {
             config.cluster.replica_id = Some(id.clone());
+        }
+        if let Some(url) = &args.nats_url {
+            config.cluster.nats_url = Some(url.clone());
         }
         if let Some(format) = args.log_format {
             config.server.log_format = format;

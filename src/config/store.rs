@@ -63,6 +63,7 @@ impl StoreConfig {
             url: url.expose().to_owned(),
             replica_id: cluster.id().to_owned(),
             lease: cluster.lease(),
+            notify: cluster.nats_url.is_none(),
             pool_size: self.pool_size,
             statement_timeout: Duration::from_millis(self.statement_timeout_ms),
         })

@@ -81,6 +81,8 @@ pub struct Runner {
     metrics: Arc<Metrics>,
     /// Recent starts of each tenant, for its limits.
     quotas: Arc<quota::Quotas>,
+    /// Where replicas tell each other of committed events and kept commands.
+    bus: Arc<dyn crate::cluster::Bus>,
 }
 
 // Runs are started, followed and stopped here; everything else a run does happens in its
@@ -104,7 +106,15 @@ impl Runner {
             tracker: TaskTracker::new(),
             metrics: Arc::default(),
             quotas: Arc::default(),
+            bus: Arc::new(crate::cluster::Silent::default()),
         }
+    }
+
+    /// The runner, telling other replicas of its runs' events over `bus` and hearing of
+    /// theirs (by default a single process's, which tells nobody).
+    pub fn with_bus(mut self, bus: Arc<dyn crate::cluster::Bus>) -> Self {
+        self.bus = bus;
+        self
     }
 
     /// The runner, counting its runs in `metrics` (by default in metrics nobody reads).
@@ -145,12 +155,18 @@ impl Runner {
         if live.is_none() && self.store.get_message(tenant, message_id).await?.is_none() {
             return Err(RunError::not_found("message", message_id));
         }
+        // Heard of before the store is read: nothing committed in between is missed.
+        let watch = match live {
+            Some(_) => crate::cluster::Watch::never(),
+            None => self.bus.watch(message_id).await,
+        };
         Ok(live::follow(
             self.store.clone(),
             tenant.clone(),
             message_id,
             after_seq,
             live,
+            watch,
         ))
     }
 
@@ -360,6 +376,7 @@ impl Runner {
             fence: self.store.fence(),
             shutdown: self.shutdown.clone(),
             write_timeout: self.settings.write_timeout,
+            bus: Arc::clone(&self.bus),
         };
         let emitter = Emitter::new(
             destination,
@@ -377,6 +394,7 @@ impl Runner {
                 message.id,
                 0,
                 Some(first_follower),
+                crate::cluster::Watch::never(),
             ),
         };
         if let Some(deadline) = spec.deadline {

@@ -27,17 +27,21 @@ impl Runner {
         message_id: MessageId,
     ) -> Result<MessageStatus, RunError> {
         let status = self.stored_status(tenant, message_id).await?;
-        if status.is_terminal()
-            || !self
-                .store
-                .send_command(tenant, message_id, &RunCommand::Cancel)
-                .await?
-        {
+        let owner = match status.is_terminal() {
+            true => None,
+            false => {
+                self.store
+                    .send_command(tenant, message_id, &RunCommand::Cancel)
+                    .await?
+            }
+        };
+        let Some(owner) = owner else {
             return Err(RunError::NotRunning {
                 id: message_id.to_string(),
                 status: self.stored_status(tenant, message_id).await?,
             });
-        }
+        };
+        self.bus.wake(&owner).await;
         let waited = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(ENDED_EVERY).await;
@@ -76,13 +80,14 @@ impl Runner {
             Delivery::Outputs(outputs) => RunCommand::Outputs(outputs),
             Delivery::Decisions(decisions) => RunCommand::Decisions(decisions),
         };
-        if !self
+        let Some(owner) = self
             .store
             .send_command(tenant, message_id, &command)
             .await?
-        {
+        else {
             return Err(not_waiting(awaited));
-        }
+        };
+        self.bus.wake(&owner).await;
         Ok(())
     }
 
@@ -124,12 +129,15 @@ impl Runner {
         Ok(count)
     }
 
-    /// Takes commands every [`COMMANDS_EVERY`] until `stop`.
+    /// Takes commands whenever a peer wakes this replica for one, and every
+    /// [`COMMANDS_EVERY`] in case a wake-up was lost, until `stop`.
     pub async fn follow_commands(&self, stop: CancellationToken) {
+        let woken = self.bus.woken();
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(COMMANDS_EVERY) => {}
+                () = woken.notified() => {}
             }
             if let Err(err) = self.take_commands().await {
                 tracing::debug!(error = %err, "could not look for commands from other replicas");

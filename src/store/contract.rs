@@ -382,6 +382,12 @@ pub trait Health: Send + Sync {
     /// counts.
     fn observe_commits(&self, observe: Box<dyn Fn(Duration) + Send + Sync>);
 
+    /// The bus this backend carries between replicas (a shared database's notifications),
+    /// for deployments without another; `None` for a store one process opens.
+    fn bus(&self) -> Option<std::sync::Arc<dyn crate::cluster::Bus>> {
+        None
+    }
+
     /// Makes every commit fail (`true`) or work again (`false`), as a full disk would.
     #[cfg(any(test, feature = "test-utils"))]
     fn fail_writes(&self, fail: bool);
@@ -408,14 +414,15 @@ pub struct TakenCommand {
 /// cancel or a delivery.
 #[async_trait]
 pub trait Commands: Send + Sync {
-    /// Keeps `command` for the run of `message` if it is running; returns whether it was
-    /// (nothing is kept for a message that is not). Durable when it returns.
+    /// Keeps `command` for the run of `message` if it is running; returns the replica that
+    /// owns the run, to wake, or `None` when it is not running (nothing is kept). Durable
+    /// when it returns.
     async fn send_command(
         &self,
         tenant: &Tenant,
         message: MessageId,
         command: &RunCommand,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<Option<String>, StoreError>;
 
     /// Takes (and removes) the commands for the running messages this replica owns, in
     /// the order they were kept.

@@ -163,6 +163,8 @@ pub struct Metrics {
     cost: Family<CostLabels, Counter<f64, AtomicU64>>,
     store_flush: Histogram,
     replica_info: Family<ReplicaLabels, Gauge>,
+    relayed_events: Counter,
+    relay_lag: Histogram,
     /// Whether run counts and cost carry a `tenant` label.
     tenant_label: bool,
 }
@@ -190,6 +192,8 @@ impl Metrics {
             cost: Family::default(),
             store_flush: Histogram::new(FLUSH_BUCKETS),
             replica_info: Family::default(),
+            relayed_events: Counter::default(),
+            relay_lag: Histogram::new(FLUSH_BUCKETS),
             tenant_label,
         };
         metrics.register();
@@ -258,6 +262,23 @@ impl Metrics {
             "This replica's id among those sharing the database (always 1)",
             self.replica_info.clone(),
         );
+        registry.register(
+            "agent_runner_relayed_events",
+            "Events of runs held by other replicas, heard on the bus by followers here",
+            self.relayed_events.clone(),
+        );
+        registry.register(
+            "agent_runner_relay_lag_seconds",
+            "From an event's making on its replica to its notice reaching this one",
+            self.relay_lag.clone(),
+        );
+    }
+
+    /// A notice of `events` events of another replica's run arrived `lag` after the last
+    /// was made.
+    pub fn relayed(&self, events: usize, lag: Duration) {
+        self.relayed_events.inc_by(events as u64);
+        self.relay_lag.observe(lag.as_secs_f64());
     }
 
     /// Names the replica this process is, for dashboards that join on it.

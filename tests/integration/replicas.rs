@@ -17,6 +17,42 @@ use crate::support::{FakeOpenAi, Reply};
 /// One multi-process test at a time.
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// The NATS server tests use when `AGENT_RUNNER_TEST_NATS_URL` does not name another.
+const NATS_URL: &str = "nats://127.0.0.1:4222";
+
+/// A bus of its own on the test NATS server (a subject prefix no other test uses), or
+/// `None` (skip) when NATS cannot be reached outside CI.
+async fn nats_bus() -> Option<Bus> {
+    let url = std::env::var("AGENT_RUNNER_TEST_NATS_URL").unwrap_or_else(|_| NATS_URL.to_owned());
+    let place = agent_runner::cluster::nats::describe(&url);
+    let reached = tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::net::TcpStream::connect(place.clone()),
+    )
+    .await;
+    if !matches!(reached, Ok(Ok(_))) {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "NATS at {place} is needed in CI"
+        );
+        eprintln!("skipped: NATS at {place} cannot be reached; set AGENT_RUNNER_TEST_NATS_URL to run these tests");
+        return None;
+    }
+    Some(Bus::Nats {
+        url,
+        prefix: format!("test-{}", uuid::Uuid::new_v4().simple()),
+    })
+}
+
+/// How replicas of a test tell each other of events and commands.
+#[derive(Clone)]
+enum Bus {
+    /// The database's notifications.
+    Database,
+    /// NATS at `url`, under `prefix`.
+    Nats { url: String, prefix: String },
+}
+
 /// A replica named `id` on `database`, in a directory of its own.
 async fn replica(
     dir: &Path,
@@ -25,14 +61,38 @@ async fn replica(
     key: &SecretKey,
     id: &str,
 ) -> Service {
+    replica_on(dir, llm, database, key, id, &Bus::Database, None).await
+}
+
+/// [`replica`] with `bus` between the replicas.
+async fn replica_on(
+    dir: &Path,
+    llm: &FakeOpenAi,
+    database: &TestDatabase,
+    key: &SecretKey,
+    id: &str,
+    bus: &Bus,
+    metrics: Option<std::net::SocketAddr>,
+) -> Service {
     let dir = dir.join(id);
+    let metrics = metrics.map_or(String::new(), |addr| {
+        format!("metrics_listen = \"{addr}\"\n")
+    });
     std::fs::create_dir_all(&dir).unwrap();
+    let nats = match bus {
+        Bus::Database => String::new(),
+        Bus::Nats { url, prefix } => {
+            format!("nats_url = \"{url}\"\nsubject_prefix = \"{prefix}\"\n")
+        }
+    };
     spawn_service_edited(&dir, llm, None, |config| {
-        on_postgres(config, &dir, &database.url(), Some(key)).replacen(
-            "[cluster]\n",
-            &format!("[cluster]\nreplica_id = \"{id}\"\n"),
-            1,
-        )
+        on_postgres(config, &dir, &database.url(), Some(key))
+            .replacen(
+                "[cluster]\n",
+                &format!("[cluster]\nreplica_id = \"{id}\"\n{nats}"),
+                1,
+            )
+            .replacen("[server]\n", &format!("[server]\n{metrics}"), 1)
     })
     .await
 }
@@ -78,19 +138,37 @@ fn failure_code(event: &pb::RunEvent) -> Option<String> {
     }
 }
 
+/// Over NATS: see [`followed_identically`].
+#[tokio::test]
+async fn a_run_is_followed_identically_from_another_replica_over_nats() {
+    let _turn = TURN.lock().await;
+    if let Some(bus) = nats_bus().await {
+        followed_identically(&bus).await;
+    }
+}
+
+/// Without NATS, over the database's notifications: see [`followed_identically`].
+#[tokio::test]
+async fn a_run_is_followed_identically_from_another_replica_without_nats() {
+    let _turn = TURN.lock().await;
+    followed_identically(&Bus::Database).await;
+}
+
 /// A run on one replica, attached on another from `seq` 0 and from the middle, gives the
 /// same events, byte for byte, with no gap; the peer reads the finished message too.
-#[tokio::test]
-async fn a_run_is_followed_identically_from_another_replica() {
-    let _turn = TURN.lock().await;
+async fn followed_identically(bus: &Bus) {
     let Some(database) = TestDatabase::create().await else {
         return;
     };
     let llm = FakeOpenAi::start(vec![slow(30, 40)]).await;
     let dir = tempfile::tempdir().unwrap();
     let key = SecretKey::generate();
-    let a = replica(dir.path(), &llm, &database, &key, "a").await;
-    let b = replica(dir.path(), &llm, &database, &key, "b").await;
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", bus, None).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", bus, Some(metrics)).await;
 
     let mut stream = client(&a)
         .await
@@ -115,6 +193,22 @@ async fn a_run_is_followed_identically_from_another_replica() {
     let read = message(&mut client(&b).await, id).await;
     assert_eq!(read.status, pb::MessageStatus::Completed as i32);
     assert_eq!(read.answer, "tick ".repeat(30));
+
+    // Over NATS the peer's followers were handed the events by notices, not reads.
+    let text = reqwest::get(format!("http://{metrics}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let relayed: f64 = text
+        .lines()
+        .find_map(|line| line.strip_prefix("agent_runner_relayed_events_total "))
+        .map_or(0.0, |value| value.parse().unwrap());
+    match bus {
+        Bus::Nats { .. } => assert!(relayed >= 20.0, "relayed {relayed}: {text}"),
+        Bus::Database => assert_eq!(relayed, 0.0, "notifications carry no events"),
+    }
 }
 
 /// A replica killed mid-run: once its lease lapses, a peer ends its run INTERRUPTED with
@@ -305,12 +399,26 @@ async fn until_required(stream: &mut tonic::Streaming<pb::RunEvent>) -> Vec<pb::
     panic!("the run ended without asking for tools: {events:?}");
 }
 
+/// Over NATS: see [`commands_reach_the_run`].
+#[tokio::test]
+async fn commands_sent_to_a_peer_reach_the_run_over_nats() {
+    let _turn = TURN.lock().await;
+    if let Some(bus) = nats_bus().await {
+        commands_reach_the_run(&bus).await;
+    }
+}
+
+/// Without NATS: see [`commands_reach_the_run`].
+#[tokio::test]
+async fn commands_sent_to_a_peer_reach_the_run_without_nats() {
+    let _turn = TURN.lock().await;
+    commands_reach_the_run(&Bus::Database).await;
+}
+
 /// Tool outputs, cancels and deletes sent to a replica that does not hold the run: they
 /// are refused as the owner would refuse them, or kept and carried out by the owner; an
 /// idempotency key sent to two replicas at once starts one run.
-#[tokio::test]
-async fn commands_sent_to_a_peer_reach_the_run() {
-    let _turn = TURN.lock().await;
+async fn commands_reach_the_run(bus: &Bus) {
     let Some(database) = TestDatabase::create().await else {
         return;
     };
@@ -331,8 +439,8 @@ async fn commands_sent_to_a_peer_reach_the_run() {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let key = SecretKey::generate();
-    let a = replica(dir.path(), &llm, &database, &key, "a").await;
-    let b = replica(dir.path(), &llm, &database, &key, "b").await;
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", bus, None).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", bus, None).await;
     let mut peer = client(&b).await;
 
     // Tool outputs through the peer: a wrong id is refused naming the field, as the owner
@@ -391,7 +499,9 @@ async fn commands_sent_to_a_peer_reach_the_run() {
         .into_inner();
     let took = asked.elapsed();
     assert_eq!(cancelled.status, pb::MessageStatus::Cancelled as i32);
-    assert!(took < Duration::from_secs(3), "cancel took {took:?}");
+    // Woken by the bus, the owner stops the run at once; its end is then seen within
+    // the cancel's own look every 50 ms.
+    assert!(took < Duration::from_secs(1), "cancel took {took:?}");
     let rest = read_within(&mut stalled, Duration::from_secs(5)).await;
     assert!(rest.last().is_some(), "the owner's stream ends");
     let again = peer
@@ -412,4 +522,117 @@ async fn commands_sent_to_a_peer_reach_the_run() {
     let second = read_within(&mut second, Duration::from_secs(20)).await;
     assert_eq!(first[0].message_id, second[0].message_id);
     assert_eq!(first, second, "the second caller follows the one run");
+}
+
+/// A NATS server of the test's own, on a free port.
+struct OwnNats {
+    child: std::process::Child,
+    url: String,
+}
+
+impl OwnNats {
+    /// Starts `nats-server`, or `None` (skip) where it is not installed outside CI.
+    #[allow(clippy::zombie_processes, reason = "killed and waited for on drop")]
+    async fn start(port: u16) -> Option<Self> {
+        let binary = ["/usr/sbin/nats-server", "/usr/local/bin/nats-server"]
+            .into_iter()
+            .find(|path| Path::new(path).exists());
+        let Some(binary) = binary else {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "nats-server is needed in CI"
+            );
+            eprintln!("skipped: nats-server is not installed");
+            return None;
+        };
+        let child = std::process::Command::new(binary)
+            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let url = format!("nats://127.0.0.1:{port}");
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return Some(Self { child, url });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("nats-server did not start");
+    }
+}
+
+impl Drop for OwnNats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// NATS stopped in the middle of live runs: every stream followed on a peer still
+/// completes, byte for byte as on the owner (the peer reads the store instead); NATS back,
+/// notices flow again.
+#[tokio::test]
+async fn streams_complete_when_nats_stops_mid_run() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let Some(nats) = OwnNats::start(port).await else {
+        return;
+    };
+    let bus = Bus::Nats {
+        url: nats.url.clone(),
+        prefix: "agent-runner".to_owned(),
+    };
+    let runs = 4;
+    let llm = FakeOpenAi::start(vec![slow(30, 60); runs + 1]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", &bus, None).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &bus, None).await;
+
+    let mut owners = Vec::new();
+    let mut peers = Vec::new();
+    for _ in 0..runs {
+        let mut stream = client(&a)
+            .await
+            .run(run_request("count", &[]))
+            .await
+            .unwrap()
+            .into_inner();
+        let seen = read_until_delta(&mut stream).await;
+        peers.push(attach(&b, &seen[0].message_id, 0).await);
+        owners.push((seen, stream));
+    }
+    drop(nats);
+    for ((mut seen, mut stream), mut peer) in owners.into_iter().zip(peers) {
+        seen.extend(read_within(&mut stream, Duration::from_secs(20)).await);
+        let followed = read_within(&mut peer, Duration::from_secs(20)).await;
+        assert_eq!(followed, seen, "every event, in order, without the bus");
+        assert!(matches!(
+            followed.last().unwrap().event,
+            Some(pb::run_event::Event::End(_))
+        ));
+    }
+
+    let _back = OwnNats::start(port).await.unwrap();
+    let mut stream = client(&a)
+        .await
+        .run(run_request("count", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = read_until_delta(&mut stream).await;
+    let mut peer = attach(&b, &seen[0].message_id, 0).await;
+    seen.extend(read_within(&mut stream, Duration::from_secs(20)).await);
+    assert_eq!(read_within(&mut peer, Duration::from_secs(20)).await, seen);
 }

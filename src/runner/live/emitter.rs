@@ -36,6 +36,8 @@ pub struct Destination {
     /// How long commits are tried again while the store is unavailable before the run
     /// stops.
     pub write_timeout: Duration,
+    /// Where followers on other replicas hear of committed events.
+    pub bus: Arc<dyn crate::cluster::Bus>,
 }
 
 /// The run's side of its event stream.
@@ -377,6 +379,12 @@ impl Publisher {
             return Err(err);
         }
         pending.records.clear();
+        if let Some(first) = pending.events.first() {
+            self.destination
+                .bus
+                .announce(first.message_id, &pending.events)
+                .await;
+        }
         for envelope in pending.events.drain(..) {
             if let Some(events) = &self.events {
                 // No follower is not an error: the events are stored for Attach.
@@ -433,6 +441,7 @@ mod tests {
             fence: Fence::local(),
             shutdown: CancellationToken::new(),
             write_timeout: Duration::from_secs(1),
+            bus: Arc::new(crate::cluster::Silent::default()),
         };
         let emitter = Emitter::new(
             destination,
@@ -527,6 +536,7 @@ mod tests {
             fence: Fence::local(),
             shutdown: CancellationToken::new(),
             write_timeout: Duration::from_secs(1),
+            bus: Arc::new(crate::cluster::Silent::default()),
         };
         let emitter = Emitter::new(
             destination,

@@ -13,6 +13,7 @@ use futures::Stream;
 use tokio::sync::broadcast;
 
 use super::registry::Subscription;
+use crate::cluster::Watch;
 use crate::domain::{EventEnvelope, MessageId, Tenant};
 use crate::runner::error::RunError;
 use crate::store::Store;
@@ -30,9 +31,12 @@ pub fn follow(
     message: MessageId,
     after_seq: u64,
     live: Option<Subscription>,
+    watch: Watch,
 ) -> EventStream {
     let live = live.map(|Subscription { events }| events);
     let follower = Follower {
+        watch,
+        status_checked: false,
         store,
         tenant,
         message,
@@ -53,10 +57,15 @@ pub fn follow(
     ))
 }
 
-/// How often the store is read for the events of a run another replica holds.
-const POLL_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+/// How often the store is read for the events of a run another replica holds when no
+/// notice comes: the floor that makes a lost or slow bus cost latency, never an event.
+const POLL_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 struct Follower {
+    /// Notices of a run held by another replica (taken before the store is read).
+    watch: Watch,
+    /// Whether the store was asked if the run ended, since the follower began.
+    status_checked: bool,
     store: Store,
     tenant: Tenant,
     message: MessageId,
@@ -117,22 +126,57 @@ impl Follower {
     }
 
     /// Waits for more of a run this process does not hold: one that runs on another
-    /// replica, or ended. The store is read again every [`POLL_EVERY`] until the run's end
-    /// is there; a message that ended without one (written by an earlier version) ends
-    /// the stream with what it has.
+    /// replica, or ended. Notices from the bus hand on their events when they follow the
+    /// last one handed out; any other notice (a gap, a notice without events, a lag) reads
+    /// the store. Without a notice, the store is read every [`POLL_EVERY`]. A message that
+    /// ended without an end event (written by an earlier version) ends the stream with
+    /// what it has.
     async fn await_elsewhere(&mut self) {
-        match self.store.get_message(&self.tenant, self.message).await {
-            Ok(Some(message)) if !message.status.is_terminal() => {
-                tokio::time::sleep(POLL_EVERY).await;
-                self.refill().await;
+        if !self.status_checked {
+            self.status_checked = true;
+            if self.ended_in_store().await {
+                return;
             }
+        }
+        let heard = tokio::select! {
+            heard = self.watch.next() => heard,
+            () = tokio::time::sleep(POLL_EVERY) => None,
+        };
+        match heard {
+            Some(Ok(notice)) if notice.last_seq <= self.last => {}
+            Some(Ok(notice))
+                if notice
+                    .events
+                    .first()
+                    .is_some_and(|first| first.seq == self.last + 1) =>
+            {
+                self.pending.extend(notice.events.iter().cloned());
+            }
+            Some(_) => self.refill().await,
+            None => {
+                if !self.ended_in_store().await {
+                    self.refill().await;
+                }
+            }
+        }
+    }
+
+    /// Whether the store says the run ended; if so, what is left is queued (and the
+    /// stream ends once it is handed out).
+    async fn ended_in_store(&mut self) -> bool {
+        match self.store.get_message(&self.tenant, self.message).await {
+            Ok(Some(message)) if !message.status.is_terminal() => false,
             Ok(_) => {
                 self.refill().await;
                 if self.pending.is_empty() {
                     self.done = true;
                 }
+                true
             }
-            Err(err) => self.lost = Some(err.into()),
+            Err(err) => {
+                self.lost = Some(err.into());
+                true
+            }
         }
     }
 

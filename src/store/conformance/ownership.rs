@@ -36,10 +36,11 @@ pub async fn commands_reach_running_runs_once(harness: &dyn Harness) {
     let running = start(&store, opening.id, Some(&opening)).await;
     assert!(store.running_in(&tenant(), opening.id).await.unwrap());
     for command in [RunCommand::Cancel, RunCommand::Outputs(Vec::new())] {
-        assert!(store
+        let owner = store
             .send_command(&tenant(), running.id, &command)
             .await
-            .unwrap());
+            .unwrap();
+        assert_eq!(owner, Some(store.fence().owner), "the run's owner is named");
     }
     let taken = store.take_commands().await.unwrap();
     let commands: Vec<_> = taken
@@ -61,9 +62,12 @@ pub async fn commands_reach_running_runs_once(harness: &dyn Harness) {
     let mut ended = running;
     finish(&store, &mut ended, "done").await;
     assert!(!store.running_in(&tenant(), opening.id).await.unwrap());
-    assert!(!store
-        .send_command(&tenant(), ended.id, &RunCommand::Cancel)
-        .await
-        .unwrap());
+    assert_eq!(
+        store
+            .send_command(&tenant(), ended.id, &RunCommand::Cancel)
+            .await
+            .unwrap(),
+        None
+    );
     assert!(store.take_commands().await.unwrap().is_empty());
 }

@@ -18,22 +18,22 @@ impl crate::store::Commands for Postgres {
         tenant: &Tenant,
         message: MessageId,
         command: &RunCommand,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<String>, StoreError> {
         let text = serde_json::to_string(command).map_err(|err| codec("run_commands", err))?;
         let started = std::time::Instant::now();
         let mut tx = self.begin().await?;
         let failed = |err| self.failed(err);
-        let running: Option<(i32,)> = sqlx::query_as(
-            "SELECT 1 FROM messages WHERE tenant = $1 AND id = $2 AND running FOR SHARE",
+        let owner: Option<(String,)> = sqlx::query_as(
+            "SELECT owner FROM messages WHERE tenant = $1 AND id = $2 AND running FOR SHARE",
         )
         .bind(tenant.as_str())
         .bind(message.0)
         .fetch_optional(&mut *tx)
         .await
         .map_err(failed)?;
-        if running.is_none() {
-            return Ok(false);
-        }
+        let Some((owner,)) = owner else {
+            return Ok(None);
+        };
         sqlx::query("INSERT INTO run_commands (tenant, message_id, command) VALUES ($1, $2, $3)")
             .bind(tenant.as_str())
             .bind(message.0)
@@ -41,8 +41,9 @@ impl crate::store::Commands for Postgres {
             .execute(&mut *tx)
             .await
             .map_err(failed)?;
+        self.notify_owner(&mut tx, &owner).await?;
         self.finish(tx, started).await?;
-        Ok(true)
+        Ok(Some(owner))
     }
 
     async fn take_commands(&self) -> Result<Vec<TakenCommand>, StoreError> {

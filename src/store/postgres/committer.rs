@@ -267,7 +267,7 @@ impl Postgres {
             .await
             .map_err(failed)?;
         }
-        // Last, so the row is held for as short a time as the commit allows.
+        // Last (with the notice), so the row is held for as short a time as the commit allows.
         if !rows.tokens.is_empty() {
             let tenants: Vec<&str> = rows.tokens.keys().map(|(t, _)| t.as_str()).collect();
             let days: Vec<i32> = rows.tokens.keys().map(|(_, d)| *d).collect();
@@ -287,8 +287,22 @@ impl Postgres {
             .await
             .map_err(failed)?;
         }
+        self.notify_events(&mut tx, &last_seqs(&rows.events.1, &rows.events.2))
+            .await?;
         self.finish(tx, started).await
     }
+}
+
+/// Each run's last `seq` among events of many runs.
+fn last_seqs(messages: &[Uuid], seqs: &[i64]) -> Vec<(Uuid, i64)> {
+    let mut last: Vec<(Uuid, i64)> = Vec::new();
+    for (message, seq) in messages.iter().zip(seqs) {
+        match last.iter_mut().find(|(known, _)| known == message) {
+            Some(entry) => entry.1 = entry.1.max(*seq),
+            None => last.push((*message, *seq)),
+        }
+    }
+    last
 }
 
 fn copy(rows: &Rows) -> Rows {

@@ -10,6 +10,7 @@ mod commands;
 mod committer;
 mod conversations;
 mod error;
+mod listen;
 mod records;
 mod registry;
 mod replicas;
@@ -45,6 +46,9 @@ pub struct Settings {
     pub replica_id: String,
     /// How long its heartbeat holds.
     pub lease: Duration,
+    /// Whether commits notify other replicas through the database (when no other bus
+    /// carries notices).
+    pub notify: bool,
 }
 
 /// Where the database is, as errors and logs may name it: host, port and database, never
@@ -86,6 +90,8 @@ pub struct Postgres {
     lost: AtomicBool,
     /// Whether the runs an earlier life of this replica left were swept.
     swept_own: AtomicBool,
+    /// The bus over the database's notifications, when commits notify.
+    notifications: OnceLock<Arc<listen::Notifications>>,
     /// Where bursts wait for their group commit.
     committer: tokio::sync::mpsc::UnboundedSender<committer::Job>,
     /// Where it is, for messages.
@@ -142,10 +148,14 @@ impl Postgres {
             identity,
             lost: AtomicBool::new(false),
             swept_own: AtomicBool::new(false),
+            notifications: OnceLock::new(),
             committer: committer::start(backend.clone()),
             place,
         });
         replicas::renew(Arc::downgrade(&backend));
+        if settings.notify {
+            let _ = backend.notifications.set(backend.listen());
+        }
         Ok(backend)
     }
 
@@ -287,6 +297,11 @@ impl crate::store::Health for Postgres {
 
     fn observe_commits(&self, observe: Box<dyn Fn(Duration) + Send + Sync>) {
         let _ = self.observer.set(observe);
+    }
+
+    fn bus(&self) -> Option<Arc<dyn crate::cluster::Bus>> {
+        let bus = self.notifications.get()?;
+        Some(Arc::clone(bus) as Arc<dyn crate::cluster::Bus>)
     }
 
     #[cfg(any(test, feature = "test-utils"))]

@@ -71,6 +71,7 @@ impl Databases {
             statement_timeout: Duration::from_secs(5),
             replica_id: "conformance".to_owned(),
             lease: Duration::from_secs(2),
+            notify: true,
         }
     }
 
@@ -214,6 +215,7 @@ async fn an_unreachable_database_is_named_without_its_password() {
         statement_timeout: Duration::from_secs(1),
         replica_id: "r1".to_owned(),
         lease: Duration::from_secs(5),
+        notify: false,
     };
     let err = Postgres::connect(&settings, &SecretKey::generate())
         .await

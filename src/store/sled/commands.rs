@@ -28,9 +28,9 @@ impl Embedded {
         tenant: &Tenant,
         message: MessageId,
         command: &RunCommand,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<String>, StoreError> {
         if !self.running(tenant, message)? {
-            return Ok(false);
+            return Ok(None);
         }
         let kept = Kept {
             tenant: tenant.clone(),
@@ -44,7 +44,7 @@ impl Embedded {
         // Time-ordered keys: commands come out in the order they were kept.
         let key = uuid::Uuid::now_v7();
         self.t()?.commands.insert(key.as_bytes(), value)?;
-        Ok(true)
+        Ok(Some(crate::store::Fence::local().owner))
     }
 
     fn take_kept(&self) -> Result<Vec<TakenCommand>, StoreError> {
@@ -98,7 +98,7 @@ impl crate::store::Commands for Embedded {
         tenant: &Tenant,
         message: MessageId,
         command: &RunCommand,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<String>, StoreError> {
         let kept = self.keep_command(tenant, message, command);
         self.written(kept).await
     }

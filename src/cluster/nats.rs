@@ -1,0 +1,263 @@
+//! The NATS bus: core subjects, at most once, no state on the server.
+//!
+//! - `{prefix}.events.{message_id}`: a run's committed events, as JSON
+//!   `{"last_seq": n, "events": [...]}` (events left out past
+//!   [`super::MAX_NOTICE_EVENTS_BYTES`]). A replica subscribes while it has followers of
+//!   the message.
+//! - `{prefix}.commands.{replica_id}`: a command was kept for a run the replica holds.
+//!
+//! The connection reconnects on its own; while it is down, notices are dropped and
+//! followers read the store every second.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt as _;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::{Bus, Notice, RelayObserver, Watch, Watchers, MAX_NOTICE_EVENTS_BYTES};
+use crate::domain::{EventEnvelope, MessageId};
+
+/// How to reach NATS.
+#[derive(Clone)]
+pub struct Settings {
+    /// `nats://[user:password@]host:port` (or `tls://…`); never shown.
+    pub url: String,
+    /// A `.creds` file (JWT and seed), for servers with decentralised auth.
+    pub credentials_file: Option<PathBuf>,
+    /// A CA (PEM) to trust for the server's TLS certificate besides the system's.
+    pub ca_file: Option<PathBuf>,
+    /// Subjects start with it, so deployments (or tests) share a server apart.
+    pub prefix: String,
+    /// This replica's id: the subject of its command wake-ups.
+    pub replica: String,
+}
+
+/// Why the bus could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum NatsError {
+    /// A file of the settings could not be read.
+    #[error("cannot read the NATS credentials file: {0}")]
+    Credentials(String),
+    /// The server could not be reached.
+    #[error("cannot reach NATS at {place}: {reason}")]
+    Connect {
+        /// Host and port, never credentials.
+        place: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Where a NATS URL points, as logs may show it: host and port, never credentials.
+pub fn describe(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, rest)| rest);
+    rest.split(['/', '?', ','])
+        .next()
+        .unwrap_or(rest)
+        .to_owned()
+}
+
+/// A notice on the wire.
+#[derive(Serialize, Deserialize)]
+struct Wire {
+    last_seq: u64,
+    #[serde(default)]
+    events: Vec<EventEnvelope>,
+}
+
+/// The bus over one NATS connection.
+pub struct Nats {
+    client: async_nats::Client,
+    prefix: String,
+    watchers: Arc<Watchers>,
+    woken: Arc<Notify>,
+    observer: Arc<OnceLock<RelayObserver>>,
+    stop: CancellationToken,
+}
+
+impl Nats {
+    /// Connects (waiting up to five seconds for a first connection, then going on and
+    /// retrying in the background, so a replica starts while NATS is away) and listens for
+    /// this replica's command wake-ups.
+    pub async fn connect(settings: &Settings) -> Result<Arc<Self>, NatsError> {
+        let place = describe(&settings.url);
+        let mut options = async_nats::ConnectOptions::new()
+            .name(format!("agent-runner {}", settings.replica))
+            .connection_timeout(Duration::from_secs(5))
+            .retry_on_initial_connect()
+            .max_reconnects(None);
+        if let Some(path) = &settings.credentials_file {
+            options = options
+                .credentials_file(path)
+                .await
+                .map_err(|err| NatsError::Credentials(err.to_string()))?;
+        }
+        if let Some(ca) = &settings.ca_file {
+            options = options.add_root_certificates(ca.clone());
+        }
+        let client = options
+            .connect(settings.url.as_str())
+            .await
+            .map_err(|err| NatsError::Connect {
+                place: place.clone(),
+                reason: err.kind().to_string(),
+            })?;
+        let bus = Arc::new(Self {
+            client,
+            prefix: settings.prefix.clone(),
+            watchers: Arc::default(),
+            woken: Arc::default(),
+            observer: Arc::default(),
+            stop: CancellationToken::new(),
+        });
+        let commands = format!("{}.commands.{}", bus.prefix, settings.replica);
+        let subscription = bus.client.subscribe(commands).await;
+        match subscription {
+            Ok(mut commands) => {
+                let (woken, stop) = (Arc::clone(&bus.woken), bus.stop.clone());
+                tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            () = stop.cancelled() => return,
+                            next = commands.next() => match next {
+                                Some(_) => woken.notify_one(),
+                                None => return,
+                            },
+                        }
+                    }
+                });
+            }
+            Err(err) => {
+                tracing::warn!(nats = %place, error = %err, "cannot listen for commands on NATS; commands are looked for every second")
+            }
+        }
+        Ok(bus)
+    }
+
+    fn events_subject(&self, message: MessageId) -> String {
+        format!("{}.events.{}", self.prefix, message)
+    }
+
+    /// Forwards what `subscription` hears to the followers of `message` until `stop`.
+    fn forward(
+        &self,
+        message: MessageId,
+        mut subscription: async_nats::Subscriber,
+        stop: CancellationToken,
+    ) {
+        let watchers = Arc::clone(&self.watchers);
+        let observer = Arc::clone(&self.observer);
+        tokio::spawn(async move {
+            loop {
+                let heard = tokio::select! {
+                    () = stop.cancelled() => break,
+                    heard = subscription.next() => heard,
+                };
+                let Some(heard) = heard else { break };
+                let Ok(wire) = serde_json::from_slice::<Wire>(&heard.payload) else {
+                    continue;
+                };
+                if let (Some(observe), Some(last)) = (observer.get(), wire.events.last()) {
+                    let lag = (crate::domain::now() - last.created_at)
+                        .to_std()
+                        .unwrap_or_default();
+                    observe(wire.events.len(), lag);
+                }
+                watchers.notify(
+                    message,
+                    Notice {
+                        last_seq: wire.last_seq,
+                        events: wire.events,
+                    },
+                );
+            }
+            let _ = subscription.unsubscribe().await;
+        });
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+#[async_trait]
+impl Bus for Nats {
+    async fn announce(&self, message: MessageId, events: &[EventEnvelope]) {
+        let Some(last) = events.last() else { return };
+        let mut wire = Wire {
+            last_seq: last.seq,
+            events: events.to_vec(),
+        };
+        let mut payload = serde_json::to_vec(&wire).unwrap_or_default();
+        if payload.len() > MAX_NOTICE_EVENTS_BYTES {
+            wire.events.clear();
+            payload = serde_json::to_vec(&wire).unwrap_or_default();
+        }
+        if let Err(err) = self
+            .client
+            .publish(self.events_subject(message), payload.into())
+            .await
+        {
+            tracing::debug!(error = %err, "a notice of committed events was dropped");
+        }
+    }
+
+    async fn watch(&self, message: MessageId) -> Watch {
+        let mut first = None;
+        let watch = self.watchers.watch(message, || {
+            let stop = CancellationToken::new();
+            first = Some(stop.clone());
+            Some(stop)
+        });
+        if let Some(stop) = first {
+            match self.client.subscribe(self.events_subject(message)).await {
+                Ok(subscription) => {
+                    // Once the server has the subscription, nothing published after it is
+                    // missed; a bus that is down costs the follower its polling delay.
+                    let _ = tokio::time::timeout(Duration::from_secs(1), self.client.flush()).await;
+                    self.forward(message, subscription, stop);
+                }
+                Err(err) => tracing::debug!(error = %err, "cannot subscribe to a run's notices"),
+            }
+        }
+        watch
+    }
+
+    async fn wake(&self, owner: &str) {
+        let subject = format!("{}.commands.{}", self.prefix, owner);
+        if let Err(err) = self.client.publish(subject, Vec::new().into()).await {
+            tracing::debug!(error = %err, "a command wake-up was dropped");
+        }
+    }
+
+    fn woken(&self) -> Arc<Notify> {
+        Arc::clone(&self.woken)
+    }
+
+    fn observe_relays(&self, observe: RelayObserver) {
+        let _ = self.observer.set(observe);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_is_shown_without_its_credentials() {
+        assert_eq!(
+            describe("nats://app:s3cret@bus.internal:4222"),
+            "bus.internal:4222"
+        );
+        assert_eq!(describe("tls://bus:4443"), "bus:4443");
+        assert_eq!(describe("127.0.0.1:4222"), "127.0.0.1:4222");
+    }
+}
