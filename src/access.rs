@@ -178,13 +178,34 @@ impl Keys {
         })
     }
 
+    /// Reads every key again (another replica created or revoked one); what this process
+    /// noted of a key's last use is kept.
+    pub async fn reload(&self) -> Result<(), AccessError> {
+        let stored = self.store.all_api_keys().await?;
+        let mut cache = self.write();
+        let fresh = stored
+            .into_iter()
+            .map(|record| {
+                let key = cached(record);
+                if let Some(known) = cache.get(&key.record.id) {
+                    key.last_used
+                        .fetch_max(known.last_used.load(Ordering::Relaxed), Ordering::Relaxed);
+                }
+                (key.record.id.clone(), Arc::new(key))
+            })
+            .collect();
+        *cache = fresh;
+        Ok(())
+    }
+
     /// Writes when each key was last used (kept in memory between these writes).
     pub async fn save_last_used(&self) -> Result<(), AccessError> {
         let keys: Vec<Arc<Cached>> = self.read().values().cloned().collect();
         for key in keys {
             let record = snapshot(&key);
             if record.last_used_at != key.record.last_used_at {
-                self.store.put_api_key(&record).await?;
+                // Only while the key is stored: one revoked meanwhile stays revoked.
+                self.store.touch_api_key(&record).await?;
             }
         }
         Ok(())

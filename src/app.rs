@@ -279,6 +279,43 @@ async fn retire_events(store: Store, days: u32, stop: CancellationToken) {
     }
 }
 
+/// How often the store is asked whether API keys or providers changed.
+const REGISTRY_EVERY: Duration = Duration::from_millis(500);
+
+/// Reads API keys and providers again whenever the store says they changed (another
+/// replica created, changed or deleted one), until `stop`: in force everywhere within a
+/// second.
+/// `seen` is where the store stood before the caches were first read.
+async fn follow_registry(
+    store: Store,
+    keys: Arc<Keys>,
+    catalog: Catalog,
+    mut seen: crate::store::RegistryChanges,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(REGISTRY_EVERY) => {}
+        }
+        let Ok(now) = store.registry_changes().await else {
+            continue;
+        };
+        if now.api_keys != seen.api_keys {
+            match keys.reload().await {
+                Ok(()) => seen.api_keys = now.api_keys,
+                Err(err) => tracing::warn!(error = %err, "could not read API keys again"),
+            }
+        }
+        if now.providers != seen.providers {
+            match catalog.reload().await {
+                Ok(_) => seen.providers = now.providers,
+                Err(err) => tracing::warn!(error = %err, "could not read tool providers again"),
+            }
+        }
+    }
+}
+
 /// How often runs whose replica is gone are looked for.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
@@ -382,6 +419,7 @@ pub async fn serve(
         config.runner.provider_settings(Arc::clone(&outbound)),
         outbound.client(),
     );
+    let seen = store.registry_changes().await?;
     let loaded = catalog.load().await?;
     tracing::info!(providers = loaded, "registered tool providers loaded");
     let settings = RunnerSettings {
@@ -427,6 +465,13 @@ pub async fn serve(
     let keys = Arc::new(Keys::load(store.clone()).await?);
     let stop_keys = CancellationToken::new();
     let saving_keys = tokio::spawn(save_last_used(Arc::clone(&keys), stop_keys.clone()));
+    tokio::spawn(follow_registry(
+        store.clone(),
+        Arc::clone(&keys),
+        catalog.clone(),
+        seen,
+        stop_keys.clone(),
+    ));
     let (reporter, health) = tonic_health::server::health_reporter();
     let router = crate::api::router(
         runner.clone(),

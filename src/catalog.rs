@@ -61,6 +61,8 @@ pub struct Catalog {
     registry: Arc<ToolRegistry>,
     settings: ProviderSettings,
     http: reqwest::Client,
+    /// The stored definitions registered, as last read: what a reload compares with.
+    known: Arc<tokio::sync::Mutex<std::collections::HashMap<(Tenant, String), ProviderRecord>>>,
 }
 
 /// Provider names are also tool names (knowledge tools) and must suit every model API.
@@ -93,31 +95,48 @@ impl Catalog {
             registry,
             settings,
             http,
+            known: Arc::default(),
         }
     }
 
     /// Registers every stored provider; one that no longer builds is logged and skipped.
     pub async fn load(&self) -> Result<usize, StoreError> {
-        let mut loaded = 0;
-        for (tenant, name, record) in self.store.all_providers().await? {
-            let record = match record {
-                Ok(record) => record,
-                Err(err) => {
-                    tracing::warn!(%tenant, provider = %name, error = %err, "skipping a stored provider");
-                    continue;
-                }
-            };
-            match providers::build(&record, &self.settings, &self.http) {
-                Ok(provider) => {
-                    self.registry.register(&tenant, provider);
-                    loaded += 1;
-                }
-                Err(err) => {
-                    tracing::warn!(%tenant, provider = %record.name, error = %err, "skipping a stored provider")
+        self.reload().await
+    }
+
+    /// Brings the registered providers in line with the stored ones (another replica
+    /// created, changed or deleted one): new or changed ones are built and registered,
+    /// deleted ones removed. Returns how many changed.
+    pub async fn reload(&self) -> Result<usize, StoreError> {
+        let stored = self.store.all_providers().await?;
+        let mut known = self.known.lock().await;
+        let mut fresh = std::collections::HashMap::new();
+        let mut changed = 0;
+        for (tenant, name, record) in stored {
+            let Ok(record) = record else { continue };
+            let key = (tenant.clone(), name);
+            if known.get(&key) != Some(&record) {
+                match providers::build(&record, &self.settings, &self.http) {
+                    Ok(provider) => {
+                        self.registry.register(&tenant, provider);
+                        changed += 1;
+                    }
+                    Err(err) => {
+                        tracing::warn!(%tenant, provider = %record.name, error = %err, "skipping a stored provider");
+                        continue;
+                    }
                 }
             }
+            fresh.insert(key, record);
         }
-        Ok(loaded)
+        for (tenant, name) in known.keys() {
+            if !fresh.contains_key(&(tenant.clone(), name.clone())) {
+                self.registry.remove(tenant, name);
+                changed += 1;
+            }
+        }
+        *known = fresh;
+        Ok(changed)
     }
 
     /// Validates, builds, stores and registers a new provider.

@@ -365,6 +365,24 @@ pub trait Registry: Send + Sync {
 
     /// Tokens `tenant` used on `day` (e.g. `20261123`).
     async fn tenant_tokens(&self, tenant: &Tenant, day: u32) -> Result<u64, StoreError>;
+
+    /// Notes when a key was last used, if the key is still stored (a key revoked meanwhile,
+    /// maybe on another replica, stays revoked); returns whether it was.
+    async fn touch_api_key(&self, record: &ApiKeyRecord) -> Result<bool, StoreError>;
+
+    /// Counters that move whenever an API key or a tool provider is created, changed or
+    /// deleted (by any process on the store; noting a key's use does not count): a cache
+    /// reads again when they move.
+    async fn registry_changes(&self) -> Result<RegistryChanges, StoreError>;
+}
+
+/// Where the registry's records stand; see [`Registry::registry_changes`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RegistryChanges {
+    /// Moves with every change of an API key.
+    pub api_keys: u64,
+    /// Moves with every change of a tool provider.
+    pub providers: u64,
 }
 
 /// Whether the store can write, for health and admission.

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 pub use contract::{
     Backend, Burst, Commands, Conversations, EventLog, Fence, Health, Inserted, NewMessage, Page,
-    PageSize, Record, Records, Registry, StoredProvider, TakenCommand,
+    PageSize, Record, Records, Registry, RegistryChanges, StoredProvider, TakenCommand,
 };
 pub use error::{Category, StoreError};
 pub use postgres::{describe as describe_database, with_database, Settings as DatabaseSettings};

@@ -45,9 +45,10 @@ async fn nats_bus() -> Option<Bus> {
 }
 
 /// How replicas of a test tell each other of events and commands.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 enum Bus {
     /// The database's notifications.
+    #[default]
     Database,
     /// NATS at `url`, under `prefix`.
     Nats { url: String, prefix: String },
@@ -61,25 +62,42 @@ async fn replica(
     key: &SecretKey,
     id: &str,
 ) -> Service {
-    replica_on(dir, llm, database, key, id, &Bus::Database, None).await
+    replica_on(dir, llm, database, key, id, &Options::default()).await
 }
 
-/// [`replica`] with `bus` between the replicas.
+/// How a test's replica differs from the plain one.
+#[derive(Clone, Default)]
+struct Options {
+    /// The bus between the replicas.
+    bus: Bus,
+    /// Where it serves `/metrics`.
+    metrics: Option<std::net::SocketAddr>,
+    /// Whether calls need API keys (made with [`ADMIN_TOKEN`]).
+    auth: bool,
+}
+
+/// The admin token of replicas started with [`Options::auth`].
+const ADMIN_TOKEN: &str = "replicas-admin-token";
+
+/// [`replica`] as `options` say.
 async fn replica_on(
     dir: &Path,
     llm: &FakeOpenAi,
     database: &TestDatabase,
     key: &SecretKey,
     id: &str,
-    bus: &Bus,
-    metrics: Option<std::net::SocketAddr>,
+    options: &Options,
 ) -> Service {
     let dir = dir.join(id);
-    let metrics = metrics.map_or(String::new(), |addr| {
+    let metrics = options.metrics.map_or(String::new(), |addr| {
         format!("metrics_listen = \"{addr}\"\n")
     });
+    let auth = match options.auth {
+        true => format!("[auth]\nrequired = true\nadmin_token = \"{ADMIN_TOKEN}\"\n\n[runner]\n"),
+        false => "[runner]\n".to_owned(),
+    };
     std::fs::create_dir_all(&dir).unwrap();
-    let nats = match bus {
+    let nats = match &options.bus {
         Bus::Database => String::new(),
         Bus::Nats { url, prefix } => {
             format!("nats_url = \"{url}\"\nsubject_prefix = \"{prefix}\"\n")
@@ -93,6 +111,7 @@ async fn replica_on(
                 1,
             )
             .replacen("[server]\n", &format!("[server]\n{metrics}"), 1)
+            .replacen("[runner]\n", &auth, 1)
     })
     .await
 }
@@ -167,8 +186,16 @@ async fn followed_identically(bus: &Bus) {
         .unwrap()
         .local_addr()
         .unwrap();
-    let a = replica_on(dir.path(), &llm, &database, &key, "a", bus, None).await;
-    let b = replica_on(dir.path(), &llm, &database, &key, "b", bus, Some(metrics)).await;
+    let plain = Options {
+        bus: bus.clone(),
+        ..Options::default()
+    };
+    let measured = Options {
+        metrics: Some(metrics),
+        ..plain.clone()
+    };
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", &plain).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &measured).await;
 
     let mut stream = client(&a)
         .await
@@ -439,8 +466,12 @@ async fn commands_reach_the_run(bus: &Bus) {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let key = SecretKey::generate();
-    let a = replica_on(dir.path(), &llm, &database, &key, "a", bus, None).await;
-    let b = replica_on(dir.path(), &llm, &database, &key, "b", bus, None).await;
+    let options = Options {
+        bus: bus.clone(),
+        ..Options::default()
+    };
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", &options).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &options).await;
     let mut peer = client(&b).await;
 
     // Tool outputs through the peer: a wrong id is refused naming the field, as the owner
@@ -597,8 +628,12 @@ async fn streams_complete_when_nats_stops_mid_run() {
     let llm = FakeOpenAi::start(vec![slow(30, 60); runs + 1]).await;
     let dir = tempfile::tempdir().unwrap();
     let key = SecretKey::generate();
-    let a = replica_on(dir.path(), &llm, &database, &key, "a", &bus, None).await;
-    let b = replica_on(dir.path(), &llm, &database, &key, "b", &bus, None).await;
+    let options = Options {
+        bus,
+        ..Options::default()
+    };
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", &options).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &options).await;
 
     let mut owners = Vec::new();
     let mut peers = Vec::new();
@@ -635,4 +670,190 @@ async fn streams_complete_when_nats_stops_mid_run() {
     let mut peer = attach(&b, &seen[0].message_id, 0).await;
     seen.extend(read_within(&mut stream, Duration::from_secs(20)).await);
     assert_eq!(read_within(&mut peer, Duration::from_secs(20)).await, seen);
+}
+
+/// `request` signed with `token` (an API key or the admin token).
+fn signed<T>(request: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(request);
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
+/// Polls `check` every 20 ms until it holds; returns how long that took, failing after
+/// five seconds.
+async fn within<F, Fut>(what: &str, mut check: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{what}: not after 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    started.elapsed()
+}
+
+/// An API key made, or revoked, on one replica is in force on another within a second;
+/// a tool provider made or deleted on one is known, or unknown, on another within a second.
+#[tokio::test]
+async fn keys_and_providers_changed_on_one_replica_hold_on_the_others_within_a_second() {
+    use agent_runner::pb::admin_service_client::AdminServiceClient;
+    use agent_runner::pb::tool_registry_client::ToolRegistryClient;
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let options = Options {
+        auth: true,
+        ..Options::default()
+    };
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", &options).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &options).await;
+    let channel = |service: &Service| {
+        tonic::transport::Channel::from_shared(format!("http://{}", service.addr))
+            .unwrap()
+            .connect_lazy()
+    };
+
+    let created = AdminServiceClient::new(channel(&a))
+        .create_api_key(signed(
+            pb::CreateApiKeyRequest {
+                tenant: "acme".into(),
+                name: "acme-ci".into(),
+                limits: None,
+            },
+            ADMIN_TOKEN,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let (id, secret) = (created.key.unwrap().id, created.secret);
+    // A known message id is not needed: a key that works gets NOT_FOUND, one that does not
+    // gets UNAUTHENTICATED.
+    let answer = |service: &Service| {
+        let mut agents =
+            agent_runner::pb::agent_service_client::AgentServiceClient::new(channel(service));
+        let secret = secret.clone();
+        async move {
+            agents
+                .get_message(signed(
+                    pb::GetMessageRequest {
+                        message_id: "00000000-0000-0000-0000-000000000000".into(),
+                    },
+                    &secret,
+                ))
+                .await
+                .unwrap_err()
+                .code()
+        }
+    };
+    let made = within("a key made on a works on b", || async {
+        answer(&b).await == tonic::Code::NotFound
+    })
+    .await;
+    AdminServiceClient::new(channel(&a))
+        .revoke_api_key(signed(pb::RevokeApiKeyRequest { id }, ADMIN_TOKEN))
+        .await
+        .unwrap();
+    let revoked = within("a key revoked on a is refused on b", || async {
+        answer(&b).await == tonic::Code::Unauthenticated
+    })
+    .await;
+    assert!(made < Duration::from_secs(1), "made after {made:?}");
+    assert!(
+        revoked < Duration::from_secs(1),
+        "revoked after {revoked:?}"
+    );
+
+    let tenant_key = AdminServiceClient::new(channel(&a))
+        .create_api_key(signed(
+            pb::CreateApiKeyRequest {
+                tenant: "acme".into(),
+                name: "tools".into(),
+                limits: None,
+            },
+            ADMIN_TOKEN,
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .secret;
+    within("the tools key works on b", || async {
+        let mut tools = ToolRegistryClient::new(channel(&b));
+        tools
+            .list_providers(signed(pb::ListProvidersRequest::default(), &tenant_key))
+            .await
+            .is_ok()
+    })
+    .await;
+    let provider = pb::ToolProvider {
+        name: "handbook".into(),
+        description: "The staff handbook".into(),
+        source: Some(pb::ProviderSource {
+            source: Some(pb::provider_source::Source::Knowledge(
+                pb::KnowledgeSource {
+                    endpoint: "http://127.0.0.1:9".into(),
+                    knowledge_id: "kb-1".into(),
+                    top_k: 2,
+                    score_threshold: 0.5,
+                },
+            )),
+        }),
+        ..Default::default()
+    };
+    ToolRegistryClient::new(channel(&a))
+        .create_provider(signed(
+            pb::CreateProviderRequest {
+                provider: Some(provider),
+            },
+            &tenant_key,
+        ))
+        .await
+        .unwrap();
+    let known = |service: &Service| {
+        let mut tools = ToolRegistryClient::new(channel(service));
+        let tenant_key = tenant_key.clone();
+        async move {
+            let got = tools
+                .get_provider(signed(
+                    pb::GetProviderRequest {
+                        name: "handbook".into(),
+                    },
+                    &tenant_key,
+                ))
+                .await;
+            got.is_ok()
+        }
+    };
+    let created = within("a provider made on a is known on b", || async {
+        known(&b).await
+    })
+    .await;
+    ToolRegistryClient::new(channel(&a))
+        .delete_provider(signed(
+            pb::DeleteProviderRequest {
+                name: "handbook".into(),
+            },
+            &tenant_key,
+        ))
+        .await
+        .unwrap();
+    let deleted = within("a provider deleted on a is unknown on b", || async {
+        !known(&b).await
+    })
+    .await;
+    assert!(created < Duration::from_secs(1), "known after {created:?}");
+    assert!(
+        deleted < Duration::from_secs(1),
+        "unknown after {deleted:?}"
+    );
 }

@@ -7,7 +7,10 @@
 
 mod ownership;
 
-pub use ownership::{a_burst_under_another_fence_writes_nothing, commands_reach_running_runs_once};
+pub use ownership::{
+    a_burst_under_another_fence_writes_nothing, commands_reach_running_runs_once,
+    registry_changes_are_counted,
+};
 
 use std::collections::BTreeMap;
 
@@ -46,6 +49,7 @@ pub async fn run_all(harness: &dyn Harness) {
     retired_events_leave_each_end(harness).await;
     a_burst_under_another_fence_writes_nothing(harness).await;
     commands_reach_running_runs_once(harness).await;
+    registry_changes_are_counted(harness).await;
 }
 
 fn tenant() -> Tenant {

@@ -1,6 +1,7 @@
-//! Checks of who may write a run and how commands reach it.
+//! Checks of what replicas share: who may write a run, how commands reach it, and how
+//! caches learn that keys and providers changed.
 
-use super::{conversation, delta, envelope, finish, start, tenant};
+use super::{conversation, delta, envelope, finish, provider, start, tenant};
 use super::{Burst, Fence, Harness, StoreError};
 use crate::domain::RunCommand;
 
@@ -70,4 +71,53 @@ pub async fn commands_reach_running_runs_once(harness: &dyn Harness) {
         None
     );
     assert!(store.take_commands().await.unwrap().is_empty());
+}
+
+/// The registry's counters move with every change of a key or a provider, and not when a
+/// key's use is noted; noting the use of a deleted key does not bring it back.
+pub async fn registry_changes_are_counted(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let before = store.registry_changes().await.unwrap();
+    let key = crate::domain::ApiKeyRecord {
+        id: "k1".into(),
+        tenant: tenant(),
+        name: "ci".into(),
+        secret_hash: "00".repeat(32),
+        created_at: crate::domain::now(),
+        last_used_at: None,
+        limits: Default::default(),
+    };
+    store.put_api_key(&key).await.unwrap();
+    let keyed = store.registry_changes().await.unwrap();
+    assert_ne!(keyed.api_keys, before.api_keys);
+    assert_eq!(keyed.providers, before.providers);
+
+    let used = crate::domain::ApiKeyRecord {
+        last_used_at: Some(crate::domain::now()),
+        ..key.clone()
+    };
+    assert!(store.touch_api_key(&used).await.unwrap());
+    assert_eq!(
+        store.registry_changes().await.unwrap(),
+        keyed,
+        "a use is no change"
+    );
+    assert!(store.delete_api_key("k1").await.unwrap());
+    assert!(!store.touch_api_key(&used).await.unwrap());
+    assert!(
+        store.all_api_keys().await.unwrap().is_empty(),
+        "revoked stays revoked"
+    );
+
+    store
+        .put_provider(&tenant(), &provider("sk-1"))
+        .await
+        .unwrap();
+    let provided = store.registry_changes().await.unwrap();
+    assert_ne!(provided.providers, keyed.providers);
+    assert!(store.delete_provider(&tenant(), "weather").await.unwrap());
+    assert_ne!(
+        store.registry_changes().await.unwrap().providers,
+        provided.providers
+    );
 }

@@ -203,7 +203,10 @@ impl Postgres {
         // ended and moved to another epoch, and writes nothing.
         if !rows.fences.0.is_empty() {
             let (held,): (i64,) = sqlx::query_as(
-                "SELECT count(*) FROM UNNEST($1::text[], $2::uuid[], $3::text[], $4::bigint[])                  AS f(tenant, id, owner, epoch) CROSS JOIN LATERAL (                      SELECT 1 FROM messages m WHERE m.tenant = f.tenant AND m.id = f.id                      AND m.owner = f.owner AND m.epoch = f.epoch FOR SHARE) AS held",
+                "SELECT count(*) FROM UNNEST($1::text[], $2::uuid[], $3::text[], $4::bigint[]) \
+                 AS f(tenant, id, owner, epoch) CROSS JOIN LATERAL ( \
+                     SELECT 1 FROM messages m WHERE m.tenant = f.tenant AND m.id = f.id \
+                     AND m.owner = f.owner AND m.epoch = f.epoch FOR SHARE) AS held",
             )
             .bind(&rows.fences.0)
             .bind(&rows.fences.1)

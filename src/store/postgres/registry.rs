@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use super::error::{codec, from_sqlx};
 use super::Postgres;
 use crate::domain::{ApiKeyRecord, ProviderRecord, Tenant};
-use crate::store::{StoreError, StoredProvider};
+use crate::store::{RegistryChanges, StoreError, StoredProvider};
 
 impl Postgres {
     /// A provider as read, its sealed credentials opened.
@@ -19,6 +19,17 @@ impl Postgres {
         record.credentials =
             serde_json::from_slice(&plain).map_err(|err| codec("providers", err))?;
         Ok(record)
+    }
+
+    /// Moves the counter `sequence` after a change it counts (the change committed first,
+    /// so whoever sees the counter move reads the change).
+    async fn changed(&self, sequence: &str) -> Result<(), StoreError> {
+        sqlx::query("SELECT nextval($1::regclass)")
+            .bind(sequence)
+            .execute(&self.pool)
+            .await
+            .map_err(|err| self.failed(err))?;
+        Ok(())
     }
 
     /// Runs one statement in a durable transaction; returns the rows it touched.
@@ -60,7 +71,8 @@ impl crate::store::Registry for Postgres {
         .bind(&record.name)
         .bind(text)
         .bind(sealed);
-        self.write(query).await.map(drop)
+        self.write(query).await?;
+        self.changed("provider_changes").await
     }
 
     async fn get_provider(
@@ -83,7 +95,9 @@ impl crate::store::Registry for Postgres {
         let query = sqlx::query("DELETE FROM providers WHERE tenant = $1 AND name = $2")
             .bind(tenant.as_str())
             .bind(name);
-        Ok(self.write(query).await? > 0)
+        let deleted = self.write(query).await? > 0;
+        self.changed("provider_changes").await?;
+        Ok(deleted)
     }
 
     async fn all_providers(&self) -> Result<Vec<StoredProvider>, StoreError> {
@@ -116,12 +130,37 @@ impl crate::store::Registry for Postgres {
         )
         .bind(&record.id)
         .bind(text);
-        self.write(query).await.map(drop)
+        self.write(query).await?;
+        self.changed("api_key_changes").await
     }
 
     async fn delete_api_key(&self, id: &str) -> Result<bool, StoreError> {
         let query = sqlx::query("DELETE FROM api_keys WHERE id = $1").bind(id);
+        let deleted = self.write(query).await? > 0;
+        self.changed("api_key_changes").await?;
+        Ok(deleted)
+    }
+
+    async fn touch_api_key(&self, record: &ApiKeyRecord) -> Result<bool, StoreError> {
+        let text = serde_json::to_string(record).map_err(|err| codec("api_keys", err))?;
+        let query = sqlx::query("UPDATE api_keys SET record = $2 WHERE id = $1")
+            .bind(&record.id)
+            .bind(text);
         Ok(self.write(query).await? > 0)
+    }
+
+    async fn registry_changes(&self) -> Result<RegistryChanges, StoreError> {
+        let (api_keys, providers): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM api_key_changes), \
+             (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM provider_changes)",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(from_sqlx)?;
+        Ok(RegistryChanges {
+            api_keys: u64::try_from(api_keys).unwrap_or_default(),
+            providers: u64::try_from(providers).unwrap_or_default(),
+        })
     }
 
     async fn all_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {

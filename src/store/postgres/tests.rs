@@ -166,6 +166,7 @@ conformance_on_postgres!(
     retired_events_leave_each_end,
     a_burst_under_another_fence_writes_nothing,
     commands_reach_running_runs_once,
+    registry_changes_are_counted,
 );
 
 /// A second live process with the same replica id is refused, naming the id and the

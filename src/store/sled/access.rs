@@ -12,6 +12,20 @@ impl Embedded {
         Ok(())
     }
 
+    /// Replaces an API key only while it is stored; returns whether it was.
+    pub fn touch_api_key(&self, record: &ApiKeyRecord) -> Result<bool, StoreError> {
+        let t = self.t()?;
+        let Some(old) = t.api_keys.get(record.id.as_bytes())? else {
+            return Ok(false);
+        };
+        let new = encode("api_keys", record)?;
+        // Swapped against what was read: a delete in between wins.
+        let swapped = t
+            .api_keys
+            .compare_and_swap(record.id.as_bytes(), Some(old), Some(new))?;
+        Ok(swapped.is_ok())
+    }
+
     /// Deletes an API key; returns whether it existed.
     pub fn delete_api_key(&self, id: &str) -> Result<bool, StoreError> {
         Ok(self.t()?.api_keys.remove(id.as_bytes())?.is_some())

@@ -66,6 +66,10 @@ impl Embedded {
     }
 
     /// Waits until what was written so far is durable.
+    fn count_change(&self, which: usize) {
+        self.changes[which].fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
     pub(super) async fn written<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
         let value = self.noted(result)?;
         self.flush().await?;
@@ -83,6 +87,10 @@ impl Embedded {
         result
     }
 }
+
+/// Which of [`Embedded::changes`] counts API keys, and which providers.
+const API_KEYS: usize = 0;
+const PROVIDERS: usize = 1;
 
 #[async_trait]
 impl crate::store::Conversations for Embedded {
@@ -277,6 +285,7 @@ impl crate::store::Registry for Embedded {
         record: &ProviderRecord,
     ) -> Result<(), StoreError> {
         let put = self.put_provider(tenant, record);
+        self.count_change(PROVIDERS);
         self.written(put).await
     }
 
@@ -290,6 +299,7 @@ impl crate::store::Registry for Embedded {
 
     async fn delete_provider(&self, tenant: &Tenant, name: &str) -> Result<bool, StoreError> {
         let deleted = self.delete_provider(tenant, name);
+        self.count_change(PROVIDERS);
         self.written(deleted).await
     }
 
@@ -304,12 +314,27 @@ impl crate::store::Registry for Embedded {
 
     async fn put_api_key(&self, record: &ApiKeyRecord) -> Result<(), StoreError> {
         let put = self.put_api_key(record);
+        self.count_change(API_KEYS);
         self.written(put).await
     }
 
     async fn delete_api_key(&self, id: &str) -> Result<bool, StoreError> {
         let deleted = self.delete_api_key(id);
+        self.count_change(API_KEYS);
         self.written(deleted).await
+    }
+
+    async fn touch_api_key(&self, record: &ApiKeyRecord) -> Result<bool, StoreError> {
+        let touched = self.touch_api_key(record);
+        self.written(touched).await
+    }
+
+    async fn registry_changes(&self) -> Result<crate::store::RegistryChanges, StoreError> {
+        use std::sync::atomic::Ordering;
+        Ok(crate::store::RegistryChanges {
+            api_keys: self.changes[API_KEYS].load(Ordering::SeqCst),
+            providers: self.changes[PROVIDERS].load(Ordering::SeqCst),
+        })
     }
 
     async fn all_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {

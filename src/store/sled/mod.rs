@@ -152,6 +152,9 @@ pub struct Embedded {
     inflight: Arc<inflight::InFlight>,
     /// Whether what an earlier process left running was interrupted.
     pub(super) swept: Arc<std::sync::atomic::AtomicBool>,
+    /// Changes of API keys and of providers, as [`crate::store::Registry::registry_changes`]
+    /// counts them (one process writes them all).
+    pub(super) changes: Arc<[std::sync::atomic::AtomicU64; 2]>,
 }
 
 /// Locks that give each conversation one writer of new messages at a time, striped so
@@ -220,6 +223,7 @@ impl Embedded {
             order: Arc::new(OrderLocks::new()),
             inflight: Arc::default(),
             swept: Arc::default(),
+            changes: Arc::default(),
         })
     }
 

@@ -21,3 +21,8 @@ CREATE TABLE run_commands (
     created_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX run_commands_message ON run_commands (tenant, message_id);
+
+-- Changes to API keys and tool providers, counted so every replica sees within a second
+-- that its caches must be read again (a revoked key refused everywhere).
+CREATE SEQUENCE api_key_changes;
+CREATE SEQUENCE provider_changes;
