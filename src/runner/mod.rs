@@ -79,8 +79,6 @@ pub struct Runner {
     tracker: TaskTracker,
     /// Where runs count themselves.
     metrics: Arc<Metrics>,
-    /// Recent starts of each tenant, for its limits.
-    quotas: Arc<quota::Quotas>,
     /// Where replicas tell each other of committed events and kept commands.
     bus: Arc<dyn crate::cluster::Bus>,
 }
@@ -105,7 +103,6 @@ impl Runner {
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
             metrics: Arc::default(),
-            quotas: Arc::default(),
             bus: Arc::new(crate::cluster::Silent::default()),
         }
     }
@@ -270,7 +267,7 @@ impl Runner {
         if let Some(record) = prepare::earlier_run(&self.store, &spec).await? {
             return self.follow_retry(&spec, &record).await;
         }
-        let permit = self.admit(&spec).await?;
+        self.check_tokens(&spec).await?;
         let prepared = prepare::prepare(
             &self.store,
             &self.models,
@@ -283,14 +280,14 @@ impl Runner {
         if !*self.store.writable().borrow() {
             return Err(RunError::StoreUnwritable);
         }
-        if let Inserted::KeyTaken(record) =
-            prepare::insert_message(&self.store, &spec, &prepared, &mut message).await?
-        {
-            return self.follow_retry(&spec, &record).await;
+        match prepare::insert_message(&self.store, &spec, &prepared, &mut message).await? {
+            Inserted::Yes => {}
+            Inserted::KeyTaken(record) => return self.follow_retry(&spec, &record).await,
+            Inserted::Refused(refusal) => return Err(quota::refused(refusal, spec.limits)),
         }
         // Durable with the run's first burst: the caller learns the message's id from its
         // first event. A disk write of its own would hold the first model call back.
-        Ok(self.launch(spec, prepared, message, cancel, permit))
+        Ok(self.launch(spec, prepared, message, cancel))
     }
 
     /// What the run of `message` was started with, as kept with it; `None` for messages of
@@ -310,16 +307,17 @@ impl Runner {
         Ok(Some(spec))
     }
 
-    /// Applies the tenant's limits to a new run; the permit is held until the run ends.
-    async fn admit(&self, spec: &RunSpec) -> Result<quota::RunPermit, RunError> {
-        let tokens_today = if spec.limits.tokens_per_day > 0 {
-            self.store
-                .tenant_tokens(&spec.tenant, quota::today())
-                .await?
-        } else {
-            0
-        };
-        self.quotas.admit(&spec.tenant, spec.limits, tokens_today)
+    /// Refuses a run of a tenant that used its tokens for today; its other limits are
+    /// counted as its message is written.
+    async fn check_tokens(&self, spec: &RunSpec) -> Result<(), RunError> {
+        if spec.limits.tokens_per_day == 0 {
+            return Ok(());
+        }
+        let tokens_today = self
+            .store
+            .tenant_tokens(&spec.tenant, quota::today())
+            .await?;
+        quota::check_tokens(spec.limits, tokens_today)
     }
 
     /// Follows the earlier run of a retried request from its first event; a different
@@ -356,7 +354,6 @@ impl Runner {
         prepared: Prepared,
         message: Message,
         cancel: CancellationToken,
-        permit: quota::RunPermit,
     ) -> RunHandle {
         let (events, _) = broadcast::channel(self.settings.event_buffer.max(1));
         let tenant = spec.tenant.clone();
@@ -412,7 +409,6 @@ impl Runner {
                 shutdown: self.shutdown.clone(),
                 mailbox,
                 registration,
-                permit,
             },
             Arc::clone(&self.metrics),
         );

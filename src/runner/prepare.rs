@@ -148,6 +148,7 @@ pub async fn insert_message(
             message,
             spec: &stored,
             idempotency: record.as_ref().map(|(key, record)| (*key, record)),
+            admission: super::quota::admission(spec.limits),
         })
         .await?;
     Ok(inserted)

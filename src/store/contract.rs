@@ -125,6 +125,36 @@ pub struct NewMessage<'a> {
     pub spec: &'a serde_json::Value,
     /// The request's idempotency key and what it will point at.
     pub idempotency: Option<(&'a str, &'a IdempotencyRecord)>,
+    /// The tenant's limits the message is admitted under.
+    pub admission: Admission,
+}
+
+/// Limits on a tenant's runs that a new message is admitted under, counted over every
+/// process sharing the store (0: no limit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Admission {
+    /// The most messages of the tenant running at once.
+    pub max_running: u32,
+    /// The most messages of the tenant started in the last minute.
+    pub per_minute: u32,
+}
+
+/// Why a new message was not admitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The tenant has `running` messages running, its limit.
+    Running {
+        /// How many.
+        running: u64,
+    },
+    /// The tenant started `started` messages in the last minute, its limit; the oldest of
+    /// them leaves the window after `retry_after`.
+    PerMinute {
+        /// How many.
+        started: u64,
+        /// When a start frees.
+        retry_after: Duration,
+    },
 }
 
 /// Whether a new message was written.
@@ -134,6 +164,8 @@ pub enum Inserted {
     Yes,
     /// Its idempotency key already points at another message; nothing was written.
     KeyTaken(IdempotencyRecord),
+    /// The tenant's limits refuse it; nothing was written.
+    Refused(Refusal),
 }
 
 /// Conversations, their messages in order, and what each run was started with.
@@ -158,7 +190,9 @@ pub trait Conversations: Send + Sync {
     /// (1 in a new one), `ordinal` one past its newest message's (0, unknown, when that
     /// one's is). Places are taken atomically per conversation: two runs started at once
     /// never share or skip one. Of two requests racing with one key, one wins; the other
-    /// gets [`Inserted::KeyTaken`] and writes nothing.
+    /// gets [`Inserted::KeyTaken`] and writes nothing. A message over its tenant's
+    /// [`Admission`] limits is [`Inserted::Refused`]; the count and the write are atomic per
+    /// tenant, so runs started at once on several replicas never pass a limit together.
     ///
     /// The one write whose durability may come later: it is durable once the run's first
     /// burst is ([`EventLog::commit`] makes every earlier write of the store durable too).

@@ -24,8 +24,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use contract::{
-    Backend, Burst, Commands, Conversations, EventLog, Fence, Health, Inserted, NewMessage, Page,
-    PageSize, Record, Records, Registry, RegistryChanges, StoredProvider, TakenCommand,
+    Admission, Backend, Burst, Commands, Conversations, EventLog, Fence, Health, Inserted,
+    NewMessage, Page, PageSize, Record, Records, Refusal, Registry, RegistryChanges,
+    StoredProvider, TakenCommand,
 };
 pub use error::{Category, StoreError};
 pub use postgres::{describe as describe_database, with_database, Settings as DatabaseSettings};

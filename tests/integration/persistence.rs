@@ -270,6 +270,7 @@ async fn messages_left_running_by_a_crash_become_interrupted() {
                 message: &mut message,
                 spec: &serde_json::Value::Null,
                 idempotency: None,
+                admission: agent_runner::store::Admission::default(),
             })
             .await
             .unwrap();

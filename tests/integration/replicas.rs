@@ -857,3 +857,81 @@ async fn keys_and_providers_changed_on_one_replica_hold_on_the_others_within_a_s
         "unknown after {deleted:?}"
     );
 }
+
+/// A tenant's limit of runs at once holds across replicas: 30 runs started at once over
+/// three replicas against a limit of 2 admit exactly 2; a dead replica's place frees once
+/// its lease lapses.
+#[tokio::test]
+async fn tenant_limits_are_exact_across_replicas() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![Reply::Stall(vec!["Working"]); 4]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let mut replicas = Vec::new();
+    for id in ["a", "b", "c"] {
+        let dir = dir.path().join(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = database.url();
+        replicas.push(
+            spawn_service_edited(&dir, &llm, None, |config| {
+                on_postgres(config, &dir, &url, Some(&key))
+                    .replacen(
+                        "[cluster]\n",
+                        &format!("[cluster]\nreplica_id = \"{id}\"\n"),
+                        1,
+                    )
+                    .replacen(
+                        "[runner]\n",
+                        "[limits]\nmax_concurrent_runs = 2\n\n[runner]\n",
+                        1,
+                    )
+            })
+            .await,
+        );
+    }
+    let mut clients = Vec::new();
+    for replica in &replicas {
+        clients.push(client(replica).await);
+    }
+    let starts = (0..30).map(|i| {
+        let mut agents = clients[i % 3].clone();
+        async move { (i % 3, agents.run(run_request("stall", &[])).await) }
+    });
+    let mut admitted = Vec::new();
+    let mut refused = 0;
+    for (replica, started) in futures::future::join_all(starts).await {
+        match started {
+            Ok(stream) => admitted.push((replica, stream.into_inner())),
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+                assert!(
+                    status.message().contains("max_concurrent_runs"),
+                    "{status:?}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!(admitted.len(), 2, "exactly the limit over three replicas");
+    assert_eq!(refused, 28);
+
+    // The replica holding the first admitted run dies: its place frees with its lease.
+    let (dead, mut stream) = admitted.remove(0);
+    let _ = read_until_delta(&mut stream).await;
+    let mut killed = replicas.remove(dead);
+    killed.child.kill().unwrap();
+    killed.child.wait().unwrap();
+    let survivor = &replicas[0];
+    let freed = within("a dead replica's place frees", || async {
+        client(survivor)
+            .await
+            .run(run_request("stall", &[]))
+            .await
+            .is_ok()
+    })
+    .await;
+    assert!(freed < Duration::from_secs(5), "freed after {freed:?}");
+}

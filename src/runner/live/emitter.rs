@@ -526,6 +526,7 @@ mod tests {
                 message: &mut message,
                 spec: &serde_json::Value::Null,
                 idempotency: None,
+                admission: crate::store::Admission::default(),
             })
             .await
             .unwrap();

@@ -78,8 +78,6 @@ pub struct Control {
     pub mailbox: Mailbox,
     /// Keeps the run in the live registry until the task ends.
     pub registration: Registration,
-    /// The run's place under its tenant's concurrency limit.
-    pub permit: super::quota::RunPermit,
 }
 
 impl Agent {
@@ -714,9 +712,9 @@ impl RunTask {
         self.recorder.message(&self.message);
         let tokens = self.message.usage.tokens.total_tokens;
         self.recorder.count_tokens(super::quota::today(), tokens);
-        // Before the end is announced: a client that starts its next run on seeing it must
-        // find this run's place free.
-        self.control.permit.release();
+        // The run's place under its tenant's limit frees as its message stops running,
+        // with the end's commit: a client that starts its next run on seeing the end finds
+        // it free.
         self.recorder.announce(event);
         self.recorder.close().await;
         self.control.registration

@@ -9,7 +9,7 @@ mod ownership;
 
 pub use ownership::{
     a_burst_under_another_fence_writes_nothing, commands_reach_running_runs_once,
-    registry_changes_are_counted,
+    registry_changes_are_counted, tenant_limits_admit_exactly,
 };
 
 use std::collections::BTreeMap;
@@ -50,6 +50,7 @@ pub async fn run_all(harness: &dyn Harness) {
     a_burst_under_another_fence_writes_nothing(harness).await;
     commands_reach_running_runs_once(harness).await;
     registry_changes_are_counted(harness).await;
+    tenant_limits_admit_exactly(harness).await;
 }
 
 fn tenant() -> Tenant {
@@ -79,6 +80,7 @@ async fn start(
             message: &mut message,
             spec: &spec(),
             idempotency: None,
+            admission: crate::store::Admission::default(),
         })
         .await
         .expect("a message is written");
@@ -311,6 +313,7 @@ pub async fn one_idempotency_key_starts_one_run(harness: &dyn Harness) {
                         message: &mut message,
                         spec: &spec(),
                         idempotency: Some(("retry-me", &key)),
+                        admission: crate::store::Admission::default(),
                     })
                     .await
                     .unwrap();
@@ -324,6 +327,7 @@ pub async fn one_idempotency_key_starts_one_run(harness: &dyn Harness) {
         match racer.await.unwrap() {
             (id, Inserted::Yes) => winners.push(id),
             (id, Inserted::KeyTaken(record)) => losers.push((id, record.message_id)),
+            (_, refused) => panic!("no limit was set: {refused:?}"),
         }
     }
     assert_eq!(winners.len(), 1, "one run per key");
@@ -489,6 +493,7 @@ pub async fn deletion_removes_everything_of_a_conversation(harness: &dyn Harness
             message: &mut message,
             spec: &spec(),
             idempotency: Some(("doomed-key", &key)),
+            admission: crate::store::Admission::default(),
         })
         .await
         .unwrap();

@@ -1,9 +1,11 @@
-//! Checks of what replicas share: who may write a run, how commands reach it, and how
-//! caches learn that keys and providers changed.
+//! Checks of what replicas share: who may write a run, how commands reach it, how caches
+//! learn that keys and providers changed, and how tenant limits are counted.
 
 use super::{conversation, delta, envelope, finish, provider, start, tenant};
-use super::{Burst, Fence, Harness, StoreError};
+use super::{spec, Burst, Fence, Harness, NewMessage, Store, StoreError};
 use crate::domain::RunCommand;
+use crate::domain::Tenant;
+use crate::store::{Admission, Inserted, Refusal};
 
 /// A burst under a fence that is not the run's (a replica that lost the run) is refused
 /// as fenced and writes nothing of itself.
@@ -120,4 +122,78 @@ pub async fn registry_changes_are_counted(harness: &dyn Harness) {
         store.registry_changes().await.unwrap().providers,
         provided.providers
     );
+}
+
+/// Starts a message of `tenant` in a new conversation under `admission`.
+async fn admitted(store: &Store, tenant: &Tenant, admission: Admission) -> Inserted {
+    let opening = crate::store::test_records::conversation(tenant);
+    let mut message = crate::store::test_records::running_message(opening.id, 0);
+    store
+        .insert_message(NewMessage {
+            tenant,
+            conversation: Some(&opening),
+            message: &mut message,
+            spec: &spec(),
+            idempotency: None,
+            admission,
+        })
+        .await
+        .expect("a message is written or refused")
+}
+
+/// A tenant's running messages and starts in the last minute are counted as a message is
+/// written: past a limit it is refused (and nothing written), saying when a start frees;
+/// starts at once never pass a limit together; other tenants are not counted.
+pub async fn tenant_limits_admit_exactly(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let two_running = Admission {
+        max_running: 2,
+        per_minute: 0,
+    };
+    let acme = Tenant::parse("acme").unwrap();
+    let racers: Vec<_> = (0..8)
+        .map(|_| {
+            let (store, acme) = (store.clone(), acme.clone());
+            tokio::spawn(async move { admitted(&store, &acme, two_running).await })
+        })
+        .collect();
+    let mut admitted_count = 0;
+    for racer in racers {
+        match racer.await.unwrap() {
+            Inserted::Yes => admitted_count += 1,
+            Inserted::Refused(Refusal::Running { running }) => assert_eq!(running, 2),
+            other @ (Inserted::KeyTaken(_) | Inserted::Refused(_)) => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        admitted_count, 2,
+        "exactly the limit, however many start at once"
+    );
+    let other = Tenant::parse("other").unwrap();
+    assert_eq!(admitted(&store, &other, two_running).await, Inserted::Yes);
+
+    let three_a_minute = Admission {
+        max_running: 0,
+        per_minute: 3,
+    };
+    let busy = Tenant::parse("busy").unwrap();
+    for _ in 0..3 {
+        assert_eq!(admitted(&store, &busy, three_a_minute).await, Inserted::Yes);
+    }
+    match admitted(&store, &busy, three_a_minute).await {
+        Inserted::Refused(Refusal::PerMinute {
+            started,
+            retry_after,
+        }) => {
+            assert_eq!(started, 3);
+            assert!(
+                retry_after > std::time::Duration::from_secs(50)
+                    && retry_after <= std::time::Duration::from_secs(60),
+                "{retry_after:?}"
+            );
+        }
+        other @ (Inserted::Yes | Inserted::KeyTaken(_) | Inserted::Refused(_)) => {
+            panic!("{other:?}")
+        }
+    }
 }

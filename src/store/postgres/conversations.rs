@@ -9,7 +9,7 @@ use super::Postgres;
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
 };
-use crate::store::{Fence, Inserted, NewMessage, Page, PageSize, StoreError};
+use crate::store::{Admission, Fence, Inserted, NewMessage, Page, PageSize, Refusal, StoreError};
 
 /// The epoch a run starts with on its first owner.
 const FIRST_EPOCH: i64 = 1;
@@ -102,6 +102,7 @@ impl crate::store::Conversations for Postgres {
             message,
             spec,
             idempotency,
+            admission,
         } = new;
         let mut tx = self.begin().await?;
         let failed = |err| self.failed(err);
@@ -126,6 +127,9 @@ impl crate::store::Conversations for Postgres {
                 let winner = self.get_idempotency_now(tenant, key).await?;
                 return Ok(Inserted::KeyTaken(winner));
             }
+        }
+        if let Some(refusal) = self.admit(&mut tx, tenant, admission).await? {
+            return Ok(Inserted::Refused(refusal));
         }
         if let Some(conversation) = conversation {
             sqlx::query(
@@ -367,6 +371,51 @@ impl crate::store::Conversations for Postgres {
 }
 
 impl Postgres {
+    /// Counts the tenant's running messages and its starts in the last minute against
+    /// `admission`, holding the tenant's lock until the transaction ends, so the count and
+    /// the insert are one step for every replica.
+    async fn admit(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+        tenant: &Tenant,
+        admission: Admission,
+    ) -> Result<Option<Refusal>, StoreError> {
+        if admission == Admission::default() {
+            return Ok(None);
+        }
+        let failed = |err| self.failed(err);
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+            .bind(format!("{}\u{2}admission", tenant.as_str()))
+            .execute(&mut **tx)
+            .await
+            .map_err(failed)?;
+        let (running, started, wait_ms): (i64, i64, Option<f64>) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM messages WHERE tenant = $1 AND running), \
+             count(*), \
+             (extract(epoch FROM min(created_at) + interval '1 minute' - now()) * 1000)::float8 \
+             FROM messages WHERE tenant = $1 AND created_at > now() - interval '1 minute'",
+        )
+        .bind(tenant.as_str())
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(failed)?;
+        let (running, started) = (
+            u64::try_from(running).unwrap_or(0),
+            u64::try_from(started).unwrap_or(0),
+        );
+        if admission.max_running > 0 && running >= u64::from(admission.max_running) {
+            return Ok(Some(Refusal::Running { running }));
+        }
+        if admission.per_minute > 0 && started >= u64::from(admission.per_minute) {
+            let wait = wait_ms.unwrap_or(0.0).clamp(0.0, 60_000.0);
+            return Ok(Some(Refusal::PerMinute {
+                started,
+                retry_after: std::time::Duration::from_millis(wait as u64),
+            }));
+        }
+        Ok(None)
+    }
+
     /// What an idempotency key points at, after another request took it.
     async fn get_idempotency_now(
         &self,

@@ -167,6 +167,7 @@ conformance_on_postgres!(
     a_burst_under_another_fence_writes_nothing,
     commands_reach_running_runs_once,
     registry_changes_are_counted,
+    tenant_limits_admit_exactly,
 );
 
 /// A second live process with the same replica id is refused, naming the id and the

@@ -86,10 +86,23 @@ impl Embedded {
             message,
             spec,
             idempotency,
+            admission,
         } = new;
+        // A retry of an earlier request follows its run, whatever the limits say now.
+        if let Some((key, _)) = idempotency {
+            if let Some(existing) = self.t()?.idempotency.get(keys::named(tenant, key))? {
+                return Ok(Inserted::KeyTaken(decode("idempotency", &existing)?));
+            }
+        }
+        let admitted = match self.admit(tenant, admission)? {
+            Ok(admitted) => admitted,
+            Err(refusal) => return Ok(Inserted::Refused(refusal)),
+        };
         self.put_run_spec(tenant, message.id, spec)?;
         let inserted = self.insert_in_place(tenant, conversation, message, idempotency);
-        if !matches!(inserted, Ok(Inserted::Yes)) {
+        if matches!(inserted, Ok(Inserted::Yes)) {
+            admitted.started();
+        } else {
             self.remove_run_spec(tenant, message.id)?;
         }
         inserted
@@ -521,6 +534,7 @@ mod tests {
                 message: &mut message,
                 spec: &serde_json::Value::Null,
                 idempotency: None,
+                admission: crate::store::Admission::default(),
             })
             .unwrap();
         (store, tenant, conversation, message)

@@ -9,6 +9,7 @@
 
 mod access;
 mod adapter;
+mod admission;
 mod commands;
 mod flusher;
 mod inflight;
@@ -155,6 +156,8 @@ pub struct Embedded {
     /// Changes of API keys and of providers, as [`crate::store::Registry::registry_changes`]
     /// counts them (one process writes them all).
     pub(super) changes: Arc<[std::sync::atomic::AtomicU64; 2]>,
+    /// Recent starts of limited tenants.
+    admissions: Arc<admission::Admissions>,
 }
 
 /// Locks that give each conversation one writer of new messages at a time, striped so
@@ -224,6 +227,7 @@ impl Embedded {
             inflight: Arc::default(),
             swept: Arc::default(),
             changes: Arc::default(),
+            admissions: Arc::default(),
         })
     }
 

@@ -26,3 +26,8 @@ CREATE INDEX run_commands_message ON run_commands (tenant, message_id);
 -- that its caches must be read again (a revoked key refused everywhere).
 CREATE SEQUENCE api_key_changes;
 CREATE SEQUENCE provider_changes;
+
+-- When each message started: a tenant's starts in the last minute are counted over every
+-- replica (its limit of runs per minute).
+ALTER TABLE messages ADD COLUMN created_at timestamptz NOT NULL DEFAULT now();
+CREATE INDEX messages_tenant_started ON messages (tenant, created_at);
