@@ -13,6 +13,7 @@ mod long;
 mod measure;
 mod otlp;
 mod processes;
+mod replicas;
 
 use std::time::Duration;
 
@@ -38,6 +39,9 @@ enum Preset {
     Long,
     /// Hostile inputs, each on a fresh service: what it answers and the memory it holds.
     Hostile,
+    /// Runs on one replica followed live on another (needs --database-url): one replica
+    /// against three, at 10 and 50 at a time; the bus is NATS with --nats-url.
+    Replicas,
 }
 
 #[derive(Debug, Parser)]
@@ -75,6 +79,9 @@ struct Args {
     /// connected to, to make it).
     #[arg(long, env = "AGENT_RUNNER_BENCH_DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
+    /// The `replicas` case's bus: NATS at this URL (default: the database's notifications).
+    #[arg(long, env = "AGENT_RUNNER_BENCH_NATS_URL", hide_env_values = true)]
+    nats_url: Option<String>,
 }
 
 /// The workload of a preset measured through [`run_case`]; `None` for `large`, which is
@@ -107,7 +114,7 @@ fn case(
         Preset::C50 => fast("c50", 50, 2000),
         Preset::Streams2k => slow("streams2k", 2000),
         Preset::Streams10k => slow("streams10k", 10_000),
-        Preset::Large | Preset::Long | Preset::Hostile => return None,
+        Preset::Large | Preset::Long | Preset::Hostile | Preset::Replicas => return None,
     })
 }
 
@@ -185,11 +192,19 @@ async fn run_presets(
             println!("{}", serde_json::to_string_pretty(&rows)?);
         }
     }
+    if presets.contains(&Preset::Replicas) {
+        run_replica_cases(args, service_env).await?;
+    }
     let large = presets.contains(&Preset::Large);
     let long = presets.contains(&Preset::Long);
     let presets: Vec<Preset> = presets
         .into_iter()
-        .filter(|p| !matches!(p, Preset::Large | Preset::Long | Preset::Hostile))
+        .filter(|p| {
+            !matches!(
+                p,
+                Preset::Large | Preset::Long | Preset::Hostile | Preset::Replicas
+            )
+        })
         .collect();
     if long {
         let report = long::run_long(args.turns, service_env).await?;
@@ -245,6 +260,58 @@ async fn run_presets(
         println!("{}", serde_json::to_string_pretty(&medians)?);
     } else {
         measure::print_table(&medians);
+    }
+    Ok(())
+}
+
+/// The `replicas` case: one replica against three at 10 and 50 runs at a time, repeated
+/// `--repeats` times in turn; prints each repeat and the medians.
+async fn run_replica_cases(args: &Args, service_env: &[(String, String)]) -> anyhow::Result<()> {
+    let Some(url) = service_env
+        .iter()
+        .find(|(name, _)| name == "AGENT_RUNNER_DATABASE_URL")
+        .map(|(_, url)| url.clone())
+    else {
+        anyhow::bail!("the replicas case needs --database-url");
+    };
+    let mut env = service_env.to_vec();
+    if let Some(nats) = &args.nats_url {
+        env.push(("AGENT_RUNNER_NATS_URL".into(), nats.clone()));
+    }
+    let shapes = [(1, 10, 500), (3, 10, 500), (1, 50, 2000), (3, 50, 2000)];
+    let mut all: Vec<Vec<replicas::ReplicaReport>> = shapes.iter().map(|_| Vec::new()).collect();
+    for _ in 0..args.repeats.max(1) {
+        for ((count, concurrency, runs), reports) in shapes.iter().zip(all.iter_mut()) {
+            let case = replicas::ReplicaCase {
+                name: format!("replicas{count}-c{concurrency}"),
+                replicas: *count,
+                concurrency: *concurrency,
+                runs: *runs,
+                ttft: Duration::ZERO,
+                chunk_delay: Duration::from_millis(5),
+                service_env: env.clone(),
+            };
+            let report = replicas::run_replicas(&case, &url).await?;
+            eprintln!("{}", serde_json::to_string(&report)?);
+            reports.push(report);
+        }
+    }
+    println!("| case | bus | runs | errors | lag p50 | lag p99 | CPU/run (all replicas) | PG CPU/run | xact/run |\n|---|---|---|---|---|---|---|---|---|");
+    for mut reports in all {
+        reports.sort_by(|a, b| a.cpu_per_run_ms.total_cmp(&b.cpu_per_run_ms));
+        let median = reports.swap_remove(reports.len() / 2);
+        println!(
+            "| {} | {} | {} | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} |",
+            median.case,
+            median.bus,
+            median.runs,
+            median.errors,
+            median.lag_p50_ms,
+            median.lag_p99_ms,
+            median.cpu_per_run_ms,
+            median.database_cpu_per_run_ms,
+            median.database_commits_per_run
+        );
     }
     Ok(())
 }

@@ -61,7 +61,7 @@ impl Credentials {
     }
 
     fn request(&self) -> tonic::Request<pb::RunRequest> {
-        let mut request = tonic::Request::new(run_request());
+        let mut request = tonic::Request::new(bench_request());
         if let Some(value) = &self.0 {
             request
                 .metadata_mut()
@@ -253,7 +253,8 @@ async fn connect(addr: SocketAddr, concurrency: usize) -> anyhow::Result<Vec<Cha
     Ok(channels)
 }
 
-fn run_request() -> pb::RunRequest {
+/// The workload's request.
+pub fn bench_request() -> pb::RunRequest {
     pb::RunRequest {
         query: "What time is it?".into(),
         agent: Some(pb::AgentConfig {

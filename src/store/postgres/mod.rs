@@ -90,6 +90,10 @@ pub struct Postgres {
     lost: AtomicBool,
     /// Whether the runs an earlier life of this replica left were swept.
     swept_own: AtomicBool,
+    /// Since when this replica's heartbeat has been renewed without a miss: it judges its
+    /// peers gone only after a whole lease of that (after an outage every lease lapsed,
+    /// and peers need a moment to renew theirs).
+    renewing_since: std::sync::Mutex<Option<Instant>>,
     /// The bus over the database's notifications, when commits notify.
     notifications: OnceLock<Arc<listen::Notifications>>,
     /// Where bursts wait for their group commit.
@@ -148,6 +152,7 @@ impl Postgres {
             identity,
             lost: AtomicBool::new(false),
             swept_own: AtomicBool::new(false),
+            renewing_since: std::sync::Mutex::new(Some(Instant::now())),
             notifications: OnceLock::new(),
             committer: committer::start(backend.clone()),
             place,

@@ -99,13 +99,20 @@ pub fn renew(backend: Weak<Postgres>) {
                 .await
             })
             .await;
-            match renewed {
-                Ok(Ok(done)) if done.rows_affected() == 1 => {
-                    if lost {
-                        continue;
-                    }
+            let renewing = |ok: bool| {
+                let mut since = backend
+                    .renewing_since
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                match ok {
+                    true => *since = Some(since.unwrap_or_else(Instant::now)),
+                    false => *since = None,
                 }
+            };
+            match renewed {
+                Ok(Ok(done)) if done.rows_affected() == 1 => renewing(true),
                 Ok(Ok(_)) => {
+                    renewing(false);
                     if !lost {
                         tracing::error!(replica = %backend.identity.id, "another process took this replica's id after its lease lapsed; this process writes nothing more");
                     }
@@ -114,6 +121,7 @@ pub fn renew(backend: Weak<Postgres>) {
                     backend.writable.send_replace(false);
                 }
                 Ok(Err(_)) | Err(_) => {
+                    renewing(false);
                     if *backend.writable.borrow() {
                         tracing::error!("PostgreSQL does not answer");
                     }
@@ -145,6 +153,9 @@ impl Postgres {
     /// once end each run once.
     pub(super) async fn sweep_orphans(&self) -> Result<usize, StoreError> {
         let own = !self.swept_own.swap(true, Ordering::SeqCst);
+        if !own && !self.judges_peers() {
+            return Ok(0);
+        }
         let mut count = 0;
         loop {
             let ended = self.sweep_batch(own).await?;
@@ -157,14 +168,24 @@ impl Postgres {
         Ok(count)
     }
 
+    /// Whether this replica has renewed its own heartbeat for a whole lease: only then does
+    /// a lapsed lease of a peer mean the peer is gone, rather than that the database was
+    /// away from everyone.
+    fn judges_peers(&self) -> bool {
+        self.renewing_since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some_and(|since| since.elapsed() >= self.identity.lease)
+    }
+
     async fn sweep_batch(&self, own: bool) -> Result<usize, StoreError> {
         let started = Instant::now();
         let mut tx = self.begin().await?;
         let failed = |err| self.failed(err);
         let rows: Vec<(String, Uuid, String, bool)> = sqlx::query_as(
             "SELECT m.tenant, m.id, m.record, m.owner = $1 FROM messages m \
-             WHERE m.running AND (($2 AND m.owner = $1) OR NOT EXISTS ( \
-                 SELECT 1 FROM replicas r WHERE r.id = m.owner AND r.lease_until > now())) \
+             WHERE m.running AND (($2 AND m.owner = $1) OR (m.owner <> $1 AND NOT EXISTS ( \
+                 SELECT 1 FROM replicas r WHERE r.id = m.owner AND r.lease_until > now()))) \
              ORDER BY m.tenant, m.id LIMIT $3 FOR UPDATE OF m SKIP LOCKED",
         )
         .bind(&self.identity.id)
