@@ -198,26 +198,39 @@ impl Postgres {
         let started = Instant::now();
         let mut tx = self.begin().await?;
         let failed = |err| self.failed(err);
-        // First, and holding each run's row until the commit: a sweep that ends a run
-        // whose replica it judged gone waits for this commit, or this one finds the run
-        // ended and moved to another epoch, and writes nothing.
+        // First: this replica's writer lock, shared (a sweep of its runs holds it
+        // exclusively), then, in a statement of its own so it reads after the lock, each
+        // run's owner and epoch. A sweep that ended a run waits for this commit, or this
+        // commit finds the run ended and moved to another epoch, and writes nothing.
+        // The notice of the commit rides on the check (it is sent only if it commits).
+        let notice = self.notice_of(&last_seqs(&rows.events.1, &rows.events.2));
         if !rows.fences.0.is_empty() {
+            sqlx::query("SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))")
+                .bind(super::replicas::writer_lock(&self.identity.id))
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?;
             let (held,): (i64,) = sqlx::query_as(
                 "SELECT count(*) FROM UNNEST($1::text[], $2::uuid[], $3::text[], $4::bigint[]) \
                  AS f(tenant, id, owner, epoch) CROSS JOIN LATERAL ( \
                      SELECT 1 FROM messages m WHERE m.tenant = f.tenant AND m.id = f.id \
-                     AND m.owner = f.owner AND m.epoch = f.epoch FOR SHARE) AS held",
+                     AND m.owner = f.owner AND m.epoch = f.epoch) AS held \
+                 WHERE $5::text IS NULL OR pg_notify($6, $5) IS NOT NULL",
             )
             .bind(&rows.fences.0)
             .bind(&rows.fences.1)
             .bind(&rows.fences.2)
             .bind(&rows.fences.3)
+            .bind(notice.as_deref())
+            .bind(super::listen::EVENTS)
             .fetch_one(&mut *tx)
             .await
             .map_err(failed)?;
             if usize::try_from(held).ok() != Some(rows.fences.0.len()) {
                 return Err(StoreError::Fenced);
             }
+        } else if let Some(notice) = &notice {
+            self.notify_events(&mut tx, notice).await?;
         }
         if !rows.thoughts.0.is_empty() {
             sqlx::query(
@@ -290,8 +303,6 @@ impl Postgres {
             .await
             .map_err(failed)?;
         }
-        self.notify_events(&mut tx, &last_seqs(&rows.events.1, &rows.events.2))
-            .await?;
         self.finish(tx, started).await
     }
 }

@@ -19,7 +19,7 @@ use crate::domain::{EventEnvelope, MessageId};
 use crate::store::StoreError;
 
 /// The channel of committed events.
-const EVENTS: &str = "agent_runner_events";
+pub(super) const EVENTS: &str = "agent_runner_events";
 
 /// The channel of kept commands; the payload names the owner to wake.
 const COMMANDS: &str = "agent_runner_commands";
@@ -86,18 +86,23 @@ impl Postgres {
         Ok(())
     }
 
-    /// Notifies followers of the runs a commit wrote, with the commit.
+    /// The notice a commit that wrote these runs' events sends, when commits notify.
+    pub(super) fn notice_of(&self, last_seqs: &[(uuid::Uuid, i64)]) -> Option<String> {
+        if self.notifications.get().is_none() || last_seqs.is_empty() {
+            return None;
+        }
+        Some(payload(last_seqs))
+    }
+
+    /// Sends `notice` to followers with the commit.
     pub(super) async fn notify_events(
         &self,
         tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-        last_seqs: &[(uuid::Uuid, i64)],
+        notice: &str,
     ) -> Result<(), StoreError> {
-        if self.notifications.get().is_none() || last_seqs.is_empty() {
-            return Ok(());
-        }
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(EVENTS)
-            .bind(payload(last_seqs))
+            .bind(notice)
             .execute(&mut **tx)
             .await
             .map_err(|err| self.failed(err))?;

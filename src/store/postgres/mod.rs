@@ -116,7 +116,12 @@ impl Postgres {
                         .to_owned(),
             })?;
         let timeout = settings.statement_timeout.as_millis().to_string();
-        let options = options.options([("statement_timeout", timeout.as_str())]);
+        // A session idle inside a transaction that long (its process paused mid-commit)
+        // is ended, so the locks it holds do not hold up the sweep of its runs.
+        let options = options.options([
+            ("statement_timeout", timeout.as_str()),
+            ("idle_in_transaction_session_timeout", timeout.as_str()),
+        ]);
         let unreachable = |err: sqlx::Error| StoreError::Backend {
             category: Category::Unavailable,
             message: format!("cannot reach PostgreSQL at {place}: {}", error::text(&err)),

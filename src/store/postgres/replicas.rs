@@ -20,6 +20,13 @@ const SWEEP_BATCH: i64 = 100;
 /// Why a run whose replica stopped renewing its heartbeat is interrupted.
 const OWNER_GONE: &str = "the replica running this message stopped answering";
 
+/// The name of `owner`'s writer lock: its committers hold it shared while they check and
+/// write their runs; a sweep of its runs holds it exclusively. An advisory lock, so a
+/// commit locks no row.
+pub fn writer_lock(owner: &str) -> String {
+    format!("agent-runner writer\u{1}{owner}")
+}
+
 /// Who this process is among the replicas.
 pub struct Identity {
     /// The configured (or made up) replica id, the owner of the runs it starts.
@@ -156,12 +163,28 @@ impl Postgres {
         if !own && !self.judges_peers() {
             return Ok(0);
         }
+        let mut owners: Vec<String> = match own {
+            true => vec![self.identity.id.clone()],
+            false => Vec::new(),
+        };
+        let gone: Vec<(String,)> = sqlx::query_as(
+            "SELECT DISTINCT m.owner FROM messages m WHERE m.running AND m.owner <> $1 \
+             AND NOT EXISTS (SELECT 1 FROM replicas r \
+                 WHERE r.id = m.owner AND r.lease_until > now())",
+        )
+        .bind(&self.identity.id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|err| self.failed(err))?;
+        owners.extend(gone.into_iter().map(|(owner,)| owner));
         let mut count = 0;
-        loop {
-            let ended = self.sweep_batch(own).await?;
-            count += ended;
-            if ended < usize::try_from(SWEEP_BATCH).unwrap_or(usize::MAX) {
-                break;
+        for owner in owners {
+            loop {
+                let ended = self.sweep_batch(&owner).await?;
+                count += ended;
+                if ended < usize::try_from(SWEEP_BATCH).unwrap_or(usize::MAX) {
+                    break;
+                }
             }
         }
         self.drop_stale_commands().await?;
@@ -178,24 +201,40 @@ impl Postgres {
             .is_some_and(|since| since.elapsed() >= self.identity.lease)
     }
 
-    async fn sweep_batch(&self, own: bool) -> Result<usize, StoreError> {
+    /// Ends a batch of `owner`'s running messages, under `owner`'s writer lock taken
+    /// exclusively: commits `owner` has in flight land first, and any it makes later find
+    /// their runs ended. Another replica's runs are taken only while its lease has lapsed
+    /// (judged again under the lock).
+    async fn sweep_batch(&self, owner: &str) -> Result<usize, StoreError> {
+        let mine = owner == self.identity.id;
         let started = Instant::now();
         let mut tx = self.begin().await?;
         let failed = |err| self.failed(err);
-        let rows: Vec<(String, Uuid, String, bool)> = sqlx::query_as(
-            "SELECT m.tenant, m.id, m.record, m.owner = $1 FROM messages m \
-             WHERE m.running AND (($2 AND m.owner = $1) OR (m.owner <> $1 AND NOT EXISTS ( \
-                 SELECT 1 FROM replicas r WHERE r.id = m.owner AND r.lease_until > now()))) \
+        // Tried, not waited for: a writer paused inside a commit holds it until its
+        // session is ended (idle in a transaction past the statement timeout).
+        let (locked,): (bool,) =
+            sqlx::query_as("SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))")
+                .bind(writer_lock(owner))
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(failed)?;
+        if !locked {
+            return Ok(0);
+        }
+        let rows: Vec<(String, Uuid, String)> = sqlx::query_as(
+            "SELECT m.tenant, m.id, m.record FROM messages m \
+             WHERE m.running AND m.owner = $1 AND ($2 OR NOT EXISTS ( \
+                 SELECT 1 FROM replicas r WHERE r.id = m.owner AND r.lease_until > now())) \
              ORDER BY m.tenant, m.id LIMIT $3 FOR UPDATE OF m SKIP LOCKED",
         )
-        .bind(&self.identity.id)
-        .bind(own)
+        .bind(owner)
+        .bind(mine)
         .bind(SWEEP_BATCH)
         .fetch_all(&mut *tx)
         .await
         .map_err(failed)?;
         let count = rows.len();
-        for (tenant, id, record, mine) in rows {
+        for (tenant, id, record) in rows {
             let mut message: Message =
                 serde_json::from_str(&record).map_err(|err| error::codec("messages", err))?;
             let (last,): (Option<i64>,) =
