@@ -30,6 +30,7 @@ mod persistence;
 mod postgres;
 mod process;
 mod replicas;
+mod replicas_shared;
 mod resilience;
 mod run_control;
 mod run_function_calling;

@@ -5,6 +5,7 @@ pub mod fake_anthropic;
 pub mod fake_openai;
 pub mod postgres;
 pub mod process;
+pub mod replicas;
 pub mod request;
 pub mod server;
 pub mod tls;

@@ -1,0 +1,238 @@
+//! Several replica processes on one PostgreSQL database (and NATS) for the replicas'
+//! tests: starting them, following their runs, a NATS server of a test's own.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use agent_runner::pb;
+use agent_runner::store::SecretKey;
+
+use super::postgres::{on_postgres, TestDatabase};
+use super::process::{client, spawn_service_edited, Service};
+use super::{read_rest, FakeOpenAi, Reply};
+
+/// One multi-process test at a time.
+pub static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The NATS server tests use when `AGENT_RUNNER_TEST_NATS_URL` does not name another.
+pub const NATS_URL: &str = "nats://127.0.0.1:4222";
+
+/// A bus of its own on the test NATS server (a subject prefix no other test uses), or
+/// `None` (skip) when NATS cannot be reached outside CI.
+pub async fn nats_bus() -> Option<Bus> {
+    let url = std::env::var("AGENT_RUNNER_TEST_NATS_URL").unwrap_or_else(|_| NATS_URL.to_owned());
+    let place = agent_runner::cluster::nats::describe(&url);
+    let reached = tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::net::TcpStream::connect(place.clone()),
+    )
+    .await;
+    if !matches!(reached, Ok(Ok(_))) {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "NATS at {place} is needed in CI"
+        );
+        eprintln!("skipped: NATS at {place} cannot be reached; set AGENT_RUNNER_TEST_NATS_URL to run these tests");
+        return None;
+    }
+    Some(Bus::Nats {
+        url,
+        prefix: format!("test-{}", uuid::Uuid::new_v4().simple()),
+    })
+}
+
+/// How replicas of a test tell each other of events and commands.
+#[derive(Clone, Default)]
+pub enum Bus {
+    /// The database's notifications.
+    #[default]
+    Database,
+    /// NATS at `url`, under `prefix`.
+    Nats { url: String, prefix: String },
+}
+
+/// A replica named `id` on `database`, in a directory of its own.
+pub async fn replica(
+    dir: &Path,
+    llm: &FakeOpenAi,
+    database: &TestDatabase,
+    key: &SecretKey,
+    id: &str,
+) -> Service {
+    replica_on(dir, llm, database, key, id, &Options::default()).await
+}
+
+/// How a test's replica differs from the plain one.
+#[derive(Clone, Default)]
+pub struct Options {
+    /// The bus between the replicas.
+    pub bus: Bus,
+    /// Where it serves `/metrics`.
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Whether calls need API keys (made with [`ADMIN_TOKEN`]).
+    pub auth: bool,
+}
+
+/// The admin token of replicas started with [`Options::auth`].
+pub const ADMIN_TOKEN: &str = "replicas-admin-token";
+
+/// [`replica`] as `options` say.
+pub async fn replica_on(
+    dir: &Path,
+    llm: &FakeOpenAi,
+    database: &TestDatabase,
+    key: &SecretKey,
+    id: &str,
+    options: &Options,
+) -> Service {
+    let dir = dir.join(id);
+    let metrics = options.metrics.map_or(String::new(), |addr| {
+        format!("metrics_listen = \"{addr}\"\n")
+    });
+    let auth = match options.auth {
+        true => format!("[auth]\nrequired = true\nadmin_token = \"{ADMIN_TOKEN}\"\n\n[runner]\n"),
+        false => "[runner]\n".to_owned(),
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    let nats = match &options.bus {
+        Bus::Database => String::new(),
+        Bus::Nats { url, prefix } => {
+            format!("nats_url = \"{url}\"\nsubject_prefix = \"{prefix}\"\n")
+        }
+    };
+    spawn_service_edited(&dir, llm, None, |config| {
+        on_postgres(config, &dir, &database.url(), Some(key))
+            .replacen(
+                "[cluster]\n",
+                &format!("[cluster]\nreplica_id = \"{id}\"\n{nats}"),
+                1,
+            )
+            .replacen("[server]\n", &format!("[server]\n{metrics}"), 1)
+            .replacen("[runner]\n", &auth, 1)
+    })
+    .await
+}
+
+pub fn slow(pieces: usize, delay_ms: u64) -> Reply {
+    Reply::Slow {
+        text: vec!["tick "; pieces],
+        delay_ms,
+    }
+}
+
+/// The stream of `message_id` on `service` after `after_seq`.
+pub async fn attach(
+    service: &Service,
+    message_id: &str,
+    after_seq: u64,
+) -> tonic::Streaming<pb::RunEvent> {
+    client(service)
+        .await
+        .attach(pb::AttachRequest {
+            message_id: message_id.to_owned(),
+            after_seq,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Reads `stream` to its end, failing the test after `limit`.
+pub async fn read_within(
+    stream: &mut tonic::Streaming<pb::RunEvent>,
+    limit: Duration,
+) -> Vec<pb::RunEvent> {
+    tokio::time::timeout(limit, read_rest(stream))
+        .await
+        .expect("the stream ends in time")
+}
+
+pub fn failure_code(event: &pb::RunEvent) -> Option<String> {
+    match &event.event {
+        Some(pb::run_event::Event::Error(error)) => Some(error.code.clone()),
+        _ => None,
+    }
+}
+
+pub fn signal(service: &Service, name: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &service.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+/// A NATS server of the test's own, on a free port.
+pub struct OwnNats {
+    child: std::process::Child,
+    pub url: String,
+}
+
+impl OwnNats {
+    /// Starts `nats-server`, or `None` (skip) where it is not installed outside CI.
+    #[allow(clippy::zombie_processes, reason = "killed and waited for on drop")]
+    pub async fn start(port: u16) -> Option<Self> {
+        let binary = ["/usr/sbin/nats-server", "/usr/local/bin/nats-server"]
+            .into_iter()
+            .find(|path| Path::new(path).exists());
+        let Some(binary) = binary else {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "nats-server is needed in CI"
+            );
+            eprintln!("skipped: nats-server is not installed");
+            return None;
+        };
+        let child = std::process::Command::new(binary)
+            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let url = format!("nats://127.0.0.1:{port}");
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return Some(Self { child, url });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("nats-server did not start");
+    }
+}
+
+impl Drop for OwnNats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `request` signed with `token` (an API key or the admin token).
+pub fn signed<T>(request: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(request);
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
+/// Polls `check` every 20 ms until it holds; returns how long that took, failing after
+/// five seconds.
+pub async fn within<F, Fut>(what: &str, mut check: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{what}: not after 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    started.elapsed()
+}
