@@ -402,3 +402,77 @@ async fn tenant_limits_are_exact_across_replicas() {
     .await;
     assert!(freed < Duration::from_secs(5), "freed after {freed:?}");
 }
+
+/// Over NATS: see [`cancels_through_a_peer`].
+#[tokio::test]
+async fn cancels_sent_to_a_peer_end_their_runs_within_a_second_over_nats() {
+    let _turn = TURN.lock().await;
+    if let Some(bus) = nats_bus().await {
+        cancels_through_a_peer(&bus).await;
+    }
+}
+
+/// Without NATS: see [`cancels_through_a_peer`].
+#[tokio::test]
+async fn cancels_sent_to_a_peer_end_their_runs_within_a_second_without_nats() {
+    let _turn = TURN.lock().await;
+    cancels_through_a_peer(&Bus::Database).await;
+}
+
+/// 24 runs on one replica, each cancelled through another at once: every cancel is
+/// answered CANCELLED within a second, and every owner's stream ends.
+async fn cancels_through_a_peer(bus: &Bus) {
+    const RUNS: usize = 24;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![Reply::Stall(vec!["Almost"]); RUNS]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let options = Options {
+        bus: bus.clone(),
+        ..Options::default()
+    };
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", &options).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &options).await;
+    let mut runs = Vec::new();
+    for _ in 0..RUNS {
+        let mut stream = client(&a)
+            .await
+            .run(run_request("stall", &[]))
+            .await
+            .unwrap()
+            .into_inner();
+        let seen = read_until_delta(&mut stream).await;
+        runs.push((seen[0].message_id.clone(), stream));
+    }
+    let peer = client(&b).await;
+    let cancels = runs.into_iter().map(|(id, mut stream)| {
+        let mut peer = peer.clone();
+        async move {
+            let asked = Instant::now();
+            let status = peer
+                .cancel(pb::CancelRequest { message_id: id })
+                .await
+                .unwrap()
+                .into_inner()
+                .status;
+            let took = asked.elapsed();
+            let rest = read_within(&mut stream, Duration::from_secs(5)).await;
+            (status, took, rest)
+        }
+    });
+    let mut took = Vec::new();
+    for (status, duration, rest) in futures::future::join_all(cancels).await {
+        assert_eq!(status, pb::MessageStatus::Cancelled as i32);
+        assert!(!rest.is_empty(), "the owner's stream ends");
+        took.push(duration);
+    }
+    took.sort();
+    eprintln!(
+        "cancels through a peer: p50 {:?}, max {:?}",
+        took[RUNS / 2],
+        took[RUNS - 1]
+    );
+    assert!(took[RUNS - 1] < Duration::from_secs(1), "{took:?}");
+}
