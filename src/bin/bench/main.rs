@@ -42,6 +42,9 @@ enum Preset {
     /// Runs on one replica followed live on another (needs --database-url): one replica
     /// against three, at 10 and 50 at a time; the bus is NATS with --nats-url.
     Replicas,
+    /// 10000 slow streams (1 s to first token, 50 ms per chunk) over three replicas, each
+    /// followed live on the next (needs --database-url).
+    ReplicaStreams,
 }
 
 #[derive(Debug, Parser)]
@@ -114,7 +117,11 @@ fn case(
         Preset::C50 => fast("c50", 50, 2000),
         Preset::Streams2k => slow("streams2k", 2000),
         Preset::Streams10k => slow("streams10k", 10_000),
-        Preset::Large | Preset::Long | Preset::Hostile | Preset::Replicas => return None,
+        Preset::Large
+        | Preset::Long
+        | Preset::Hostile
+        | Preset::Replicas
+        | Preset::ReplicaStreams => return None,
     })
 }
 
@@ -192,8 +199,24 @@ async fn run_presets(
             println!("{}", serde_json::to_string_pretty(&rows)?);
         }
     }
-    if presets.contains(&Preset::Replicas) {
-        run_replica_cases(args, service_env).await?;
+    let replica_shapes: Vec<(usize, usize, usize, bool)> = [
+        (
+            Preset::Replicas,
+            vec![
+                (1, 10, 500, false),
+                (3, 10, 500, false),
+                (1, 50, 2000, false),
+                (3, 50, 2000, false),
+            ],
+        ),
+        (Preset::ReplicaStreams, vec![(3, 10_000, 10_000, true)]),
+    ]
+    .into_iter()
+    .filter(|(preset, _)| presets.contains(preset))
+    .flat_map(|(_, shapes)| shapes)
+    .collect();
+    if !replica_shapes.is_empty() {
+        run_replica_cases(args, service_env, &replica_shapes).await?;
     }
     let large = presets.contains(&Preset::Large);
     let long = presets.contains(&Preset::Long);
@@ -202,7 +225,11 @@ async fn run_presets(
         .filter(|p| {
             !matches!(
                 p,
-                Preset::Large | Preset::Long | Preset::Hostile | Preset::Replicas
+                Preset::Large
+                    | Preset::Long
+                    | Preset::Hostile
+                    | Preset::Replicas
+                    | Preset::ReplicaStreams
             )
         })
         .collect();
@@ -266,7 +293,12 @@ async fn run_presets(
 
 /// The `replicas` case: one replica against three at 10 and 50 runs at a time, repeated
 /// `--repeats` times in turn; prints each repeat and the medians.
-async fn run_replica_cases(args: &Args, service_env: &[(String, String)]) -> anyhow::Result<()> {
+/// `shapes`: replicas, runs at once, runs, and whether the model is the slow one.
+async fn run_replica_cases(
+    args: &Args,
+    service_env: &[(String, String)],
+    shapes: &[(usize, usize, usize, bool)],
+) -> anyhow::Result<()> {
     let Some(url) = service_env
         .iter()
         .find(|(name, _)| name == "AGENT_RUNNER_DATABASE_URL")
@@ -278,17 +310,20 @@ async fn run_replica_cases(args: &Args, service_env: &[(String, String)]) -> any
     if let Some(nats) = &args.nats_url {
         env.push(("AGENT_RUNNER_NATS_URL".into(), nats.clone()));
     }
-    let shapes = [(1, 10, 500), (3, 10, 500), (1, 50, 2000), (3, 50, 2000)];
     let mut all: Vec<Vec<replicas::ReplicaReport>> = shapes.iter().map(|_| Vec::new()).collect();
     for _ in 0..args.repeats.max(1) {
-        for ((count, concurrency, runs), reports) in shapes.iter().zip(all.iter_mut()) {
+        for ((count, concurrency, runs, slow), reports) in shapes.iter().zip(all.iter_mut()) {
             let case = replicas::ReplicaCase {
                 name: format!("replicas{count}-c{concurrency}"),
                 replicas: *count,
                 concurrency: *concurrency,
                 runs: *runs,
-                ttft: Duration::ZERO,
-                chunk_delay: Duration::from_millis(5),
+                ttft: if *slow {
+                    Duration::from_secs(1)
+                } else {
+                    Duration::ZERO
+                },
+                chunk_delay: Duration::from_millis(if *slow { 50 } else { 5 }),
                 service_env: env.clone(),
             };
             let report = replicas::run_replicas(&case, &url).await?;

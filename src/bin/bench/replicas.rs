@@ -64,14 +64,21 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
         ));
         services.push(start_service(&dir, mock.addr, &env).await?);
     }
-    let mut channels = Vec::new();
+    // A hundred streams per connection, as the other cases: per replica, its share.
+    let per_replica = (2 * case.concurrency).div_ceil(100).max(1);
+    let mut connections: Vec<Vec<Channel>> = Vec::new();
     for service in &services {
-        channels.push(
-            Channel::from_shared(format!("http://{}", service.addr))?
-                .connect()
-                .await?,
-        );
+        let mut own = Vec::new();
+        for _ in 0..per_replica {
+            own.push(
+                Channel::from_shared(format!("http://{}", service.addr))?
+                    .connect()
+                    .await?,
+            );
+        }
+        connections.push(own);
     }
+    let channels: Vec<Channel> = connections.iter().map(|own| own[0].clone()).collect();
     // Warm up every replica's pool and caches.
     for channel in &channels {
         let mut client = AgentServiceClient::new(channel.clone());
@@ -82,9 +89,9 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
     let cpu_before: Duration = pids.iter().map(|pid| cpu_time(*pid)).sum();
     let (db_cpu_before, db_commits_before) = crate::database::spent(database_url).await?;
     let next = Arc::new(AtomicUsize::new(0));
-    let channels = Arc::new(channels);
+    let connections = Arc::new(connections);
     let workers = (0..case.concurrency).map(|worker| {
-        let (next, channels, runs) = (Arc::clone(&next), Arc::clone(&channels), case.runs);
+        let (next, connections, runs) = (Arc::clone(&next), Arc::clone(&connections), case.runs);
         tokio::spawn(async move {
             let mut lags = Vec::new();
             let mut errors = 0;
@@ -93,8 +100,13 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
                 if run >= runs {
                     return (lags, errors);
                 }
-                let owner = channels[(worker + run) % channels.len()].clone();
-                let follower = channels[(worker + run + 1) % channels.len()].clone();
+                let count = connections.len();
+                let pick = |replica: usize| {
+                    let own = &connections[replica % count];
+                    own[worker % own.len()].clone()
+                };
+                let owner = pick(worker + run);
+                let follower = pick(worker + run + 1);
                 match followed_run(owner, follower).await {
                     Some(run_lags) => lags.extend(run_lags),
                     None => errors += 1,

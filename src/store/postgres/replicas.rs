@@ -86,6 +86,9 @@ pub async fn claim(pool: &PgPool, me: &Identity, place: &str) -> Result<(), Stor
 pub fn renew(backend: Weak<Postgres>) {
     tokio::spawn(async move {
         let mut lost = false;
+        // A connection of its own: a pool busy with commits and reads never starves the
+        // heartbeat, so a loaded replica does not lose its runs to its peers.
+        let mut connection: Option<sqlx::PgConnection> = None;
         loop {
             let Some(every) = backend.upgrade().map(|b| b.identity.lease / 5) else {
                 return;
@@ -95,6 +98,14 @@ pub fn renew(backend: Weak<Postgres>) {
                 return;
             };
             let renewed = tokio::time::timeout(every.max(Duration::from_secs(1)), async {
+                let held = match connection.take() {
+                    Some(held) => held,
+                    None => {
+                        let options = backend.pool.connect_options();
+                        sqlx::ConnectOptions::connect(&*options).await?
+                    }
+                };
+                let connection = connection.insert(held);
                 sqlx::query(
                     "UPDATE replicas SET lease_until = now() + $3 * interval '1 millisecond' \
                      WHERE id = $1 AND instance = $2",
@@ -102,10 +113,14 @@ pub fn renew(backend: Weak<Postgres>) {
                 .bind(&backend.identity.id)
                 .bind(backend.identity.instance)
                 .bind(backend.identity.lease_ms())
-                .execute(&backend.pool)
+                .execute(&mut *connection)
                 .await
             })
             .await;
+            if !matches!(renewed, Ok(Ok(_))) {
+                // Connected again on the next beat.
+                connection = None;
+            }
             let renewing = |ok: bool| {
                 let mut since = backend
                     .renewing_since
