@@ -61,6 +61,12 @@ pub fn follow(
 /// notice comes: the floor that makes a lost or slow bus cost latency, never an event.
 const POLL_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How long a follower asks again a store that is unavailable before its stream fails.
+const REFILL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How often it asks meanwhile.
+const REFILL_AGAIN: std::time::Duration = std::time::Duration::from_millis(250);
+
 struct Follower {
     /// Notices of a run held by another replica (taken before the store is read).
     watch: Watch,
@@ -181,16 +187,32 @@ impl Follower {
     }
 
     /// Queues every committed event after the last one handed out.
+    /// A store that is unavailable for a moment (its connections all busy, say) is asked
+    /// again for up to [`REFILL_PATIENCE`]: a busy store costs a follower latency, not
+    /// its stream.
     async fn refill(&mut self) {
-        match self
-            .store
-            .list_events(&self.tenant, self.message, self.last)
-            .await
-        {
-            Ok(stored) => self.pending = stored.into(),
-            Err(err) => {
-                tracing::error!(error = %err, "cannot replay stored events");
-                self.lost = Some(err.into());
+        let started = tokio::time::Instant::now();
+        loop {
+            match self
+                .store
+                .list_events(&self.tenant, self.message, self.last)
+                .await
+            {
+                Ok(stored) => {
+                    self.pending = stored.into();
+                    return;
+                }
+                Err(err)
+                    if err.category() == crate::store::Category::Unavailable
+                        && started.elapsed() < REFILL_PATIENCE =>
+                {
+                    tokio::time::sleep(REFILL_AGAIN).await;
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, "cannot replay stored events");
+                    self.lost = Some(err.into());
+                    return;
+                }
             }
         }
     }
