@@ -241,12 +241,7 @@ impl Runner {
             ) {}
         };
         let _ = tokio::time::timeout(CANCEL_WAIT, ended).await;
-        let message = self
-            .store
-            .get_message(tenant, message_id)
-            .await?
-            .ok_or_else(|| RunError::not_found("message", message_id))?;
-        Ok(message.status)
+        self.stored_status(tenant, message_id).await
     }
 }
 

@@ -91,7 +91,8 @@ impl Runner {
         Ok(())
     }
 
-    async fn stored_status(
+    /// The message's status as stored.
+    pub(super) async fn stored_status(
         &self,
         tenant: &Tenant,
         message_id: MessageId,

@@ -15,21 +15,7 @@ use crate::support::replicas::*;
 use crate::support::{config_toml, message, read_until_delta, run_request};
 use crate::support::{FakeOpenAi, Reply};
 
-/// Over NATS: see [`followed_identically`].
-#[tokio::test]
-async fn a_run_is_followed_identically_from_another_replica_over_nats() {
-    let _turn = TURN.lock().await;
-    if let Some(bus) = nats_bus().await {
-        followed_identically(&bus).await;
-    }
-}
-
-/// Without NATS, over the database's notifications: see [`followed_identically`].
-#[tokio::test]
-async fn a_run_is_followed_identically_from_another_replica_without_nats() {
-    let _turn = TURN.lock().await;
-    followed_identically(&Bus::Database).await;
-}
+on_both_buses!(followed_identically: a_run_is_followed_identically_from_another_replica_over_nats, a_run_is_followed_identically_from_another_replica_without_nats);
 
 /// Runs at once on one replica, each attached on a second from `seq` 0 and on a third from
 /// the middle of its stream, give the same events, byte for byte, with no gap; the peers

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use agent_runner::pb;
 use agent_runner::store::SecretKey;
 
-use crate::support::postgres::{on_postgres, TestDatabase};
-use crate::support::process::{client, spawn_service_edited, Service};
+use crate::support::postgres::TestDatabase;
+use crate::support::process::{client, Service};
 use crate::support::replicas::*;
 use crate::support::{read_until_delta, run_request};
 use crate::support::{FakeOpenAi, Reply};
@@ -37,21 +37,7 @@ async fn until_required(stream: &mut tonic::Streaming<pb::RunEvent>) -> Vec<pb::
     panic!("the run ended without asking for tools: {events:?}");
 }
 
-/// Over NATS: see [`commands_reach_the_run`].
-#[tokio::test]
-async fn commands_sent_to_a_peer_reach_the_run_over_nats() {
-    let _turn = TURN.lock().await;
-    if let Some(bus) = nats_bus().await {
-        commands_reach_the_run(&bus).await;
-    }
-}
-
-/// Without NATS: see [`commands_reach_the_run`].
-#[tokio::test]
-async fn commands_sent_to_a_peer_reach_the_run_without_nats() {
-    let _turn = TURN.lock().await;
-    commands_reach_the_run(&Bus::Database).await;
-}
+on_both_buses!(commands_reach_the_run: commands_sent_to_a_peer_reach_the_run_over_nats, commands_sent_to_a_peer_reach_the_run_without_nats);
 
 /// Tool outputs, cancels and deletes sent to a replica that does not hold the run: they
 /// are refused as the owner would refuse them, or kept and carried out by the owner; an
@@ -337,27 +323,13 @@ async fn tenant_limits_are_exact_across_replicas() {
     let llm = FakeOpenAi::start(vec![Reply::Stall(vec!["Working"]); 4]).await;
     let dir = tempfile::tempdir().unwrap();
     let key = SecretKey::generate();
+    let limited = Options {
+        max_concurrent_runs: 2,
+        ..Options::default()
+    };
     let mut replicas = Vec::new();
     for id in ["a", "b", "c"] {
-        let dir = dir.path().join(id);
-        std::fs::create_dir_all(&dir).unwrap();
-        let url = database.url();
-        replicas.push(
-            spawn_service_edited(&dir, &llm, None, |config| {
-                on_postgres(config, &dir, &url, Some(&key))
-                    .replacen(
-                        "[cluster]\n",
-                        &format!("[cluster]\nreplica_id = \"{id}\"\n"),
-                        1,
-                    )
-                    .replacen(
-                        "[runner]\n",
-                        "[limits]\nmax_concurrent_runs = 2\n\n[runner]\n",
-                        1,
-                    )
-            })
-            .await,
-        );
+        replicas.push(replica_on(dir.path(), &llm, &database, &key, id, &limited).await);
     }
     let mut clients = Vec::new();
     for replica in &replicas {
@@ -403,21 +375,7 @@ async fn tenant_limits_are_exact_across_replicas() {
     assert!(freed < Duration::from_secs(5), "freed after {freed:?}");
 }
 
-/// Over NATS: see [`cancels_through_a_peer`].
-#[tokio::test]
-async fn cancels_sent_to_a_peer_end_their_runs_within_a_second_over_nats() {
-    let _turn = TURN.lock().await;
-    if let Some(bus) = nats_bus().await {
-        cancels_through_a_peer(&bus).await;
-    }
-}
-
-/// Without NATS: see [`cancels_through_a_peer`].
-#[tokio::test]
-async fn cancels_sent_to_a_peer_end_their_runs_within_a_second_without_nats() {
-    let _turn = TURN.lock().await;
-    cancels_through_a_peer(&Bus::Database).await;
-}
+on_both_buses!(cancels_through_a_peer: cancels_sent_to_a_peer_end_their_runs_within_a_second_over_nats, cancels_sent_to_a_peer_end_their_runs_within_a_second_without_nats);
 
 /// 24 runs on one replica, each cancelled through another at once: every cancel is
 /// answered CANCELLED within a second, and every owner's stream ends.

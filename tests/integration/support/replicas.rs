@@ -71,6 +71,8 @@ pub struct Options {
     pub metrics: Option<std::net::SocketAddr>,
     /// Whether calls need API keys (made with [`ADMIN_TOKEN`]).
     pub auth: bool,
+    /// `[limits] max_concurrent_runs` (0: none).
+    pub max_concurrent_runs: u32,
 }
 
 /// The admin token of replicas started with [`Options::auth`].
@@ -89,10 +91,17 @@ pub async fn replica_on(
     let metrics = options.metrics.map_or(String::new(), |addr| {
         format!("metrics_listen = \"{addr}\"\n")
     });
-    let auth = match options.auth {
-        true => format!("[auth]\nrequired = true\nadmin_token = \"{ADMIN_TOKEN}\"\n\n[runner]\n"),
-        false => "[runner]\n".to_owned(),
+    let mut auth = match options.auth {
+        true => format!("[auth]\nrequired = true\nadmin_token = \"{ADMIN_TOKEN}\"\n\n"),
+        false => String::new(),
     };
+    if options.max_concurrent_runs > 0 {
+        auth.push_str(&format!(
+            "[limits]\nmax_concurrent_runs = {}\n\n",
+            options.max_concurrent_runs
+        ));
+    }
+    auth.push_str("[runner]\n");
     std::fs::create_dir_all(&dir).unwrap();
     let nats = match &options.bus {
         Bus::Database => String::new(),
@@ -236,3 +245,24 @@ where
     }
     started.elapsed()
 }
+
+/// Two tests of `check`: over NATS (skipped where NATS cannot be reached outside CI) and
+/// over the database's notifications, each taking its turn.
+macro_rules! on_both_buses {
+    ($check:ident: $over_nats:ident, $without_nats:ident) => {
+        #[tokio::test]
+        async fn $over_nats() {
+            let _turn = TURN.lock().await;
+            if let Some(bus) = nats_bus().await {
+                $check(&bus).await;
+            }
+        }
+
+        #[tokio::test]
+        async fn $without_nats() {
+            let _turn = TURN.lock().await;
+            $check(&Bus::Database).await;
+        }
+    };
+}
+pub(crate) use on_both_buses;
