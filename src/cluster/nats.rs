@@ -63,12 +63,19 @@ pub fn describe(url: &str) -> String {
         .to_owned()
 }
 
-/// A notice on the wire.
-#[derive(Serialize, Deserialize)]
+/// A notice on the wire, as read.
+#[derive(Deserialize)]
 struct Wire {
     last_seq: u64,
     #[serde(default)]
     events: Vec<EventEnvelope>,
+}
+
+/// A notice on the wire, as written: the run's events borrowed, not copied.
+#[derive(Serialize)]
+struct WireRef<'a> {
+    last_seq: u64,
+    events: &'a [EventEnvelope],
 }
 
 /// The bus over one NATS connection.
@@ -192,13 +199,13 @@ impl Drop for Nats {
 impl Bus for Nats {
     async fn announce(&self, message: MessageId, events: &[EventEnvelope]) {
         let Some(last) = events.last() else { return };
-        let mut wire = Wire {
+        let mut wire = WireRef {
             last_seq: last.seq,
-            events: events.to_vec(),
+            events,
         };
         let mut payload = serde_json::to_vec(&wire).unwrap_or_default();
         if payload.len() > MAX_NOTICE_EVENTS_BYTES {
-            wire.events.clear();
+            wire.events = &[];
             payload = serde_json::to_vec(&wire).unwrap_or_default();
         }
         if let Err(err) = self

@@ -12,7 +12,7 @@ use agent_runner::store::SecretKey;
 use crate::support::postgres::{on_postgres, TestDatabase};
 use crate::support::process::{agent_runner, client};
 use crate::support::replicas::*;
-use crate::support::{config_toml, message, read_until_delta, run_request};
+use crate::support::{config_toml, message};
 use crate::support::{FakeOpenAi, Reply};
 
 on_both_buses!(followed_identically: a_run_is_followed_identically_from_another_replica_over_nats, a_run_is_followed_identically_from_another_replica_without_nats);
@@ -45,13 +45,7 @@ async fn followed_identically(bus: &Bus) {
     let c = replica_on(dir.path(), &llm, &database, &key, "c", &plain).await;
 
     let followed = (0..RUNS).map(|_| async {
-        let mut stream = client(&a)
-            .await
-            .run(run_request("count", &[]))
-            .await
-            .unwrap()
-            .into_inner();
-        let mut seen = read_until_delta(&mut stream).await;
+        let (mut stream, mut seen) = started(&a, "count").await;
         let id = seen[0].message_id.clone();
         let middle = seen.last().unwrap().seq;
         let mut from_start = attach(&b, &id, 0).await;
@@ -104,22 +98,10 @@ async fn a_dead_replicas_run_ends_on_its_peer_and_a_restart_leaves_peers_alone()
     let mut a = replica(dir.path(), &llm, &database, &key, "a").await;
     let b = replica(dir.path(), &llm, &database, &key, "b").await;
 
-    let mut doomed = client(&a)
-        .await
-        .run(run_request("stall", &[]))
-        .await
-        .unwrap()
-        .into_inner();
-    let seen = read_until_delta(&mut doomed).await;
+    let (_doomed, seen) = started(&a, "stall").await;
     let doomed_id = seen[0].message_id.clone();
     let mut on_peer = attach(&b, &doomed_id, 0).await;
-    let mut surviving = client(&b)
-        .await
-        .run(run_request("count", &[]))
-        .await
-        .unwrap()
-        .into_inner();
-    let surviving_seen = read_until_delta(&mut surviving).await;
+    let (mut surviving, surviving_seen) = started(&b, "count").await;
 
     a.child.kill().unwrap();
     a.child.wait().unwrap();
@@ -163,13 +145,7 @@ async fn a_paused_replica_woken_after_its_run_ended_writes_nothing() {
     let a = replica(dir.path(), &llm, &database, &key, "a").await;
     let b = replica(dir.path(), &llm, &database, &key, "b").await;
 
-    let mut stream = client(&a)
-        .await
-        .run(run_request("count", &[]))
-        .await
-        .unwrap()
-        .into_inner();
-    let seen = read_until_delta(&mut stream).await;
+    let (_stream, seen) = started(&a, "count").await;
     let id = seen[0].message_id.clone();
     let mut on_peer = attach(&b, &id, 0).await;
     signal(&a, "STOP");
@@ -279,13 +255,7 @@ async fn streams_complete_when_nats_stops_mid_run() {
     let mut owners = Vec::new();
     let mut peers = Vec::new();
     for _ in 0..runs {
-        let mut stream = client(&a)
-            .await
-            .run(run_request("count", &[]))
-            .await
-            .unwrap()
-            .into_inner();
-        let seen = read_until_delta(&mut stream).await;
+        let (stream, seen) = started(&a, "count").await;
         peers.push(attach(&b, &seen[0].message_id, 0).await);
         owners.push((seen, stream));
     }
@@ -301,13 +271,7 @@ async fn streams_complete_when_nats_stops_mid_run() {
     }
 
     let _back = OwnNats::start(port).await.unwrap();
-    let mut stream = client(&a)
-        .await
-        .run(run_request("count", &[]))
-        .await
-        .unwrap()
-        .into_inner();
-    let mut seen = read_until_delta(&mut stream).await;
+    let (mut stream, mut seen) = started(&a, "count").await;
     let mut peer = attach(&b, &seen[0].message_id, 0).await;
     seen.extend(read_within(&mut stream, Duration::from_secs(20)).await);
     assert_eq!(read_within(&mut peer, Duration::from_secs(20)).await, seen);

@@ -103,13 +103,7 @@ async fn commands_reach_the_run(bus: &Bus) {
 
     // A run held by the owner: the peer refuses to delete its conversation, then cancels
     // it; the cancel is answered once the run has ended.
-    let mut stalled = client(&a)
-        .await
-        .run(run_request("stall", &[]))
-        .await
-        .unwrap()
-        .into_inner();
-    let seen = read_until_delta(&mut stalled).await;
+    let (mut stalled, seen) = started(&a, "stall").await;
     let busy = peer
         .delete_conversation(pb::DeleteConversationRequest {
             conversation_id: seen[0].conversation_id.clone(),
@@ -395,13 +389,7 @@ async fn cancels_through_a_peer(bus: &Bus) {
     let b = replica_on(dir.path(), &llm, &database, &key, "b", &options).await;
     let mut runs = Vec::new();
     for _ in 0..RUNS {
-        let mut stream = client(&a)
-            .await
-            .run(run_request("stall", &[]))
-            .await
-            .unwrap()
-            .into_inner();
-        let seen = read_until_delta(&mut stream).await;
+        let (stream, seen) = started(&a, "stall").await;
         runs.push((seen[0].message_id.clone(), stream));
     }
     let peer = client(&b).await;

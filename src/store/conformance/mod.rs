@@ -577,6 +577,19 @@ pub async fn deletion_removes_everything_of_a_conversation(harness: &dyn Harness
     );
 }
 
+/// An API key of the test tenant, never used.
+fn api_key(id: &str) -> ApiKeyRecord {
+    ApiKeyRecord {
+        id: id.into(),
+        tenant: tenant(),
+        name: "ci".into(),
+        secret_hash: "00".repeat(32),
+        created_at: crate::domain::now(),
+        last_used_at: None,
+        limits: Default::default(),
+    }
+}
+
 fn provider(secret: &str) -> ProviderRecord {
     ProviderRecord {
         name: "weather".into(),
@@ -636,15 +649,7 @@ pub async fn a_reopened_store_holds_everything(harness: &dyn Harness) {
         .put_provider(&tenant(), &provider("sk-reopen"))
         .await
         .unwrap();
-    let key = ApiKeyRecord {
-        id: "k1".into(),
-        tenant: tenant(),
-        name: "ci".into(),
-        secret_hash: "00".repeat(32),
-        created_at: crate::domain::now(),
-        last_used_at: None,
-        limits: Default::default(),
-    };
+    let key = api_key("k1");
     store.put_api_key(&key).await.unwrap();
 
     let store = harness.reopen(store).await;

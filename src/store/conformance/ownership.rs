@@ -1,7 +1,7 @@
 //! Checks of what replicas share: who may write a run, how commands reach it, how caches
 //! learn that keys and providers changed, and how tenant limits are counted.
 
-use super::{conversation, delta, envelope, finish, provider, start, tenant};
+use super::{api_key, conversation, delta, envelope, finish, provider, start, tenant};
 use super::{spec, Burst, Fence, Harness, NewMessage, Store, StoreError};
 use crate::domain::RunCommand;
 use crate::domain::Tenant;
@@ -80,15 +80,7 @@ pub async fn commands_reach_running_runs_once(harness: &dyn Harness) {
 pub async fn registry_changes_are_counted(harness: &dyn Harness) {
     let store = harness.fresh().await;
     let before = store.registry_changes().await.unwrap();
-    let key = crate::domain::ApiKeyRecord {
-        id: "k1".into(),
-        tenant: tenant(),
-        name: "ci".into(),
-        secret_hash: "00".repeat(32),
-        created_at: crate::domain::now(),
-        last_used_at: None,
-        limits: Default::default(),
-    };
+    let key = api_key("k1");
     store.put_api_key(&key).await.unwrap();
     let keyed = store.registry_changes().await.unwrap();
     assert_ne!(keyed.api_keys, before.api_keys);

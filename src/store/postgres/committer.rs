@@ -203,7 +203,7 @@ impl Postgres {
         // run's owner and epoch. A sweep that ended a run waits for this commit, or this
         // commit finds the run ended and moved to another epoch, and writes nothing.
         // The notice of the commit rides on the check (it is sent only if it commits).
-        let notice = self.notice_of(&last_seqs(&rows.events.1, &rows.events.2));
+        let notice = self.notice_of(|| last_seqs(&rows.events.1, &rows.events.2));
         if !rows.fences.0.is_empty() {
             sqlx::query("SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))")
                 .bind(super::replicas::writer_lock(&self.identity.id))
@@ -307,16 +307,15 @@ impl Postgres {
     }
 }
 
-/// Each run's last `seq` among events of many runs.
+/// Each run's last `seq` among events of many runs (a run's events are consecutive in a
+/// group, so its last one ends its stretch).
 fn last_seqs(messages: &[Uuid], seqs: &[i64]) -> Vec<(Uuid, i64)> {
-    let mut last: Vec<(Uuid, i64)> = Vec::new();
+    let mut last: std::collections::HashMap<Uuid, i64> = std::collections::HashMap::new();
     for (message, seq) in messages.iter().zip(seqs) {
-        match last.iter_mut().find(|(known, _)| known == message) {
-            Some(entry) => entry.1 = entry.1.max(*seq),
-            None => last.push((*message, *seq)),
-        }
+        let entry = last.entry(*message).or_insert(*seq);
+        *entry = (*entry).max(*seq);
     }
-    last
+    last.into_iter().collect()
 }
 
 fn copy(rows: &Rows) -> Rows {

@@ -86,12 +86,15 @@ impl Postgres {
         Ok(())
     }
 
-    /// The notice a commit that wrote these runs' events sends, when commits notify.
-    pub(super) fn notice_of(&self, last_seqs: &[(uuid::Uuid, i64)]) -> Option<String> {
-        if self.notifications.get().is_none() || last_seqs.is_empty() {
-            return None;
-        }
-        Some(payload(last_seqs))
+    /// The notice a commit that wrote these runs' events sends, when commits notify (the
+    /// runs' last `seq`s are gathered only then).
+    pub(super) fn notice_of(
+        &self,
+        last_seqs: impl FnOnce() -> Vec<(uuid::Uuid, i64)>,
+    ) -> Option<String> {
+        self.notifications.get()?;
+        let last_seqs = last_seqs();
+        (!last_seqs.is_empty()).then(|| payload(&last_seqs))
     }
 
     /// Sends `notice` to followers with the commit.

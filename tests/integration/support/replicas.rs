@@ -266,3 +266,19 @@ macro_rules! on_both_buses {
     };
 }
 pub(crate) use on_both_buses;
+
+/// Starts a run of `query` on `service`; returns its stream and the events up to its
+/// first answer delta.
+pub async fn started(
+    service: &Service,
+    query: &str,
+) -> (tonic::Streaming<pb::RunEvent>, Vec<pb::RunEvent>) {
+    let mut stream = client(service)
+        .await
+        .run(super::run_request(query, &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let seen = super::read_until_delta(&mut stream).await;
+    (stream, seen)
+}
