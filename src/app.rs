@@ -19,7 +19,7 @@ use crate::config::{Config, TlsConfig};
 use crate::llm::{ChatModel, LlmError, ModelEntry, ModelRegistry};
 use crate::net::Descriptors;
 use crate::runner::{Runner, RunnerSettings};
-use crate::store::{SecretKey, Store, StoreError};
+use crate::store::{Adoption, SecretKey, Store, StoreError};
 use crate::telemetry::Metrics;
 use crate::tools::{Provider, RegistryError, ToolRegistry};
 
@@ -53,6 +53,9 @@ pub enum AppError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The runs a previous process left could not be taken.
+    #[error(transparent)]
+    Runs(#[from] crate::runner::RunError),
     /// A shared database was configured without a key every replica shares.
     #[error("a shared database needs the secret key every replica seals credentials with: set AGENT_RUNNER_SECRET_KEY or server.secret_key_file (a key made in one replica's data directory would differ from the others')")]
     SharedKeyMissing,
@@ -96,8 +99,8 @@ pub enum AppError {
 }
 
 /// Opens the configured store (the shared database, else the embedded one under the data
-/// directory), recovering from a crash: messages a previous process left running become
-/// interrupted.
+/// directory), sealing what an earlier version kept in plaintext. The runs a previous
+/// process left running are taken once the runner exists ([`serve`]).
 pub async fn open_store(config: &Config) -> Result<Store, AppError> {
     let store = match config.store.database(&config.cluster) {
         Some(settings) => {
@@ -146,8 +149,7 @@ fn open_embedded(config: &Config) -> Result<Store, AppError> {
     Ok(store)
 }
 
-/// Seals what an earlier version kept in plaintext and marks the runs a previous process
-/// left running as interrupted.
+/// Seals what an earlier version kept in plaintext.
 async fn recover(store: &Store) -> Result<(), AppError> {
     let sealed = store.seal_plaintext_credentials().await?;
     if sealed > 0 {
@@ -156,11 +158,34 @@ async fn recover(store: &Store) -> Result<(), AppError> {
             "sealed provider credentials stored in plaintext by an earlier version"
         );
     }
-    let interrupted = store.interrupt_orphans().await?;
-    if interrupted > 0 {
+    Ok(())
+}
+
+/// How runs whose owner was lost are treated, as configured.
+fn adoption(config: &Config) -> Adoption {
+    match config.runner.resume_after_restart {
+        true => Adoption {
+            resume: true,
+            max_takeovers: config.cluster.max_takeovers,
+        },
+        false => Adoption::INTERRUPT,
+    }
+}
+
+/// Takes the runs a previous process of this replica left (before any run starts here):
+/// resumed, or ended interrupted, as configured.
+async fn adopt_at_start(runner: &Runner, adoption: Adoption) -> Result<(), AppError> {
+    let adopted = runner.adopt_orphans(adoption).await?;
+    if adopted.interrupted > 0 {
         tracing::warn!(
-            interrupted,
+            interrupted = adopted.interrupted,
             "messages left running by a previous process are now interrupted"
+        );
+    }
+    if adopted.resumed > 0 {
+        tracing::warn!(
+            resumed = adopted.resumed,
+            "messages left running by a previous process go on from their last durable round"
         );
     }
     Ok(())
@@ -319,16 +344,16 @@ async fn follow_registry(
 /// How often runs whose replica is gone are looked for.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// Ends the runs of replicas whose heartbeat lapsed, every second until `stop`, so no
-/// message stays running without a live owner. (On the embedded store, which one process
-/// opens, there are none after start-up.)
-async fn sweep_orphans(store: Store, stop: CancellationToken) {
+/// Takes over (or ends) the runs of replicas whose heartbeat lapsed, every second until
+/// `stop`, so no message stays running without a live owner. (On the embedded store, which
+/// one process opens, there are none after start-up.)
+async fn sweep_orphans(runner: Runner, adoption: Adoption, stop: CancellationToken) {
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(SWEEP_EVERY) => {}
         }
-        if let Err(err) = store.interrupt_orphans().await {
+        if let Err(err) = runner.adopt_orphans(adoption).await {
             tracing::debug!(error = %err, "could not look for runs whose replica is gone");
         }
     }
@@ -458,7 +483,13 @@ pub async fn serve(
             stop_retiring.clone(),
         ));
     }
-    tokio::spawn(sweep_orphans(store.clone(), stop_retiring.clone()));
+    let adoption = adoption(&config);
+    adopt_at_start(&runner, adoption).await?;
+    tokio::spawn(sweep_orphans(
+        runner.clone(),
+        adoption,
+        stop_retiring.clone(),
+    ));
     let taking = runner.clone();
     let stop_taking = stop_retiring.clone();
     tokio::spawn(async move { taking.follow_commands(stop_taking).await });

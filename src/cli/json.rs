@@ -53,6 +53,11 @@ pub fn event(event: &pb::RunEvent) -> Value {
                    "message": retry.message, "provider": retry.provider, "model": retry.model,
                    "position": retry.position}),
         ),
+        Some(Event::RoundRestarted(restarted)) => (
+            "round_restarted",
+            json!({"position": restarted.position, "discard_from_seq": restarted.discard_from_seq,
+                   "reason": restarted.reason}),
+        ),
         None => ("unknown", json!({})),
     };
     if let (Some(object), Value::Object(body)) = (object.as_object_mut(), body) {

@@ -120,6 +120,13 @@ pub struct HumanView {
     streamed_since_thought: bool,
     /// Any answer text arrived.
     streamed: bool,
+    /// The answer text of the round in progress, by `seq`, to erase when the round is made
+    /// again.
+    round_deltas: Vec<(u64, String)>,
+    /// The cursor's column after the last text shown.
+    column: usize,
+    /// The column where the round's first answer text began.
+    round_column: usize,
 }
 
 impl HumanView {
@@ -130,6 +137,9 @@ impl HumanView {
             mid_line: false,
             streamed_since_thought: false,
             streamed: false,
+            round_deltas: Vec::new(),
+            column: 0,
+            round_column: 0,
         }
     }
 
@@ -141,10 +151,19 @@ impl HumanView {
                 self.streamed = true;
                 self.streamed_since_thought = true;
                 self.mid_line = !delta.text.ends_with('\n');
+                if self.round_deltas.is_empty() {
+                    self.round_column = self.column;
+                }
+                self.round_deltas.push((event.seq, delta.text.clone()));
+                self.column = column_after(self.column, &delta.text);
                 return delta.text.clone();
             }
+            Some(Event::RoundRestarted(restarted)) => return self.restart(event.seq, restarted),
             Some(Event::Started(started)) => vec![p.dim(&started_line(started))],
-            Some(Event::Thought(thought)) => self.thought_lines(thought),
+            Some(Event::Thought(thought)) => {
+                self.round_deltas.clear();
+                self.thought_lines(thought)
+            }
             Some(Event::ToolStarted(started)) => started
                 .tool_call
                 .as_ref()
@@ -192,11 +211,53 @@ impl HumanView {
         self.lines(lines)
     }
 
+    /// Erases the answer text the restarted round had shown (on a terminal; elsewhere a
+    /// line says which text is void), so what stays on screen is what the answer holds.
+    fn restart(&mut self, seq: u64, restarted: &pb::RoundRestarted) -> String {
+        let void_at = self
+            .round_deltas
+            .iter()
+            .position(|(at, _)| (restarted.discard_from_seq..seq).contains(at));
+        let Some(void_at) = void_at else {
+            return String::new();
+        };
+        let void: String = self.round_deltas[void_at..]
+            .iter()
+            .map(|(_, text)| text.as_str())
+            .collect();
+        let start = self.round_deltas[..void_at]
+            .iter()
+            .fold(self.round_column, |column, (_, text)| {
+                column_after(column, text)
+            });
+        self.round_deltas.truncate(void_at);
+        if !self.paint.colour {
+            let note = format!(
+                "(round {} is made again: the text above from event {} on is void)",
+                restarted.position, restarted.discard_from_seq
+            );
+            return self.lines(vec![note]);
+        }
+        let mut erase = String::from("\r");
+        let up = void.matches('\n').count();
+        if up > 0 {
+            erase.push_str(&format!("\x1b[{up}A"));
+        }
+        if start > 0 {
+            erase.push_str(&format!("\x1b[{start}C"));
+        }
+        erase.push_str("\x1b[J");
+        self.column = start;
+        self.mid_line = start > 0;
+        erase
+    }
+
     /// Whole lines, on a line of their own even after answer text without a newline.
     fn lines(&mut self, lines: Vec<String>) -> String {
         if lines.is_empty() {
             return String::new();
         }
+        self.column = 0;
         let mut text = String::new();
         if std::mem::take(&mut self.mid_line) {
             text.push('\n');
@@ -336,6 +397,14 @@ pub fn one_line(text: &str, max: usize) -> String {
     format!("{cut}…")
 }
 
+/// The cursor's column after `text` is written at `column`.
+fn column_after(column: usize, text: &str) -> usize {
+    match text.rsplit_once('\n') {
+        Some((_, last)) => last.chars().count(),
+        None => column + text.chars().count(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,6 +462,52 @@ mod tests {
             "42\n✓ completed (stop) · 2 rounds · tokens 120 in, 30 out · 0.0012 USD · 1.23s\n  \
              message m-1  conversation c-1\n"
         );
+    }
+
+    #[test]
+    fn a_restarted_round_erases_its_void_text_on_a_terminal() {
+        let mut view = HumanView::new(Paint { colour: true });
+        let at = |seq: u64, body: Event| pb::RunEvent { seq, ..event(body) };
+        let delta = |text: &str| Event::Delta(pb::MessageDelta { text: text.into() });
+        let mut screen = String::new();
+        screen.push_str(&view.render(&at(3, delta("Hi "))));
+        screen.push_str(&view.render(&at(4, delta("the wea\nther is"))));
+        let erase = view.render(&at(
+            5,
+            Event::RoundRestarted(pb::RoundRestarted {
+                position: 1,
+                discard_from_seq: 4,
+                reason: "owner_lost".into(),
+            }),
+        ));
+        // Back to where "the wea…" began: one line up, three columns in, then clear.
+        assert_eq!(screen, "Hi the wea\nther is");
+        assert_eq!(erase, "\r\x1b[1A\x1b[3C\x1b[J");
+        assert_eq!(view.render(&at(6, delta("sunny"))), "sunny");
+
+        let mut plain = HumanView::new(Paint { colour: false });
+        plain.render(&at(3, delta("Hi")));
+        let note = plain.render(&at(
+            4,
+            Event::RoundRestarted(pb::RoundRestarted {
+                position: 2,
+                discard_from_seq: 3,
+                reason: "owner_lost".into(),
+            }),
+        ));
+        assert_eq!(
+            note,
+            "\n(round 2 is made again: the text above from event 3 on is void)\n"
+        );
+        let nothing_void = plain.render(&at(
+            6,
+            Event::RoundRestarted(pb::RoundRestarted {
+                position: 3,
+                discard_from_seq: 6,
+                reason: "owner_lost".into(),
+            }),
+        ));
+        assert_eq!(nothing_void, "");
     }
 
     #[test]

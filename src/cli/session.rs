@@ -245,6 +245,7 @@ fn outcome_of(event: &pb::RunEvent) -> Option<Outcome> {
             | Event::ToolCallsRequired(_)
             | Event::File(_)
             | Event::Retry(_)
+            | Event::RoundRestarted(_)
             | Event::ApprovalRequired(_),
         )
         | None => None,

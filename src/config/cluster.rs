@@ -46,6 +46,18 @@ pub struct ClusterConfig {
     /// Subjects start with it, so deployments sharing a NATS server stay apart.
     #[serde(default = "default_subject_prefix")]
     pub subject_prefix: String,
+    /// How many times a run may be taken over after losing its owner (0 to 100); at the
+    /// next loss it ends `INTERRUPTED` with code `owner_lost`, so a run that crashes every
+    /// process it lands on does not take the fleet down one replica at a time.
+    #[serde(default = "default_max_takeovers")]
+    pub max_takeovers: u32,
+}
+
+/// The most takeovers a run may have.
+const MAX_TAKEOVERS: u32 = 100;
+
+fn default_max_takeovers() -> u32 {
+    3
 }
 
 impl Default for ClusterConfig {
@@ -57,6 +69,7 @@ impl Default for ClusterConfig {
             nats_credentials_file: None,
             nats_ca_file: None,
             subject_prefix: default_subject_prefix(),
+            max_takeovers: default_max_takeovers(),
         }
     }
 }
@@ -119,6 +132,12 @@ impl ClusterConfig {
         }
         if self.replica_id.is_none() {
             self.replica_id = Some(Self::made_up_id());
+        }
+        if self.max_takeovers > MAX_TAKEOVERS {
+            return Err(invalid(
+                "cluster.max_takeovers",
+                format!("must be at most {MAX_TAKEOVERS}"),
+            ));
         }
         let tokens_ok = self
             .subject_prefix

@@ -274,6 +274,10 @@ pub struct RunnerConfig {
     /// conventions' `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`.
     #[serde(default)]
     pub trace_content: bool,
+    /// Resume the runs a previous process (or a replica that died) left running, from
+    /// their last durable round; `false` ends them `INTERRUPTED` instead.
+    #[serde(default = "default_true")]
+    pub resume_after_restart: bool,
 }
 
 impl Default for RunnerConfig {
@@ -291,6 +295,7 @@ impl Default for RunnerConfig {
             tool_schema_limit_bytes: default_tool_schema_limit(),
             mcp_timeout_secs: default_mcp_timeout(),
             trace_content: false,
+            resume_after_restart: true,
             max_answer_bytes: default_max_answer_bytes(),
             max_query_bytes: default_max_query_bytes(),
             max_instruction_bytes: default_max_instruction_bytes(),

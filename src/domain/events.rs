@@ -83,6 +83,17 @@ pub enum RunEvent {
         /// The model the next attempt goes to.
         model: String,
     },
+    /// The run's owner was lost and another took it over: round `position` is made again
+    /// from its start. The `AnswerDelta` events from `discard_from_seq` up to this event
+    /// are void (an empty range when the cut round had shown nothing).
+    RoundRestarted {
+        /// The round made again.
+        position: u32,
+        /// The first void delta's `seq`; this event's own when none is void.
+        discard_from_seq: u64,
+        /// Why: `owner_lost` (the owner died or stalled) or `handed_over` (it stopped).
+        reason: String,
+    },
     /// The run ended normally.
     MessageEnd {
         /// The whole answer.

@@ -190,4 +190,12 @@ pub struct Message {
     /// ended, so later turns fit their history without reading or counting it again.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub history_tokens: BTreeMap<String, u64>,
+    /// How many times another process took the run over after its owner was lost; past
+    /// `[cluster] max_takeovers` the run ends instead.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub takeovers: u32,
+}
+
+fn is_zero_u32(value: &u32) -> bool {
+    *value == 0
 }

@@ -34,6 +34,9 @@ pub enum CallOutcome {
     Declined,
     /// The round held more calls than one round may run.
     NotRun,
+    /// The call was under way when its run's owner was lost; it is not made again (the
+    /// tool may not be idempotent), so whether it took effect is unknown.
+    OutcomeUnknown,
 }
 
 impl CallOutcome {
@@ -47,6 +50,7 @@ impl CallOutcome {
             Self::UnknownTool => "unknown_tool",
             Self::Declined => "declined",
             Self::NotRun => "not_run",
+            Self::OutcomeUnknown => "tool_outcome_unknown",
         }
     }
 }

@@ -85,6 +85,9 @@ pub enum RunError {
     /// A run ended without its last events stored: the store cannot write.
     #[error("the run's last events could not be recorded (the store cannot write); GetMessage shows how it ended")]
     EventsLost,
+    /// A run taken over was started by a version that kept no spec to rebuild it from.
+    #[error("the run was started by an earlier version, which kept nothing to resume it from")]
+    NotResumable,
 }
 
 impl From<ModelLookupError> for RunError {
@@ -121,7 +124,7 @@ impl RunError {
             Self::Tools(err) => err.kind(),
             Self::NotFound { .. } => ErrorKind::NotFound,
             Self::Store(err) => err.kind(),
-            Self::NotRunning { .. } => ErrorKind::FailedPrecondition,
+            Self::NotRunning { .. } | Self::NotResumable => ErrorKind::FailedPrecondition,
             Self::KeyReused => ErrorKind::AlreadyExists,
             Self::NotWaiting { .. } => ErrorKind::FailedPrecondition,
             Self::ConversationBusy { .. } => ErrorKind::FailedPrecondition,

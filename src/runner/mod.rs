@@ -22,6 +22,7 @@ mod run;
 mod settings;
 mod spec;
 pub mod strategy;
+mod takeover;
 mod template;
 
 use std::sync::Arc;
@@ -350,6 +351,42 @@ impl Runner {
         message: Message,
         cancel: CancellationToken,
     ) -> RunHandle {
+        let (message_id, conversation_id) = (message.id, prepared.conversation_id);
+        let tenant = spec.tenant.clone();
+        let launch = Launch {
+            spec,
+            agent: prepared.agent,
+            message,
+            cancel,
+            fence: self.store.fence(),
+            resumption: None,
+        };
+        let first_follower = self.launch_task(launch);
+        RunHandle {
+            message_id,
+            conversation_id,
+            events: live::follow(
+                self.store.clone(),
+                tenant,
+                message_id,
+                0,
+                Some(first_follower),
+                crate::cluster::Watch::never(),
+            ),
+        }
+    }
+
+    /// Registers the run as live and hands it to its own task; returns its first
+    /// follower's subscription, taken before the run emits anything.
+    fn launch_task(&self, launch: Launch) -> live::Subscription {
+        let Launch {
+            spec,
+            agent,
+            message,
+            cancel,
+            fence,
+            resumption,
+        } = launch;
         let (events, _) = broadcast::channel(self.settings.event_buffer.max(1));
         let tenant = spec.tenant.clone();
         let live_run = LiveRun {
@@ -361,42 +398,32 @@ impl Runner {
         let first_follower = live_run.subscribe();
         let mailbox = live_run.mailbox.clone();
         let registration = self.live.register(message.id, live_run);
-        let conversation_id = prepared.conversation_id;
         let destination = live::Destination {
             store: self.store.clone(),
             tenant: tenant.clone(),
-            fence: self.store.fence(),
+            fence,
             shutdown: self.shutdown.clone(),
             write_timeout: self.settings.write_timeout,
             bus: Arc::clone(&self.bus),
         };
-        let emitter = Emitter::new(
+        let mut emitter = Emitter::new(
             destination,
-            conversation_id,
+            message.conversation_id,
             message.id,
             events,
             cancel.clone(),
         );
-        let handle = RunHandle {
-            message_id: message.id,
-            conversation_id,
-            events: live::follow(
-                self.store.clone(),
-                tenant.clone(),
-                message.id,
-                0,
-                Some(first_follower),
-                crate::cluster::Watch::never(),
-            ),
-        };
+        if let Some(resumption) = &resumption {
+            emitter.continue_after(resumption.last_seq);
+        }
         if let Some(deadline) = spec.deadline {
             cancel_after(cancel.clone(), deadline);
         }
-        let span = run::span(&spec, &prepared.agent, &message);
+        let span = run::span(&spec, &agent, &message);
         let task = RunTask::new(
             spec,
             message,
-            prepared.agent,
+            agent,
             self.settings.clone(),
             Recorder::new(self.store.clone(), tenant, emitter),
             Control {
@@ -407,9 +434,25 @@ impl Runner {
             },
             Arc::clone(&self.metrics),
         );
+        let task = match resumption {
+            Some(resumption) => task.resuming(resumption),
+            None => task,
+        };
         self.tracker.spawn(task.drive().instrument(span));
-        handle
+        first_follower
     }
+}
+
+/// What a run's task is started with.
+struct Launch {
+    spec: RunSpec,
+    agent: run::Agent,
+    message: Message,
+    cancel: CancellationToken,
+    /// The fence its writes go under.
+    fence: crate::store::Fence,
+    /// The records of a run taken over, to go on from; `None` for a new run.
+    resumption: Option<run::Resumption>,
 }
 
 /// Refuses a query (or instruction inputs) larger than the run may store and echo back, and

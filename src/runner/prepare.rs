@@ -39,6 +39,79 @@ pub async fn prepare(
     spec: &RunSpec,
     settings: &RunnerSettings,
 ) -> Result<Prepared, RunError> {
+    let resolved = resolve(models, tools, spec, settings)?;
+    let new_conversation = conversation_for(store, spec).await?;
+    let conversation_id = match (&new_conversation, spec.conversation_id) {
+        (Some(conversation), _) => conversation.id,
+        (None, Some(id)) => id,
+        (None, None) => ConversationId::new(),
+    };
+    let history = match new_conversation {
+        Some(_) => History {
+            newest_ordinal: Some(0),
+            ..History::default()
+        },
+        None => past_turns(store, spec, &resolved.model.info, conversation_id, u64::MAX).await?,
+    };
+    Ok(Prepared {
+        agent: resolved.with_history(history),
+        new_conversation,
+        conversation_id,
+    })
+}
+
+/// The agent of a run taken over: resolved again from the spec kept with `message`, with
+/// the conversation's turns before it as history.
+pub async fn prepare_resumed(
+    store: &Store,
+    models: &ModelRegistry,
+    tools: &ToolRegistry,
+    spec: &RunSpec,
+    settings: &RunnerSettings,
+    message: &Message,
+) -> Result<Agent, RunError> {
+    let resolved = resolve(models, tools, spec, settings)?;
+    let history = past_turns(
+        store,
+        spec,
+        &resolved.model.info,
+        message.conversation_id,
+        message.seq,
+    )
+    .await?;
+    Ok(resolved.with_history(history))
+}
+
+/// An agent resolved but for its history.
+struct Resolved {
+    model: crate::llm::ResolvedModel,
+    fallbacks: Vec<crate::llm::ResolvedModel>,
+    strategy: Box<dyn strategy::Strategy>,
+    tools: ToolSet,
+    output: Option<Output>,
+}
+
+impl Resolved {
+    fn with_history(self, history: History) -> Agent {
+        Agent {
+            model: self.model,
+            fallbacks: self.fallbacks,
+            strategy: self.strategy,
+            tools: Arc::new(self.tools),
+            history,
+            output: self.output,
+        }
+    }
+}
+
+/// Resolves the model, fallbacks, strategy, output schema and tools `spec` names, and
+/// checks the prompt they make fits.
+fn resolve(
+    models: &ModelRegistry,
+    tools: &ToolRegistry,
+    spec: &RunSpec,
+    settings: &RunnerSettings,
+) -> Result<Resolved, RunError> {
     let model = models.resolve(&spec.agent.model.provider, &spec.agent.model.name)?;
     let fallbacks = spec
         .agent
@@ -76,30 +149,12 @@ pub async fn prepare(
         &bound,
         settings.max_instruction_bytes,
     )?;
-    let new_conversation = conversation_for(store, spec).await?;
-    let conversation_id = match (&new_conversation, spec.conversation_id) {
-        (Some(conversation), _) => conversation.id,
-        (None, Some(id)) => id,
-        (None, None) => ConversationId::new(),
-    };
-    let history = match new_conversation {
-        Some(_) => History {
-            newest_ordinal: Some(0),
-            ..History::default()
-        },
-        None => past_turns(store, spec, &model.info, conversation_id).await?,
-    };
-    Ok(Prepared {
-        agent: Agent {
-            model,
-            fallbacks,
-            strategy,
-            tools: Arc::new(bound),
-            history,
-            output,
-        },
-        new_conversation,
-        conversation_id,
+    Ok(Resolved {
+        model,
+        fallbacks,
+        strategy,
+        tools: bound,
+        output,
     })
 }
 
@@ -180,19 +235,21 @@ pub fn new_message(spec: &RunSpec, prepared: &Prepared) -> Message {
         structured_output: None,
         output_invalid: None,
         history_tokens: Default::default(),
+        takeovers: 0,
         ordinal: 0,
     }
 }
 
 /// The earlier turns of a conversation that can reach the prompt, oldest first: read newest
 /// first and no further than `memory.max_turns` turns or, with a context window, than the
-/// tokens the window leaves for history (by the counts kept with each message). What was not
-/// read is reported as left out.
+/// tokens the window leaves for history (by the counts kept with each message), from the
+/// message before `before` (a conversation `seq`). What was not read is reported as left out.
 async fn past_turns(
     store: &Store,
     spec: &RunSpec,
     model: &ModelInfo,
     conversation_id: ConversationId,
+    before: u64,
 ) -> Result<History, RunError> {
     let tokenizer = model.tokenizer;
     let budget = history_budget(spec, model);
@@ -207,6 +264,7 @@ async fn past_turns(
     let mut used = 0u64;
     let mut examined = 0u64;
     let mut ids = NewestFirst::new(store, &spec.tenant, conversation_id);
+    ids.before = before;
     let stop = loop {
         let Some(id) = ids.next().await? else {
             break None;

@@ -53,6 +53,44 @@ impl Fence {
     }
 }
 
+/// How a sweep treats the runs no live process owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Adoption {
+    /// Take running runs over so this process resumes them; `false` ends them interrupted.
+    pub resume: bool,
+    /// Takeovers a run may have had; at the next loss of its owner it ends `owner_lost`.
+    pub max_takeovers: u32,
+}
+
+impl Adoption {
+    /// End every orphan interrupted, as a process that does not resume runs does.
+    pub const INTERRUPT: Adoption = Adoption {
+        resume: false,
+        max_takeovers: 0,
+    };
+}
+
+/// A run a sweep took over for this process, to resume; its fence names this replica
+/// and the new epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adopted {
+    /// The run's tenant.
+    pub tenant: Tenant,
+    /// The run's message.
+    pub message: MessageId,
+    /// The fence its writes go under from now on.
+    pub fence: Fence,
+}
+
+/// What one sweep did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Swept {
+    /// Runs it ended interrupted.
+    pub interrupted: usize,
+    /// Runs it took over, to resume.
+    pub adopted: Vec<Adopted>,
+}
+
 /// A record a burst writes with the events that announce it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
@@ -262,12 +300,14 @@ pub trait Conversations: Send + Sync {
         Fence::local()
     }
 
-    /// Ends, as interrupted, the runs no live process owns; returns how many. The first
-    /// call (at start-up, before any run begins) takes those this replica left running
-    /// in an earlier life; each call takes those of replicas whose heartbeat lapsed. A
-    /// backend shared by replicas appends each such run's end event, so its followers
-    /// everywhere see it end.
-    async fn interrupt_orphans(&self) -> Result<usize, StoreError>;
+    /// Takes the runs no live process owns: the first call (at start-up, before any run
+    /// begins) those this replica left running in an earlier life, each call those of
+    /// replicas whose heartbeat lapsed. As `adoption` says, a running run (not one waiting
+    /// for its caller) is taken over (its takeover count raised, durably, and its epoch
+    /// moved on, so its late owner's writes are refused) for this process to resume;
+    /// any other ends interrupted with its end event appended, so its followers
+    /// everywhere see it end. One sweeper wins each run.
+    async fn take_orphans(&self, adoption: Adoption) -> Result<Swept, StoreError>;
 }
 
 /// Thoughts and the files tools produced.

@@ -24,25 +24,58 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use contract::{
-    Admission, Backend, Burst, Commands, Conversations, EventLog, Fence, Health, Inserted,
-    NewMessage, Page, PageSize, Record, Records, Refusal, Registry, RegistryChanges,
-    StoredProvider, TakenCommand,
+    Admission, Adopted, Adoption, Backend, Burst, Commands, Conversations, EventLog, Fence, Health,
+    Inserted, NewMessage, Page, PageSize, Record, Records, Refusal, Registry, RegistryChanges,
+    StoredProvider, Swept, TakenCommand,
 };
 pub use error::{Category, StoreError};
 pub use postgres::{describe as describe_database, with_database, Settings as DatabaseSettings};
 pub use sealed::SecretKey;
 
-/// Marks `message`, left running by a process that is gone, as interrupted for `why`, and
-/// returns the end event that announces it, one past `last_seq`: its followers, wherever
-/// they are, see the run end.
-pub(crate) fn interrupt(
+/// What a sweep does with one run whose owner is gone.
+pub(crate) enum Fate {
+    /// Take it over, to resume it here.
+    Adopt,
+    /// End it, with this code and reason.
+    End(&'static str, String),
+}
+
+/// The fate of `message`, orphaned, under `adoption`; `why` says why it is orphaned.
+pub(crate) fn fate(
+    message: &crate::domain::Message,
+    adoption: Adoption,
+    why: &'static str,
+) -> Fate {
+    if !adoption.resume || message.status != crate::domain::MessageStatus::Running {
+        return Fate::End("interrupted", why.to_owned());
+    }
+    if message.takeovers >= adoption.max_takeovers {
+        let times = message.takeovers;
+        return Fate::End(
+            OWNER_LOST,
+            format!(
+                "{why}, and the run was taken over {times} times already (cluster.max_takeovers)"
+            ),
+        );
+    }
+    Fate::Adopt
+}
+
+/// The code of a run that lost its owner once more than it may be taken over.
+pub const OWNER_LOST: &str = "owner_lost";
+
+/// Marks `message`, left running by a process that is gone, as interrupted with `code`
+/// for `why`, and returns the end event that announces it, one past `last_seq`: its
+/// followers, wherever they are, see the run end.
+pub(crate) fn end_orphan(
     message: &mut crate::domain::Message,
+    code: &str,
     why: &str,
     last_seq: u64,
 ) -> crate::domain::EventEnvelope {
     use crate::domain::{EventEnvelope, MessageStatus, RunEvent, RunFailure};
     let failure = RunFailure {
-        code: "interrupted".to_owned(),
+        code: code.to_owned(),
         message: why.to_owned(),
     };
     message.status = MessageStatus::Interrupted;
@@ -155,6 +188,7 @@ pub mod test_records {
             structured_output: None,
             output_invalid: None,
             history_tokens: Default::default(),
+            takeovers: 0,
             ordinal: 0,
         }
     }

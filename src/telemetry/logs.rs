@@ -1,10 +1,15 @@
 //! Where text logs are written: stderr, with every line break inside an event escaped, so
 //! text that came from a caller or an upstream server (a model name, an error body) can
 //! never forge a log line of its own. JSON logs are escaped by their encoding already.
+//! Every line names the replica that wrote it, so the logs of a fleet read apart.
 
+use std::fmt;
 use std::io::{self, Write};
 
-use tracing_subscriber::fmt::MakeWriter;
+use tracing::{Event, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
+use tracing_subscriber::registry::LookupSpan;
 
 /// Makes [`OneLine`] writers over stderr.
 #[derive(Debug, Clone, Copy, Default)]
@@ -51,6 +56,60 @@ impl<W: Write> Write for OneLine<W> {
     }
 }
 
+/// An event format that adds the replica id to every line: `replica=ID ` before a text
+/// line, a `"replica"` field first in a JSON object.
+pub struct Tagged<F> {
+    inner: F,
+    replica: String,
+    json: bool,
+}
+
+impl<F> Tagged<F> {
+    /// Tags the lines `inner` formats with `replica`; `json` when `inner` writes objects.
+    pub fn new(inner: F, replica: &str, json: bool) -> Self {
+        Self {
+            inner,
+            replica: replica.to_owned(),
+            json,
+        }
+    }
+}
+
+impl<S, N, F> FormatEvent<S, N> for Tagged<F>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        if !self.json {
+            write!(writer, "replica={} ", self.replica)?;
+            return self.inner.format_event(ctx, writer, event);
+        }
+        let mut line = String::new();
+        self.inner
+            .format_event(ctx, Writer::new(&mut line), event)?;
+        writer.write_str(&tag_json(&line, &self.replica))
+    }
+}
+
+/// `line` (one JSON object) with `"replica":ID` as its first field.
+fn tag_json(line: &str, replica: &str) -> String {
+    let replica = serde_json::Value::from(replica);
+    match line.strip_prefix('{') {
+        Some(rest) if rest.trim_start().starts_with('}') => {
+            format!("{{\"replica\":{replica}{rest}")
+        }
+        Some(rest) => format!("{{\"replica\":{replica},{rest}"),
+        None => line.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,5 +124,15 @@ mod tests {
             String::from_utf8(out.0).unwrap(),
             "INFO run model=a\\nERROR forged\\r\nINFO plain\n"
         );
+    }
+
+    #[test]
+    fn a_json_line_names_its_replica_first() {
+        let tagged = tag_json("{\"level\":\"INFO\",\"fields\":{}}\n", "agents-\"0");
+        let value: serde_json::Value = serde_json::from_str(tagged.trim_end()).unwrap();
+        assert_eq!(value["replica"], "agents-\"0");
+        assert_eq!(value["level"], "INFO");
+        assert!(tagged.ends_with('\n'));
+        assert_eq!(tag_json("{}", "r"), "{\"replica\":\"r\"}");
     }
 }

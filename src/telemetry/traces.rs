@@ -8,6 +8,8 @@
 
 use std::fmt;
 
+use super::logs::Tagged;
+
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
 use opentelemetry::Context;
@@ -65,7 +67,7 @@ impl Tracing {
 /// Installs the process-wide subscriber: log lines on stderr (`json` or text, filtered by
 /// `RUST_LOG`, default `info`) and, when an OTLP endpoint is configured, span export. Must run inside
 /// the tokio runtime, which exports the batches. Spans carry `instance` (the replica id) as
-/// `service.instance.id`, so a trace tells which replica served it.
+/// `service.instance.id` and log lines name it too, so both tell which replica wrote them.
 pub fn init(json: bool, instance: &str) -> Result<Tracing, TracingError> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let provider = exporter_from_env()?.map(|exporter| {
@@ -92,11 +94,21 @@ pub fn init(json: bool, instance: &str) -> Result<Tracing, TracingError> {
     // Logs go to stderr, so a command's own output on stdout stays clean.
     let logs = if json {
         tracing_subscriber::fmt::layer()
-            .json()
+            .event_format(Tagged::new(
+                tracing_subscriber::fmt::format().json(),
+                instance,
+                true,
+            ))
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
             .with_writer(std::io::stderr)
             .boxed()
     } else {
         tracing_subscriber::fmt::layer()
+            .event_format(Tagged::new(
+                tracing_subscriber::fmt::format(),
+                instance,
+                false,
+            ))
             .with_writer(super::logs::OneLineStderr)
             .boxed()
     };

@@ -231,6 +231,24 @@ impl ToolSet {
         )
     }
 
+    /// The result of a call that was under way when its run's owner was lost: not made
+    /// again, so the model is told its outcome is unknown.
+    pub fn outcome_unknown(&self, name: &str) -> Invocation {
+        let provider = self
+            .bound(name)
+            .map(|bound| bound.provider.name.clone())
+            .unwrap_or_default();
+        observation::failure(
+            CallOutcome::OutcomeUnknown,
+            provider,
+            "tool_outcome_unknown: the service lost this run while the call was under way and \
+             did not make it again, so whether it took effect is unknown"
+                .to_owned(),
+            0.0,
+            Map::new(),
+        )
+    }
+
     /// Provider of the tool the model calls `name`, if the run has it.
     pub fn provider_of(&self, name: &str) -> Option<&str> {
         self.by_name

@@ -37,5 +37,6 @@ mod run_function_calling;
 mod run_react;
 mod structured_output;
 mod support;
+mod takeover;
 mod tool_providers;
 mod validation;

@@ -260,6 +260,7 @@ async fn messages_left_running_by_a_crash_become_interrupted() {
             structured_output: None,
             output_invalid: None,
             history_tokens: Default::default(),
+            takeovers: 0,
             ordinal: 0,
         };
         let mut message = message;

@@ -44,8 +44,8 @@ async fn refused_start(config: &str) -> (Option<i32>, String) {
 }
 
 /// A run with a tool call completes on PostgreSQL and reads back; a second one killed
-/// with SIGKILL mid-answer leaves every event its client received, and is INTERRUPTED
-/// after a restart; the tables hold the conversations, messages, thoughts and events.
+/// with SIGKILL mid-answer leaves every event its client received, and goes on after a
+/// restart; the tables hold the conversations, messages, thoughts and events.
 #[tokio::test]
 async fn runs_on_postgres_survive_kill_9_with_every_announced_event() {
     let Some(database) = TestDatabase::create().await else {
@@ -63,6 +63,7 @@ async fn runs_on_postgres_survive_kill_9_with_every_announced_event() {
         ),
         Reply::text(&["It is 42."], (3, 3)),
         Reply::Stall(vec!["Almost"]),
+        Reply::text(&["Recovered."], (1, 1)),
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
@@ -103,7 +104,8 @@ async fn runs_on_postgres_survive_kill_9_with_every_announced_event() {
     assert_eq!(ended.status, pb::MessageStatus::Completed as i32);
     assert_eq!(ended.answer, "Working.\nIt is 42.");
     let crashed = message(&mut agents, received[0].message_id.clone()).await;
-    assert_eq!(crashed.status, pb::MessageStatus::Interrupted as i32);
+    assert_eq!(crashed.status, pb::MessageStatus::Completed as i32);
+    assert_eq!(crashed.answer, "Recovered.", "the cut text is void");
     let thoughts = agents
         .list_thoughts(pb::ListThoughtsRequest {
             message_id: done_id,

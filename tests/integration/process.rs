@@ -1,5 +1,6 @@
-//! The real binary: killed with SIGKILL it loses nothing a client was told about, and on
-//! SIGTERM it ends running messages and exits cleanly within its grace period.
+//! The real binary: killed with SIGKILL it loses nothing a client was told about and goes
+//! on with the run after a restart, and on SIGTERM it ends running messages and exits
+//! cleanly within its grace period.
 
 use std::process::Command;
 use std::time::Duration;
@@ -7,14 +8,17 @@ use std::time::Duration;
 use agent_runner::pb;
 use agent_runner::pb::run_event::Event;
 
-use crate::support::process::{client, spawn_service, wait_for_exit};
+use crate::support::process::{client, spawn_service, spawn_service_edited, wait_for_exit};
 use crate::support::{message, read_until_delta, run_request};
 use crate::support::{FakeOpenAi, Reply, ScriptedCall};
 
-/// After `kill -9` mid-run and a restart, every event the client had received is still
-/// readable, byte for byte, and the message is INTERRUPTED.
+/// After `kill -9` mid-answer and a restart, the run goes on from its last durable round:
+/// every event the client had received is still there byte for byte, then
+/// `round_restarted` voids the cut round's text, the round is made again, and the run
+/// ends with `seq` gap-free, the finished tool call not made again, and the void text
+/// gone from the answer.
 #[tokio::test]
-async fn sigkill_loses_no_event_a_client_received() {
+async fn sigkill_mid_answer_resumes_after_a_restart() {
     let llm = FakeOpenAi::start(vec![
         Reply::calls(
             &["Working."],
@@ -26,6 +30,7 @@ async fn sigkill_loses_no_event_a_client_received() {
             (2, 2),
         ),
         Reply::Stall(vec!["Almost"]),
+        Reply::calls(&["It is 25."], Vec::new(), (3, 3)),
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
@@ -63,8 +68,26 @@ async fn sigkill_loses_no_event_a_client_received() {
         "the run got as far as round 2: {received:?}"
     );
     assert_eq!(&stored[..received.len()], &received[..]);
+    let seqs: Vec<u64> = stored.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=stored.len() as u64).collect::<Vec<_>>());
+    let void = received.last().unwrap();
+    assert!(matches!(&void.event, Some(Event::Delta(d)) if d.text.contains("Almost")));
+    match &stored[received.len()].event {
+        Some(Event::RoundRestarted(restarted)) => {
+            assert_eq!(restarted.position, 2);
+            assert_eq!(restarted.discard_from_seq, void.seq);
+            assert_eq!(restarted.reason, "owner_lost");
+        }
+        other => panic!("round_restarted comes first after the takeover: {other:?}"),
+    }
+    let Some(Event::End(end)) = &stored.last().unwrap().event else {
+        panic!("the run ends normally: {stored:?}");
+    };
+    assert_eq!(end.answer, "Working.\nIt is 25.");
+    assert_eq!(end.iterations, 2);
     let message = message(&mut client, message_id.clone()).await;
-    assert_eq!(message.status, pb::MessageStatus::Interrupted as i32);
+    assert_eq!(message.status, pb::MessageStatus::Completed as i32);
+    assert_eq!(message.answer, end.answer);
     let thoughts = client
         .list_thoughts(pb::ListThoughtsRequest {
             message_id,
@@ -73,7 +96,88 @@ async fn sigkill_loses_no_event_a_client_received() {
         .await
         .unwrap()
         .into_inner();
+    assert_eq!(thoughts.thoughts.len(), 2, "the cut round keeps its place");
     assert_eq!(thoughts.thoughts[0].tool_calls[0].observation, "25");
+    assert_eq!(thoughts.thoughts[1].answer, "It is 25.");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3, "the finished round is not asked again");
+    let resumed_prompt = requests[2].to_string();
+    assert!(resumed_prompt.contains("\"25\""), "{resumed_prompt}");
+    assert!(!resumed_prompt.contains("Almost"), "{resumed_prompt}");
+}
+
+/// A run that loses its owner at every start is taken over `cluster.max_takeovers` times,
+/// then ends `owner_lost` instead of taking a further process down with it; with
+/// `runner.resume_after_restart = false` a crashed run ends interrupted at the next start.
+#[tokio::test]
+async fn a_run_lost_too_often_ends_owner_lost_and_resuming_can_be_turned_off() {
+    let llm = FakeOpenAi::start(vec![
+        Reply::Stall(vec!["First"]),
+        Reply::Stall(vec!["Second"]),
+        Reply::Stall(vec!["Third"]),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let once = |config: String| config.replacen("[cluster]\n", "[cluster]\nmax_takeovers = 1\n", 1);
+    let mut first = spawn_service_edited(dir.path(), &llm, None, once).await;
+    let mut stream = client(&first)
+        .await
+        .run(run_request("crash me", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let message_id = read_until_delta(&mut stream).await[0].message_id.clone();
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+
+    let mut second = spawn_service_edited(dir.path(), &llm, None, once).await;
+    let mut resumed = client(&second)
+        .await
+        .attach(pb::AttachRequest {
+            message_id: message_id.clone(),
+            after_seq: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut texts = Vec::new();
+    while texts.len() < 2 {
+        let event = resumed.message().await.unwrap().unwrap();
+        if let Some(Event::Delta(delta)) = event.event {
+            texts.push(delta.text);
+        }
+    }
+    assert_eq!(texts, ["First", "Second"], "taken over once");
+    second.child.kill().unwrap();
+    second.child.wait().unwrap();
+
+    let third = spawn_service_edited(dir.path(), &llm, None, once).await;
+    let mut client = client(&third).await;
+    let lost = message(&mut client, message_id.clone()).await;
+    assert_eq!(lost.status, pb::MessageStatus::Interrupted as i32);
+    assert_eq!(lost.error.unwrap().code, "owner_lost");
+    assert_eq!(llm.requests().len(), 2, "not called a third time");
+
+    // Turned off: a crashed run is interrupted, not resumed.
+    let mut stream = client
+        .run(run_request("crash me too", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let second_id = read_until_delta(&mut stream).await[0].message_id.clone();
+    drop(third);
+    let off = |config: String| {
+        config.replacen("[runner]\n", "[runner]\nresume_after_restart = false\n", 1)
+    };
+    let fourth = spawn_service_edited(dir.path(), &llm, None, off).await;
+    let crashed = message(
+        &mut crate::support::process::client(&fourth).await,
+        second_id,
+    )
+    .await;
+    assert_eq!(crashed.status, pb::MessageStatus::Interrupted as i32);
+    assert_eq!(crashed.error.unwrap().code, "interrupted");
+    assert_eq!(llm.requests().len(), 3);
 }
 
 /// SIGTERM with a run in flight: the client receives the run's final `error` event (code

@@ -1,6 +1,6 @@
 //! Several replica processes on one PostgreSQL database: a run is followed from any of
 //! them (over NATS, over the database's notifications, and with NATS stopped mid-run), a
-//! dead or paused replica's runs end on its peers (and the paused one, woken, adds
+//! dead or paused replica's runs go on on its peers (and the paused one, woken, adds
 //! nothing), a restart leaves its peers' runs alone, and two live processes never share a
 //! replica id. The tests take turns ([`TURN`]): each starts several processes on two cores.
 
@@ -83,16 +83,23 @@ async fn followed_identically(bus: &Bus) {
     }
 }
 
-/// A replica killed mid-run: once its lease lapses, a peer ends its run INTERRUPTED with
-/// an end event, so a client attached on the peer sees the stream end; a replica that
-/// restarts leaves its peer's running run alone.
+/// A replica killed mid-answer: once its lease lapses, a peer takes its run over and goes
+/// on with it, so a client attached on the peer sees every event it had seen, then
+/// `round_restarted` voiding the cut text, the round made again and the run's end, `seq`
+/// gap-free; a replica that restarts leaves its peer's running run alone. Every log line
+/// names its replica.
 #[tokio::test]
-async fn a_dead_replicas_run_ends_on_its_peer_and_a_restart_leaves_peers_alone() {
+async fn a_dead_replicas_run_goes_on_on_its_peer_and_a_restart_leaves_peers_alone() {
     let _turn = TURN.lock().await;
     let Some(database) = TestDatabase::create().await else {
         return;
     };
-    let llm = FakeOpenAi::start(vec![Reply::Stall(vec!["Almost"]), slow(40, 50)]).await;
+    let llm = FakeOpenAi::start(vec![
+        Reply::Stall(vec!["Almost"]),
+        slow(40, 50),
+        Reply::calls(&["Taken ", "over"], Vec::new(), (4, 2)),
+    ])
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let key = SecretKey::generate();
     let mut a = replica(dir.path(), &llm, &database, &key, "a").await;
@@ -106,18 +113,40 @@ async fn a_dead_replicas_run_ends_on_its_peer_and_a_restart_leaves_peers_alone()
     a.child.kill().unwrap();
     a.child.wait().unwrap();
     let killed = Instant::now();
-    let followed = read_within(&mut on_peer, Duration::from_secs(15)).await;
+    let mut followed = Vec::new();
+    while followed.len() <= seen.len() {
+        let next = tokio::time::timeout(Duration::from_secs(15), on_peer.message()).await;
+        followed.push(next.expect("the peer goes on in time").unwrap().unwrap());
+    }
     let lapse = killed.elapsed();
+    followed.extend(read_within(&mut on_peer, Duration::from_secs(15)).await);
     assert_eq!(&followed[..seen.len()], &seen[..], "every announced event");
-    let end = followed.last().unwrap();
-    assert_eq!(failure_code(end).as_deref(), Some("interrupted"), "{end:?}");
-    assert_eq!(end.seq, followed[followed.len() - 2].seq + 1);
+    let void = seen.last().unwrap();
+    match &followed[seen.len()].event {
+        Some(pb::run_event::Event::RoundRestarted(restarted)) => {
+            assert_eq!(
+                (restarted.position, restarted.discard_from_seq),
+                (1, void.seq)
+            );
+        }
+        other => panic!("the new owner's first event: {other:?}"),
+    }
     assert!(
         lapse < Duration::from_secs(6),
-        "ended {lapse:?} after the kill"
+        "the peer went on {lapse:?} after the kill"
+    );
+    let seqs: Vec<u64> = followed.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=followed.len() as u64).collect::<Vec<_>>());
+    let Some(pb::run_event::Event::End(end)) = &followed.last().unwrap().event else {
+        panic!("the run ends normally: {followed:?}");
+    };
+    assert_eq!(
+        end.answer, "Taken over",
+        "the void text is not in the answer"
     );
     let read = message(&mut client(&b).await, doomed_id).await;
-    assert_eq!(read.status, pb::MessageStatus::Interrupted as i32);
+    assert_eq!(read.status, pb::MessageStatus::Completed as i32);
+    assert_eq!(read.answer, "Taken over");
 
     // A restart of the dead replica, under its id, touches only what was its own.
     let _a = replica(dir.path(), &llm, &database, &key, "a").await;
@@ -129,17 +158,31 @@ async fn a_dead_replicas_run_ends_on_its_peer_and_a_restart_leaves_peers_alone()
     );
     let read = message(&mut client(&b).await, surviving_seen[0].message_id.clone()).await;
     assert_eq!(read.status, pb::MessageStatus::Completed as i32);
+
+    // Each replica's log lines name it, so a fleet's logs read apart.
+    for (service, id) in [(&a, "a"), (&b, "b")] {
+        let log = service.log_text();
+        assert!(log.lines().count() > 1, "{log}");
+        for line in log.lines() {
+            assert!(line.starts_with(&format!("replica={id} ")), "{line}");
+        }
+    }
 }
 
-/// A paused replica (SIGSTOP) loses its run to a peer's sweep; woken (SIGCONT), it adds
-/// not one event or record to it.
+/// A paused replica (SIGSTOP) loses its run to a peer, which goes on with it; woken
+/// (SIGCONT), the paused one adds not one event or record to it, and the run has one
+/// terminal event, as `GetMessage` says.
 #[tokio::test]
-async fn a_paused_replica_woken_after_its_run_ended_writes_nothing() {
+async fn a_paused_replica_woken_after_its_run_was_taken_writes_nothing() {
     let _turn = TURN.lock().await;
     let Some(database) = TestDatabase::create().await else {
         return;
     };
-    let llm = FakeOpenAi::start(vec![slow(200, 30)]).await;
+    let llm = FakeOpenAi::start(vec![
+        slow(200, 30),
+        Reply::calls(&["Done elsewhere"], Vec::new(), (4, 2)),
+    ])
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let key = SecretKey::generate();
     let a = replica(dir.path(), &llm, &database, &key, "a").await;
@@ -150,10 +193,16 @@ async fn a_paused_replica_woken_after_its_run_ended_writes_nothing() {
     let mut on_peer = attach(&b, &id, 0).await;
     signal(&a, "STOP");
     let followed = read_within(&mut on_peer, Duration::from_secs(15)).await;
-    assert_eq!(
-        failure_code(followed.last().unwrap()).as_deref(),
-        Some("interrupted")
+    assert!(
+        followed
+            .iter()
+            .any(|e| matches!(e.event, Some(pb::run_event::Event::RoundRestarted(_)))),
+        "{followed:?}"
     );
+    assert!(matches!(
+        followed.last().unwrap().event,
+        Some(pb::run_event::Event::End(_))
+    ));
     let events = database.count("events").await;
 
     signal(&a, "CONT");
@@ -162,8 +211,16 @@ async fn a_paused_replica_woken_after_its_run_ended_writes_nothing() {
     assert_eq!(database.count("events").await, events, "not one event more");
     let replay = read_within(&mut attach(&b, &id, 0).await, Duration::from_secs(5)).await;
     assert_eq!(replay, followed, "the record is as the peer ended it");
+    let terminal = replay.iter().filter(|e| {
+        matches!(
+            e.event,
+            Some(pb::run_event::Event::End(_) | pb::run_event::Event::Error(_))
+        )
+    });
+    assert_eq!(terminal.count(), 1);
     let read = message(&mut client(&b).await, id).await;
-    assert_eq!(read.status, pb::MessageStatus::Interrupted as i32);
+    assert_eq!(read.status, pb::MessageStatus::Completed as i32);
+    assert_eq!(read.answer, "Done elsewhere");
     assert!(
         a.log_text().contains("writes nothing more"),
         "the woken replica says it stopped the run: {}",

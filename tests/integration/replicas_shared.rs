@@ -306,8 +306,8 @@ async fn keys_and_providers_changed_on_one_replica_hold_on_the_others_within_a_s
 }
 
 /// A tenant's limit of runs at once holds across replicas: 30 runs started at once over
-/// three replicas against a limit of 2 admit exactly 2; a dead replica's place frees once
-/// its lease lapses.
+/// three replicas against a limit of 2 admit exactly 2; a dead replica's run, taken over
+/// by a peer, keeps its place until it ends.
 #[tokio::test]
 async fn tenant_limits_are_exact_across_replicas() {
     let _turn = TURN.lock().await;
@@ -351,14 +351,38 @@ async fn tenant_limits_are_exact_across_replicas() {
     assert_eq!(admitted.len(), 2, "exactly the limit over three replicas");
     assert_eq!(refused, 28);
 
-    // The replica holding the first admitted run dies: its place frees with its lease.
+    // The replica holding the first admitted run dies: a peer takes the run over, so it
+    // keeps its place, which frees once the run ends.
     let (dead, mut stream) = admitted.remove(0);
-    let _ = read_until_delta(&mut stream).await;
+    let id = read_until_delta(&mut stream).await[0].message_id.clone();
     let mut killed = replicas.remove(dead);
     killed.child.kill().unwrap();
     killed.child.wait().unwrap();
     let survivor = &replicas[0];
-    let freed = within("a dead replica's place frees", || async {
+    let mut followed = attach(survivor, &id, 0).await;
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(15), followed.message()).await;
+        let event = next.expect("taken over in time").unwrap().unwrap();
+        if matches!(event.event, Some(pb::run_event::Event::RoundRestarted(_))) {
+            break;
+        }
+    }
+    let status = client(survivor)
+        .await
+        .run(run_request("stall", &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "still held");
+    let cancelled = client(survivor)
+        .await
+        .cancel(pb::CancelRequest {
+            message_id: id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(cancelled.status, pb::MessageStatus::Cancelled as i32);
+    let freed = within("the place frees once the run ends", || async {
         client(survivor)
             .await
             .run(run_request("stall", &[]))
@@ -366,7 +390,7 @@ async fn tenant_limits_are_exact_across_replicas() {
             .is_ok()
     })
     .await;
-    assert!(freed < Duration::from_secs(5), "freed after {freed:?}");
+    assert!(freed < Duration::from_secs(2), "freed after {freed:?}");
 }
 
 on_both_buses!(cancels_through_a_peer: cancels_sent_to_a_peer_end_their_runs_within_a_second_over_nats, cancels_sent_to_a_peer_end_their_runs_within_a_second_without_nats);

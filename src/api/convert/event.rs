@@ -90,6 +90,15 @@ fn event(event: RunEvent) -> Event {
             model,
             position,
         }),
+        RunEvent::RoundRestarted {
+            position,
+            discard_from_seq,
+            reason,
+        } => Event::RoundRestarted(pb::RoundRestarted {
+            position,
+            discard_from_seq,
+            reason,
+        }),
         RunEvent::MessageEnd {
             answer,
             usage,

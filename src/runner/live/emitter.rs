@@ -90,6 +90,17 @@ impl Emitter {
         }
     }
 
+    /// Numbers the events emitted from now on after `seq`: a run taken over goes on from
+    /// the last event its lost owner made durable.
+    pub fn continue_after(&mut self, seq: u64) {
+        self.seq = seq;
+    }
+
+    /// The `seq` the next event emitted gets.
+    pub fn next_seq(&self) -> u64 {
+        self.seq + 1
+    }
+
     /// Numbers the event and puts it in the outbox, which hands it to the publisher with the
     /// rest of its burst; the publisher broadcasts it once durable. Every event is made
     /// durable, answer deltas included: a client may resume from any event it saw.

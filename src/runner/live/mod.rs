@@ -12,4 +12,4 @@ mod registry;
 pub use emitter::{Destination, Emitter, Outbox};
 pub use follower::{follow, EventStream};
 pub use mailbox::{not_waiting, Awaited, ClientOutput, Decision, Delivery, Mailbox};
-pub use registry::{LiveRun, LiveRuns, Registration};
+pub use registry::{LiveRun, LiveRuns, Registration, Subscription};

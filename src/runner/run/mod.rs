@@ -10,46 +10,44 @@
 
 mod finish;
 mod halt;
+mod model_call;
 mod output;
 mod prompt;
 mod recorder;
+mod resume;
 mod retry;
 mod spans;
 mod state;
+mod takeover;
 mod tools;
 
-use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use rust_decimal::prelude::ToPrimitive;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 pub use recorder::Recorder;
+use resume::Resume;
+pub use resume::{rebuild, Resumption};
+use takeover::PickUp;
 
-use self::halt::{or_cancel, Halt};
+use self::halt::Halt;
 pub use self::output::Output;
 use self::prompt::prompt_context;
-use self::retry::{Attempts, Next};
 pub use self::spans::span;
-use self::spans::{chat_span, record_json};
-use self::state::{Round, RunState, Tally};
+use self::state::{Round, RunState};
 use self::tools::RoundTools;
 use super::budget;
 use super::history::{self, History};
 use super::live::{Mailbox, Registration};
 use super::settings::RunnerSettings;
 use super::spec::{OutputFallback, RunSpec};
-use super::strategy::{ModelStep, PromptContext, Strategy, TurnReader};
-use crate::domain::{
-    FinishReason, HistoryReport, Message, MessageStatus, PastMessage, RunEvent, RunFailure,
-    TokenUsage,
-};
-use crate::llm::{ChatChunk, ChatRequest, ChatStream, LlmError, ResolvedModel, TurnEnd};
-use crate::telemetry::{LlmCall, Metrics, RunOutcome};
+use super::strategy::{ModelStep, PromptContext, Strategy};
+use crate::domain::{FinishReason, HistoryReport, Message, MessageStatus, PastMessage, RunEvent};
+use crate::llm::{ChatRequest, LlmError, ResolvedModel};
+use crate::telemetry::{Metrics, RunOutcome};
 use crate::tools::{OfferedTool, ToolSet};
 
 /// The agent a run drives, resolved before its message was written.
@@ -99,26 +97,6 @@ impl Agent {
     }
 }
 
-/// Why one attempt at a model call failed.
-enum Failure {
-    /// The run stops (cancelled, or a failure that is not the model's).
-    Stop(Halt),
-    /// The model call failed; it may be tried again.
-    Llm(LlmError),
-}
-
-impl From<Halt> for Failure {
-    fn from(halt: Halt) -> Self {
-        Failure::Stop(halt)
-    }
-}
-
-impl From<LlmError> for Failure {
-    fn from(err: LlmError) -> Self {
-        Failure::Llm(err)
-    }
-}
-
 /// How a round ended.
 enum RoundEnd {
     /// The model called tools; go on.
@@ -144,6 +122,10 @@ pub struct RunTask {
     started: Instant,
     /// Whether the first answer delta was sent (time to first delta is measured once).
     first_delta_sent: bool,
+    /// Where a run taken over from a lost owner picks up; `None` for a run that starts.
+    resume: Option<Resume>,
+    /// The cut round's stored thought, whose id and place its new attempt keeps.
+    cut: Option<crate::domain::Thought>,
 }
 
 impl RunTask {
@@ -170,6 +152,8 @@ impl RunTask {
             state: RunState::default(),
             started: Instant::now(),
             first_delta_sent: false,
+            resume: None,
+            cut: None,
         }
     }
 
@@ -208,9 +192,18 @@ impl RunTask {
             .min(super::spec::MAX_ITERATION_LIMIT)
             + 1;
         let first_tools: &[OfferedTool] = if max_rounds == 1 { &[] } else { &offered };
-        self.start(first_tools)?;
+        let first = match self.resume.take() {
+            None => {
+                self.start(first_tools)?;
+                1
+            }
+            Some(resume) => match self.pick_up(resume, &offered, max_rounds).await? {
+                PickUp::At(position) => position,
+                PickUp::Ended(reason) => return Ok(reason),
+            },
+        };
         let mut repairing = false;
-        for position in 1.. {
+        for position in first.. {
             // A repair round offers no tools: it only corrects the answer.
             let last = repairing || position >= max_rounds;
             let tools: &[OfferedTool] = if last { &[] } else { &offered };
@@ -304,6 +297,11 @@ impl RunTask {
         tools: &[OfferedTool],
     ) -> Result<RoundEnd, Halt> {
         let mut round = self.state.begin_round(self.message.id, position);
+        if let Some(cut) = self.cut.take().filter(|cut| cut.position == position) {
+            // The cut round is made again in its own place: one thought per position.
+            round.thought.id = cut.id;
+            round.thought.created_at = cut.created_at;
+        }
         self.recorder.thought(&round.thought);
         match self.play(&mut round, last, tools).await {
             Ok(end) => {
@@ -368,220 +366,6 @@ impl RunTask {
             max_output_bytes: Some(room),
             ..request
         })
-    }
-
-    /// Calls the model, streaming visible text as answer deltas, and returns its decision.
-    /// A call that fails before the user saw any of its text is tried again as its
-    /// provider's retry policy says, then by the fallback models; each retry is announced.
-    async fn call_model(
-        &mut self,
-        request: &ChatRequest,
-        tools: &[OfferedTool],
-        round: &mut Round,
-    ) -> Result<ModelStep, Halt> {
-        let mut attempts = Attempts::new(self.agent.candidates().map(|m| m.policy.retry).collect());
-        loop {
-            let model = self.agent.candidate(attempts.candidate()).clone();
-            attempts.begin();
-            let err = match self.attempt(&model, request, tools, round).await {
-                Ok(step) => return Ok(step),
-                Err(Failure::Stop(halt)) => return Err(halt),
-                Err(Failure::Llm(err)) => err,
-            };
-            // Text the user saw is never taken back, so a failure after it is final.
-            if !err.is_retryable() || round.has_shown() {
-                return Err(err.into());
-            }
-            match attempts.after(&err, retry::full_jitter) {
-                Next::Retry { model, delay } => {
-                    self.metrics.llm_retry(
-                        &self.agent.candidate(attempts.candidate()).provider,
-                        err.code(),
-                    );
-                    self.announce_retry(round, attempts.made() + 1, delay, &err, model);
-                    or_cancel(&self.control.cancel, tokio::time::sleep(delay)).await?;
-                }
-                Next::GiveUp => {
-                    let made = attempts.made();
-                    tracing::warn!(error = %err, attempts = made, "LLM call failed");
-                    let plural = if made == 1 { "" } else { "s" };
-                    return Err(Halt::failed(
-                        err.code(),
-                        format!("{err} (after {made} attempt{plural})"),
-                    ));
-                }
-            }
-        }
-    }
-
-    fn announce_retry(
-        &mut self,
-        round: &Round,
-        attempt: u32,
-        delay: Duration,
-        err: &LlmError,
-        candidate: usize,
-    ) {
-        let next = self.agent.candidate(candidate);
-        tracing::info!(error = %err, attempt, ?delay, provider = %next.provider, model = %next.info.name, "retrying the LLM call");
-        self.recorder.announce(RunEvent::Retry {
-            position: round.thought.position,
-            attempt,
-            delay: delay.as_secs_f64(),
-            failure: RunFailure {
-                code: err.code().to_owned(),
-                message: err.to_string(),
-            },
-            provider: next.provider.clone(),
-            model: next.info.name.clone(),
-        });
-    }
-
-    /// One attempt on `model`: a slot of its provider, the streamed turn, its usage.
-    async fn attempt(
-        &mut self,
-        model: &ResolvedModel,
-        request: &ChatRequest,
-        tools: &[OfferedTool],
-        round: &mut Round,
-    ) -> Result<ModelStep, Failure> {
-        let started = Instant::now();
-        let _slot = self.slot(model).await?;
-        let queued = started.elapsed();
-        round.served_by(&model.provider, &model.info.name);
-        let request = for_model(request, &model.info.name);
-        let mut reader = self.agent.strategy.reader(tools);
-        let mut tally = Tally::default();
-        let span = chat_span(model, round.thought.position);
-        if self.settings.trace_content {
-            record_json(&span, "gen_ai.input.messages", &request.messages);
-        }
-        let outcome = self
-            .read_turn(model, &request, reader.as_mut(), round, &mut tally)
-            .instrument(span.clone())
-            .await;
-        if let Ok(end) = &outcome {
-            tally.add_calls(end);
-        }
-        self.state.add_written(tally.written.len());
-        let tokens = tally.tokens(&request, model.info.tokenizer);
-        if let Some(tokens) = tokens {
-            let mut usage = model
-                .info
-                .pricing
-                .usage(tokens, started.elapsed().as_secs_f64());
-            usage.queue_time = queued.as_secs_f64();
-            self.state.add_usage(round, usage);
-        }
-        self.observe_call(model, &span, started.elapsed() - queued, tokens, &outcome);
-        let mut end = outcome?;
-        round.keep_reasoning(std::mem::take(&mut end.reasoning));
-        let held_back = reader.flush();
-        self.show(round, &held_back, reader.shows_answer());
-        if self.settings.trace_content {
-            let output = serde_json::json!([{"role": "assistant", "content": tally.written, "tool_calls": end.tool_calls}]);
-            record_json(&span, "gen_ai.output.messages", &output);
-        }
-        Ok(reader.finish(end))
-    }
-
-    /// Records one LLM call on its span and in the GenAI client metrics.
-    fn observe_call(
-        &self,
-        model: &ResolvedModel,
-        span: &tracing::Span,
-        duration: Duration,
-        tokens: Option<TokenUsage>,
-        outcome: &Result<TurnEnd, Failure>,
-    ) {
-        if let Some(tokens) = tokens {
-            span.record("gen_ai.usage.input_tokens", tokens.prompt_tokens);
-            span.record("gen_ai.usage.output_tokens", tokens.completion_tokens);
-        }
-        let error = match outcome {
-            Ok(end) => {
-                if let Some(reason) = &end.finish_reason {
-                    span.record("gen_ai.response.finish_reasons", reason.as_str());
-                }
-                None
-            }
-            Err(Failure::Llm(err)) => {
-                span.record("otel.status_description", err.to_string().as_str());
-                Some(err.code())
-            }
-            Err(Failure::Stop(Halt::Cancelled)) => Some("cancelled"),
-            Err(Failure::Stop(Halt::Failed(failure))) => {
-                span.record("otel.status_description", failure.message.as_str());
-                Some("run_failed")
-            }
-        };
-        if let Some(error) = error {
-            span.record("error.type", error);
-        }
-        self.metrics.llm_call(&LlmCall {
-            api: model.api,
-            provider: &model.provider,
-            model: model.label(),
-            duration,
-            tokens: tokens.map(|t| (t.prompt_tokens, t.completion_tokens)),
-            error,
-        });
-    }
-
-    /// A slot of the model's provider, when it limits calls in flight: waits for one up to
-    /// the queue timeout, after which the call counts as a retryable failure.
-    async fn slot(&self, model: &ResolvedModel) -> Result<Option<OwnedSemaphorePermit>, Failure> {
-        let Some(slots) = &model.policy.slots else {
-            return Ok(None);
-        };
-        let limit = model.policy.queue_timeout;
-        let wait = tokio::time::timeout(limit, Arc::clone(slots).acquire_owned());
-        match or_cancel(&self.control.cancel, wait).await? {
-            Ok(Ok(permit)) => Ok(Some(permit)),
-            // A closed semaphore limits nothing any more.
-            Ok(Err(_closed)) => Ok(None),
-            Err(_elapsed) => Err(Failure::Llm(LlmError::Busy {
-                provider: model.provider.clone(),
-                waited: limit,
-            })),
-        }
-    }
-
-    async fn read_turn(
-        &mut self,
-        model: &ResolvedModel,
-        request: &ChatRequest,
-        reader: &mut dyn TurnReader,
-        round: &mut Round,
-        tally: &mut Tally,
-    ) -> Result<TurnEnd, Failure> {
-        let client = Arc::clone(&model.client);
-        let mut stream = or_cancel(&self.control.cancel, client.stream(request)).await??;
-        tally.answered = true;
-        let mut next = None;
-        loop {
-            let item = match next.take() {
-                Some(item) => item,
-                None => or_cancel(&self.control.cancel, stream.next()).await?,
-            };
-            match item {
-                Some(Ok(ChatChunk::Text(mut text))) => {
-                    next = coalesce(&mut stream, &mut text);
-                    tally.written.push_str(&text);
-                    let visible = reader.push(&text);
-                    self.show(round, &visible, reader.shows_answer());
-                }
-                Some(Ok(ChatChunk::Usage(usage))) => tally.reported = Some(usage),
-                Some(Ok(ChatChunk::Finished(end))) => return Ok(end),
-                Some(Err(err)) => return Err(err.into()),
-                None => {
-                    return Err(LlmError::Stream {
-                        message: "the stream ended without a finish".to_owned(),
-                    }
-                    .into())
-                }
-            }
-        }
     }
 
     /// Sends visible text of the round as a delta.
@@ -752,18 +536,6 @@ fn split_at_boundaries(text: String, max: usize) -> Vec<String> {
     pieces
 }
 
-/// `request` for the model called `name`: the same prompt, sent under the fallback's name.
-fn for_model<'a>(request: &'a ChatRequest, name: &str) -> Cow<'a, ChatRequest> {
-    if request.model == name {
-        Cow::Borrowed(request)
-    } else {
-        Cow::Owned(ChatRequest {
-            model: name.to_owned(),
-            ..request.clone()
-        })
-    }
-}
-
 fn overflow(err: budget::Overflow) -> Halt {
     Halt::failed("context_overflow", err.to_string())
 }
@@ -775,22 +547,6 @@ fn log_trim(trim: budget::Trim) {
             tokens = trim.tokens,
             "history cut to fit the context window"
         );
-    }
-}
-
-/// Appends to `text` every text chunk that has already arrived, so a burst of chunks
-/// becomes one delta event (and one stored record) instead of many. Returns the first
-/// item that is not ready text, if one was taken.
-fn coalesce(
-    stream: &mut ChatStream,
-    text: &mut String,
-) -> Option<Option<Result<ChatChunk, LlmError>>> {
-    loop {
-        match stream.next().now_or_never() {
-            Some(Some(Ok(ChatChunk::Text(more)))) => text.push_str(&more),
-            Some(other) => return Some(other),
-            None => return None,
-        }
     }
 }
 

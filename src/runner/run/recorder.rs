@@ -38,6 +38,11 @@ impl Recorder {
         self.emitter.outbox()
     }
 
+    /// The `seq` the next event gets.
+    pub fn next_seq(&self) -> u64 {
+        self.emitter.next_seq()
+    }
+
     /// Sends an event that announces no new record (a delta, a tool starting).
     pub fn announce(&mut self, event: RunEvent) {
         self.emitter.emit(event);
@@ -127,6 +132,12 @@ impl Recorder {
     pub async fn thoughts(&self, message: MessageId) -> Result<Vec<Thought>, StoreError> {
         self.emitter.settle().await;
         self.store.all_thoughts(&self.tenant, message).await
+    }
+
+    /// Waits until everything recorded and emitted so far is committed (or the run was
+    /// stopped for failing to commit it).
+    pub async fn settle(&self) {
+        self.emitter.settle().await;
     }
 
     /// Records the message as it stands.

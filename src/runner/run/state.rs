@@ -118,6 +118,33 @@ impl RunState {
         }
     }
 
+    /// Takes a round a lost owner finished (its thought as stored) as one of this run's.
+    pub fn restore_round(&mut self, thought: Thought) {
+        let round = self.restore(thought);
+        self.close_round(round);
+    }
+
+    /// A round a lost owner made durable (its usage counted), as a round in progress here.
+    pub fn restore(&mut self, thought: Thought) -> Round {
+        self.iterations = thought.position;
+        if let Some(usage) = &thought.usage {
+            self.usage.add(usage);
+        }
+        let calls: usize = thought.tool_calls.iter().map(|c| c.arguments.len()).sum();
+        self.add_written(thought.thought.len() + calls);
+        Round {
+            shown_any: !thought.answer.is_empty(),
+            reasoning: Vec::new(),
+            resources_before: self.resources.len(),
+            thought,
+        }
+    }
+
+    /// Counts `text` as shown before the run was taken over.
+    pub fn restore_shown(&mut self, text: &str) {
+        self.shown.push_str(text);
+    }
+
     /// Keeps the round a failure or cancel interrupted for the run's end.
     pub fn interrupt(&mut self, round: Round) {
         self.unfinished = Some(round);

@@ -58,20 +58,71 @@ impl RoundTools<'_> {
     /// Runs every call of `round` and records each result.
     pub async fn run(&mut self, round: &mut Round) -> Result<(), Halt> {
         let runnable = self.skip_past_limit(round)?;
-        let declined = self.ask_approval(round, runnable).await?;
+        self.run_calls(round, (0..runnable).collect()).await
+    }
+
+    /// Runs what is left of a round a lost owner had decided: a call with a result keeps
+    /// it; a call whose start is durable (in `started`) was perhaps made, so it is not made
+    /// again and its result says its outcome is unknown; the others run as usual.
+    pub async fn run_resumed(
+        &mut self,
+        round: &mut Round,
+        started: &std::collections::HashSet<String>,
+    ) -> Result<(), Halt> {
+        let mut pending = Vec::new();
+        let mut unknown = Vec::new();
+        for (index, call) in round.thought.tool_calls.iter().enumerate() {
+            if call.observation.is_some() {
+                continue;
+            }
+            if started.contains(&call.id) {
+                unknown.push(index);
+            } else {
+                pending.push(index);
+            }
+        }
+        let mut finished = Vec::with_capacity(unknown.len());
+        for index in unknown {
+            let name = round.thought.tool_calls[index].name.clone();
+            let invocation = self.tools.outcome_unknown(&name);
+            self.metrics.tool_call(
+                &invocation.provider,
+                tool_label(&invocation.provider, &name),
+                invocation.outcome,
+                Duration::ZERO,
+            );
+            if let Some(call) = round.observe(index, invocation, Vec::new()) {
+                finished.push(call);
+            }
+        }
+        if !finished.is_empty() {
+            self.recorder.tools_finished(&round.thought, finished);
+        }
+        self.run_calls(round, pending).await
+    }
+
+    /// Runs the calls of `round` at `indices`: approval first, then each is announced as
+    /// started, durably before any is made (so an owner that takes the run over knows
+    /// which calls may have had an effect), then the server's and the caller's.
+    async fn run_calls(&mut self, round: &mut Round, indices: Vec<usize>) -> Result<(), Halt> {
+        let declined = self.ask_approval(round, &indices).await?;
         let declined_at: std::collections::HashSet<usize> =
             declined.iter().map(|(at, _)| *at).collect();
         let thought = &round.thought;
-        for call in &thought.tool_calls[..runnable] {
+        for index in &indices {
             self.recorder.announce(RunEvent::ToolStarted {
                 thought_id: thought.id,
                 position: thought.position,
-                call: call.clone(),
+                call: thought.tool_calls[*index].clone(),
             });
         }
-        let (client, server): (Vec<usize>, Vec<usize>) = (0..runnable)
+        let (client, server): (Vec<usize>, Vec<usize>) = indices
+            .into_iter()
             .filter(|index| !declined_at.contains(index))
             .partition(|index| self.tools.is_client(&thought.tool_calls[*index].name));
+        if !server.is_empty() {
+            or_cancel(self.cancel, self.recorder.settle()).await?;
+        }
         for (index, reason) in declined {
             let name = round.thought.tool_calls[index].name.clone();
             let invocation = self.tools.declined(&name, &reason);
@@ -110,15 +161,17 @@ impl RoundTools<'_> {
         Ok(limit)
     }
 
-    /// Waits for a decision on each of the first `runnable` calls that needs approval;
+    /// Waits for a decision on each call at `indices` that needs approval;
     /// returns the declined ones with their reasons. Calls of unknown tools need none: they
     /// fail without running.
     async fn ask_approval(
         &mut self,
         round: &Round,
-        runnable: usize,
+        indices: &[usize],
     ) -> Result<Vec<(usize, String)>, Halt> {
-        let gated: Vec<usize> = (0..runnable)
+        let gated: Vec<usize> = indices
+            .iter()
+            .copied()
             .filter(|index| {
                 self.tools
                     .needs_approval(&round.thought.tool_calls[*index].name)

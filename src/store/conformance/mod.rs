@@ -9,7 +9,8 @@ mod ownership;
 
 pub use ownership::{
     a_burst_under_another_fence_writes_nothing, commands_reach_running_runs_once,
-    registry_changes_are_counted, tenant_limits_admit_exactly,
+    orphans_are_taken_over_until_their_limit, registry_changes_are_counted,
+    tenant_limits_admit_exactly,
 };
 
 use std::collections::BTreeMap;
@@ -17,7 +18,10 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 
 use super::test_records::{conversation, running_message};
-use super::{Burst, Category, Fence, Inserted, NewMessage, PageSize, Record, Store, StoreError};
+use super::{
+    Adoption, Burst, Category, Fence, Inserted, NewMessage, PageSize, Record, Store, StoreError,
+    Swept,
+};
 use crate::domain::{
     ApiKeyRecord, Conversation, ConversationId, EventEnvelope, FileId, FileRecord, FinishReason,
     IdempotencyRecord, Message, MessageStatus, ProviderRecord, ProviderSource, RunEvent, Tenant,
@@ -51,6 +55,7 @@ pub async fn run_all(harness: &dyn Harness) {
     commands_reach_running_runs_once(harness).await;
     registry_changes_are_counted(harness).await;
     tenant_limits_admit_exactly(harness).await;
+    orphans_are_taken_over_until_their_limit(harness).await;
 }
 
 fn tenant() -> Tenant {
@@ -683,7 +688,14 @@ pub async fn a_reopened_store_holds_everything(harness: &dyn Harness) {
     );
     assert_eq!(store.all_api_keys().await.unwrap(), vec![key]);
 
-    assert_eq!(store.interrupt_orphans().await.unwrap(), 1);
+    assert_eq!(
+        store
+            .take_orphans(Adoption::INTERRUPT)
+            .await
+            .unwrap()
+            .interrupted,
+        1
+    );
     let interrupted = store
         .get_message(&tenant(), running.id)
         .await
@@ -701,7 +713,11 @@ pub async fn a_reopened_store_holds_everything(harness: &dyn Harness) {
         [(1, false), (2, true)],
         "its end follows what it had announced"
     );
-    assert_eq!(store.interrupt_orphans().await.unwrap(), 0, "found once");
+    assert_eq!(
+        store.take_orphans(Adoption::INTERRUPT).await.unwrap(),
+        Swept::default(),
+        "found once"
+    );
     let listed = store
         .list_messages(&tenant(), opening.id, 0, WIDE)
         .await

@@ -3,9 +3,9 @@
 
 use super::{api_key, conversation, delta, envelope, finish, provider, start, tenant};
 use super::{spec, Burst, Fence, Harness, NewMessage, Store, StoreError};
-use crate::domain::RunCommand;
-use crate::domain::Tenant;
-use crate::store::{Admission, Inserted, Refusal};
+use crate::domain::{MessageStatus, RunCommand, RunEvent, Tenant};
+use crate::store::Admission;
+use crate::store::{Adoption, Inserted, Refusal, Swept, OWNER_LOST};
 
 /// A burst under a fence that is not the run's (a replica that lost the run) is refused
 /// as fenced and writes nothing of itself.
@@ -188,4 +188,69 @@ pub async fn tenant_limits_admit_exactly(harness: &dyn Harness) {
             panic!("{other:?}")
         }
     }
+}
+
+/// A run left running by a process that is gone is taken over by the next one to resume
+/// it: still running, its takeover count raised durably, its writes under the new fence;
+/// once it was taken over as often as allowed, the next loss ends it `owner_lost`, with
+/// its end event after what it had announced.
+pub async fn orphans_are_taken_over_until_their_limit(harness: &dyn Harness) {
+    let adoption = Adoption {
+        resume: true,
+        max_takeovers: 2,
+    };
+    let mut store = harness.fresh().await;
+    let opening = conversation(&tenant());
+    let message = start(&store, opening.id, Some(&opening)).await;
+    let mut fence = store.fence();
+    let mut seq = 0;
+    for takeover in 1..=2 {
+        seq += 1;
+        let burst = Burst {
+            records: Vec::new(),
+            events: vec![envelope(&message, seq, delta("said"))],
+        };
+        store.commit(&tenant(), &fence, &burst).await.unwrap();
+        store = harness.reopen(store).await;
+        let swept = store.take_orphans(adoption).await.unwrap();
+        assert_eq!(swept.interrupted, 0);
+        assert_eq!(swept.adopted.len(), 1, "{swept:?}");
+        let adopted = &swept.adopted[0];
+        assert_eq!((&adopted.tenant, adopted.message), (&tenant(), message.id));
+        let stored = store
+            .get_message(&tenant(), message.id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.status, MessageStatus::Running);
+        assert_eq!(stored.takeovers, takeover);
+        if adopted.fence != fence {
+            let late = Burst {
+                records: Vec::new(),
+                events: vec![envelope(&message, seq + 1, delta("late"))],
+            };
+            let refused = store.commit(&tenant(), &fence, &late).await;
+            assert!(matches!(refused, Err(StoreError::Fenced)), "{refused:?}");
+        }
+        fence = adopted.fence.clone();
+        assert_eq!(
+            store.take_orphans(adoption).await.unwrap(),
+            Swept::default(),
+            "taken once"
+        );
+    }
+    store = harness.reopen(store).await;
+    let swept = store.take_orphans(adoption).await.unwrap();
+    assert_eq!((swept.interrupted, swept.adopted.len()), (1, 0));
+    let ended = store
+        .get_message(&tenant(), message.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ended.status, MessageStatus::Interrupted);
+    assert_eq!(ended.error.map(|e| e.code).as_deref(), Some(OWNER_LOST));
+    let events = store.list_events(&tenant(), message.id, 0).await.unwrap();
+    assert_eq!(events.len(), 3);
+    assert!(matches!(events[2].event, RunEvent::Error { .. }));
+    assert_eq!(events[2].seq, 3);
 }

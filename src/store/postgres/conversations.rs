@@ -9,7 +9,9 @@ use super::Postgres;
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
 };
-use crate::store::{Admission, Fence, Inserted, NewMessage, Page, PageSize, Refusal, StoreError};
+use crate::store::{
+    Admission, Adoption, Fence, Inserted, NewMessage, Page, PageSize, Refusal, StoreError, Swept,
+};
 
 /// The epoch a run starts with on its first owner.
 const FIRST_EPOCH: i64 = 1;
@@ -365,8 +367,8 @@ impl crate::store::Conversations for Postgres {
         }
     }
 
-    async fn interrupt_orphans(&self) -> Result<usize, StoreError> {
-        self.sweep_orphans().await
+    async fn take_orphans(&self, adoption: Adoption) -> Result<Swept, StoreError> {
+        self.sweep_orphans(adoption).await
     }
 }
 

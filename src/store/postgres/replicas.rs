@@ -1,6 +1,6 @@
 //! Replicas sharing the database: each holds its id by a heartbeat row it renews about
 //! five times per lease, judged by the database's clock. A replica whose lease lapsed is
-//! gone; the runs it owned are ended by whichever peer sweeps first.
+//! gone; the runs it owned are taken over (or ended) by whichever peer sweeps first.
 
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
@@ -11,8 +11,8 @@ use uuid::Uuid;
 
 use super::error::{self, from_sqlx};
 use super::Postgres;
-use crate::domain::{EventEnvelope, Message};
-use crate::store::{Category, StoreError};
+use crate::domain::{EventEnvelope, Message, Tenant};
+use crate::store::{Adopted, Adoption, Category, Fate, Fence, StoreError, Swept};
 
 /// How many orphaned runs one sweep ends at most, so no sweep holds many rows at once.
 const SWEEP_BATCH: i64 = 100;
@@ -170,13 +170,13 @@ pub fn release(pool: PgPool, me: &Identity) {
 }
 
 impl Postgres {
-    /// Ends the runs no live replica owns (see [`crate::store::Conversations::interrupt_orphans`]),
+    /// Ends the runs no live replica owns (see [`crate::store::Conversations::take_orphans`]),
     /// a batch at a time; rows another sweeper holds are skipped, so replicas sweeping at
     /// once end each run once.
-    pub(super) async fn sweep_orphans(&self) -> Result<usize, StoreError> {
+    pub(super) async fn sweep_orphans(&self, adoption: Adoption) -> Result<Swept, StoreError> {
         let own = !self.swept_own.swap(true, Ordering::SeqCst);
         if !own && !self.judges_peers() {
-            return Ok(0);
+            return Ok(Swept::default());
         }
         let mut owners: Vec<String> = match own {
             true => vec![self.identity.id.clone()],
@@ -192,18 +192,17 @@ impl Postgres {
         .await
         .map_err(|err| self.failed(err))?;
         owners.extend(gone.into_iter().map(|(owner,)| owner));
-        let mut count = 0;
+        let mut swept = Swept::default();
         for owner in owners {
             loop {
-                let ended = self.sweep_batch(&owner).await?;
-                count += ended;
-                if ended < usize::try_from(SWEEP_BATCH).unwrap_or(usize::MAX) {
+                let taken = self.sweep_batch(&owner, adoption, &mut swept).await?;
+                if taken < usize::try_from(SWEEP_BATCH).unwrap_or(usize::MAX) {
                     break;
                 }
             }
         }
         self.drop_stale_commands().await?;
-        Ok(count)
+        Ok(swept)
     }
 
     /// Whether this replica has renewed its own heartbeat for a whole lease: only then does
@@ -220,7 +219,12 @@ impl Postgres {
     /// exclusively: commits `owner` has in flight land first, and any it makes later find
     /// their runs ended. Another replica's runs are taken only while its lease has lapsed
     /// (judged again under the lock).
-    async fn sweep_batch(&self, owner: &str) -> Result<usize, StoreError> {
+    async fn sweep_batch(
+        &self,
+        owner: &str,
+        adoption: Adoption,
+        swept: &mut Swept,
+    ) -> Result<usize, StoreError> {
         let mine = owner == self.identity.id;
         let started = Instant::now();
         let mut tx = self.begin().await?;
@@ -249,30 +253,83 @@ impl Postgres {
         .await
         .map_err(failed)?;
         let count = rows.len();
+        let (mut ended, mut adopted) = (0, Vec::new());
         for (tenant, id, record) in rows {
             let mut message: Message =
                 serde_json::from_str(&record).map_err(|err| error::codec("messages", err))?;
-            let (last,): (Option<i64>,) =
-                sqlx::query_as("SELECT max(seq) FROM events WHERE tenant = $1 AND message_id = $2")
-                    .bind(&tenant)
-                    .bind(id)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(failed)?;
             let why = if mine {
                 crate::store::STOPPED
             } else {
                 OWNER_GONE
             };
-            let last = u64::try_from(last.unwrap_or(0)).unwrap_or(0);
-            let end = crate::store::interrupt(&mut message, why, last);
-            self.write_end(&mut tx, &tenant, &message, &end).await?;
+            match crate::store::fate(&message, adoption, why) {
+                Fate::Adopt => {
+                    message.takeovers += 1;
+                    let epoch = self.adopt(&mut tx, &tenant, &message).await?;
+                    let tenant = Tenant::parse(&tenant).ok_or_else(|| StoreError::Backend {
+                        category: Category::Corrupt,
+                        message: "a running message names a tenant that is not valid".to_owned(),
+                    })?;
+                    adopted.push(Adopted {
+                        tenant,
+                        message: message.id,
+                        fence: Fence {
+                            owner: self.identity.id.clone(),
+                            epoch,
+                        },
+                    });
+                }
+                Fate::End(code, why) => {
+                    let (last,): (Option<i64>,) = sqlx::query_as(
+                        "SELECT max(seq) FROM events WHERE tenant = $1 AND message_id = $2",
+                    )
+                    .bind(&tenant)
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(failed)?;
+                    let last = u64::try_from(last.unwrap_or(0)).unwrap_or(0);
+                    let end = crate::store::end_orphan(&mut message, code, &why, last);
+                    self.write_end(&mut tx, &tenant, &message, &end).await?;
+                    ended += 1;
+                }
+            }
         }
         self.finish(tx, started).await?;
-        if count > 0 {
-            tracing::warn!(count, "runs whose replica is gone were interrupted");
+        if ended > 0 {
+            tracing::warn!(count = ended, "runs whose replica is gone were interrupted");
         }
+        if !adopted.is_empty() {
+            tracing::warn!(
+                count = adopted.len(),
+                "runs whose replica is gone were taken over, to resume here"
+            );
+        }
+        swept.interrupted += ended;
+        swept.adopted.extend(adopted);
         Ok(count)
+    }
+
+    /// Takes `message` over for this replica: its record (with its raised takeover count)
+    /// written, its owner this replica, its epoch moved on; returns the new epoch.
+    async fn adopt(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+        tenant: &str,
+        message: &Message,
+    ) -> Result<u64, StoreError> {
+        let (epoch,): (i64,) = sqlx::query_as(
+            "UPDATE messages SET record = $3, owner = $4, epoch = epoch + 1 \
+             WHERE tenant = $1 AND id = $2 RETURNING epoch",
+        )
+        .bind(tenant)
+        .bind(message.id.0)
+        .bind(serde_json::to_string(message).map_err(|err| error::codec("messages", err))?)
+        .bind(&self.identity.id)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(|err| self.failed(err))?;
+        Ok(u64::try_from(epoch).unwrap_or(0))
     }
 
     /// Writes an orphaned run's end: the message, no longer running and no longer any

@@ -168,6 +168,7 @@ conformance_on_postgres!(
     commands_reach_running_runs_once,
     registry_changes_are_counted,
     tenant_limits_admit_exactly,
+    orphans_are_taken_over_until_their_limit,
 );
 
 /// A second live process with the same replica id is refused, naming the id and the

@@ -178,12 +178,15 @@ impl crate::store::Conversations for Embedded {
 
     /// One process opens the database, so only what an earlier process left is orphaned,
     /// and only the first call finds anything.
-    async fn interrupt_orphans(&self) -> Result<usize, StoreError> {
+    async fn take_orphans(
+        &self,
+        adoption: crate::store::Adoption,
+    ) -> Result<crate::store::Swept, StoreError> {
         if self.swept.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            return Ok(0);
+            return Ok(crate::store::Swept::default());
         }
-        let interrupted = self.interrupt_unfinished();
-        self.written(interrupted).await
+        let taken = self.take_unfinished(adoption);
+        self.written(taken).await
     }
 }
 

@@ -73,7 +73,7 @@ impl Embedded {
     /// The spec is written first: a message in the store always has it (a crash between
     /// the two leaves a spec no message names, which nothing reads). Without a key the
     /// records are plain inserts, in an order that a crash can only cut into a state
-    /// start-up recovery mends (see [`Embedded::interrupt_unfinished`]): the conversation,
+    /// start-up recovery mends (see [`Embedded::take_unfinished`]): the conversation,
     /// the running marker, the message, then its index entry. A sled
     /// transaction would make them atomic but forces two log writes and holds a lock
     /// every other writer waits on, on every run. With a key, one transaction writes them
@@ -470,16 +470,19 @@ impl Embedded {
         Ok(())
     }
 
-    /// Marks every message a previous process left running as interrupted, with its end
-    /// event. Called once at start-up, before any run can begin; returns how many were
-    /// found.
+    /// Takes every message a previous process left running: as `adoption` says, taken
+    /// over (its takeover count raised) for this process to resume, or marked interrupted
+    /// with its end event. Called once at start-up, before any run can begin.
     ///
     /// Also mends what a crash while a message was being written or ending can leave (see
     /// [`Embedded::insert_message`]): a marker without its message, or on a message that had
     /// ended, is removed; a message whose index entry was not yet written gets it.
-    pub fn interrupt_unfinished(&self) -> Result<usize, StoreError> {
+    pub fn take_unfinished(
+        &self,
+        adoption: crate::store::Adoption,
+    ) -> Result<crate::store::Swept, StoreError> {
         let t = self.t()?;
-        let mut count = 0;
+        let mut swept = crate::store::Swept::default();
         for entry in t.running.iter() {
             let (key, _) = entry?;
             let Some((tenant, id)) = keys::parse_message(&key) else {
@@ -495,22 +498,34 @@ impl Embedded {
                         keys::conversation_message(&tenant, message.conversation_id, message.seq);
                     t.conversation_messages
                         .insert(index_key, message.id.as_bytes().as_slice())?;
-                    let last_seq = self
-                        .list_events(&tenant, id, 0)?
-                        .last()
-                        .map_or(0, |event| event.seq);
-                    let end =
-                        crate::store::interrupt(&mut message, crate::store::STOPPED, last_seq);
-                    self.update_message(&tenant, &message)?;
-                    self.put_events(&tenant, std::slice::from_ref(&end))?;
-                    count += 1;
+                    match crate::store::fate(&message, adoption, crate::store::STOPPED) {
+                        crate::store::Fate::Adopt => {
+                            message.takeovers += 1;
+                            self.update_message(&tenant, &message)?;
+                            swept.adopted.push(crate::store::Adopted {
+                                tenant,
+                                message: id,
+                                fence: crate::store::Fence::local(),
+                            });
+                        }
+                        crate::store::Fate::End(code, why) => {
+                            let last_seq = self
+                                .list_events(&tenant, id, 0)?
+                                .last()
+                                .map_or(0, |event| event.seq);
+                            let end = crate::store::end_orphan(&mut message, code, &why, last_seq);
+                            self.update_message(&tenant, &message)?;
+                            self.put_events(&tenant, std::slice::from_ref(&end))?;
+                            swept.interrupted += 1;
+                        }
+                    }
                 }
                 None => {
                     t.running.remove(&key)?;
                 }
             }
         }
-        Ok(count)
+        Ok(swept)
     }
 }
 
@@ -565,7 +580,13 @@ mod tests {
             .unwrap();
         assert!(listed(&store, &tenant, conversation.id).is_empty());
 
-        assert_eq!(store.interrupt_unfinished().unwrap(), 1);
+        assert_eq!(
+            store
+                .take_unfinished(crate::store::Adoption::INTERRUPT)
+                .unwrap()
+                .interrupted,
+            1
+        );
 
         let listed = listed(&store, &tenant, conversation.id);
         assert_eq!(listed.len(), 1);
@@ -594,7 +615,13 @@ mod tests {
             .insert(&key, &[] as &[u8])
             .unwrap();
 
-        assert_eq!(store.interrupt_unfinished().unwrap(), 0);
+        assert_eq!(
+            store
+                .take_unfinished(crate::store::Adoption::INTERRUPT)
+                .unwrap()
+                .interrupted,
+            0
+        );
 
         let read = store.get_message(&tenant, message.id).unwrap().unwrap();
         assert_eq!(read.status, MessageStatus::Completed);
@@ -665,7 +692,13 @@ mod tests {
             .insert(&key, &[] as &[u8])
             .unwrap();
 
-        assert_eq!(store.interrupt_unfinished().unwrap(), 0);
+        assert_eq!(
+            store
+                .take_unfinished(crate::store::Adoption::INTERRUPT)
+                .unwrap()
+                .interrupted,
+            0
+        );
         assert!(store.t().unwrap().running.is_empty());
     }
 }

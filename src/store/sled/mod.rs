@@ -532,4 +532,9 @@ mod conformance_tests {
     async fn retired_events_leave_each_end() {
         conformance::retired_events_leave_each_end(&on_disk()).await;
     }
+
+    #[tokio::test]
+    async fn orphans_are_taken_over_until_their_limit() {
+        conformance::orphans_are_taken_over_until_their_limit(&on_disk()).await;
+    }
 }

@@ -156,13 +156,6 @@ pub async fn read_within(
         .expect("the stream ends in time")
 }
 
-pub fn failure_code(event: &pb::RunEvent) -> Option<String> {
-    match &event.event {
-        Some(pb::run_event::Event::Error(error)) => Some(error.code.clone()),
-        _ => None,
-    }
-}
-
 pub fn signal(service: &Service, name: &str) {
     let sent = std::process::Command::new("kill")
         .args([&format!("-{name}"), &service.child.id().to_string()])

@@ -1,0 +1,88 @@
+//! A run taken over from a lost owner: the new owner tells the client which round is made
+//! again (and which text is void), finishes a round whose decision was durable, and goes
+//! on with the loop as any run does.
+
+use super::halt::Halt;
+use super::resume::{Resume, Resumption};
+use super::tools::RoundTools;
+use super::{overflow, RunTask};
+use crate::domain::{FinishReason, RunEvent};
+use crate::runner::budget;
+use crate::tools::OfferedTool;
+
+/// Why a run was taken over, as `round_restarted` says it.
+pub const OWNER_LOST: &str = "owner_lost";
+
+/// Where the loop goes on after a takeover.
+pub enum PickUp {
+    /// At this round.
+    At(u32),
+    /// Nowhere: the run ends so.
+    Ended(FinishReason),
+}
+
+impl RunTask {
+    /// The task goes on from `resumption` (the records a lost owner made durable) instead
+    /// of starting: its events continue the stored `seq`.
+    pub fn resuming(mut self, resumption: Resumption) -> Self {
+        self.state = resumption.state;
+        self.resume = Some(resumption.resume);
+        self
+    }
+
+    /// Picks the run up: fits its history as its start did, announces the restart, and
+    /// finishes a round whose model call had finished.
+    pub(super) async fn pick_up(
+        &mut self,
+        resume: Resume,
+        offered: &[OfferedTool],
+        max_rounds: u32,
+    ) -> Result<PickUp, Halt> {
+        let strategy = &self.agent.strategy;
+        let rounds = self.state.rounds();
+        budget::fit(&mut self.context, &self.agent.model.info, |c| {
+            strategy.build_request(c, rounds, offered)
+        })
+        .map_err(overflow)?;
+        let own_seq = self.recorder.next_seq();
+        self.recorder.announce(RunEvent::RoundRestarted {
+            position: resume.position(),
+            discard_from_seq: resume.void_from.unwrap_or(own_seq),
+            reason: OWNER_LOST.to_owned(),
+        });
+        tracing::info!(
+            position = resume.position(),
+            "a run whose owner was lost goes on here"
+        );
+        self.cut = resume.cut;
+        let Some(mut round) = resume.decided else {
+            return Ok(PickUp::At(resume.next_position));
+        };
+        let position = round.thought.position;
+        if position >= max_rounds {
+            self.state.close_round(round);
+            return Ok(PickUp::Ended(FinishReason::MaxIterations));
+        }
+        let finished = RoundTools {
+            tools: &self.agent.tools,
+            settings: &self.settings,
+            cancel: &self.control.cancel,
+            recorder: &mut self.recorder,
+            mailbox: &self.control.mailbox,
+            message: &mut self.message,
+            metrics: &self.metrics,
+        }
+        .run_resumed(&mut round, &resume.started)
+        .await;
+        match finished {
+            Ok(()) => {
+                self.state.close_round(round);
+                Ok(PickUp::At(position + 1))
+            }
+            Err(halt) => {
+                self.state.interrupt(round);
+                Err(halt)
+            }
+        }
+    }
+}

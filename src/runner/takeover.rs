@@ -1,0 +1,196 @@
+//! Runs whose owner was lost (a process that died, stalled past its lease, or stopped):
+//! taken from the store by a sweep and resumed here from their last durable round, by the
+//! task that would have run them anyway.
+
+use super::spec::{RunSpec, StoredSpec};
+use super::{prepare, run, Launch, RunError, Runner};
+use crate::domain::{EventEnvelope, Message, MessageStatus, RunEvent, RunFailure, TenantLimits};
+use crate::store::{Adopted, Adoption, Burst, Record};
+use crate::telemetry::TraceParent;
+
+/// What one sweep did with the runs no live process owned.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Adoptions {
+    /// Runs it ended interrupted.
+    pub interrupted: usize,
+    /// Runs it took over and resumed here.
+    pub resumed: usize,
+}
+
+impl Runner {
+    /// Takes the runs no live process owns, as `adoption` says: each taken over goes on
+    /// here from its last durable round; one that cannot (its agent names what no longer
+    /// exists, say) ends as failed, saying why.
+    pub async fn adopt_orphans(&self, adoption: Adoption) -> Result<Adoptions, RunError> {
+        let swept = self.store.take_orphans(adoption).await?;
+        let mut adoptions = Adoptions {
+            interrupted: swept.interrupted,
+            resumed: 0,
+        };
+        for adopted in swept.adopted {
+            match self.resume(adopted.clone()).await {
+                Ok(()) => adoptions.resumed += 1,
+                Err(err) => {
+                    tracing::error!(error = %err, message_id = %adopted.message, "a run taken over cannot go on; it ends");
+                    let (status, failure) = unresumable(&err);
+                    self.end_unresumable(adopted, status, failure).await?;
+                }
+            }
+        }
+        Ok(adoptions)
+    }
+
+    /// Ends a run taken over that cannot go on, under its new fence, so it does not stay
+    /// running with an owner that does not run it.
+    async fn end_unresumable(
+        &self,
+        adopted: Adopted,
+        status: MessageStatus,
+        failure: RunFailure,
+    ) -> Result<(), RunError> {
+        let Some(mut message) = self
+            .store
+            .get_message(&adopted.tenant, adopted.message)
+            .await?
+        else {
+            return Ok(());
+        };
+        let last = self
+            .store
+            .last_event(&adopted.tenant, adopted.message)
+            .await?
+            .map_or(0, |event| event.seq);
+        message.status = status;
+        message.error = Some(failure.clone());
+        message.updated_at = crate::domain::now();
+        let end = EventEnvelope {
+            seq: last + 1,
+            conversation_id: message.conversation_id,
+            message_id: message.id,
+            created_at: message.updated_at,
+            event: RunEvent::Error {
+                failure,
+                usage: message.usage.clone(),
+                iterations: message.iterations,
+            },
+        };
+        let burst = Burst {
+            records: vec![Record::Message(message)],
+            events: vec![end],
+        };
+        self.store
+            .commit(&adopted.tenant, &adopted.fence, &burst)
+            .await?;
+        self.bus.announce(adopted.message, &burst.events).await;
+        Ok(())
+    }
+
+    /// Resumes one run taken over: its spec, agent and records read back, its task
+    /// started under the new fence; a cancel kept for it before is applied first.
+    async fn resume(&self, adopted: Adopted) -> Result<(), RunError> {
+        let Adopted {
+            tenant,
+            message: id,
+            fence,
+        } = adopted;
+        let message = self
+            .store
+            .get_message(&tenant, id)
+            .await?
+            .ok_or_else(|| RunError::not_found("message", id))?;
+        if message.status != MessageStatus::Running {
+            return Ok(());
+        }
+        // A spec an earlier version kept in another form (or none) cannot rebuild the run.
+        let stored = self
+            .stored_spec(&tenant, id)
+            .await
+            .map_err(|_| RunError::NotResumable)?;
+        let thoughts = self.store.all_thoughts(&tenant, id).await?;
+        let events = self.store.list_events(&tenant, id, 0).await?;
+        let resumption = run::rebuild(thoughts, &events);
+        let cancel = self.run_token();
+        let stored = stored.ok_or(RunError::NotResumable)?;
+        let spec = resumed_spec(tenant, &message, stored, &cancel);
+        let agent = prepare::prepare_resumed(
+            &self.store,
+            &self.models,
+            &self.tools,
+            &spec,
+            &self.settings,
+            &message,
+        )
+        .await?;
+        self.launch_task(Launch {
+            spec,
+            agent,
+            message,
+            cancel,
+            fence,
+            resumption: Some(resumption),
+        });
+        // A cancel kept while the run had no owner wins over resuming it.
+        self.take_commands().await?;
+        Ok(())
+    }
+}
+
+/// How a run that cannot go on ends: one of an earlier version is interrupted, as runs
+/// left running always were; one whose agent no longer resolves (a provider removed since)
+/// fails, saying why.
+fn unresumable(err: &RunError) -> (MessageStatus, RunFailure) {
+    if let RunError::NotResumable = err {
+        return (
+            MessageStatus::Interrupted,
+            RunFailure {
+                code: "interrupted".to_owned(),
+                message: format!("its process stopped while it was running, and {err}"),
+            },
+        );
+    }
+    (
+        MessageStatus::Failed,
+        RunFailure {
+            code: "resume_failed".to_owned(),
+            message: format!("the run lost its owner and could not go on: {err}"),
+        },
+    )
+}
+
+/// The spec of a run taken over, as kept with its message. A run whose client asked for a
+/// cancel when its stream drops lost that stream with its owner: it is cancelled. Its
+/// deadline stays the moment it was.
+fn resumed_spec(
+    tenant: crate::domain::Tenant,
+    message: &Message,
+    stored: StoredSpec,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> RunSpec {
+    let remaining = stored.deadline.map(|at| {
+        (at - crate::domain::now())
+            .to_std()
+            .unwrap_or(std::time::Duration::ZERO)
+    });
+    if stored.cancel_on_disconnect || remaining.is_some_and(|left| left.is_zero()) {
+        cancel.cancel();
+    }
+    RunSpec {
+        tenant,
+        conversation_id: Some(message.conversation_id),
+        query: message.query.clone(),
+        inputs: message.inputs.clone(),
+        user: message.user.clone(),
+        agent: stored.agent,
+        files: stored.files,
+        client_tools: stored.client_tools,
+        idempotency: None,
+        deadline: remaining.filter(|left| !left.is_zero()),
+        trace_parent: stored
+            .trace_parent
+            .as_deref()
+            .map(TraceParent::from_header)
+            .unwrap_or_default(),
+        cancel_on_disconnect: false,
+        limits: TenantLimits::default(),
+    }
+}
