@@ -79,6 +79,9 @@ pub struct ProviderRecord {
     /// An MCP server's tools as last listed (on create or refresh).
     #[serde(default)]
     pub mcp_tools: Vec<McpToolDef>,
+    /// Tools the provider declares may be called twice with the effect of once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub idempotent_tools: Vec<String>,
 }
 
 /// A tool an MCP server offers.
@@ -90,6 +93,10 @@ pub struct McpToolDef {
     pub description: String,
     /// JSON Schema of its input.
     pub input_schema: serde_json::Value,
+    /// Whether the server annotates it read-only or idempotent: a call cut by the loss of
+    /// its run's owner may then be made again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub idempotent: bool,
 }
 
 impl ProviderRecord {

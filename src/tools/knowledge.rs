@@ -55,6 +55,7 @@ impl KnowledgeTool {
                 "properties": {"query": {"type": "string", "minLength": 1, "description": "What to search the knowledge base for"}},
                 "required": ["query"]
             }),
+            idempotent: true,
             ..ToolDescriptor::default()
         };
         Self {

@@ -202,6 +202,9 @@ async fn read_tool_pages(
                 name: tool.name.to_string(),
                 description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
                 input_schema: Value::Object((*tool.input_schema).clone()),
+                idempotent: tool.annotations.as_ref().is_some_and(|hints| {
+                    hints.read_only_hint == Some(true) || hints.idempotent_hint == Some(true)
+                }),
             };
             bytes = bytes.saturating_add(
                 def.name.len() + def.description.len() + def.input_schema.to_string().len(),
@@ -358,6 +361,7 @@ impl McpTool {
                 name,
                 description: def.description.clone(),
                 parameters: def.input_schema.clone(),
+                idempotent: def.idempotent,
                 ..ToolDescriptor::default()
             },
             connection,

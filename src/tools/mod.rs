@@ -56,6 +56,22 @@ pub struct ToolDescriptor {
     pub description: String,
     /// JSON Schema of the arguments (an object schema).
     pub parameters: Value,
+    /// Whether a call may be made again with the effect of once (a read, an idempotent
+    /// write): a call cut by the loss of its run's owner is then made again; otherwise its
+    /// outcome is reported unknown.
+    pub idempotent: bool,
+}
+
+tokio::task_local! {
+    /// The `Idempotency-Key` of the call being made, set by [`ToolSet::invoke_keyed`] for
+    /// tools that forward it (HTTP APIs); kept out of [`ErasedTool::call`], which every
+    /// other tool would carry unused.
+    static CALL_KEY: String;
+}
+
+/// The key of the call being made, if the caller gave one.
+fn call_key() -> Option<String> {
+    CALL_KEY.try_with(Clone::clone).ok()
 }
 
 /// What a tool returns.
@@ -140,6 +156,10 @@ pub trait Tool: Send + Sync + 'static {
     /// JSON Schema of [`Self::Args`].
     fn parameters(&self) -> Value;
 
+    /// Whether a call may be made twice with the effect of once (true of tools that only
+    /// read or compute).
+    const IDEMPOTENT: bool = false;
+
     /// Runs the tool and returns the observation text.
     fn call(&self, args: Self::Args) -> impl Future<Output = Result<String, ToolError>> + Send;
 }
@@ -158,6 +178,7 @@ impl<T: Tool> Typed<T> {
             name: T::NAME.to_owned(),
             description: tool.description(),
             parameters: tool.parameters(),
+            idempotent: T::IDEMPOTENT,
             ..ToolDescriptor::default()
         };
         Arc::new(Self { tool, descriptor })

@@ -27,6 +27,14 @@ pub enum ProviderError {
     /// The MCP server could not be reached or listed.
     #[error("provider.source.mcp.url: {0}")]
     Mcp(String),
+    /// `idempotent_tools` names a tool the provider does not have.
+    #[error("provider.idempotent_tools[{index}]: the provider has no tool \"{name}\"")]
+    UnknownIdempotentTool {
+        /// Where in the list.
+        index: usize,
+        /// The name given.
+        name: String,
+    },
     /// A URL the outbound policy refuses.
     #[error("{field} {source}")]
     Outbound {
@@ -41,9 +49,11 @@ impl ProviderError {
     /// Failures of the definition are the caller's; an unreachable server may come back.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::Spec(_) | Self::NoServerUrl | Self::Schema(_) | Self::Outbound { .. } => {
-                ErrorKind::InvalidArgument
-            }
+            Self::Spec(_)
+            | Self::NoServerUrl
+            | Self::Schema(_)
+            | Self::Outbound { .. }
+            | Self::UnknownIdempotentTool { .. } => ErrorKind::InvalidArgument,
             Self::Mcp(_) => ErrorKind::FailedPrecondition,
         }
     }
@@ -216,6 +226,7 @@ pub fn build(
             (String::new(), tools)
         }
     };
+    let tools = declare_idempotent(tools, &record.idempotent_tools)?;
     let redactor = super::redacting::redactor_for(&record.credentials);
     let tools: Vec<Arc<dyn ErasedTool>> = tools
         .into_iter()
@@ -241,4 +252,67 @@ pub fn build(
         &description,
         tools,
     )?)
+}
+
+/// `tools` with those `names` lists marked idempotent; a name that is none of them is
+/// refused.
+fn declare_idempotent(
+    tools: Vec<Arc<dyn ErasedTool>>,
+    names: &[String],
+) -> Result<Vec<Arc<dyn ErasedTool>>, ProviderError> {
+    for (index, name) in names.iter().enumerate() {
+        let known = tools.iter().any(|tool| {
+            let descriptor = tool.descriptor();
+            descriptor.name == *name || descriptor.original_name.as_deref() == Some(name)
+        });
+        if !known {
+            return Err(ProviderError::UnknownIdempotentTool {
+                index,
+                name: name.clone(),
+            });
+        }
+    }
+    Ok(tools
+        .into_iter()
+        .map(|tool| {
+            let descriptor = tool.descriptor();
+            let declared = names.iter().any(|name| {
+                descriptor.name == *name || descriptor.original_name.as_deref() == Some(name)
+            });
+            match declared && !descriptor.idempotent {
+                true => Arc::new(Idempotent::wrap(tool)) as Arc<dyn ErasedTool>,
+                false => tool,
+            }
+        })
+        .collect())
+}
+
+/// A tool its provider declares idempotent.
+struct Idempotent {
+    descriptor: super::ToolDescriptor,
+    inner: Arc<dyn ErasedTool>,
+}
+
+impl Idempotent {
+    fn wrap(inner: Arc<dyn ErasedTool>) -> Self {
+        let descriptor = super::ToolDescriptor {
+            idempotent: true,
+            ..inner.descriptor().clone()
+        };
+        Self { descriptor, inner }
+    }
+}
+
+#[async_trait::async_trait]
+impl ErasedTool for Idempotent {
+    fn descriptor(&self) -> &super::ToolDescriptor {
+        &self.descriptor
+    }
+
+    async fn call(
+        &self,
+        arguments: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<super::ToolOutput, super::ToolError> {
+        self.inner.call(arguments).await
+    }
 }

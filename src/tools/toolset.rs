@@ -256,6 +256,26 @@ impl ToolSet {
             .map(|i| self.tools[*i].provider.name.as_str())
     }
 
+    /// Whether a call of `name` may be made again with the effect of once.
+    pub fn is_idempotent(&self, name: &str) -> bool {
+        self.bound(name)
+            .is_some_and(|bound| bound.tool.tool.descriptor().idempotent)
+    }
+
+    /// [`Self::invoke`] with the call's `Idempotency-Key`, which tools that send requests
+    /// (HTTP APIs) pass on.
+    pub async fn invoke_keyed(
+        &self,
+        name: &str,
+        arguments: &str,
+        timeout: Duration,
+        key: String,
+    ) -> Invocation {
+        super::CALL_KEY
+            .scope(key, self.invoke(name, arguments, timeout))
+            .await
+    }
+
     /// Runs the call `name(arguments)`, within `timeout`.
     ///
     /// # Cancel safety

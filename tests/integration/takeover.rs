@@ -3,16 +3,24 @@
 //! run over and finish it, with nothing a client saw changed and no gap in `seq`. The tests
 //! take turns with the other replica tests ([`TURN`]).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agent_runner::pb;
 use agent_runner::pb::run_event::Event;
+use agent_runner::pb::tool_registry_client::ToolRegistryClient;
 use agent_runner::store::SecretKey;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
 
 use crate::support::postgres::TestDatabase;
-use crate::support::process::client;
+use crate::support::process::{channel, client};
 use crate::support::replicas::*;
-use crate::support::{message, FakeOpenAi, Reply};
+use crate::support::{message, run_request, FakeOpenAi, Reply, ScriptedCall};
 
 /// `kill -9` of the owner of 12 runs mid-answer: each run, attached on a peer from `seq`
 /// 0, shows every event its owner's client saw, then `round_restarted` voiding the cut
@@ -108,4 +116,158 @@ async fn the_runs_of_a_killed_owner_all_finish_on_its_peers() {
         2 * RUNS,
         "each cut call made again once"
     );
+}
+
+/// What the order API was sent.
+#[derive(Default)]
+struct Orders {
+    /// `POST /orders` calls.
+    placed: AtomicUsize,
+    /// The `Idempotency-Key` of each `GET /orders/{id}` call.
+    shown: Mutex<Vec<String>>,
+}
+
+/// An order API: `POST /orders` counts its calls and holds each open; `GET /orders/{id}`
+/// keeps each call's `Idempotency-Key` and holds the first open.
+async fn order_service() -> (std::net::SocketAddr, Arc<Orders>) {
+    let orders = Arc::new(Orders::default());
+    async fn place(State(orders): State<Arc<Orders>>) -> Json<Value> {
+        orders.placed.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Json(json!({"order": "placed"}))
+    }
+    async fn show(State(orders): State<Arc<Orders>>, headers: HeaderMap) -> Json<Value> {
+        let key = headers
+            .get("idempotency-key")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let first = {
+            let mut shown = orders.shown.lock().unwrap();
+            shown.push(key);
+            shown.len() == 1
+        };
+        if first {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+        Json(json!({"order": 7, "status": "shipped"}))
+    }
+    let router = Router::new()
+        .route("/api/orders", post(place))
+        .route("/api/orders/{id}", get(show))
+        .with_state(Arc::clone(&orders));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (addr, orders)
+}
+
+fn orders_provider(addr: std::net::SocketAddr) -> pb::ToolProvider {
+    let spec = format!(
+        r#"
+openapi: 3.0.3
+info: {{title: Orders}}
+servers: [{{url: "http://{addr}/api"}}]
+paths:
+  /orders:
+    post:
+      operationId: placeOrder
+      requestBody:
+        content:
+          application/json:
+            schema: {{type: object, properties: {{item: {{type: string}}}}, required: [item]}}
+  /orders/{{id}}:
+    get:
+      operationId: showOrder
+      parameters:
+        - {{name: id, in: path, required: true, schema: {{type: integer}}}}
+"#
+    );
+    pb::ToolProvider {
+        name: "orders".into(),
+        source: Some(pb::ProviderSource {
+            source: Some(pb::provider_source::Source::Openapi(pb::OpenApiSource {
+                spec,
+                server_url: String::new(),
+            })),
+        }),
+        ..Default::default()
+    }
+}
+
+/// Two calls in flight when their owner dies: the one that is not idempotent (`POST`) is
+/// not made again (the peer that takes the run over gives it the observation that its
+/// outcome is unknown, `tool_outcome_unknown`); the idempotent one (`GET`) is made again
+/// with the same `Idempotency-Key`; the model goes on from there and the run ends.
+#[tokio::test]
+async fn a_call_in_flight_when_its_owner_dies_is_never_made_twice() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let (addr, orders) = order_service().await;
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(
+            &[],
+            vec![
+                ScriptedCall::new("o1", "placeOrder", &["{\"item\": \"tea\"}"]),
+                ScriptedCall::new("o2", "showOrder", &["{\"id\": 7}"]),
+            ],
+            (3, 2),
+        ),
+        Reply::calls(&["I could not confirm the order."], Vec::new(), (5, 3)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let mut a = replica(dir.path(), &llm, &database, &key, "a").await;
+    let b = replica(dir.path(), &llm, &database, &key, "b").await;
+    ToolRegistryClient::new(channel(&a).await)
+        .create_provider(pb::CreateProviderRequest {
+            provider: Some(orders_provider(addr)),
+        })
+        .await
+        .unwrap();
+    let request = run_request(
+        "order tea",
+        &[("orders", "placeOrder"), ("orders", "showOrder")],
+    );
+    let mut stream = client(&a).await.run(request).await.unwrap().into_inner();
+    let first = stream.message().await.unwrap().unwrap();
+    let id = first.message_id.clone();
+    within("both calls go out", || async {
+        orders.placed.load(Ordering::SeqCst) == 1 && orders.shown.lock().unwrap().len() == 1
+    })
+    .await;
+    let mut on_peer = attach(&b, &id, 0).await;
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    let followed = read_within(&mut on_peer, Duration::from_secs(20)).await;
+    let finished: Vec<pb::ToolCall> = followed
+        .iter()
+        .filter_map(|event| match &event.event {
+            Some(Event::ToolFinished(finished)) => finished.tool_call.clone(),
+            _ => None,
+        })
+        .collect();
+    let placed = finished.iter().find(|c| c.name == "placeOrder").unwrap();
+    assert!(
+        placed.observation.contains("tool_outcome_unknown"),
+        "{placed:?}"
+    );
+    let shown = finished.iter().find(|c| c.name == "showOrder").unwrap();
+    assert!(shown.observation.contains("shipped"), "{shown:?}");
+    let Some(Event::End(end)) = &followed.last().unwrap().event else {
+        panic!("the run ends normally: {followed:?}");
+    };
+    assert_eq!(end.answer, "I could not confirm the order.");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(orders.placed.load(Ordering::SeqCst), 1, "never made twice");
+    let keys = orders.shown.lock().unwrap().clone();
+    assert_eq!(keys.len(), 2, "the idempotent call is made again");
+    assert!(!keys[0].is_empty());
+    assert_eq!(keys[0], keys[1], "with the same Idempotency-Key");
+    let prompt = llm.requests()[1].to_string();
+    assert!(prompt.contains("tool_outcome_unknown"), "{prompt}");
 }

@@ -204,6 +204,60 @@ async fn an_openapi_service_becomes_tools_an_agent_can_call() {
 }
 
 /// Bad provider definitions are refused with the field named.
+/// Which calls may be made again after their run's owner was lost: `GET` operations by
+/// their method, others when the provider declares them in `idempotent_tools`, which must
+/// name tools of the provider.
+#[tokio::test]
+async fn a_provider_says_which_tools_may_be_called_again() {
+    let llm = FakeOpenAi::start(vec![]).await;
+    let server = TestServer::start(&llm.base_url()).await;
+    let mut tools = server.tools().await;
+    let (pets, _) = pet_service().await;
+    let unknown = tools
+        .create_provider(pb::CreateProviderRequest {
+            provider: Some(pb::ToolProvider {
+                idempotent_tools: vec!["feedPet".into()],
+                ..api_provider("pets", pets_spec(pets))
+            }),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), Code::InvalidArgument);
+    assert_eq!(
+        unknown.message(),
+        "provider.idempotent_tools[0]: the provider has no tool \"feedPet\""
+    );
+    let created = tools
+        .create_provider(pb::CreateProviderRequest {
+            provider: Some(pb::ToolProvider {
+                idempotent_tools: vec!["addPet".into()],
+                ..api_provider("pets", pets_spec(pets))
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(created.idempotent_tools, vec!["addPet"]);
+    let marked: Vec<(String, bool)> = created
+        .tools
+        .iter()
+        .map(|t| (t.name.clone(), t.idempotent))
+        .collect();
+    assert_eq!(
+        marked,
+        [("addPet".to_owned(), true), ("showPet".to_owned(), true)]
+    );
+    let plain = tools
+        .create_provider(pb::CreateProviderRequest {
+            provider: Some(api_provider("pets2", pets_spec(pets))),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let add = plain.tools.iter().find(|t| t.name == "addPet").unwrap();
+    assert!(!add.idempotent, "a POST is not, unless declared");
+}
+
 #[tokio::test]
 async fn bad_provider_definitions_are_refused() {
     let llm = FakeOpenAi::start(vec![]).await;

@@ -25,8 +25,10 @@ pub fn provider_record(provider: pb::ToolProvider) -> Result<ProviderRecord, Sta
         // Output only.
         credential_keys: _,
         cache_ttl_secs,
+        idempotent_tools,
     } = provider;
     let source = provider_source(source)?;
+    check_idempotent_tools(&idempotent_tools)?;
     let record = ProviderRecord {
         name,
         description,
@@ -34,9 +36,37 @@ pub fn provider_record(provider: pb::ToolProvider) -> Result<ProviderRecord, Sta
         credentials: credentials.into_iter().collect(),
         cache_ttl_secs: u64::from(cache_ttl_secs),
         mcp_tools: Vec::new(),
+        idempotent_tools,
     };
     check_kind(kind, record.kind())?;
     Ok(record)
+}
+
+/// The most tools a provider may declare idempotent.
+const MAX_IDEMPOTENT_TOOLS: usize = 256;
+
+/// Bounds the declared idempotent tools (whether each is a tool of the provider is checked
+/// once its tools are built).
+fn check_idempotent_tools(names: &[String]) -> Result<(), Status> {
+    if names.len() > MAX_IDEMPOTENT_TOOLS {
+        return Err(invalid(
+            "provider.idempotent_tools",
+            &format!(
+                "has {} names, more than {MAX_IDEMPOTENT_TOOLS}",
+                names.len()
+            ),
+        ));
+    }
+    if let Some(index) = names
+        .iter()
+        .position(|name| name.is_empty() || name.len() > 256)
+    {
+        return Err(invalid(
+            &format!("provider.idempotent_tools[{index}]"),
+            "must be 1 to 256 bytes",
+        ));
+    }
+    Ok(())
 }
 
 fn check_kind(requested: i32, implied: ProviderKind) -> Result<(), Status> {
@@ -118,6 +148,7 @@ pub fn descriptor(tool: &ToolDescriptor) -> pb::ToolDescriptor {
         description: tool.description.clone(),
         parameters_schema: tool.parameters.as_object().map(json_to_struct),
         original_name: tool.original_name.clone().unwrap_or_default(),
+        idempotent: tool.idempotent,
     }
 }
 
@@ -169,5 +200,10 @@ pub fn provider(entry: &Entry) -> pb::ToolProvider {
             .record
             .as_ref()
             .map_or(0, |r| u32::try_from(r.cache_ttl_secs).unwrap_or(u32::MAX)),
+        idempotent_tools: entry
+            .record
+            .as_ref()
+            .map(|r| r.idempotent_tools.clone())
+            .unwrap_or_default(),
     }
 }

@@ -62,8 +62,9 @@ impl RoundTools<'_> {
     }
 
     /// Runs what is left of a round a lost owner had decided: a call with a result keeps
-    /// it; a call whose start is durable (in `started`) was perhaps made, so it is not made
-    /// again and its result says its outcome is unknown; the others run as usual.
+    /// it; a call whose start is durable (in `started`) was perhaps made, so unless its tool
+    /// is idempotent it is not made again and its result says its outcome is unknown; the
+    /// others run as usual (with the `Idempotency-Key` the first attempt had).
     pub async fn run_resumed(
         &mut self,
         round: &mut Round,
@@ -75,7 +76,8 @@ impl RoundTools<'_> {
             if call.observation.is_some() {
                 continue;
             }
-            if started.contains(&call.id) {
+            // A call perhaps made already is made again only when that is harmless.
+            if started.contains(&call.id) && !self.tools.is_idempotent(&call.name) {
                 unknown.push(index);
             } else {
                 pending.push(index);
@@ -102,8 +104,9 @@ impl RoundTools<'_> {
     }
 
     /// Runs the calls of `round` at `indices`: approval first, then each is announced as
-    /// started, durably before any is made (so an owner that takes the run over knows
-    /// which calls may have had an effect), then the server's and the caller's.
+    /// started (durably before any call that may not be made twice, so an owner that takes
+    /// the run over knows which calls may have had an effect), then the server's and the
+    /// caller's.
     async fn run_calls(&mut self, round: &mut Round, indices: Vec<usize>) -> Result<(), Halt> {
         let declined = self.ask_approval(round, &indices).await?;
         let declined_at: std::collections::HashSet<usize> =
@@ -120,7 +123,10 @@ impl RoundTools<'_> {
             .into_iter()
             .filter(|index| !declined_at.contains(index))
             .partition(|index| self.tools.is_client(&thought.tool_calls[*index].name));
-        if !server.is_empty() {
+        let unrepeatable = server
+            .iter()
+            .any(|index| !self.tools.is_idempotent(&thought.tool_calls[*index].name));
+        if unrepeatable {
             or_cancel(self.cancel, self.recorder.settle()).await?;
         }
         for (index, reason) in declined {
@@ -234,10 +240,12 @@ impl RoundTools<'_> {
         }
         let timeout = self.settings.tool_timeout;
         let tools = Arc::clone(self.tools);
+        let (message, position) = (self.message.id, round.thought.position);
         let mut results = futures::stream::iter(calls)
             .map(|(index, call)| {
                 let span = tool_span(&tools, &call);
-                invoke(Arc::clone(&tools), index, call, timeout).instrument(span)
+                let key = call_key(message, position, &call.id);
+                invoke(Arc::clone(&tools), index, call, timeout, key).instrument(span)
             })
             .buffer_unordered(self.settings.tool_concurrency.max(1));
         while let Some(first) = or_cancel(self.cancel, results.next()).await? {
@@ -450,12 +458,26 @@ async fn invoke(
     index: usize,
     call: ToolCallRecord,
     timeout: Duration,
+    key: String,
 ) -> (usize, Invocation) {
-    let invocation = tools.invoke(&call.name, &call.arguments, timeout).await;
+    let invocation = tools
+        .invoke_keyed(&call.name, &call.arguments, timeout, key)
+        .await;
     if let Some(error) = &invocation.meta.error {
         let span = tracing::Span::current();
         span.record("error.type", invocation.outcome.as_str());
         span.record("otel.status_description", error.as_str());
     }
     (index, invocation)
+}
+
+/// The `Idempotency-Key` of call `call_id` of round `position` of `message`: the same
+/// whichever replica makes the call, and however often.
+pub fn call_key(message: crate::domain::MessageId, position: u32, call_id: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(format!("{message}:{position}:{call_id}"));
+    digest[..16]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
 }

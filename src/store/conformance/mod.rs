@@ -605,6 +605,7 @@ fn provider(secret: &str) -> ProviderRecord {
         credentials: BTreeMap::from([("api_key".to_owned(), secret.to_owned())]),
         cache_ttl_secs: 0,
         mcp_tools: Vec::new(),
+        idempotent_tools: vec!["forecast".into()],
     }
 }
 

@@ -20,6 +20,7 @@ pub struct EvalExpressionArgs {
 
 impl Tool for EvalExpression {
     const NAME: &'static str = "eval_expression";
+    const IDEMPOTENT: bool = true;
     type Args = EvalExpressionArgs;
 
     fn description(&self) -> String {

@@ -52,6 +52,7 @@ pub struct CurrentTimeArgs {
 
 impl Tool for CurrentTime {
     const NAME: &'static str = "current_time";
+    const IDEMPOTENT: bool = true;
     type Args = CurrentTimeArgs;
 
     fn description(&self) -> String {
@@ -89,6 +90,7 @@ pub struct WeekdayArgs {
 
 impl Tool for Weekday {
     const NAME: &'static str = "weekday";
+    const IDEMPOTENT: bool = true;
     type Args = WeekdayArgs;
 
     fn description(&self) -> String {
@@ -147,6 +149,7 @@ pub struct TimezoneConversionArgs {
 
 impl Tool for TimezoneConversion {
     const NAME: &'static str = "timezone_conversion";
+    const IDEMPOTENT: bool = true;
     type Args = TimezoneConversionArgs;
 
     fn description(&self) -> String {

@@ -136,6 +136,7 @@ impl OperationTool {
             },
             description: operation.description.clone(),
             parameters: operation.schema.clone(),
+            idempotent: operation.idempotent,
         };
         Self {
             descriptor,
@@ -243,6 +244,11 @@ impl OperationTool {
         let method = reqwest::Method::from_bytes(self.operation.method.as_bytes())
             .map_err(|_| ToolError::Failed(format!("unknown method {}", self.operation.method)))?;
         let mut request = self.http.request(method, self.url(args)?);
+        if let Some(key) = super::call_key() {
+            // The same on every attempt at the call, a remade one after a takeover too, so
+            // a server that honours it applies the call once.
+            request = request.header("Idempotency-Key", key);
+        }
         for parameter in self.located(Location::Header) {
             if let Some(value) = Self::given(args, &parameter.name) {
                 request = request.header(

@@ -179,6 +179,18 @@ pub struct Operation {
     /// Whether calls carry the provider's credentials: not when the operation's (or the
     /// document's) `security` is `[]`.
     pub sends_credentials: bool,
+    /// Whether a call may be made twice with the effect of once: the method says so
+    /// (`GET`, `HEAD`, `PUT`, `DELETE`, `OPTIONS`) or the operation is marked
+    /// `x-idempotent: true` (`false` overrides the method).
+    pub idempotent: bool,
+}
+
+/// Whether an operation of `method` (lower case) marked as `op` may be made twice.
+fn idempotent(method: &str, op: &Value) -> bool {
+    match op["x-idempotent"].as_bool() {
+        Some(marked) => marked,
+        None => matches!(method, "get" | "head" | "put" | "delete" | "options"),
+    }
 }
 
 /// Where an API key goes, from the document's `apiKey` security scheme.
@@ -287,6 +299,7 @@ fn operations(doc: &Value, limits: &SpecLimits) -> Result<Vec<Operation>, SpecEr
             operation.original_name =
                 (operation.name != raw && op["operationId"].is_string()).then_some(raw);
             operation.sends_credentials = sends_credentials(doc, op);
+            operation.idempotent = idempotent(method, op);
             if operation.schema.to_string().len() > limits.max_schema_bytes {
                 return Err(SpecError::SchemaTooLarge {
                     operation: label,
@@ -373,6 +386,7 @@ fn operation(
         body,
         schema: json!({"type": "object", "properties": properties, "required": required}),
         sends_credentials: true,
+        idempotent: false,
     })
 }
 

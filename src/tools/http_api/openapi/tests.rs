@@ -198,3 +198,38 @@ fn documents_are_bounded_in_size_and_operations() {
         5
     );
 }
+
+#[test]
+fn the_method_or_x_idempotent_says_whether_a_call_may_be_made_again() {
+    let doc = parse(
+        r#"
+openapi: 3.0.3
+info: {title: Orders}
+paths:
+  /orders:
+    get: {operationId: listOrders}
+    post: {operationId: placeOrder}
+  /orders/{id}:
+    parameters: [{name: id, in: path, required: true, schema: {type: integer}}]
+    put: {operationId: replaceOrder}
+    delete: {operationId: cancelOrder, x-idempotent: false}
+    patch: {operationId: renameOrder, x-idempotent: true}
+"#,
+    )
+    .unwrap();
+    let idempotent: Vec<(&str, bool)> = doc
+        .operations
+        .iter()
+        .map(|op| (op.name.as_str(), op.idempotent))
+        .collect();
+    assert_eq!(
+        idempotent,
+        [
+            ("listOrders", true),
+            ("placeOrder", false),
+            ("replaceOrder", true),
+            ("cancelOrder", false),
+            ("renameOrder", true),
+        ]
+    );
+}
