@@ -36,7 +36,7 @@ struct AddArgs {
 
 #[tool_router(server_handler)]
 impl Calculator {
-    #[tool(description = "Add two integers")]
+    #[tool(description = "Add two integers", annotations(read_only_hint = true))]
     fn add(
         &self,
         Parameters(AddArgs { a, b }): Parameters<AddArgs>,
@@ -177,6 +177,9 @@ async fn mcp_tools_are_listed_and_called_in_a_run() {
     assert_eq!(created.kind, pb::ProviderKind::Mcp as i32);
     let names: Vec<&str> = created.tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, vec!["add", "broken", "chart", "files_read"]);
+    // Annotated read-only: a call cut by the loss of its run's owner may be made again.
+    let idempotent: Vec<bool> = created.tools.iter().map(|t| t.idempotent).collect();
+    assert_eq!(idempotent, [true, false, false, false]);
     let schema = created.tools[0].parameters_schema.as_ref().unwrap();
     assert!(format!("{schema:?}").contains("First addend"));
     let refreshed = tools
