@@ -531,13 +531,15 @@ pub async fn serve(
     ));
 
     let stopping = runner.clone();
+    let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     let on_shutdown = async move {
         shutdown.await;
         tracing::info!("shutting down");
         stop_health.cancel();
         crate::api::set_not_serving(&reporter).await;
-        // Runs end their streams now, so the transport's graceful drain does not wait on them.
-        stopping.cancel_all();
+        // Runs stop at the end of their step (or at once, when not handed over), so the
+        // transport's graceful drain waits on them no longer than the grace period.
+        stopping.hand_over(grace);
     };
     let tls = read_tls(&config.tls)?
         .map(|pem| crate::api::incoming::tls_acceptor(&pem))
@@ -555,7 +557,6 @@ pub async fn serve(
         .await;
     stop_accepting.cancel();
     served?;
-    let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     if !runner.shut_down(grace).await {
         tracing::warn!(
             ?grace,

@@ -342,6 +342,7 @@ impl RunnerConfig {
             max_instruction_bytes: self.max_instruction_bytes,
             max_tool_calls_per_round: self.max_tool_calls_per_round,
             tool_output_limit: self.tool_output_limit_bytes,
+            hand_over: self.resume_after_restart,
             ..RunnerSettings::default()
         }
     }

@@ -194,6 +194,10 @@ pub struct Message {
     /// `[cluster] max_takeovers` the run ends instead.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub takeovers: u32,
+    /// Its owner stopped and left it for another process to go on with (a hand-over,
+    /// which is not counted as a takeover).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub handed_over: bool,
 }
 
 fn is_zero_u32(value: &u32) -> bool {

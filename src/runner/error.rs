@@ -85,6 +85,9 @@ pub enum RunError {
     /// A run ended without its last events stored: the store cannot write.
     #[error("the run's last events could not be recorded (the store cannot write); GetMessage shows how it ended")]
     EventsLost,
+    /// The process serving the stream stopped and handed its run over to another.
+    #[error("this replica is stopping and handed the run over; Attach again with the last seq received to follow it")]
+    HandedOver,
     /// A run taken over was started by a version that kept no spec to rebuild it from.
     #[error("the run was started by an earlier version, which kept nothing to resume it from")]
     NotResumable,
@@ -128,7 +131,9 @@ impl RunError {
             Self::KeyReused => ErrorKind::AlreadyExists,
             Self::NotWaiting { .. } => ErrorKind::FailedPrecondition,
             Self::ConversationBusy { .. } => ErrorKind::FailedPrecondition,
-            Self::ShuttingDown | Self::EventsLost | Self::StoreUnwritable => ErrorKind::Unavailable,
+            Self::ShuttingDown | Self::EventsLost | Self::StoreUnwritable | Self::HandedOver => {
+                ErrorKind::Unavailable
+            }
             Self::LimitExceeded { .. } => ErrorKind::ResourceExhausted,
         }
     }

@@ -76,6 +76,9 @@ pub struct Runner {
     live: Arc<LiveRuns>,
     /// Fires when the service shuts down; every run's token is a child of it.
     shutdown: CancellationToken,
+    /// Fires when the service starts to stop handing its runs over: each stops at the end
+    /// of its step.
+    draining: CancellationToken,
     /// Lets shutdown wait for runs to record how they ended.
     tracker: TaskTracker,
     /// Where runs count themselves.
@@ -102,6 +105,7 @@ impl Runner {
             settings,
             live: Arc::default(),
             shutdown: CancellationToken::new(),
+            draining: CancellationToken::new(),
             tracker: TaskTracker::new(),
             metrics: Arc::default(),
             bus: Arc::new(crate::cluster::Silent::default()),
@@ -129,6 +133,23 @@ impl Runner {
     /// Cancels every run; each records itself as interrupted. New runs are refused.
     pub fn cancel_all(&self) {
         self.shutdown.cancel();
+    }
+
+    /// Stops taking runs and, when runs are handed over on shutdown, lets each reach the
+    /// end of its step and leaves it for the next process or a peer, cutting those still
+    /// in a step after `grace` (the next owner makes that step again); otherwise cancels
+    /// every run at once, as [`Self::cancel_all`].
+    pub fn hand_over(&self, grace: Duration) {
+        if !self.settings.hand_over {
+            self.cancel_all();
+            return;
+        }
+        self.draining.cancel();
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            shutdown.cancel();
+        });
     }
 
     /// Cancels every run and waits up to `grace` for them to finish. Returns whether all
@@ -255,7 +276,7 @@ impl Runner {
         spec: RunSpec,
         cancel: CancellationToken,
     ) -> Result<RunHandle, RunError> {
-        if self.shutdown.is_cancelled() {
+        if self.shutdown.is_cancelled() || self.draining.is_cancelled() {
             return Err(RunError::ShuttingDown);
         }
         let spec = spec.validated()?;
@@ -429,6 +450,7 @@ impl Runner {
             Control {
                 cancel,
                 shutdown: self.shutdown.clone(),
+                draining: self.draining.clone(),
                 mailbox,
                 registration,
             },

@@ -236,6 +236,7 @@ pub fn new_message(spec: &RunSpec, prepared: &Prepared) -> Message {
         output_invalid: None,
         history_tokens: Default::default(),
         takeovers: 0,
+        handed_over: false,
         ordinal: 0,
     }
 }

@@ -31,6 +31,9 @@ pub struct RunnerSettings {
     /// How long a run tries to commit its records while the store is unavailable before
     /// it stops as on a full disk (it announces nothing meanwhile).
     pub write_timeout: Duration,
+    /// On shutdown, hand runs over (each stops at the end of its step and is left for the
+    /// next process or a peer to go on with) instead of ending them interrupted.
+    pub hand_over: bool,
 }
 
 impl Default for RunnerSettings {
@@ -48,6 +51,7 @@ impl Default for RunnerSettings {
             tool_output_limit: 16 * 1024,
             max_tool_calls_per_round: 128,
             write_timeout: Duration::from_secs(10),
+            hand_over: false,
         }
     }
 }

@@ -92,6 +92,7 @@ impl Runner {
             tenant,
             message: id,
             fence,
+            handed_over,
         } = adopted;
         let message = self
             .store
@@ -108,7 +109,8 @@ impl Runner {
             .map_err(|_| RunError::NotResumable)?;
         let thoughts = self.store.all_thoughts(&tenant, id).await?;
         let events = self.store.list_events(&tenant, id, 0).await?;
-        let resumption = run::rebuild(thoughts, &events);
+        let mut resumption = run::rebuild(thoughts, &events);
+        resumption.resume.handed_over = handed_over;
         let cancel = self.run_token();
         let stored = stored.ok_or(RunError::NotResumable)?;
         let spec = resumed_spec(tenant, &message, stored, &cancel);

@@ -80,6 +80,8 @@ pub struct Adopted {
     pub message: MessageId,
     /// The fence its writes go under from now on.
     pub fence: Fence,
+    /// Whether its owner handed it over (stopping) rather than being lost.
+    pub handed_over: bool,
 }
 
 /// What one sweep did.

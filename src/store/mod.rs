@@ -49,7 +49,7 @@ pub(crate) fn fate(
     if !adoption.resume || message.status != crate::domain::MessageStatus::Running {
         return Fate::End("interrupted", why.to_owned());
     }
-    if message.takeovers >= adoption.max_takeovers {
+    if !message.handed_over && message.takeovers >= adoption.max_takeovers {
         let times = message.takeovers;
         return Fate::End(
             OWNER_LOST,
@@ -59,6 +59,16 @@ pub(crate) fn fate(
         );
     }
     Fate::Adopt
+}
+
+/// Takes `message` over: a run its owner handed over goes on uncounted, any other counts
+/// one takeover more. Returns whether it was handed over.
+pub(crate) fn adopt(message: &mut crate::domain::Message) -> bool {
+    let handed_over = std::mem::take(&mut message.handed_over);
+    if !handed_over {
+        message.takeovers += 1;
+    }
+    handed_over
 }
 
 /// The code of a run that lost its owner once more than it may be taken over.
@@ -189,6 +199,7 @@ pub mod test_records {
             output_invalid: None,
             history_tokens: Default::default(),
             takeovers: 0,
+            handed_over: false,
             ordinal: 0,
         }
     }

@@ -295,6 +295,11 @@ impl Metrics {
         self.runs_active.inc();
     }
 
+    /// A run left this process, still running, for another to go on with.
+    pub fn run_handed_over(&self) {
+        self.runs_active.dec();
+    }
+
     /// A run of `tenant` ended after `duration`, having cost `cost` in `currency`.
     pub fn run_ended(
         &self,

@@ -261,6 +261,7 @@ async fn messages_left_running_by_a_crash_become_interrupted() {
             output_invalid: None,
             history_tokens: Default::default(),
             takeovers: 0,
+            handed_over: false,
             ordinal: 0,
         };
         let mut message = message;
@@ -304,13 +305,19 @@ async fn messages_left_running_by_a_crash_become_interrupted() {
     server.stop().await;
 }
 
-/// On shutdown a run in flight ends its stream with an `error` of code `shutdown`, and the
-/// message reads back INTERRUPTED after a restart, with the text streamed so far.
+/// With `runner.resume_after_restart = false`, shutdown ends a run in flight: its stream
+/// ends with an `error` of code `shutdown`, and the message reads back INTERRUPTED after a
+/// restart, with the text streamed so far.
 #[tokio::test]
-async fn shutdown_interrupts_a_running_message() {
+async fn without_resuming_shutdown_interrupts_a_running_message() {
     let llm = FakeOpenAi::start(vec![Reply::Stall(vec!["Thinking"])]).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut server = TestServer::start_in(&llm.base_url(), dir.path()).await;
+    let no_resuming = || {
+        let mut config = crate::support::config(&llm.base_url(), dir.path());
+        config.runner.resume_after_restart = false;
+        config
+    };
+    let mut server = TestServer::start_with(no_resuming()).await;
     let mut client = server.agents().await;
     let mut stream = client
         .run(run_request("slow", &[]))
@@ -336,7 +343,7 @@ async fn shutdown_interrupts_a_running_message() {
         Some(pb::run_event::Event::Error(error)) => assert_eq!(error.code, "shutdown"),
         other => panic!("expected a shutdown error, got {other:?}"),
     }
-    let restarted = TestServer::start_in(&llm.base_url(), dir.path()).await;
+    let restarted = TestServer::start_with(no_resuming()).await;
     let message = message(&mut restarted.agents().await, events[0].message_id.clone()).await;
     assert_eq!(message.status, pb::MessageStatus::Interrupted as i32);
     assert_eq!(message.answer, "Thinking");

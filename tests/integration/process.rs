@@ -1,6 +1,6 @@
 //! The real binary: killed with SIGKILL it loses nothing a client was told about and goes
-//! on with the run after a restart, and on SIGTERM it ends running messages and exits
-//! cleanly within its grace period.
+//! on with the run after a restart, and on SIGTERM it hands running messages over to the
+//! next start and exits cleanly within its grace period.
 
 use std::process::Command;
 use std::time::Duration;
@@ -180,11 +180,17 @@ async fn a_run_lost_too_often_ends_owner_lost_and_resuming_can_be_turned_off() {
     assert_eq!(llm.requests().len(), 3);
 }
 
-/// SIGTERM with a run in flight: the client receives the run's final `error` event (code
-/// `shutdown`) and the process exits with status 0 within its grace period.
+/// SIGTERM with a run in flight: the process stops taking runs, lets the run's step go on
+/// for its grace period, cuts it, and exits with status 0; the client's stream ends with
+/// `UNAVAILABLE` and no `error` event; the next start goes on with the run (a hand-over,
+/// told as such), which ends normally.
 #[tokio::test]
-async fn sigterm_ends_running_messages_and_exits_cleanly() {
-    let llm = FakeOpenAi::start(vec![Reply::Stall(vec!["Hmm"])]).await;
+async fn sigterm_hands_running_messages_over_to_the_next_start() {
+    let llm = FakeOpenAi::start(vec![
+        Reply::Stall(vec!["Hmm"]),
+        Reply::text(&["Done after the restart."], (2, 3)),
+    ])
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let mut service = spawn_service(dir.path(), &llm).await;
     let mut stream = client(&service)
@@ -193,7 +199,7 @@ async fn sigterm_ends_running_messages_and_exits_cleanly() {
         .await
         .unwrap()
         .into_inner();
-    read_until_delta(&mut stream).await;
+    let seen = read_until_delta(&mut stream).await;
 
     let pid = service.child.id().to_string();
     assert!(Command::new("kill")
@@ -202,18 +208,52 @@ async fn sigterm_ends_running_messages_and_exits_cleanly() {
         .unwrap()
         .success());
     let mut rest = Vec::new();
-    while let Ok(Some(event)) = stream.message().await {
-        rest.push(event);
-    }
+    let ended = loop {
+        match stream.message().await {
+            Ok(Some(event)) => rest.push(event),
+            Ok(None) => panic!("the stream ends with UNAVAILABLE: {rest:?}"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(ended.code(), tonic::Code::Unavailable, "{ended:?}");
+    assert!(ended.message().contains("Attach again"), "{ended:?}");
+    assert!(
+        !rest
+            .iter()
+            .any(|e| matches!(e.event, Some(Event::Error(_)))),
+        "{rest:?}"
+    );
     let status = wait_for_exit(&mut service.child, Duration::from_secs(10)).await;
-
-    match rest.last().and_then(|e| e.event.clone()) {
-        Some(Event::Error(error)) => assert_eq!(error.code, "shutdown"),
-        other => panic!("expected the shutdown error, got {other:?}"),
-    }
     assert!(
         status.is_some_and(|s| s.success()),
         "exit status: {status:?}; service log:\n{}",
         std::fs::read_to_string(&service.log).unwrap_or_default()
     );
+
+    let restarted = spawn_service(dir.path(), &llm).await;
+    let mut client = client(&restarted).await;
+    let mut replay = client
+        .attach(pb::AttachRequest {
+            message_id: seen[0].message_id.clone(),
+            after_seq: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = Vec::new();
+    while let Some(event) = replay.message().await.unwrap() {
+        events.push(event);
+    }
+    assert_eq!(&events[..seen.len()], &seen[..]);
+    let restarted_round = events.iter().find_map(|e| match &e.event {
+        Some(Event::RoundRestarted(restarted)) => Some(restarted.clone()),
+        _ => None,
+    });
+    assert_eq!(restarted_round.unwrap().reason, "handed_over");
+    let Some(Event::End(end)) = &events.last().unwrap().event else {
+        panic!("the run ends normally: {events:?}");
+    };
+    assert_eq!(end.answer, "Done after the restart.");
+    let read = message(&mut client, seen[0].message_id.clone()).await;
+    assert_eq!(read.status, pb::MessageStatus::Completed as i32);
 }

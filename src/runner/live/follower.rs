@@ -113,7 +113,7 @@ impl Follower {
             }
             let Some(live) = self.live.as_mut() else {
                 if self.was_live {
-                    self.lost = Some(RunError::EventsLost);
+                    self.lost = Some(self.why_cut_off().await);
                 } else {
                     self.await_elsewhere().await;
                 }
@@ -164,6 +164,17 @@ impl Follower {
                     self.refill().await;
                 }
             }
+        }
+    }
+
+    /// Why a run this process held left without its last event: handed over to another
+    /// process (the client attaches again), or its last events could not be stored.
+    async fn why_cut_off(&self) -> RunError {
+        match self.store.get_message(&self.tenant, self.message).await {
+            Ok(Some(message)) if message.handed_over && !message.status.is_terminal() => {
+                RunError::HandedOver
+            }
+            _ => RunError::EventsLost,
         }
     }
 

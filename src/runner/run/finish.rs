@@ -29,7 +29,7 @@ pub fn conclude(
     message.updated_at = crate::domain::now();
     match outcome {
         Ok(reason) => end(message, MessageStatus::Completed, reason),
-        Err(Halt::Cancelled) if shutting_down => fail(
+        Err(Halt::Cancelled | Halt::HandedOver) if shutting_down => fail(
             message,
             MessageStatus::Interrupted,
             RunFailure {
@@ -37,7 +37,9 @@ pub fn conclude(
                 message: "the service shut down while the run was in progress".to_owned(),
             },
         ),
-        Err(Halt::Cancelled) => end(message, MessageStatus::Cancelled, FinishReason::Cancelled),
+        Err(Halt::Cancelled | Halt::HandedOver) => {
+            end(message, MessageStatus::Cancelled, FinishReason::Cancelled)
+        }
         Err(Halt::Failed(failure)) => fail(message, MessageStatus::Failed, failure),
     }
 }

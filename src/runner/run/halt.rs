@@ -15,6 +15,9 @@ pub enum Halt {
     Cancelled,
     /// Something failed; recorded on the message and sent as the `error` event.
     Failed(RunFailure),
+    /// The process is stopping and the run reached the end of a step: it is left for
+    /// another to go on with.
+    HandedOver,
 }
 
 impl Halt {

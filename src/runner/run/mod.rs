@@ -72,6 +72,9 @@ pub struct Control {
     pub cancel: CancellationToken,
     /// Fires on shutdown only, to tell an interruption from a cancel.
     pub shutdown: CancellationToken,
+    /// Fires when the process starts to stop and hands its runs over: the run stops at the
+    /// end of its step.
+    pub draining: CancellationToken,
     /// Where the caller's tool results arrive.
     pub mailbox: Mailbox,
     /// Keeps the run in the live registry until the task ends.
@@ -204,6 +207,7 @@ impl RunTask {
         };
         let mut repairing = false;
         for position in first.. {
+            self.check_draining()?;
             // A repair round offers no tools: it only corrects the answer.
             let last = repairing || position >= max_rounds;
             let tools: &[OfferedTool] = if last { &[] } else { &offered };
@@ -231,6 +235,14 @@ impl RunTask {
             }
         }
         Ok(FinishReason::MaxIterations)
+    }
+
+    /// Stops the run between steps once the process hands its runs over.
+    fn check_draining(&self) -> Result<(), Halt> {
+        match self.control.draining.is_cancelled() {
+            true => Err(Halt::HandedOver),
+            false => Ok(()),
+        }
     }
 
     /// Checks the last answer against the output schema, keeping the document it holds.
@@ -333,6 +345,9 @@ impl RunTask {
         if last {
             return Ok(RoundEnd::LimitReached);
         }
+        // The decision is durable: a run handed over here has its calls made by the next
+        // owner, none of them started.
+        self.check_draining()?;
         RoundTools {
             tools: &self.agent.tools,
             settings: &self.settings,
@@ -464,6 +479,11 @@ impl RunTask {
     /// Writes the message's final state, then sends the last event and waits until every
     /// event is published. Returns what keeps the run registered.
     async fn finish(mut self, outcome: Result<FinishReason, Halt>) -> Registration {
+        let stopping = matches!(outcome, Err(Halt::HandedOver))
+            || (matches!(outcome, Err(Halt::Cancelled)) && self.control.shutdown.is_cancelled());
+        if stopping && self.settings.hand_over && !self.recorder.events_failed() {
+            return self.release().await;
+        }
         // While the store refuses its records, a run ends only once they are committed or
         // the write timeout has passed: it does not call itself done with nothing durable.
         self.recorder.settle_if_failing().await;

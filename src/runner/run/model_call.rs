@@ -181,6 +181,7 @@ impl RunTask {
                 Some(err.code())
             }
             Err(Failure::Stop(Halt::Cancelled)) => Some("cancelled"),
+            Err(Failure::Stop(Halt::HandedOver)) => Some("handed_over"),
             Err(Failure::Stop(Halt::Failed(failure))) => {
                 span.record("otel.status_description", failure.message.as_str());
                 Some("run_failed")

@@ -35,6 +35,8 @@ pub struct Resume {
     pub void_from: Option<u64>,
     /// Calls whose start is durable: perhaps made, so never made again.
     pub started: HashSet<String>,
+    /// Whether the run's owner handed it over (stopping) rather than being lost.
+    pub handed_over: bool,
 }
 
 impl Resume {
@@ -98,6 +100,7 @@ pub fn rebuild(mut thoughts: Vec<Thought>, events: &[EventEnvelope]) -> Resumpti
             next_position,
             void_from,
             started,
+            handed_over: false,
         },
         last_seq: events.last().map_or(0, |event| event.seq),
     }

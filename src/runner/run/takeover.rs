@@ -10,8 +10,11 @@ use crate::domain::{FinishReason, RunEvent};
 use crate::runner::budget;
 use crate::tools::OfferedTool;
 
-/// Why a run was taken over, as `round_restarted` says it.
+/// Why a run was taken over, as `round_restarted` says it: its owner was lost.
 pub const OWNER_LOST: &str = "owner_lost";
+
+/// … or its owner stopped and handed it over.
+pub const HANDED_OVER: &str = "handed_over";
 
 /// Where the loop goes on after a takeover.
 pub enum PickUp {
@@ -22,6 +25,20 @@ pub enum PickUp {
 }
 
 impl RunTask {
+    /// Leaves the run, still running, for another process to go on with: what it emitted
+    /// is committed with the message marked handed over, and nothing ends it; its
+    /// followers here are told to attach again.
+    pub(super) async fn release(mut self) -> crate::runner::live::Registration {
+        self.recorder.settle_if_failing().await;
+        self.message.handed_over = true;
+        self.message.updated_at = crate::domain::now();
+        self.recorder.message(&self.message);
+        self.recorder.close().await;
+        self.metrics.run_handed_over();
+        tracing::info!("the run is handed over: another process goes on with it");
+        self.control.registration
+    }
+
     /// The task goes on from `resumption` (the records a lost owner made durable) instead
     /// of starting: its events continue the stored `seq`.
     pub fn resuming(mut self, resumption: Resumption) -> Self {
@@ -48,7 +65,11 @@ impl RunTask {
         self.recorder.announce(RunEvent::RoundRestarted {
             position: resume.position(),
             discard_from_seq: resume.void_from.unwrap_or(own_seq),
-            reason: OWNER_LOST.to_owned(),
+            reason: match resume.handed_over {
+                true => HANDED_OVER,
+                false => OWNER_LOST,
+            }
+            .to_owned(),
         });
         tracing::info!(
             position = resume.position(),

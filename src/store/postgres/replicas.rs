@@ -264,7 +264,7 @@ impl Postgres {
             };
             match crate::store::fate(&message, adoption, why) {
                 Fate::Adopt => {
-                    message.takeovers += 1;
+                    let handed_over = crate::store::adopt(&mut message);
                     let epoch = self.adopt(&mut tx, &tenant, &message).await?;
                     let tenant = Tenant::parse(&tenant).ok_or_else(|| StoreError::Backend {
                         category: Category::Corrupt,
@@ -277,6 +277,7 @@ impl Postgres {
                             owner: self.identity.id.clone(),
                             epoch,
                         },
+                        handed_over,
                     });
                 }
                 Fate::End(code, why) => {

@@ -500,12 +500,13 @@ impl Embedded {
                         .insert(index_key, message.id.as_bytes().as_slice())?;
                     match crate::store::fate(&message, adoption, crate::store::STOPPED) {
                         crate::store::Fate::Adopt => {
-                            message.takeovers += 1;
+                            let handed_over = crate::store::adopt(&mut message);
                             self.update_message(&tenant, &message)?;
                             swept.adopted.push(crate::store::Adopted {
                                 tenant,
                                 message: id,
                                 fence: crate::store::Fence::local(),
+                                handed_over,
                             });
                         }
                         crate::store::Fate::End(code, why) => {
