@@ -199,12 +199,24 @@ async fn follow(
     let mut conversation_id = None;
     let mut outcome = None;
     let mut cancelling = false;
+    let mut last_seq = 0;
     loop {
         tokio::select! {
             next = stream.message() => {
-                let Some(event) = next.map_err(status_error)? else { break };
+                let next = match (next, &message_id) {
+                    // The server stopped and handed the run over: follow it again from the
+                    // last event shown, wherever it now runs.
+                    (Err(status), Some(id)) if status.code() == tonic::Code::Unavailable => {
+                        printer.note(&format!("{}; following the run again from event {last_seq}…", status.message()));
+                        stream = reattach(client, id, last_seq, interrupts).await?;
+                        continue;
+                    }
+                    (next, _) => next.map_err(status_error)?,
+                };
+                let Some(event) = next else { break };
                 message_id.get_or_insert_with(|| event.message_id.clone());
                 conversation_id.get_or_insert_with(|| event.conversation_id.clone());
+                last_seq = event.seq;
                 printer.event(&event)?;
                 outcome = outcome_of(&event).or(outcome);
             }
@@ -226,6 +238,40 @@ async fn follow(
         outcome,
         conversation_id,
     })
+}
+
+/// How long the CLI tries to follow a handed-over run again before giving up.
+const REATTACH_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Attaches to `message_id` after `after_seq` again, every second while the server is
+/// unavailable (restarting, or its peer not yet going on with the run), for up to
+/// [`REATTACH_FOR`]; Ctrl-C gives up.
+async fn reattach(
+    client: &mut Agents,
+    message_id: &str,
+    after_seq: u64,
+    interrupts: &mut Interrupts,
+) -> anyhow::Result<tonic::Streaming<pb::RunEvent>> {
+    let started = tokio::time::Instant::now();
+    loop {
+        let opened = client
+            .attach(pb::AttachRequest {
+                message_id: message_id.to_owned(),
+                after_seq,
+            })
+            .await;
+        match opened {
+            Ok(stream) => return Ok(stream.into_inner()),
+            Err(status)
+                if status.code() == tonic::Code::Unavailable
+                    && started.elapsed() < REATTACH_FOR => {}
+            Err(status) => return Err(status_error(status)),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+            () = interrupts.next() => anyhow::bail!("stopped following the run"),
+        }
+    }
 }
 
 /// How the run ended, when `event` is its end.

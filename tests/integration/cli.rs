@@ -10,7 +10,9 @@ use agent_runner::pb;
 use serde_json::Value;
 
 use crate::auth::{auth_server, create_key, limits};
-use crate::support::process::{agent_runner, agent_runner_with, wait_for_exit};
+use crate::support::process::{
+    agent_runner, agent_runner_with, spawn_service, spawn_service_at, wait_for_exit,
+};
 use crate::support::STREAMING_MODEL;
 use crate::support::{message, FakeOpenAi, Reply, ScriptedCall, TestServer, PROVIDER};
 
@@ -242,6 +244,86 @@ async fn ctrl_c_cancels_the_run() {
     let message_id = word_after(&shown, "message");
     let stored = message(&mut server.agents().await, message_id).await;
     assert_eq!(stored.status, pb::MessageStatus::Cancelled as i32);
+}
+
+/// A `run` whose server stops (SIGTERM) follows the run again once the server is back,
+/// from the last event it showed: the handed-over run's end is shown and the CLI exits 0.
+#[tokio::test]
+async fn run_follows_a_handed_over_run_after_the_server_restarts() {
+    let llm = FakeOpenAi::start(vec![
+        Reply::Stall(vec!["Half"]),
+        Reply::text(&["Whole answer."], (2, 2)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut service = spawn_service(dir.path(), &llm).await;
+    let addr = service.addr;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-runner"))
+        .args(["run", "Answer", "-m", &model(), "--json"])
+        .args(["--addr", &addr.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = {
+        let seen = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buffer) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock().unwrap().extend_from_slice(&buffer[..n]);
+            }
+        })
+    };
+    for _ in 0..250 {
+        if text(&seen.lock().unwrap()).contains("Half") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(text(&seen.lock().unwrap()).contains("Half"));
+
+    let stopped = Command::new("kill")
+        .args(["-TERM", &service.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    wait_for_exit(&mut service.child, Duration::from_secs(10))
+        .await
+        .expect("the server stops");
+    let _restarted = spawn_service_at(dir.path(), &llm, addr).await;
+    let status = wait_for_exit(&mut child, Duration::from_secs(30))
+        .await
+        .expect("the CLI exits");
+    reader.join().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("following the run again"), "{stderr}");
+    let shown = text(&seen.lock().unwrap());
+    let events: Vec<Value> = shown
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "{shown}");
+    assert!(
+        events.iter().any(|e| e["type"] == "round_restarted"),
+        "{shown}"
+    );
+    let end = events.last().unwrap();
+    assert_eq!(end["type"], "end", "{shown}");
+    assert_eq!(end["answer"], "Whole answer.");
 }
 
 /// Exit codes a script can use: 1 for a failed run (its error shown) and for a refusal

@@ -271,3 +271,62 @@ async fn a_call_in_flight_when_its_owner_dies_is_never_made_twice() {
     let prompt = llm.requests()[1].to_string();
     assert!(prompt.contains("tool_outcome_unknown"), "{prompt}");
 }
+
+/// SIGTERM of an owner mid-answer: it stops taking runs, cuts the step still going after
+/// its grace period and exits cleanly; its client's stream ends `UNAVAILABLE` with no
+/// `error` event; a peer goes on with the run (told as a hand-over), and a follower there
+/// sees it finish with no `error` event.
+#[tokio::test]
+async fn a_stopping_owner_hands_its_run_to_a_peer() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![
+        Reply::Stall(vec!["Half"]),
+        Reply::calls(&["Finished on the peer."], Vec::new(), (4, 2)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let mut a = replica(dir.path(), &llm, &database, &key, "a").await;
+    let b = replica(dir.path(), &llm, &database, &key, "b").await;
+    let (mut owner_stream, seen) = started(&a, "answer").await;
+    let id = seen[0].message_id.clone();
+    let mut on_peer = attach(&b, &id, 0).await;
+
+    signal(&a, "TERM");
+    let cut = loop {
+        match owner_stream.message().await {
+            Ok(Some(event)) => assert!(!matches!(event.event, Some(Event::Error(_)))),
+            Ok(None) => panic!("the owner's stream ends with UNAVAILABLE"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(cut.code(), tonic::Code::Unavailable, "{cut:?}");
+    let exited =
+        crate::support::process::wait_for_exit(&mut a.child, Duration::from_secs(10)).await;
+    assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
+
+    let followed = read_within(&mut on_peer, Duration::from_secs(20)).await;
+    assert_eq!(&followed[..seen.len()], &seen[..]);
+    assert!(!followed
+        .iter()
+        .any(|e| matches!(e.event, Some(Event::Error(_)))));
+    let restarted = followed.iter().find_map(|e| match &e.event {
+        Some(Event::RoundRestarted(restarted)) => Some(restarted.clone()),
+        _ => None,
+    });
+    assert_eq!(restarted.unwrap().reason, "handed_over");
+    let Some(Event::End(end)) = &followed.last().unwrap().event else {
+        panic!("the run ends normally: {followed:?}");
+    };
+    assert_eq!(end.answer, "Finished on the peer.");
+    assert_eq!(
+        database
+            .count("messages WHERE record LIKE '%\"takeovers\"%'")
+            .await,
+        0,
+        "a hand-over is not a takeover"
+    );
+}

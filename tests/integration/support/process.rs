@@ -102,7 +102,23 @@ pub async fn spawn_on_default(dir: &Path, env: &[(&str, String)]) -> Service {
 }
 
 async fn spawn_serving(dir: &Path, args: &[&str], env: &[(&str, String)]) -> Service {
-    let addr = free_port();
+    spawn_serving_at(dir, free_port(), args, env).await
+}
+
+/// [`spawn_service`] listening on `addr` (a restart where clients expect it).
+pub async fn spawn_service_at(dir: &Path, llm: &FakeOpenAi, addr: SocketAddr) -> Service {
+    let config = dir.join("config.toml");
+    std::fs::write(&config, config_toml(&llm.base_url(), &dir.join("data"))).unwrap();
+    let config = config.display().to_string();
+    spawn_serving_at(dir, addr, &["--config", &config], &[]).await
+}
+
+async fn spawn_serving_at(
+    dir: &Path,
+    addr: SocketAddr,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> Service {
     let log = dir.join(format!("service-{}.log", addr.port()));
     let child = Command::new(env!("CARGO_BIN_EXE_agent-runner"))
         .args(["serve", "--listen", &addr.to_string()])
