@@ -14,6 +14,7 @@ mod measure;
 mod otlp;
 mod processes;
 mod replicas;
+mod takeover;
 
 use std::time::Duration;
 
@@ -45,6 +46,10 @@ enum Preset {
     /// 10000 slow streams (1 s to first token, 50 ms per chunk) over three replicas, each
     /// followed live on the next (needs --database-url).
     ReplicaStreams,
+    /// Three replicas; the first, holding 12 runs mid-answer, is killed: how long until each
+    /// run's first event from its new owner, and an idle replica's CPU (needs
+    /// --database-url).
+    Takeover,
 }
 
 #[derive(Debug, Parser)]
@@ -121,7 +126,8 @@ fn case(
         | Preset::Long
         | Preset::Hostile
         | Preset::Replicas
-        | Preset::ReplicaStreams => return None,
+        | Preset::ReplicaStreams
+        | Preset::Takeover => return None,
     })
 }
 
@@ -177,6 +183,9 @@ async fn run_presets(
     admin_token: Option<&str>,
     sink: Option<&otlp::Sink>,
 ) -> anyhow::Result<()> {
+    if presets.contains(&Preset::Takeover) {
+        run_takeover_case(args, service_env).await?;
+    }
     if presets.contains(&Preset::Hostile) {
         if !args.json {
             println!("| input | answer | RSS before | peak | RSS after | also |\n|---|---|---|---|---|---|");
@@ -230,6 +239,7 @@ async fn run_presets(
                     | Preset::Hostile
                     | Preset::Replicas
                     | Preset::ReplicaStreams
+                    | Preset::Takeover
             )
         })
         .collect();
@@ -288,6 +298,42 @@ async fn run_presets(
     } else {
         measure::print_table(&medians);
     }
+    Ok(())
+}
+
+/// The `takeover` case, repeated `--repeats` times on fresh processes; prints each sitting
+/// and the medians.
+async fn run_takeover_case(args: &Args, service_env: &[(String, String)]) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        service_env
+            .iter()
+            .any(|(name, _)| name == "AGENT_RUNNER_DATABASE_URL"),
+        "the takeover case needs --database-url"
+    );
+    let mut env = service_env.to_vec();
+    if let Some(nats) = &args.nats_url {
+        env.push(("AGENT_RUNNER_NATS_URL".into(), nats.clone()));
+    }
+    let mut reports = Vec::new();
+    for _ in 0..args.repeats.max(1) {
+        let report = takeover::run_takeover(&env).await?;
+        eprintln!("{}", serde_json::to_string(&report)?);
+        reports.push(report);
+    }
+    let median = |value: fn(&takeover::TakeoverReport) -> f64| {
+        let values = measure::sorted(reports.iter().map(value).collect());
+        measure::percentile(&values, 50.0)
+    };
+    println!("| runs | lease | finished | takeover p50 / p99 | idle replica CPU |\n|---|---|---|---|---|");
+    println!(
+        "| {} | {} s | {} | {:.2} / {:.2} s | {:.2} ms/s |",
+        reports[0].runs,
+        reports[0].lease_secs,
+        reports.iter().map(|r| r.finished).min().unwrap_or(0),
+        median(|r| r.takeover_p50_s),
+        median(|r| r.takeover_p99_s),
+        median(|r| r.idle_cpu_ms_per_s),
+    );
     Ok(())
 }
 

@@ -24,6 +24,12 @@ impl Process {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Kills it at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for Process {
