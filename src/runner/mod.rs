@@ -85,6 +85,9 @@ pub struct Runner {
     metrics: Arc<Metrics>,
     /// Where replicas tell each other of committed events and kept commands.
     bus: Arc<dyn crate::cluster::Bus>,
+    /// Held while commands are taken, and while runs taken over are started, so no
+    /// command for a run taken over is taken before the run is here to get it.
+    taking: Arc<tokio::sync::Mutex<()>>,
 }
 
 // Runs are started, followed and stopped here; everything else a run does happens in its
@@ -109,6 +112,7 @@ impl Runner {
             tracker: TaskTracker::new(),
             metrics: Arc::default(),
             bus: Arc::new(crate::cluster::Silent::default()),
+            taking: Arc::default(),
         }
     }
 

@@ -106,10 +106,18 @@ impl Runner {
     }
 
     /// Takes the commands kept for the runs this replica holds and hands each to its run;
-    /// returns how many it took.
+    /// returns how many it took. Not while runs taken over are being started: their
+    /// commands would find no run here yet, and be lost.
     pub async fn take_commands(&self) -> Result<usize, RunError> {
+        let _taking = self.taking.lock().await;
         let taken = self.store.take_commands().await?;
         let count = taken.len();
+        self.dispatch(taken);
+        Ok(count)
+    }
+
+    /// Hands each command taken to its run here.
+    pub(super) fn dispatch(&self, taken: Vec<crate::store::TakenCommand>) {
         for taken in taken {
             let Some(run) = self.live.get(&taken.tenant, taken.message) else {
                 continue;
@@ -127,7 +135,6 @@ impl Runner {
                 tracing::info!(error = %err, message_id = %taken.message, "a delivery from another replica came too late");
             }
         }
-        Ok(count)
     }
 
     /// Takes commands whenever a peer wakes this replica for one, and every

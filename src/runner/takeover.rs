@@ -4,7 +4,9 @@
 
 use super::spec::{RunSpec, StoredSpec};
 use super::{prepare, run, Launch, RunError, Runner};
-use crate::domain::{EventEnvelope, Message, MessageStatus, RunEvent, RunFailure, TenantLimits};
+use crate::domain::{
+    EventEnvelope, Message, MessageStatus, RunCommand, RunEvent, RunFailure, TenantLimits,
+};
 use crate::store::{Adopted, Adoption, Burst, Record};
 use crate::telemetry::TraceParent;
 
@@ -22,13 +24,33 @@ impl Runner {
     /// here from its last durable round; one that cannot (its agent names what no longer
     /// exists, say) ends as failed, saying why.
     pub async fn adopt_orphans(&self, adoption: Adoption) -> Result<Adoptions, RunError> {
+        let _taking = self.taking.lock().await;
         let swept = self.store.take_orphans(adoption).await?;
         let mut adoptions = Adoptions {
             interrupted: swept.interrupted,
             resumed: 0,
         };
+        if swept.adopted.is_empty() {
+            return Ok(adoptions);
+        }
+        // Commands kept while the runs had no owner are now this replica's: a cancel
+        // among them wins over resuming its run.
+        let (theirs, others): (Vec<_>, Vec<_>) = self
+            .store
+            .take_commands()
+            .await?
+            .into_iter()
+            .partition(|taken| {
+                swept
+                    .adopted
+                    .iter()
+                    .any(|a| a.message == taken.message && a.tenant == taken.tenant)
+            });
         for adopted in swept.adopted {
-            match self.resume(adopted.clone()).await {
+            let cancelled = theirs.iter().any(|taken| {
+                taken.message == adopted.message && matches!(taken.command, RunCommand::Cancel)
+            });
+            match self.resume(adopted.clone(), cancelled).await {
                 Ok(()) => adoptions.resumed += 1,
                 Err(err) => {
                     tracing::error!(error = %err, message_id = %adopted.message, "a run taken over cannot go on; it ends");
@@ -37,6 +59,7 @@ impl Runner {
                 }
             }
         }
+        self.dispatch(others);
         Ok(adoptions)
     }
 
@@ -86,8 +109,9 @@ impl Runner {
     }
 
     /// Resumes one run taken over: its spec, agent and records read back, its task
-    /// started under the new fence; a cancel kept for it before is applied first.
-    async fn resume(&self, adopted: Adopted) -> Result<(), RunError> {
+    /// started under the new fence; `cancelled` when a cancel was kept for it meanwhile,
+    /// so it ends `CANCELLED` before anything is made again.
+    async fn resume(&self, adopted: Adopted, cancelled: bool) -> Result<(), RunError> {
         let Adopted {
             tenant,
             message: id,
@@ -114,6 +138,9 @@ impl Runner {
         let cancel = self.run_token();
         let stored = stored.ok_or(RunError::NotResumable)?;
         let spec = resumed_spec(tenant, &message, stored, &cancel);
+        if cancelled {
+            cancel.cancel();
+        }
         let agent = prepare::prepare_resumed(
             &self.store,
             &self.models,
@@ -131,8 +158,6 @@ impl Runner {
             fence,
             resumption: Some(resumption),
         });
-        // A cancel kept while the run had no owner wins over resuming it.
-        self.take_commands().await?;
         Ok(())
     }
 }

@@ -25,7 +25,7 @@ use crate::support::{message, run_request, FakeOpenAi, Reply, ScriptedCall};
 /// `kill -9` of the owner of 12 runs mid-answer: each run, attached on a peer from `seq`
 /// 0, shows every event its owner's client saw, then `round_restarted` voiding the cut
 /// text within 15 s of the kill, then the round made again and `end`, `seq` 1..n without
-/// gap or repeat; none is left running.
+/// gap or repeat; none is left running, and the tenant's tokens are the runs' usage, once.
 #[tokio::test]
 async fn the_runs_of_a_killed_owner_all_finish_on_its_peers() {
     const RUNS: usize = 12;
@@ -81,6 +81,7 @@ async fn the_runs_of_a_killed_owner_all_finish_on_its_peers() {
             (seen, events, went_on)
         });
     let mut ids = Vec::new();
+    let mut tokens = 0;
     for (seen, events, went_on) in futures::future::join_all(finished).await {
         assert_eq!(
             &events[..seen.len()],
@@ -103,8 +104,17 @@ async fn the_runs_of_a_killed_owner_all_finish_on_its_peers() {
             panic!("the run ends normally: {events:?}");
         };
         assert_eq!(end.answer, "Whole answer");
+        tokens += end.usage.as_ref().map_or(0, |usage| usage.total_tokens);
         ids.push(seen[0].message_id.clone());
     }
+    let counted = database
+        .number("SELECT COALESCE(sum(tokens), 0)::bigint FROM tenant_usage")
+        .await;
+    assert!(tokens > 0);
+    assert_eq!(
+        counted, tokens as i64,
+        "tenant tokens equal the runs' usage"
+    );
     for id in ids {
         let read = message(&mut client(&b).await, id).await;
         assert_eq!(read.status, pb::MessageStatus::Completed as i32);
@@ -329,4 +339,45 @@ async fn a_stopping_owner_hands_its_run_to_a_peer() {
         0,
         "a hand-over is not a takeover"
     );
+}
+
+/// A cancel sent while the run's owner is dead is kept, and wins: the peer that takes the
+/// run over ends it `CANCELLED` without calling the model again, and `Cancel` says so.
+#[tokio::test]
+async fn a_cancel_sent_while_the_owner_is_dead_wins_over_resuming() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![
+        Reply::Stall(vec!["Half"]),
+        Reply::calls(&["Never asked."], Vec::new(), (4, 2)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let mut a = replica(dir.path(), &llm, &database, &key, "a").await;
+    let b = replica(dir.path(), &llm, &database, &key, "b").await;
+    let (_owner_stream, seen) = started(&a, "answer").await;
+    let id = seen[0].message_id.clone();
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    let cancelled = client(&b)
+        .await
+        .cancel(pb::CancelRequest {
+            message_id: id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(cancelled.status, pb::MessageStatus::Cancelled as i32);
+    let read = message(&mut client(&b).await, id.clone()).await;
+    assert_eq!(read.status, pb::MessageStatus::Cancelled as i32);
+    let events = read_within(&mut attach(&b, &id, 0).await, Duration::from_secs(5)).await;
+    let Some(Event::End(end)) = &events.last().unwrap().event else {
+        panic!("the run ends cancelled: {events:?}");
+    };
+    assert_eq!(end.finish_reason, pb::FinishReason::Cancelled as i32);
+    assert_eq!(llm.requests().len(), 1, "the model is not asked again");
 }

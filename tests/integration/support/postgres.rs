@@ -60,6 +60,17 @@ impl TestDatabase {
         &self.name
     }
 
+    /// The number `query` (one row, one column) answers.
+    pub async fn number(&self, query: &str) -> i64 {
+        let mut connection = PgConnection::connect(&self.url()).await.unwrap();
+        let (number,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(query.to_owned()))
+            .fetch_one(&mut connection)
+            .await
+            .unwrap();
+        let _ = connection.close().await;
+        number
+    }
+
     /// Counts the rows of `table`.
     pub async fn count(&self, table: &str) -> i64 {
         let mut connection = PgConnection::connect(&self.url()).await.unwrap();
