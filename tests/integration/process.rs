@@ -15,8 +15,8 @@ use crate::support::{FakeOpenAi, Reply, ScriptedCall};
 /// After `kill -9` mid-answer and a restart, the run goes on from its last durable round:
 /// every event the client had received is still there byte for byte, then
 /// `round_restarted` voids the cut round's text, the round is made again, and the run
-/// ends with `seq` gap-free, the finished tool call not made again, and the void text
-/// gone from the answer.
+/// ends with `seq` gap-free, the finished tool call not made again, the void text gone
+/// from the answer, and the cut call counted as estimated usage.
 #[tokio::test]
 async fn sigkill_mid_answer_resumes_after_a_restart() {
     let llm = FakeOpenAi::start(vec![
@@ -85,6 +85,10 @@ async fn sigkill_mid_answer_resumes_after_a_restart() {
     };
     assert_eq!(end.answer, "Working.\nIt is 25.");
     assert_eq!(end.iterations, 2);
+    // The rounds' reported 4 and 6 tokens, and the cut call's estimate besides.
+    let usage = end.usage.clone().unwrap();
+    assert!(usage.estimated, "{usage:?}");
+    assert!(usage.total_tokens > 10, "{usage:?}");
     let message = message(&mut client, message_id.clone()).await;
     assert_eq!(message.status, pb::MessageStatus::Completed as i32);
     assert_eq!(message.answer, end.answer);

@@ -33,6 +33,8 @@ pub struct Resume {
     pub next_position: u32,
     /// The first `seq` of the cut round's answer text, now void; `None` when it showed none.
     pub void_from: Option<u64>,
+    /// The void text: what the cut model call had written, counted as its estimated usage.
+    pub void_text: String,
     /// Calls whose start is durable: perhaps made, so never made again.
     pub started: HashSet<String>,
     /// Whether the run's owner handed it over (stopping) rather than being lost.
@@ -79,10 +81,12 @@ pub fn rebuild(mut thoughts: Vec<Thought>, events: &[EventEnvelope]) -> Resumpti
         )
     });
     let mut void_from = None;
+    let mut void_text = String::new();
     for (index, event) in events.iter().enumerate() {
         if let RunEvent::AnswerDelta { text } = &event.event {
             if cut_begins.is_some_and(|begins| index > begins) {
                 void_from.get_or_insert(event.seq);
+                void_text.push_str(text);
             } else {
                 state.restore_shown(text);
             }
@@ -99,6 +103,7 @@ pub fn rebuild(mut thoughts: Vec<Thought>, events: &[EventEnvelope]) -> Resumpti
             cut,
             next_position,
             void_from,
+            void_text,
             started,
             handed_over: false,
         },
@@ -198,6 +203,7 @@ mod tests {
         assert_eq!(resumed.resume.next_position, 2);
         assert_eq!(resumed.resume.position(), 2);
         assert_eq!(resumed.resume.void_from, Some(5));
+        assert_eq!(resumed.resume.void_text, "The answer is");
         assert_eq!(resumed.resume.cut.map(|t| t.id), Some(cut.id));
         assert!(resumed.resume.decided.is_none());
         assert_eq!(

@@ -140,6 +140,11 @@ impl RunState {
         }
     }
 
+    /// Adds the estimated usage of a model call cut with its owner, which no round keeps.
+    pub fn add_cut_usage(&mut self, usage: &Usage) {
+        self.usage.add(usage);
+    }
+
     /// Counts `text` as shown before the run was taken over.
     pub fn restore_shown(&mut self, text: &str) {
         self.shown.push_str(text);

@@ -25,6 +25,26 @@ pub enum PickUp {
 }
 
 impl RunTask {
+    /// Counts the model call the lost owner was making when it was cut (its prompt, and
+    /// the text it had shown) as estimated usage: the round made again is counted in full
+    /// besides.
+    fn count_cut_call(&mut self, resume: &Resume, offered: &[OfferedTool], max_rounds: u32) {
+        if resume.void_text.is_empty() {
+            return;
+        }
+        let last = resume.next_position >= max_rounds;
+        let tools: &[OfferedTool] = if last { &[] } else { offered };
+        let strategy = &self.agent.strategy;
+        let request = strategy.build_request(&self.context, self.state.rounds(), tools);
+        let tokenizer = self.agent.model.info.tokenizer;
+        let tokens = crate::domain::TokenUsage::estimated(
+            tokenizer.count_request(&request) as u64,
+            tokenizer.count_text(&resume.void_text) as u64,
+        );
+        let usage = self.agent.model.info.pricing.usage(tokens, 0.0);
+        self.state.add_cut_usage(&usage);
+    }
+
     /// Leaves the run, still running, for another process to go on with: what it emitted
     /// is committed with the message marked handed over, and nothing ends it; its
     /// followers here are told to attach again.
@@ -61,6 +81,7 @@ impl RunTask {
             strategy.build_request(c, rounds, offered)
         })
         .map_err(overflow)?;
+        self.count_cut_call(&resume, offered, max_rounds);
         let own_seq = self.recorder.next_seq();
         self.recorder.announce(RunEvent::RoundRestarted {
             position: resume.position(),
