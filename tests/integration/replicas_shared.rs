@@ -9,7 +9,7 @@ use agent_runner::store::SecretKey;
 use crate::support::postgres::TestDatabase;
 use crate::support::process::{client, Service};
 use crate::support::replicas::*;
-use crate::support::{read_until_delta, run_request};
+use crate::support::{read_until_delta, run_request, RunRequestExt};
 use crate::support::{FakeOpenAi, Reply};
 
 fn order_lookup() -> pb::ClientTool {
@@ -39,9 +39,9 @@ async fn until_required(stream: &mut tonic::Streaming<pb::RunEvent>) -> Vec<pb::
 
 on_both_buses!(commands_reach_the_run: commands_sent_to_a_peer_reach_the_run_over_nats, commands_sent_to_a_peer_reach_the_run_without_nats);
 
-/// Tool outputs, cancels and deletes sent to a replica that does not hold the run: they
-/// are refused as the owner would refuse them, or kept and carried out by the owner; an
-/// idempotency key sent to two replicas at once starts one run.
+/// Tool outputs, approvals, cancels and deletes sent to a replica that does not hold the
+/// run: they are refused as the owner would refuse them, or kept and carried out by the
+/// owner; an idempotency key sent to two replicas at once starts one run.
 async fn commands_reach_the_run(bus: &Bus) {
     let Some(database) = TestDatabase::create().await else {
         return;
@@ -59,6 +59,16 @@ async fn commands_reach_the_run(bus: &Bus) {
         Reply::text(&["Order A1 has shipped."], (1, 1)),
         Reply::Stall(vec!["Almost"]),
         slow(20, 100),
+        Reply::calls(
+            &[],
+            vec![crate::support::ScriptedCall::new(
+                "gated",
+                "eval_expression",
+                &["{\"expression\": \"6*7\"}"],
+            )],
+            (1, 1),
+        ),
+        Reply::text(&["It is 42."], (1, 1)),
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
@@ -144,6 +154,42 @@ async fn commands_reach_the_run(bus: &Bus) {
     let second = read_within(&mut second, Duration::from_secs(20)).await;
     assert_eq!(first[0].message_id, second[0].message_id);
     assert_eq!(first, second, "the second caller follows the one run");
+
+    // Approvals through the peer: an unknown call is refused as the owner refuses it; the
+    // decision resumes the run on its owner, and the approved call runs.
+    let gated =
+        run_request("6*7?", &[("maths", "eval_expression")]).needs_approval("eval_expression");
+    let mut stream = client(&a).await.run(gated).await.unwrap().into_inner();
+    let mut events = Vec::new();
+    while let Some(event) = stream.message().await.unwrap() {
+        let asked = matches!(event.event, Some(pb::run_event::Event::ApprovalRequired(_)));
+        events.push(event);
+        if asked {
+            break;
+        }
+    }
+    let id = events[0].message_id.clone();
+    let decide = |call: &str| pb::ApproveToolCallsRequest {
+        message_id: id.clone(),
+        decisions: vec![pb::ToolCallDecision {
+            tool_call_id: call.into(),
+            approve: true,
+            reason: String::new(),
+        }],
+    };
+    let refused = peer.approve_tool_calls(decide("nope")).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    peer.approve_tool_calls(decide("gated")).await.unwrap();
+    events.extend(read_within(&mut stream, Duration::from_secs(10)).await);
+    match &events.last().unwrap().event {
+        Some(pb::run_event::Event::End(end)) => assert_eq!(end.answer, "It is 42."),
+        other => panic!("the approved run did not complete: {other:?}"),
+    }
+    let ran = events.iter().find_map(|event| match &event.event {
+        Some(pb::run_event::Event::ToolFinished(finished)) => finished.tool_call.clone(),
+        _ => None,
+    });
+    assert_eq!(ran.unwrap().observation, "42");
 }
 
 /// An API key made, or revoked, on one replica is in force on another within a second;
