@@ -482,6 +482,13 @@ pub trait Health: Send + Sync {
         None
     }
 
+    /// How much of this process's lease is left, and the whole lease, by its last
+    /// heartbeat that landed; `None` for a store one process opens (no peer can take its
+    /// runs while it lives).
+    fn lease_left(&self) -> Option<(Duration, Duration)> {
+        None
+    }
+
     /// Makes every commit fail (`true`) or work again (`false`), as a full disk would.
     #[cfg(any(test, feature = "test-utils"))]
     fn fail_writes(&self, fail: bool);

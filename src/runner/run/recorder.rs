@@ -38,6 +38,12 @@ impl Recorder {
         self.emitter.outbox()
     }
 
+    /// How much of this process's lease is left, and the whole lease (`None` for a store
+    /// one process opens).
+    pub fn lease_left(&self) -> Option<(std::time::Duration, std::time::Duration)> {
+        self.store.lease_left()
+    }
+
     /// The `seq` the next event gets.
     pub fn next_seq(&self) -> u64 {
         self.emitter.next_seq()

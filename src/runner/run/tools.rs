@@ -20,6 +20,9 @@ use crate::telemetry::Metrics;
 use crate::tools::http_api::truncate_output;
 use crate::tools::{Invocation, ProviderKind, ToolSet, CLIENT_PROVIDER};
 
+/// How often a call held for the lease looks again.
+const LEASE_CHECK_EVERY: Duration = Duration::from_millis(50);
+
 /// One wait of a run on the outside.
 struct Wait {
     /// What answers it.
@@ -128,6 +131,11 @@ impl RoundTools<'_> {
             .any(|index| !self.tools.is_idempotent(&thought.tool_calls[*index].name));
         if unrepeatable {
             or_cancel(self.cancel, self.recorder.settle()).await?;
+            if self.recorder.events_failed() {
+                // Not durable, or the run is no longer this process's: nothing goes out.
+                return Err(Halt::Cancelled);
+            }
+            self.await_lease().await?;
         }
         for (index, reason) in declined {
             let name = round.thought.tool_calls[index].name.clone();
@@ -138,6 +146,29 @@ impl RoundTools<'_> {
         self.run_client_calls(round, client).await?;
         self.recorder.announce_thought(&round.thought);
         Ok(())
+    }
+
+    /// Holds calls that may not be made twice until this process's lease has at least half
+    /// its length left, so no peer can take the run over while they are out. A lease not
+    /// renewed for two lengths fails the run (`lease_lost`) without making them.
+    async fn await_lease(&self) -> Result<(), Halt> {
+        let started = tokio::time::Instant::now();
+        loop {
+            let Some((left, whole)) = self.recorder.lease_left() else {
+                return Ok(());
+            };
+            if left >= whole / 2 {
+                return Ok(());
+            }
+            if started.elapsed() >= whole * 2 {
+                return Err(Halt::failed(
+                    "lease_lost",
+                    "this replica could not renew its lease, so calls that may not be made \
+                     twice were not made",
+                ));
+            }
+            or_cancel(self.cancel, tokio::time::sleep(LEASE_CHECK_EVERY)).await?;
+        }
     }
 
     /// Gives each call past `runner.max_tool_calls_per_round` its observation at once, in

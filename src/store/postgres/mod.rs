@@ -94,6 +94,8 @@ pub struct Postgres {
     /// peers gone only after a whole lease of that (after an outage every lease lapsed,
     /// and peers need a moment to renew theirs).
     renewing_since: std::sync::Mutex<Option<Instant>>,
+    /// When the last heartbeat that landed was sent: the lease runs from no earlier.
+    last_renewed: std::sync::Mutex<Instant>,
     /// The bus over the database's notifications, when commits notify.
     notifications: OnceLock<Arc<listen::Notifications>>,
     /// Where bursts wait for their group commit.
@@ -158,6 +160,7 @@ impl Postgres {
             lost: AtomicBool::new(false),
             swept_own: AtomicBool::new(false),
             renewing_since: std::sync::Mutex::new(Some(Instant::now())),
+            last_renewed: std::sync::Mutex::new(Instant::now()),
             notifications: OnceLock::new(),
             committer: committer::start(backend.clone()),
             place,
@@ -290,6 +293,15 @@ async fn check_key(pool: &PgPool, key: &SecretKey, place: &str) -> Result<(), St
 impl crate::store::Health for Postgres {
     fn writable(&self) -> watch::Receiver<bool> {
         self.writable.subscribe()
+    }
+
+    fn lease_left(&self) -> Option<(Duration, Duration)> {
+        let renewed = *self
+            .last_renewed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let lease = self.identity.lease;
+        Some((lease.saturating_sub(renewed.elapsed()), lease))
     }
 
     async fn probe(&self) -> Result<(), StoreError> {

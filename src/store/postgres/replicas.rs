@@ -97,6 +97,7 @@ pub fn renew(backend: Weak<Postgres>) {
             let Some(backend) = backend.upgrade() else {
                 return;
             };
+            let sent = Instant::now();
             let renewed = tokio::time::timeout(every.max(Duration::from_secs(1)), async {
                 let held = match connection.take() {
                     Some(held) => held,
@@ -132,7 +133,13 @@ pub fn renew(backend: Weak<Postgres>) {
                 }
             };
             match renewed {
-                Ok(Ok(done)) if done.rows_affected() == 1 => renewing(true),
+                Ok(Ok(done)) if done.rows_affected() == 1 => {
+                    renewing(true);
+                    *backend
+                        .last_renewed
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = sent;
+                }
                 Ok(Ok(_)) => {
                     renewing(false);
                     if !lost {
