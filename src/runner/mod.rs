@@ -385,6 +385,7 @@ impl Runner {
             cancel,
             fence: self.store.fence(),
             resumption: None,
+            early: None,
         };
         let first_follower = self.launch_task(launch);
         RunHandle {
@@ -411,6 +412,7 @@ impl Runner {
             cancel,
             fence,
             resumption,
+            early,
         } = launch;
         let (events, _) = broadcast::channel(self.settings.event_buffer.max(1));
         let tenant = spec.tenant.clone();
@@ -422,6 +424,9 @@ impl Runner {
         };
         let first_follower = live_run.subscribe();
         let mailbox = live_run.mailbox.clone();
+        if let Some(early) = early {
+            mailbox.deliver_early(early);
+        }
         let registration = self.live.register(message.id, live_run);
         let destination = live::Destination {
             store: self.store.clone(),
@@ -479,6 +484,8 @@ struct Launch {
     fence: crate::store::Fence,
     /// The records of a run taken over, to go on from; `None` for a new run.
     resumption: Option<run::Resumption>,
+    /// What its caller answered while it had no owner, for its wait.
+    early: Option<live::Delivery>,
 }
 
 /// Refuses a query (or instruction inputs) larger than the run may store and echo back, and

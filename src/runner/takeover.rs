@@ -2,6 +2,7 @@
 //! taken from the store by a sweep and resumed here from their last durable round, by the
 //! task that would have run them anyway.
 
+use super::live::Delivery;
 use super::spec::{RunSpec, StoredSpec};
 use super::{prepare, run, Launch, RunError, Runner};
 use crate::domain::{
@@ -47,10 +48,19 @@ impl Runner {
                     .any(|a| a.message == taken.message && a.tenant == taken.tenant)
             });
         for adopted in swept.adopted {
-            let cancelled = theirs.iter().any(|taken| {
-                taken.message == adopted.message && matches!(taken.command, RunCommand::Cancel)
+            let kept: Vec<&RunCommand> = theirs
+                .iter()
+                .filter(|taken| taken.message == adopted.message)
+                .map(|taken| &taken.command)
+                .collect();
+            let cancelled = kept.iter().any(|c| matches!(c, RunCommand::Cancel));
+            // What the caller answered while the run had no owner waits for its wait.
+            let early = kept.into_iter().rev().find_map(|command| match command {
+                RunCommand::Outputs(outputs) => Some(Delivery::Outputs(outputs.clone())),
+                RunCommand::Decisions(decisions) => Some(Delivery::Decisions(decisions.clone())),
+                RunCommand::Cancel => None,
             });
-            match self.resume(adopted.clone(), cancelled).await {
+            match self.resume(adopted.clone(), cancelled, early).await {
                 Ok(()) => adoptions.resumed += 1,
                 Err(err) => {
                     tracing::error!(error = %err, message_id = %adopted.message, "a run taken over cannot go on; it ends");
@@ -111,7 +121,12 @@ impl Runner {
     /// Resumes one run taken over: its spec, agent and records read back, its task
     /// started under the new fence; `cancelled` when a cancel was kept for it meanwhile,
     /// so it ends `CANCELLED` before anything is made again.
-    async fn resume(&self, adopted: Adopted, cancelled: bool) -> Result<(), RunError> {
+    async fn resume(
+        &self,
+        adopted: Adopted,
+        cancelled: bool,
+        early: Option<Delivery>,
+    ) -> Result<(), RunError> {
         let Adopted {
             tenant,
             message: id,
@@ -123,7 +138,7 @@ impl Runner {
             .get_message(&tenant, id)
             .await?
             .ok_or_else(|| RunError::not_found("message", id))?;
-        if message.status != MessageStatus::Running {
+        if message.status.is_terminal() {
             return Ok(());
         }
         // A spec an earlier version kept in another form (or none) cannot rebuild the run.
@@ -133,8 +148,10 @@ impl Runner {
             .map_err(|_| RunError::NotResumable)?;
         let thoughts = self.store.all_thoughts(&tenant, id).await?;
         let events = self.store.list_events(&tenant, id, 0).await?;
+        let waited = waited_for_caller(&message, &events);
         let mut resumption = run::rebuild(thoughts, &events);
         resumption.resume.handed_over = handed_over;
+        resumption.resume.waited = waited;
         let cancel = self.run_token();
         let stored = stored.ok_or(RunError::NotResumable)?;
         let spec = resumed_spec(tenant, &message, stored, &cancel);
@@ -157,9 +174,30 @@ impl Runner {
             cancel,
             fence,
             resumption: Some(resumption),
+            early,
         });
         Ok(())
     }
+}
+
+/// How long a run taken over while it waited for its caller had waited: since the event
+/// that asked (the wait's limit counts from there, whoever holds the run).
+fn waited_for_caller(message: &Message, events: &[EventEnvelope]) -> std::time::Duration {
+    if !matches!(
+        message.status,
+        MessageStatus::WaitingToolOutputs | MessageStatus::WaitingApproval
+    ) {
+        return std::time::Duration::ZERO;
+    }
+    let asked = events.iter().rev().find(|event| {
+        matches!(
+            event.event,
+            RunEvent::ToolCallsRequired { .. } | RunEvent::ApprovalRequired { .. }
+        )
+    });
+    asked
+        .and_then(|event| (crate::domain::now() - event.created_at).to_std().ok())
+        .unwrap_or_default()
 }
 
 /// How a run that cannot go on ends: one of an earlier version is interrupted, as runs

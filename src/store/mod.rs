@@ -46,7 +46,7 @@ pub(crate) fn fate(
     adoption: Adoption,
     why: &'static str,
 ) -> Fate {
-    if !adoption.resume || message.status != crate::domain::MessageStatus::Running {
+    if !adoption.resume || message.status.is_terminal() {
         return Fate::End("interrupted", why.to_owned());
     }
     if !message.handed_over && message.takeovers >= adoption.max_takeovers {

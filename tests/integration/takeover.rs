@@ -381,3 +381,80 @@ async fn a_cancel_sent_while_the_owner_is_dead_wins_over_resuming() {
     assert_eq!(end.finish_reason, pb::FinishReason::Cancelled as i32);
     assert_eq!(llm.requests().len(), 1, "the model is not asked again");
 }
+
+/// A run waiting for its caller's tool outputs when its owner dies: the caller answers on
+/// a third replica while the run has no owner; the replica that takes the run over goes on
+/// with those outputs, and the run ends with them in its thought.
+#[tokio::test]
+async fn a_waiting_run_whose_owner_died_takes_the_outputs_sent_to_a_third_replica() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(
+            &[],
+            vec![ScriptedCall::new(
+                "cli",
+                "lookup_order",
+                &["{\"order_id\": \"A1\"}"],
+            )],
+            (1, 1),
+        ),
+        Reply::calls(&["Order A1 has shipped."], Vec::new(), (2, 2)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let mut a = replica(dir.path(), &llm, &database, &key, "a").await;
+    let b = replica(dir.path(), &llm, &database, &key, "b").await;
+    let c = replica(dir.path(), &llm, &database, &key, "c").await;
+    let mut request = run_request("Where is order A1?", &[]);
+    request.client_tools.push(pb::ClientTool {
+        name: "lookup_order".into(),
+        description: "Look up an order in the caller's system".into(),
+        parameters_schema: None,
+        require_approval: false,
+    });
+    let mut stream = client(&a).await.run(request).await.unwrap().into_inner();
+    let mut seen = Vec::new();
+    while let Some(event) = stream.message().await.unwrap() {
+        let required = matches!(event.event, Some(Event::ToolCallsRequired(_)));
+        seen.push(event);
+        if required {
+            break;
+        }
+    }
+    let id = seen[0].message_id.clone();
+    let mut on_b = attach(&b, &id, 0).await;
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    client(&c)
+        .await
+        .submit_tool_outputs(pb::SubmitToolOutputsRequest {
+            message_id: id.clone(),
+            outputs: vec![pb::ToolOutput {
+                tool_call_id: "cli".into(),
+                output: "shipped".into(),
+                error: String::new(),
+            }],
+        })
+        .await
+        .unwrap();
+    let followed = read_within(&mut on_b, Duration::from_secs(20)).await;
+    assert_eq!(&followed[..seen.len()], &seen[..]);
+    let seqs: Vec<u64> = followed.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    let Some(Event::End(end)) = &followed.last().unwrap().event else {
+        panic!("the run ends normally: {followed:?}");
+    };
+    assert_eq!(end.answer, "Order A1 has shipped.");
+    let answered = followed.iter().find_map(|event| match &event.event {
+        Some(Event::ToolFinished(finished)) => finished.tool_call.clone(),
+        _ => None,
+    });
+    assert_eq!(answered.unwrap().observation, "shipped");
+    let prompt = llm.requests()[1].to_string();
+    assert!(prompt.contains("shipped"), "{prompt}");
+}

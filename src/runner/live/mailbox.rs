@@ -96,6 +96,9 @@ struct Pending {
 #[derive(Clone, Default)]
 pub struct Mailbox {
     slot: Arc<Mutex<Option<Pending>>>,
+    /// A delivery that came before its wait: kept for a run taken over while it waited,
+    /// to which the caller answered while it had no owner.
+    early: Arc<Mutex<Option<Delivery>>>,
 }
 
 impl Mailbox {
@@ -103,11 +106,29 @@ impl Mailbox {
     /// dropped.
     pub fn expect(&self, awaited: Awaited, ids: Vec<String>) -> Expected {
         let (reply, delivered) = oneshot::channel();
-        *self.lock() = Some(Pending {
-            awaited,
-            ids,
-            reply,
-        });
+        let early = {
+            let mut early = self.early.lock().unwrap_or_else(PoisonError::into_inner);
+            let answers = early
+                .as_ref()
+                .is_some_and(|early| early.awaited() == awaited && early.answers(&ids).is_ok());
+            if answers {
+                early.take()
+            } else {
+                None
+            }
+        };
+        match early {
+            Some(early) => {
+                let _ = reply.send(early);
+            }
+            None => {
+                *self.lock() = Some(Pending {
+                    awaited,
+                    ids,
+                    reply,
+                })
+            }
+        }
         Expected {
             mailbox: self.clone(),
             delivered,
@@ -133,6 +154,12 @@ impl Mailbox {
         // A run that stopped waiting (cancelled or timed out) no longer listens; nothing to do.
         let _ = pending.reply.send(delivery);
         Ok(())
+    }
+
+    /// Keeps `delivery` for the run's next wait, when it answers that wait: what a caller
+    /// sent while the run had no owner.
+    pub fn deliver_early(&self, delivery: Delivery) {
+        *self.early.lock().unwrap_or_else(PoisonError::into_inner) = Some(delivery);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Pending>> {
@@ -277,5 +304,22 @@ mod tests {
         }]);
         mailbox.deliver(decision.clone()).unwrap();
         assert_eq!(expected.delivered().await, Some(decision));
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_came_before_its_wait_is_taken_by_the_wait_it_answers() {
+        let mailbox = Mailbox::default();
+        mailbox.deliver_early(Delivery::Outputs(vec![output("a")]));
+        // A wait it does not answer leaves it for the next.
+        let other = mailbox.expect(Awaited::ToolOutputs, vec!["b".into()]);
+        drop(other);
+        let mut wait = mailbox.expect(Awaited::ToolOutputs, vec!["a".into()]);
+        assert_eq!(
+            wait.delivered().await,
+            Some(Delivery::Outputs(vec![output("a")]))
+        );
+        let mut later = mailbox.expect(Awaited::ToolOutputs, vec!["a".into()]);
+        let nothing = tokio::time::timeout(std::time::Duration::from_millis(20), later.delivered());
+        assert!(nothing.await.is_err(), "taken once");
     }
 }

@@ -22,7 +22,7 @@ mod takeover;
 mod tools;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use rust_decimal::prelude::ToPrimitive;
@@ -356,6 +356,7 @@ impl RunTask {
             mailbox: &self.control.mailbox,
             message: &mut self.message,
             metrics: &self.metrics,
+            waited: Duration::ZERO,
         }
         .run(round)
         .await?;

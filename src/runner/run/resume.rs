@@ -39,6 +39,8 @@ pub struct Resume {
     pub started: HashSet<String>,
     /// Whether the run's owner handed it over (stopping) rather than being lost.
     pub handed_over: bool,
+    /// How long the run had been waiting for its caller when it was taken over.
+    pub waited: std::time::Duration,
 }
 
 impl Resume {
@@ -106,6 +108,7 @@ pub fn rebuild(mut thoughts: Vec<Thought>, events: &[EventEnvelope]) -> Resumpti
             void_text,
             started,
             handed_over: false,
+            waited: std::time::Duration::ZERO,
         },
         last_seq: events.last().map_or(0, |event| event.seq),
     }

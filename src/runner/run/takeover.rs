@@ -113,6 +113,7 @@ impl RunTask {
             mailbox: &self.control.mailbox,
             message: &mut self.message,
             metrics: &self.metrics,
+            waited: resume.waited,
         }
         .run_resumed(&mut round, &resume.started)
         .await;

@@ -55,6 +55,9 @@ pub struct RoundTools<'a> {
     pub message: &'a mut Message,
     /// Where tool calls are counted.
     pub metrics: &'a Metrics,
+    /// How long the round's first wait had lasted under a lost owner: that much less is
+    /// left of it.
+    pub waited: Duration,
 }
 
 impl RoundTools<'_> {
@@ -79,8 +82,11 @@ impl RoundTools<'_> {
             if call.observation.is_some() {
                 continue;
             }
-            // A call perhaps made already is made again only when that is harmless.
-            if started.contains(&call.id) && !self.tools.is_idempotent(&call.name) {
+            // A call perhaps made already is made again only when that is harmless; the
+            // caller's own calls were only handed over, and are asked for again.
+            let repeatable =
+                self.tools.is_idempotent(&call.name) || self.tools.is_client(&call.name);
+            if started.contains(&call.id) && !repeatable {
                 unknown.push(index);
             } else {
                 pending.push(index);
@@ -386,10 +392,11 @@ impl RoundTools<'_> {
         let mut expected = self.mailbox.expect(wait.awaited, wait.ids);
         self.set_status(wait.status)?;
         self.recorder.announce(wait.announcement);
+        let limit = wait.limit.saturating_sub(std::mem::take(&mut self.waited));
         let outcome = tokio::select! {
             biased;
             _ = self.cancel.cancelled() => Err(Halt::Cancelled),
-            _ = tokio::time::sleep(wait.limit) => Err(wait.on_timeout),
+            _ = tokio::time::sleep(limit) => Err(wait.on_timeout),
             delivery = expected.delivered() => delivery.ok_or(Halt::Cancelled),
         };
         drop(expected);
