@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use crate::support::postgres::TestDatabase;
 use crate::support::process::{channel, client};
 use crate::support::replicas::*;
-use crate::support::{message, run_request, FakeOpenAi, Reply, ScriptedCall};
+use crate::support::{message, run_request, FakeOpenAi, Reply, RunRequestExt, ScriptedCall};
 
 /// `kill -9` of the owner of 12 runs mid-answer: each run, attached on a peer from `seq`
 /// 0, shows every event its owner's client saw, then `round_restarted` voiding the cut
@@ -457,4 +457,70 @@ async fn a_waiting_run_whose_owner_died_takes_the_outputs_sent_to_a_third_replic
     assert_eq!(answered.unwrap().observation, "shipped");
     let prompt = llm.requests()[1].to_string();
     assert!(prompt.contains("shipped"), "{prompt}");
+}
+
+/// A run waiting for approval when its owner dies: the decision sent to a peer while the
+/// run has no owner answers the wait of the replica that takes it over, and the approved
+/// call runs there.
+#[tokio::test]
+async fn an_approval_sent_while_the_owner_is_dead_reaches_the_run_taken_over() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(
+            &[],
+            vec![ScriptedCall::new(
+                "gated",
+                "eval_expression",
+                &["{\"expression\": \"6*7\"}"],
+            )],
+            (1, 1),
+        ),
+        Reply::calls(&["It is 42."], Vec::new(), (2, 2)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let mut a = replica(dir.path(), &llm, &database, &key, "a").await;
+    let b = replica(dir.path(), &llm, &database, &key, "b").await;
+    let request =
+        run_request("6*7?", &[("maths", "eval_expression")]).needs_approval("eval_expression");
+    let mut stream = client(&a).await.run(request).await.unwrap().into_inner();
+    let mut seen = Vec::new();
+    while let Some(event) = stream.message().await.unwrap() {
+        let asked = matches!(event.event, Some(Event::ApprovalRequired(_)));
+        seen.push(event);
+        if asked {
+            break;
+        }
+    }
+    let id = seen[0].message_id.clone();
+    let mut on_b = attach(&b, &id, 0).await;
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    client(&b)
+        .await
+        .approve_tool_calls(pb::ApproveToolCallsRequest {
+            message_id: id.clone(),
+            decisions: vec![pb::ToolCallDecision {
+                tool_call_id: "gated".into(),
+                approve: true,
+                reason: String::new(),
+            }],
+        })
+        .await
+        .unwrap();
+    let followed = read_within(&mut on_b, Duration::from_secs(20)).await;
+    let Some(Event::End(end)) = &followed.last().unwrap().event else {
+        panic!("the run ends normally: {followed:?}");
+    };
+    assert_eq!(end.answer, "It is 42.");
+    let ran = followed.iter().find_map(|event| match &event.event {
+        Some(Event::ToolFinished(finished)) => finished.tool_call.clone(),
+        _ => None,
+    });
+    assert_eq!(ran.unwrap().observation, "42");
 }
