@@ -5,8 +5,10 @@
 // A check fails as a test does: by panicking, with what was wrong.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod lifecycle;
 mod ownership;
 
+pub use lifecycle::{a_store_that_cannot_write_says_unavailable, retired_events_leave_each_end};
 pub use ownership::{
     a_burst_under_another_fence_writes_nothing, commands_reach_running_runs_once,
     orphans_are_taken_over_until_their_limit, registry_changes_are_counted,
@@ -724,103 +726,4 @@ pub async fn a_reopened_store_holds_everything(harness: &dyn Harness) {
         .await
         .unwrap();
     assert_eq!(listed.items.len(), 2);
-}
-
-/// A store that cannot write fails writes as unavailable and says so to whoever follows
-/// it; once it can, writes work and it says that too.
-pub async fn a_store_that_cannot_write_says_unavailable(harness: &dyn Harness) {
-    let store = harness.fresh().await;
-    let opening = conversation(&tenant());
-    let message = start(&store, opening.id, Some(&opening)).await;
-    let mut writable = store.writable();
-    assert!(*writable.borrow_and_update());
-
-    store.fail_writes(true);
-    let burst = Burst {
-        records: Vec::new(),
-        events: vec![envelope(&message, 1, delta("lost?"))],
-    };
-    let refused = store
-        .commit(&tenant(), &store.fence(), &burst)
-        .await
-        .expect_err("a store that cannot write refuses");
-    assert_eq!(refused.category(), Category::Unavailable);
-    assert!(
-        !*writable.borrow_and_update(),
-        "followers learn it cannot write"
-    );
-    assert!(
-        store
-            .list_events(&tenant(), message.id, 0)
-            .await
-            .unwrap()
-            .is_empty(),
-        "readers never see what was not made durable"
-    );
-
-    store.fail_writes(false);
-    store
-        .commit(&tenant(), &store.fence(), &burst)
-        .await
-        .unwrap();
-    assert!(*writable.borrow_and_update());
-    let events = store.list_events(&tenant(), message.id, 0).await.unwrap();
-    assert_eq!(events.len(), 1);
-}
-
-/// Retiring the events of messages that ended before a moment leaves each its last event
-/// (its end) and nothing else of them changed; running messages and messages that ended
-/// later keep every event; a second pass finds nothing left to retire.
-pub async fn retired_events_leave_each_end(harness: &dyn Harness) {
-    let store = harness.fresh().await;
-    let opening = conversation(&tenant());
-    let mut ended = start(&store, opening.id, Some(&opening)).await;
-    let thought = finish(&store, &mut ended, "kept whole").await;
-    let running = start(&store, opening.id, None).await;
-    commit(
-        &store,
-        Vec::new(),
-        vec![
-            envelope(&running, 1, delta("still ")),
-            envelope(&running, 2, delta("going")),
-        ],
-    )
-    .await;
-    let long_ago = crate::domain::now() - chrono::Duration::days(1);
-    assert_eq!(
-        store.retire_events(long_ago, 100).await.unwrap(),
-        0,
-        "nothing ended then"
-    );
-
-    let later = crate::domain::now() + chrono::Duration::seconds(5);
-    assert_eq!(store.retire_events(later, 100).await.unwrap(), 1);
-    let events = store.list_events(&tenant(), ended.id, 0).await.unwrap();
-    assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3]);
-    assert_eq!(
-        events[0].event,
-        end("kept whole"),
-        "the end, answer and all"
-    );
-    assert_eq!(
-        store
-            .list_events(&tenant(), running.id, 0)
-            .await
-            .unwrap()
-            .len(),
-        2
-    );
-    assert_eq!(
-        store.get_message(&tenant(), ended.id).await.unwrap(),
-        Some(ended.clone())
-    );
-    assert_eq!(
-        store.all_thoughts(&tenant(), ended.id).await.unwrap(),
-        vec![thought]
-    );
-    assert_eq!(
-        store.retire_events(later, 100).await.unwrap(),
-        0,
-        "retired once"
-    );
 }
