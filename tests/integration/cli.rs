@@ -20,6 +20,27 @@ fn model() -> String {
     format!("{PROVIDER}/{STREAMING_MODEL}")
 }
 
+/// What the child writes on stdout, gathered by a thread of its own as it comes.
+fn read_stdout(
+    child: &mut std::process::Child,
+) -> (Arc<Mutex<Vec<u8>>>, std::thread::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = {
+        let seen = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buffer) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock().unwrap().extend_from_slice(&buffer[..n]);
+            }
+        })
+    };
+    (seen, reader)
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -203,20 +224,7 @@ async fn ctrl_c_cancels_the_run() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = {
-        let seen = Arc::clone(&seen);
-        std::thread::spawn(move || {
-            let mut buffer = [0u8; 4096];
-            while let Ok(n) = stdout.read(&mut buffer) {
-                if n == 0 {
-                    break;
-                }
-                seen.lock().unwrap().extend_from_slice(&buffer[..n]);
-            }
-        })
-    };
+    let (seen, reader) = read_stdout(&mut child);
     for _ in 0..200 {
         if text(&seen.lock().unwrap()).contains("tick") {
             break;
@@ -265,20 +273,7 @@ async fn run_follows_a_handed_over_run_after_the_server_restarts() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = {
-        let seen = Arc::clone(&seen);
-        std::thread::spawn(move || {
-            let mut buffer = [0u8; 4096];
-            while let Ok(n) = stdout.read(&mut buffer) {
-                if n == 0 {
-                    break;
-                }
-                seen.lock().unwrap().extend_from_slice(&buffer[..n]);
-            }
-        })
-    };
+    let (seen, reader) = read_stdout(&mut child);
     for _ in 0..250 {
         if text(&seen.lock().unwrap()).contains("Half") {
             break;

@@ -12,29 +12,12 @@ use crate::support::replicas::*;
 use crate::support::{read_until_delta, run_request, RunRequestExt};
 use crate::support::{FakeOpenAi, Reply};
 
-fn order_lookup() -> pb::ClientTool {
-    pb::ClientTool {
-        name: "lookup_order".into(),
-        description: "Look up an order in the caller's system".into(),
-        parameters_schema: None,
-        require_approval: false,
-    }
-}
-
 /// Reads `stream` until the run asks for its caller's tools.
 async fn until_required(stream: &mut tonic::Streaming<pb::RunEvent>) -> Vec<pb::RunEvent> {
-    let mut events = Vec::new();
-    while let Some(event) = stream.message().await.unwrap() {
-        let required = matches!(
-            event.event,
-            Some(pb::run_event::Event::ToolCallsRequired(_))
-        );
-        events.push(event);
-        if required {
-            return events;
-        }
-    }
-    panic!("the run ended without asking for tools: {events:?}");
+    read_until(stream, |e| {
+        matches!(e.event, Some(pb::run_event::Event::ToolCallsRequired(_)))
+    })
+    .await
 }
 
 on_both_buses!(commands_reach_the_run: commands_sent_to_a_peer_reach_the_run_over_nats, commands_sent_to_a_peer_reach_the_run_without_nats);
@@ -160,14 +143,10 @@ async fn commands_reach_the_run(bus: &Bus) {
     let gated =
         run_request("6*7?", &[("maths", "eval_expression")]).needs_approval("eval_expression");
     let mut stream = client(&a).await.run(gated).await.unwrap().into_inner();
-    let mut events = Vec::new();
-    while let Some(event) = stream.message().await.unwrap() {
-        let asked = matches!(event.event, Some(pb::run_event::Event::ApprovalRequired(_)));
-        events.push(event);
-        if asked {
-            break;
-        }
-    }
+    let mut events = read_until(&mut stream, |e| {
+        matches!(e.event, Some(pb::run_event::Event::ApprovalRequired(_)))
+    })
+    .await;
     let id = events[0].message_id.clone();
     let decide = |call: &str| pb::ApproveToolCallsRequest {
         message_id: id.clone(),

@@ -410,21 +410,12 @@ async fn a_waiting_run_whose_owner_died_takes_the_outputs_sent_to_a_third_replic
     let b = replica(dir.path(), &llm, &database, &key, "b").await;
     let c = replica(dir.path(), &llm, &database, &key, "c").await;
     let mut request = run_request("Where is order A1?", &[]);
-    request.client_tools.push(pb::ClientTool {
-        name: "lookup_order".into(),
-        description: "Look up an order in the caller's system".into(),
-        parameters_schema: None,
-        require_approval: false,
-    });
+    request.client_tools.push(order_lookup());
     let mut stream = client(&a).await.run(request).await.unwrap().into_inner();
-    let mut seen = Vec::new();
-    while let Some(event) = stream.message().await.unwrap() {
-        let required = matches!(event.event, Some(Event::ToolCallsRequired(_)));
-        seen.push(event);
-        if required {
-            break;
-        }
-    }
+    let seen = read_until(&mut stream, |e| {
+        matches!(e.event, Some(Event::ToolCallsRequired(_)))
+    })
+    .await;
     let id = seen[0].message_id.clone();
     let mut on_b = attach(&b, &id, 0).await;
     a.child.kill().unwrap();
@@ -488,14 +479,10 @@ async fn an_approval_sent_while_the_owner_is_dead_reaches_the_run_taken_over() {
     let request =
         run_request("6*7?", &[("maths", "eval_expression")]).needs_approval("eval_expression");
     let mut stream = client(&a).await.run(request).await.unwrap().into_inner();
-    let mut seen = Vec::new();
-    while let Some(event) = stream.message().await.unwrap() {
-        let asked = matches!(event.event, Some(Event::ApprovalRequired(_)));
-        seen.push(event);
-        if asked {
-            break;
-        }
-    }
+    let seen = read_until(&mut stream, |e| {
+        matches!(e.event, Some(Event::ApprovalRequired(_)))
+    })
+    .await;
     let id = seen[0].message_id.clone();
     let mut on_b = attach(&b, &id, 0).await;
     a.child.kill().unwrap();

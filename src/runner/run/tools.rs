@@ -92,22 +92,9 @@ impl RoundTools<'_> {
                 pending.push(index);
             }
         }
-        let mut finished = Vec::with_capacity(unknown.len());
-        for index in unknown {
-            let name = round.thought.tool_calls[index].name.clone();
-            let invocation = self.tools.outcome_unknown(&name);
-            self.metrics.tool_call(
-                &invocation.provider,
-                tool_label(&invocation.provider, &name),
-                invocation.outcome,
-                Duration::ZERO,
-            );
-            if let Some(call) = round.observe(index, invocation, Vec::new()) {
-                finished.push(call);
-            }
-        }
-        if !finished.is_empty() {
-            self.recorder.tools_finished(&round.thought, finished);
+        if !unknown.is_empty() {
+            let tools = Arc::clone(self.tools);
+            self.finish_unmade(round, unknown, |name| tools.outcome_unknown(name));
         }
         self.run_calls(round, pending).await
     }
@@ -186,10 +173,25 @@ impl RoundTools<'_> {
         if total <= limit {
             return Ok(total);
         }
-        let mut finished = Vec::with_capacity(total - limit);
-        for index in limit..total {
+        let tools = Arc::clone(self.tools);
+        self.finish_unmade(round, (limit..total).collect(), |name| {
+            tools.not_run(name, limit)
+        });
+        Ok(limit)
+    }
+
+    /// Gives the calls at `indices`, which are not made, the result `result` says, in one
+    /// write, and counts each.
+    fn finish_unmade(
+        &mut self,
+        round: &mut Round,
+        indices: Vec<usize>,
+        result: impl Fn(&str) -> Invocation,
+    ) {
+        let mut finished = Vec::with_capacity(indices.len());
+        for index in indices {
             let name = round.thought.tool_calls[index].name.clone();
-            let invocation = self.tools.not_run(&name, limit);
+            let invocation = result(&name);
             self.metrics.tool_call(
                 &invocation.provider,
                 tool_label(&invocation.provider, &name),
@@ -201,7 +203,6 @@ impl RoundTools<'_> {
             }
         }
         self.recorder.tools_finished(&round.thought, finished);
-        Ok(limit)
     }
 
     /// Waits for a decision on each call at `indices` that needs approval;

@@ -146,6 +146,33 @@ pub async fn attach(
         .into_inner()
 }
 
+/// A tool the caller runs itself: the run asks for its outputs.
+pub fn order_lookup() -> pb::ClientTool {
+    pb::ClientTool {
+        name: "lookup_order".into(),
+        description: "Look up an order in the caller's system".into(),
+        parameters_schema: None,
+        require_approval: false,
+    }
+}
+
+/// Reads `stream` up to and with the first event `last` picks; fails the test when the
+/// stream ends before.
+pub async fn read_until(
+    stream: &mut tonic::Streaming<pb::RunEvent>,
+    last: impl Fn(&pb::RunEvent) -> bool,
+) -> Vec<pb::RunEvent> {
+    let mut events = Vec::new();
+    while let Some(event) = stream.message().await.unwrap() {
+        let done = last(&event);
+        events.push(event);
+        if done {
+            return events;
+        }
+    }
+    panic!("the stream ended before the event looked for: {events:?}");
+}
+
 /// Reads `stream` to its end, failing the test after `limit`.
 pub async fn read_within(
     stream: &mut tonic::Streaming<pb::RunEvent>,
