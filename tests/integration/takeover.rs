@@ -511,3 +511,110 @@ async fn an_approval_sent_while_the_owner_is_dead_reaches_the_run_taken_over() {
     });
     assert_eq!(ran.unwrap().observation, "42");
 }
+
+/// SIGTERM of an owner whose run waits for its caller: a wait is the end of a step, so
+/// the owner hands the run over at once and exits well within its grace period; the peer
+/// that goes on with it waits again, and the caller's outputs sent there finish the run.
+#[tokio::test]
+async fn a_stopping_owner_hands_a_waiting_run_over_at_once() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(
+            &[],
+            vec![ScriptedCall::new(
+                "cli",
+                "lookup_order",
+                &["{\"order_id\": \"A1\"}"],
+            )],
+            (1, 1),
+        ),
+        Reply::calls(&["Order A1 has shipped."], Vec::new(), (2, 2)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let mut a = replica(dir.path(), &llm, &database, &key, "a").await;
+    let b = replica(dir.path(), &llm, &database, &key, "b").await;
+    let mut request = run_request("Where is order A1?", &[]);
+    request.client_tools.push(order_lookup());
+    let mut stream = client(&a).await.run(request).await.unwrap().into_inner();
+    let seen = read_until(&mut stream, |e| {
+        matches!(e.event, Some(Event::ToolCallsRequired(_)))
+    })
+    .await;
+    let id = seen[0].message_id.clone();
+    let mut on_b = attach(&b, &id, 0).await;
+
+    let stopping = Instant::now();
+    signal(&a, "TERM");
+    let exited =
+        crate::support::process::wait_for_exit(&mut a.child, Duration::from_secs(10)).await;
+    assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
+    let took = stopping.elapsed();
+    assert!(
+        took < Duration::from_secs(4),
+        "stopped after {took:?} (grace 5 s)"
+    );
+    read_until(
+        &mut on_b,
+        |e| matches!(&e.event, Some(Event::RoundRestarted(r)) if r.reason == "handed_over"),
+    )
+    .await;
+
+    client(&b)
+        .await
+        .submit_tool_outputs(pb::SubmitToolOutputsRequest {
+            message_id: id.clone(),
+            outputs: vec![pb::ToolOutput {
+                tool_call_id: "cli".into(),
+                output: "shipped".into(),
+                error: String::new(),
+            }],
+        })
+        .await
+        .unwrap();
+    let rest = read_within(&mut on_b, Duration::from_secs(20)).await;
+    let Some(Event::End(end)) = &rest.last().unwrap().event else {
+        panic!("the run ends normally: {rest:?}");
+    };
+    assert_eq!(end.answer, "Order A1 has shipped.");
+}
+
+/// A run started with `cancel_on_disconnect` whose owner dies lost its client's stream
+/// with it: the peer that takes it over ends it `CANCELLED` without calling the model.
+#[tokio::test]
+async fn a_run_cancelled_on_disconnect_ends_cancelled_when_its_owner_dies() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![
+        Reply::Stall(vec!["Half"]),
+        Reply::calls(&["Never asked."], Vec::new(), (1, 1)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let mut a = replica(dir.path(), &llm, &database, &key, "a").await;
+    let b = replica(dir.path(), &llm, &database, &key, "b").await;
+    let mut request = run_request("answer", &[]);
+    request.cancel_on_disconnect = true;
+    let mut stream = client(&a).await.run(request).await.unwrap().into_inner();
+    let seen = read_until(&mut stream, |e| matches!(e.event, Some(Event::Delta(_)))).await;
+    let id = seen[0].message_id.clone();
+    let mut on_b = attach(&b, &id, 0).await;
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    let followed = read_within(&mut on_b, Duration::from_secs(20)).await;
+    let Some(Event::End(end)) = &followed.last().unwrap().event else {
+        panic!("the run ends cancelled: {followed:?}");
+    };
+    assert_eq!(end.finish_reason, pb::FinishReason::Cancelled as i32);
+    let read = message(&mut client(&b).await, id).await;
+    assert_eq!(read.status, pb::MessageStatus::Cancelled as i32);
+    assert_eq!(llm.requests().len(), 1, "the model is not asked again");
+}

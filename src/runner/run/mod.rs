@@ -352,6 +352,7 @@ impl RunTask {
             tools: &self.agent.tools,
             settings: &self.settings,
             cancel: &self.control.cancel,
+            draining: &self.control.draining,
             recorder: &mut self.recorder,
             mailbox: &self.control.mailbox,
             message: &mut self.message,

@@ -47,6 +47,8 @@ pub struct RoundTools<'a> {
     pub settings: &'a RunnerSettings,
     /// Stops every call at once.
     pub cancel: &'a CancellationToken,
+    /// Fires when the process hands its runs over: a wait for the caller is a step's end.
+    pub draining: &'a CancellationToken,
     /// Where results are written and announced.
     pub recorder: &'a mut Recorder,
     /// Where the caller's results arrive.
@@ -397,6 +399,8 @@ impl RoundTools<'_> {
         let outcome = tokio::select! {
             biased;
             _ = self.cancel.cancelled() => Err(Halt::Cancelled),
+            // The run waits as well on the process that goes on with it.
+            _ = self.draining.cancelled() => Err(Halt::HandedOver),
             _ = tokio::time::sleep(limit) => Err(wait.on_timeout),
             delivery = expected.delivered() => delivery.ok_or(Halt::Cancelled),
         };
