@@ -207,5 +207,16 @@ mod tests {
             let err = config.validate().unwrap_err().to_string();
             assert!(err.contains("cluster.lease_secs"), "{err}");
         }
+        let mut config = ClusterConfig {
+            max_takeovers: 101,
+            ..ClusterConfig::default()
+        };
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("cluster.max_takeovers"), "{err}");
+        let mut config = ClusterConfig {
+            max_takeovers: 100,
+            ..ClusterConfig::default()
+        };
+        config.validate().unwrap();
     }
 }

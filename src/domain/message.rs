@@ -203,3 +203,30 @@ pub struct Message {
 fn is_zero_u32(value: &u32) -> bool {
     *value == 0
 }
+
+impl Message {
+    /// Ends the message as `status` (a failure or interruption) for `failure`, not by its
+    /// run but by whoever found it stranded, and returns the `error` event that announces
+    /// it, one past `last_seq`: its followers, wherever they are, see it end.
+    pub fn end_stranded(
+        &mut self,
+        status: MessageStatus,
+        failure: RunFailure,
+        last_seq: u64,
+    ) -> super::EventEnvelope {
+        self.status = status;
+        self.error = Some(failure.clone());
+        self.updated_at = super::now();
+        super::EventEnvelope {
+            seq: last_seq + 1,
+            conversation_id: self.conversation_id,
+            message_id: self.id,
+            created_at: self.updated_at,
+            event: super::RunEvent::Error {
+                failure,
+                usage: self.usage.clone(),
+                iterations: self.iterations,
+            },
+        }
+    }
+}

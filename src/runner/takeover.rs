@@ -93,20 +93,7 @@ impl Runner {
             .last_event(&adopted.tenant, adopted.message)
             .await?
             .map_or(0, |event| event.seq);
-        message.status = status;
-        message.error = Some(failure.clone());
-        message.updated_at = crate::domain::now();
-        let end = EventEnvelope {
-            seq: last + 1,
-            conversation_id: message.conversation_id,
-            message_id: message.id,
-            created_at: message.updated_at,
-            event: RunEvent::Error {
-                failure,
-                usage: message.usage.clone(),
-                iterations: message.iterations,
-            },
-        };
+        let end = message.end_stranded(status, failure, last);
         let burst = Burst {
             records: vec![Record::Message(message)],
             events: vec![end],

@@ -83,25 +83,11 @@ pub(crate) fn end_orphan(
     why: &str,
     last_seq: u64,
 ) -> crate::domain::EventEnvelope {
-    use crate::domain::{EventEnvelope, MessageStatus, RunEvent, RunFailure};
-    let failure = RunFailure {
+    let failure = crate::domain::RunFailure {
         code: code.to_owned(),
         message: why.to_owned(),
     };
-    message.status = MessageStatus::Interrupted;
-    message.error = Some(failure.clone());
-    message.updated_at = crate::domain::now();
-    EventEnvelope {
-        seq: last_seq + 1,
-        conversation_id: message.conversation_id,
-        message_id: message.id,
-        created_at: message.updated_at,
-        event: RunEvent::Error {
-            failure,
-            usage: message.usage.clone(),
-            iterations: message.iterations,
-        },
-    }
+    message.end_stranded(crate::domain::MessageStatus::Interrupted, failure, last_seq)
 }
 
 /// Why a message a process left running at its end is interrupted.

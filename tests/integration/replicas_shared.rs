@@ -12,14 +12,6 @@ use crate::support::replicas::*;
 use crate::support::{read_until_delta, run_request, RunRequestExt};
 use crate::support::{FakeOpenAi, Reply};
 
-/// Reads `stream` until the run asks for its caller's tools.
-async fn until_required(stream: &mut tonic::Streaming<pb::RunEvent>) -> Vec<pb::RunEvent> {
-    read_until(stream, |e| {
-        matches!(e.event, Some(pb::run_event::Event::ToolCallsRequired(_)))
-    })
-    .await
-}
-
 on_both_buses!(commands_reach_the_run: commands_sent_to_a_peer_reach_the_run_over_nats, commands_sent_to_a_peer_reach_the_run_without_nats);
 
 /// Tool outputs, approvals, cancels and deletes sent to a replica that does not hold the
@@ -30,15 +22,7 @@ async fn commands_reach_the_run(bus: &Bus) {
         return;
     };
     let llm = FakeOpenAi::start(vec![
-        Reply::calls(
-            &[],
-            vec![crate::support::ScriptedCall::new(
-                "cli",
-                "lookup_order",
-                &["{\"order_id\": \"A1\"}"],
-            )],
-            (1, 1),
-        ),
+        calls_order_lookup(),
         Reply::text(&["Order A1 has shipped."], (1, 1)),
         Reply::Stall(vec!["Almost"]),
         slow(20, 100),
@@ -66,19 +50,9 @@ async fn commands_reach_the_run(bus: &Bus) {
 
     // Tool outputs through the peer: a wrong id is refused naming the field, as the owner
     // refuses it; the right one resumes the run on its owner.
-    let mut request = run_request("Where is order A1?", &[]);
-    request.client_tools.push(order_lookup());
-    let mut stream = client(&a).await.run(request).await.unwrap().into_inner();
-    let mut events = until_required(&mut stream).await;
+    let (mut stream, mut events) = started_asking(&a, "Where is order A1?").await;
     let id = events[0].message_id.clone();
-    let output = |call: &str| pb::SubmitToolOutputsRequest {
-        message_id: id.clone(),
-        outputs: vec![pb::ToolOutput {
-            tool_call_id: call.into(),
-            output: "shipped".into(),
-            error: String::new(),
-        }],
-    };
+    let output = |call: &str| shipped(&id, call);
     let refused = peer.submit_tool_outputs(output("nope")).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
     assert_eq!(
@@ -148,14 +122,7 @@ async fn commands_reach_the_run(bus: &Bus) {
     })
     .await;
     let id = events[0].message_id.clone();
-    let decide = |call: &str| pb::ApproveToolCallsRequest {
-        message_id: id.clone(),
-        decisions: vec![pb::ToolCallDecision {
-            tool_call_id: call.into(),
-            approve: true,
-            reason: String::new(),
-        }],
-    };
+    let decide = |call: &str| approved(&id, call);
     let refused = peer.approve_tool_calls(decide("nope")).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
     peer.approve_tool_calls(decide("gated")).await.unwrap();

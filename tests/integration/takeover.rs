@@ -392,15 +392,7 @@ async fn a_waiting_run_whose_owner_died_takes_the_outputs_sent_to_a_third_replic
         return;
     };
     let llm = FakeOpenAi::start(vec![
-        Reply::calls(
-            &[],
-            vec![ScriptedCall::new(
-                "cli",
-                "lookup_order",
-                &["{\"order_id\": \"A1\"}"],
-            )],
-            (1, 1),
-        ),
+        calls_order_lookup(),
         Reply::calls(&["Order A1 has shipped."], Vec::new(), (2, 2)),
     ])
     .await;
@@ -409,13 +401,7 @@ async fn a_waiting_run_whose_owner_died_takes_the_outputs_sent_to_a_third_replic
     let mut a = replica(dir.path(), &llm, &database, &key, "a").await;
     let b = replica(dir.path(), &llm, &database, &key, "b").await;
     let c = replica(dir.path(), &llm, &database, &key, "c").await;
-    let mut request = run_request("Where is order A1?", &[]);
-    request.client_tools.push(order_lookup());
-    let mut stream = client(&a).await.run(request).await.unwrap().into_inner();
-    let seen = read_until(&mut stream, |e| {
-        matches!(e.event, Some(Event::ToolCallsRequired(_)))
-    })
-    .await;
+    let (_stream, seen) = started_asking(&a, "Where is order A1?").await;
     let id = seen[0].message_id.clone();
     let mut on_b = attach(&b, &id, 0).await;
     a.child.kill().unwrap();
@@ -423,14 +409,7 @@ async fn a_waiting_run_whose_owner_died_takes_the_outputs_sent_to_a_third_replic
 
     client(&c)
         .await
-        .submit_tool_outputs(pb::SubmitToolOutputsRequest {
-            message_id: id.clone(),
-            outputs: vec![pb::ToolOutput {
-                tool_call_id: "cli".into(),
-                output: "shipped".into(),
-                error: String::new(),
-            }],
-        })
+        .submit_tool_outputs(shipped(&id, "cli"))
         .await
         .unwrap();
     let followed = read_within(&mut on_b, Duration::from_secs(20)).await;
@@ -490,14 +469,7 @@ async fn an_approval_sent_while_the_owner_is_dead_reaches_the_run_taken_over() {
 
     client(&b)
         .await
-        .approve_tool_calls(pb::ApproveToolCallsRequest {
-            message_id: id.clone(),
-            decisions: vec![pb::ToolCallDecision {
-                tool_call_id: "gated".into(),
-                approve: true,
-                reason: String::new(),
-            }],
-        })
+        .approve_tool_calls(approved(&id, "gated"))
         .await
         .unwrap();
     let followed = read_within(&mut on_b, Duration::from_secs(20)).await;
@@ -522,15 +494,7 @@ async fn a_stopping_owner_hands_a_waiting_run_over_at_once() {
         return;
     };
     let llm = FakeOpenAi::start(vec![
-        Reply::calls(
-            &[],
-            vec![ScriptedCall::new(
-                "cli",
-                "lookup_order",
-                &["{\"order_id\": \"A1\"}"],
-            )],
-            (1, 1),
-        ),
+        calls_order_lookup(),
         Reply::calls(&["Order A1 has shipped."], Vec::new(), (2, 2)),
     ])
     .await;
@@ -538,13 +502,7 @@ async fn a_stopping_owner_hands_a_waiting_run_over_at_once() {
     let key = SecretKey::generate();
     let mut a = replica(dir.path(), &llm, &database, &key, "a").await;
     let b = replica(dir.path(), &llm, &database, &key, "b").await;
-    let mut request = run_request("Where is order A1?", &[]);
-    request.client_tools.push(order_lookup());
-    let mut stream = client(&a).await.run(request).await.unwrap().into_inner();
-    let seen = read_until(&mut stream, |e| {
-        matches!(e.event, Some(Event::ToolCallsRequired(_)))
-    })
-    .await;
+    let (_stream, seen) = started_asking(&a, "Where is order A1?").await;
     let id = seen[0].message_id.clone();
     let mut on_b = attach(&b, &id, 0).await;
 
@@ -566,14 +524,7 @@ async fn a_stopping_owner_hands_a_waiting_run_over_at_once() {
 
     client(&b)
         .await
-        .submit_tool_outputs(pb::SubmitToolOutputsRequest {
-            message_id: id.clone(),
-            outputs: vec![pb::ToolOutput {
-                tool_call_id: "cli".into(),
-                output: "shipped".into(),
-                error: String::new(),
-            }],
-        })
+        .submit_tool_outputs(shipped(&id, "cli"))
         .await
         .unwrap();
     let rest = read_within(&mut on_b, Duration::from_secs(20)).await;

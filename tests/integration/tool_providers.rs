@@ -227,6 +227,20 @@ async fn a_provider_says_which_tools_may_be_called_again() {
         unknown.message(),
         "provider.idempotent_tools[0]: the provider has no tool \"feedPet\""
     );
+    let too_many = tools
+        .create_provider(pb::CreateProviderRequest {
+            provider: Some(pb::ToolProvider {
+                idempotent_tools: vec!["addPet".into(); 257],
+                ..api_provider("pets", pets_spec(pets))
+            }),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(too_many.code(), Code::InvalidArgument);
+    assert!(
+        too_many.message().starts_with("provider.idempotent_tools"),
+        "{too_many:?}"
+    );
     let created = tools
         .create_provider(pb::CreateProviderRequest {
             provider: Some(pb::ToolProvider {

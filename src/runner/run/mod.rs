@@ -348,6 +348,13 @@ impl RunTask {
         // The decision is durable: a run handed over here has its calls made by the next
         // owner, none of them started.
         self.check_draining()?;
+        self.round_tools(Duration::ZERO).run(round).await?;
+        Ok(RoundEnd::Continue)
+    }
+
+    /// What running a round's calls needs of the run; `waited` is how long its first wait
+    /// already lasted under a lost owner.
+    fn round_tools(&mut self, waited: Duration) -> RoundTools<'_> {
         RoundTools {
             tools: &self.agent.tools,
             settings: &self.settings,
@@ -357,11 +364,8 @@ impl RunTask {
             mailbox: &self.control.mailbox,
             message: &mut self.message,
             metrics: &self.metrics,
-            waited: Duration::ZERO,
+            waited,
         }
-        .run(round)
-        .await?;
-        Ok(RoundEnd::Continue)
     }
 
     /// The round's request, fitted to the model's context window.

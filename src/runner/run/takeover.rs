@@ -4,7 +4,6 @@
 
 use super::halt::Halt;
 use super::resume::{Resume, Resumption};
-use super::tools::RoundTools;
 use super::{overflow, RunTask};
 use crate::domain::{FinishReason, RunEvent};
 use crate::runner::budget;
@@ -105,19 +104,10 @@ impl RunTask {
             self.state.close_round(round);
             return Ok(PickUp::Ended(FinishReason::MaxIterations));
         }
-        let finished = RoundTools {
-            tools: &self.agent.tools,
-            settings: &self.settings,
-            cancel: &self.control.cancel,
-            draining: &self.control.draining,
-            recorder: &mut self.recorder,
-            mailbox: &self.control.mailbox,
-            message: &mut self.message,
-            metrics: &self.metrics,
-            waited: resume.waited,
-        }
-        .run_resumed(&mut round, &resume.started)
-        .await;
+        let finished = self
+            .round_tools(resume.waited)
+            .run_resumed(&mut round, &resume.started)
+            .await;
         match finished {
             Ok(()) => {
                 self.state.close_round(round);

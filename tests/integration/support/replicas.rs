@@ -156,6 +156,64 @@ pub fn order_lookup() -> pb::ClientTool {
     }
 }
 
+/// The model's turn that calls the caller's [`order_lookup`] (call id `cli`).
+pub fn calls_order_lookup() -> Reply {
+    Reply::calls(
+        &[],
+        vec![crate::support::ScriptedCall::new(
+            "cli",
+            "lookup_order",
+            &["{\"order_id\": \"A1\"}"],
+        )],
+        (1, 1),
+    )
+}
+
+/// Starts a run of `query` on `service` with the caller's [`order_lookup`] tool; returns
+/// its stream and its events up to the run's ask for the tool's output.
+pub async fn started_asking(
+    service: &Service,
+    query: &str,
+) -> (tonic::Streaming<pb::RunEvent>, Vec<pb::RunEvent>) {
+    let mut request = super::run_request(query, &[]);
+    request.client_tools.push(order_lookup());
+    let mut stream = client(service)
+        .await
+        .run(request)
+        .await
+        .unwrap()
+        .into_inner();
+    let seen = read_until(&mut stream, |e| {
+        matches!(e.event, Some(pb::run_event::Event::ToolCallsRequired(_)))
+    })
+    .await;
+    (stream, seen)
+}
+
+/// The caller's output `shipped` for call `call` of `message_id`.
+pub fn shipped(message_id: &str, call: &str) -> pb::SubmitToolOutputsRequest {
+    pb::SubmitToolOutputsRequest {
+        message_id: message_id.to_owned(),
+        outputs: vec![pb::ToolOutput {
+            tool_call_id: call.into(),
+            output: "shipped".into(),
+            error: String::new(),
+        }],
+    }
+}
+
+/// Approval of call `call` of `message_id`.
+pub fn approved(message_id: &str, call: &str) -> pb::ApproveToolCallsRequest {
+    pb::ApproveToolCallsRequest {
+        message_id: message_id.to_owned(),
+        decisions: vec![pb::ToolCallDecision {
+            tool_call_id: call.into(),
+            approve: true,
+            reason: String::new(),
+        }],
+    }
+}
+
 /// Reads `stream` up to and with the first event `last` picks; fails the test when the
 /// stream ends before.
 pub async fn read_until(
