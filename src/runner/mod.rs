@@ -386,6 +386,7 @@ impl Runner {
             fence: self.store.fence(),
             resumption: None,
             early: None,
+            coming: None,
         };
         let first_follower = self.launch_task(launch);
         RunHandle {
@@ -413,6 +414,7 @@ impl Runner {
             fence,
             resumption,
             early,
+            coming,
         } = launch;
         let (events, _) = broadcast::channel(self.settings.event_buffer.max(1));
         let tenant = spec.tenant.clone();
@@ -424,6 +426,9 @@ impl Runner {
         };
         let first_follower = live_run.subscribe();
         let mailbox = live_run.mailbox.clone();
+        if let Some((awaited, ids)) = coming {
+            mailbox.expect_soon(awaited, ids);
+        }
         if let Some(early) = early {
             mailbox.deliver_early(early);
         }
@@ -486,6 +491,8 @@ struct Launch {
     resumption: Option<run::Resumption>,
     /// What its caller answered while it had no owner, for its wait.
     early: Option<live::Delivery>,
+    /// The wait a run taken over while it waited enters again.
+    coming: Option<(live::Awaited, Vec<String>)>,
 }
 
 /// Refuses a query (or instruction inputs) larger than the run may store and echo back, and

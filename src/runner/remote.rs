@@ -68,13 +68,10 @@ impl Runner {
         if self.stored_status(tenant, message_id).await? != waiting {
             return Err(not_waiting(awaited));
         }
-        let last = self.store.last_event(tenant, message_id).await?;
-        let calls = match (awaited, last.map(|e| e.event)) {
-            (Awaited::ToolOutputs, Some(RunEvent::ToolCallsRequired { calls, .. }))
-            | (Awaited::Approval, Some(RunEvent::ApprovalRequired { calls, .. })) => calls,
+        let ids = match self.stored_wait(tenant, message_id).await? {
+            Some((kind, ids)) if kind == awaited => ids,
             _ => return Err(not_waiting(awaited)),
         };
-        let ids: Vec<String> = calls.into_iter().map(|call| call.id).collect();
         delivery.answers(&ids)?;
         let command = match delivery {
             Delivery::Outputs(outputs) => RunCommand::Outputs(outputs),
@@ -89,6 +86,23 @@ impl Runner {
         };
         self.bus.wake(&owner).await;
         Ok(())
+    }
+
+    /// What a waiting message waits for, as its last asking event names it: usually its
+    /// last event; after a takeover, the new owner may have announced others before it
+    /// asks again.
+    async fn stored_wait(
+        &self,
+        tenant: &Tenant,
+        message_id: MessageId,
+    ) -> Result<Option<(Awaited, Vec<String>)>, RunError> {
+        if let Some(last) = self.store.last_event(tenant, message_id).await? {
+            if let Some(wait) = waited_on(&last.event) {
+                return Ok(Some(wait));
+            }
+        }
+        let events = self.store.list_events(tenant, message_id, 0).await?;
+        Ok(last_wait(&events))
     }
 
     /// The message's status as stored.
@@ -152,4 +166,24 @@ impl Runner {
             }
         }
     }
+}
+
+/// What `event` asks the caller for, if it asks: the kind of answer and the calls.
+fn waited_on(event: &RunEvent) -> Option<(Awaited, Vec<String>)> {
+    let (awaited, calls) = if let RunEvent::ToolCallsRequired { calls, .. } = event {
+        (Awaited::ToolOutputs, calls)
+    } else if let RunEvent::ApprovalRequired { calls, .. } = event {
+        (Awaited::Approval, calls)
+    } else {
+        return None;
+    };
+    Some((awaited, calls.iter().map(|call| call.id.clone()).collect()))
+}
+
+/// What the last asking event of `events` asks for.
+pub(super) fn last_wait(events: &[crate::domain::EventEnvelope]) -> Option<(Awaited, Vec<String>)> {
+    events
+        .iter()
+        .rev()
+        .find_map(|event| waited_on(&event.event))
 }

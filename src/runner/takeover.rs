@@ -136,6 +136,12 @@ impl Runner {
         let thoughts = self.store.all_thoughts(&tenant, id).await?;
         let events = self.store.list_events(&tenant, id, 0).await?;
         let waited = waited_for_caller(&message, &events);
+        // Answers that come before the run asks again are kept for it.
+        let waiting = matches!(
+            message.status,
+            MessageStatus::WaitingToolOutputs | MessageStatus::WaitingApproval
+        );
+        let coming = waiting.then(|| super::remote::last_wait(&events)).flatten();
         let mut resumption = run::rebuild(thoughts, &events);
         resumption.resume.handed_over = handed_over;
         resumption.resume.waited = waited;
@@ -162,6 +168,7 @@ impl Runner {
             fence,
             resumption: Some(resumption),
             early,
+            coming,
         });
         Ok(())
     }

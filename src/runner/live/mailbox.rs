@@ -97,14 +97,28 @@ struct Pending {
 pub struct Mailbox {
     slot: Arc<Mutex<Option<Pending>>>,
     /// A delivery that came before its wait: kept for a run taken over while it waited,
-    /// to which the caller answered while it had no owner.
+    /// to which the caller answered while it had no owner, or before its new owner got
+    /// back to the wait.
     early: Arc<Mutex<Option<Delivery>>>,
+    /// The wait a run taken over while it waited is about to enter again: what answers it
+    /// is taken meanwhile and kept for it.
+    coming: Arc<Mutex<Option<Coming>>>,
 }
+
+/// A wait about to be entered again: what it waits for, on which calls.
+type Coming = (Awaited, Vec<String>);
 
 impl Mailbox {
     /// Starts waiting for `awaited` on `ids`; the wait ends when the returned value is
     /// dropped.
     pub fn expect(&self, awaited: Awaited, ids: Vec<String>) -> Expected {
+        // Locks in one order everywhere (slot, coming, early), so a delivery is either
+        // kept for this wait or delivered to it, never refused in between.
+        let mut slot = self.lock();
+        self.coming
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         let (reply, delivered) = oneshot::channel();
         let early = {
             let mut early = self.early.lock().unwrap_or_else(PoisonError::into_inner);
@@ -122,13 +136,14 @@ impl Mailbox {
                 let _ = reply.send(early);
             }
             None => {
-                *self.lock() = Some(Pending {
+                *slot = Some(Pending {
                     awaited,
                     ids,
                     reply,
                 })
             }
         }
+        drop(slot);
         Expected {
             mailbox: self.clone(),
             delivered,
@@ -141,7 +156,7 @@ impl Mailbox {
         let awaited = delivery.awaited();
         let mut guard = self.lock();
         let Some(pending) = guard.take() else {
-            return Err(not_waiting(awaited));
+            return self.keep_for_coming_wait(delivery);
         };
         if pending.awaited != awaited {
             *guard = Some(pending);
@@ -153,6 +168,30 @@ impl Mailbox {
         }
         // A run that stopped waiting (cancelled or timed out) no longer listens; nothing to do.
         let _ = pending.reply.send(delivery);
+        Ok(())
+    }
+
+    /// Takes deliveries answering `awaited` on `ids` before the wait is entered: a run
+    /// taken over while it waited is about to wait for them again.
+    pub fn expect_soon(&self, awaited: Awaited, ids: Vec<String>) {
+        *self.coming.lock().unwrap_or_else(PoisonError::into_inner) = Some((awaited, ids));
+    }
+
+    /// A delivery while nothing waits: kept when it answers the wait about to be entered
+    /// again ([`Self::expect_soon`]), else refused.
+    fn keep_for_coming_wait(&self, delivery: Delivery) -> Result<(), RunError> {
+        let awaited = delivery.awaited();
+        let mut coming = self.coming.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some((expected, ids)) = coming.as_ref() else {
+            return Err(not_waiting(awaited));
+        };
+        if *expected != awaited {
+            return Err(not_waiting(awaited));
+        }
+        delivery.answers(ids)?;
+        coming.take();
+        drop(coming);
+        self.deliver_early(delivery);
         Ok(())
     }
 
@@ -321,5 +360,26 @@ mod tests {
         let mut later = mailbox.expect(Awaited::ToolOutputs, vec!["a".into()]);
         let nothing = tokio::time::timeout(std::time::Duration::from_millis(20), later.delivered());
         assert!(nothing.await.is_err(), "taken once");
+    }
+
+    #[tokio::test]
+    async fn an_answer_to_a_wait_about_to_be_entered_again_is_kept_for_it() {
+        let mailbox = Mailbox::default();
+        assert!(mailbox
+            .deliver(Delivery::Outputs(vec![output("a")]))
+            .is_err());
+        mailbox.expect_soon(Awaited::ToolOutputs, vec!["a".into()]);
+        let wrong = mailbox.deliver(Delivery::Outputs(vec![output("b")]));
+        assert!(matches!(wrong, Err(RunError::InvalidField(_))), "{wrong:?}");
+        let approval = mailbox.deliver(Delivery::Decisions(Vec::new()));
+        assert!(matches!(approval, Err(RunError::NotWaiting { .. })));
+        mailbox
+            .deliver(Delivery::Outputs(vec![output("a")]))
+            .unwrap();
+        let mut wait = mailbox.expect(Awaited::ToolOutputs, vec!["a".into()]);
+        assert_eq!(
+            wait.delivered().await,
+            Some(Delivery::Outputs(vec![output("a")]))
+        );
     }
 }
