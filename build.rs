@@ -11,6 +11,7 @@ fn main() -> anyhow::Result<()> {
         "agentrunner/v1/agent.proto",
         "agentrunner/v1/tools.proto",
         "agentrunner/v1/admin.proto",
+        "agentrunner/v1/agents.proto",
     ];
     let fds = protox::compile(files, ["proto"])?;
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);

@@ -509,6 +509,7 @@ pub async fn serve(
         store.clone(),
         catalog,
         tools,
+        crate::library::Library::new(store.clone(), runner.clone()),
         crate::api::ApiSettings {
             tool_timeout: settings.tool_timeout,
             max_request_bytes: config.server.max_request_bytes,

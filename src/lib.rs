@@ -24,6 +24,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod domain;
+pub mod library;
 pub mod llm;
 #[cfg(feature = "mock-llm")]
 pub mod mock_llm;

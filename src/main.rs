@@ -27,6 +27,9 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[tokio::main]
 async fn main() -> ExitCode {
     let Cli { client, command } = Cli::parse();
+    if let Err(usage) = cli::args::check_model(&command) {
+        usage.exit();
+    }
     match dispatch(&client, command).await {
         Ok(outcome) => ExitCode::from(outcome.exit_code()),
         // A reader that went away (`| head`) is not an error to report.
@@ -52,6 +55,7 @@ async fn dispatch(client: &ClientArgs, command: Command) -> anyhow::Result<Outco
             Ok(Outcome::Completed)
         }
         Command::Keys(args) => keys(client, args).await.map(|()| Outcome::Completed),
+        Command::Agents(args) => print(cli::agents(client, args.command).await?),
     }
 }
 

@@ -5,6 +5,7 @@
 //! health and reflection) so `main` and the tests serve the same thing.
 
 pub mod admin_service;
+pub mod agent_registry_service;
 pub mod agent_service;
 pub mod auth;
 pub mod convert;
@@ -26,14 +27,17 @@ use tower::layer::util::{Identity, Stack};
 use tower::util::MapResponseLayer;
 
 use crate::catalog::Catalog;
+use crate::library::Library;
 use crate::pb;
 use crate::pb::admin_service_server::AdminServiceServer;
+use crate::pb::agent_registry_server::AgentRegistryServer;
 use crate::pb::agent_service_server::AgentServiceServer;
 use crate::pb::tool_registry_server::ToolRegistryServer;
 use crate::runner::Runner;
 use crate::store::Store;
 use crate::tools::ToolRegistry;
 use admin_service::AdminApi;
+use agent_registry_service::AgentRegistryApi;
 use agent_service::AgentApi;
 pub use auth::{caller_of, tenant_of, AdminGate, Gate, TENANT_HEADER};
 use tool_registry_service::ToolRegistryApi;
@@ -54,18 +58,24 @@ pub fn deadline_of<T>(request: &Request<T>) -> Option<Duration> {
     }
 }
 
-/// Marks both services serving; called once the store is open.
+/// Marks our services serving; called once the store is open.
 pub async fn set_serving(reporter: &HealthReporter) {
     reporter.set_serving::<AgentServiceServer<AgentApi>>().await;
+    reporter
+        .set_serving::<AgentRegistryServer<AgentRegistryApi>>()
+        .await;
     reporter
         .set_serving::<ToolRegistryServer<ToolRegistryApi>>()
         .await;
 }
 
-/// Marks both services not serving; called as shutdown begins.
+/// Marks our services not serving; called as shutdown begins.
 pub async fn set_not_serving(reporter: &HealthReporter) {
     reporter
         .set_not_serving::<AgentServiceServer<AgentApi>>()
+        .await;
+    reporter
+        .set_not_serving::<AgentRegistryServer<AgentRegistryApi>>()
         .await;
     reporter
         .set_not_serving::<ToolRegistryServer<ToolRegistryApi>>()
@@ -124,6 +134,7 @@ pub fn router(
     store: Store,
     catalog: Catalog,
     tools: Arc<ToolRegistry>,
+    library: Library,
     settings: ApiSettings,
     health: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
@@ -157,6 +168,11 @@ pub fn router(
         ))
         .add_service(InterceptedService::new(
             ToolRegistryServer::new(ToolRegistryApi::new(catalog, tools, settings.tool_timeout))
+                .max_decoding_message_size(limit),
+            settings.gate.clone(),
+        ))
+        .add_service(InterceptedService::new(
+            AgentRegistryServer::new(AgentRegistryApi::new(library))
                 .max_decoding_message_size(limit),
             settings.gate,
         ))

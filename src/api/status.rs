@@ -8,6 +8,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 use crate::access::AccessError;
 use crate::catalog::CatalogError;
 use crate::domain::{ErrorKind, FieldError};
+use crate::library::LibraryError;
 use crate::llm::LlmError;
 use crate::runner::RunError;
 use crate::store::StoreError;
@@ -39,7 +40,8 @@ classified!(
     ToolSetError,
     LlmError,
     CatalogError,
-    AccessError
+    AccessError,
+    LibraryError
 );
 
 impl Classified for RunError {

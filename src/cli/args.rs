@@ -42,6 +42,8 @@ pub enum Command {
     /// Create, list and revoke API keys on a running server (needs
     /// `AGENT_RUNNER_ADMIN_TOKEN`).
     Keys(KeysArgs),
+    /// Stored agents: create from a file, list, show, versions, aliases.
+    Agents(AgentsArgs),
 }
 
 /// How the CLI reaches a running server; the flags go before or after a subcommand (they
@@ -84,16 +86,26 @@ pub struct ClientArgs {
 /// What a run (or each turn of a chat) asks of the agent.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AgentArgs {
-    /// The model, `provider/name` (a provider of the server's configuration).
-    #[arg(long, short, env = "AGENT_RUNNER_MODEL")]
-    pub model: String,
+    /// A stored agent, `ID`, `ID@VERSION` or `ID:ALIAS`; then --model, --instruction and
+    /// --max-iteration change this run only (the instruction is appended).
+    #[arg(long, value_name = "ID[@VERSION|:ALIAS]")]
+    pub agent: Option<String>,
+    /// The model, `provider/name` (a provider of the server's configuration)
+    /// [env: AGENT_RUNNER_MODEL, for runs without --agent].
+    #[arg(long, short)]
+    pub model: Option<String>,
     /// A tool the agent may call, `provider/name`; repeat for more.
-    #[arg(long = "tool", short = 't', value_name = "PROVIDER/NAME")]
+    #[arg(
+        long = "tool",
+        short = 't',
+        value_name = "PROVIDER/NAME",
+        conflicts_with = "agent"
+    )]
     pub tools: Vec<String>,
     /// How the agent calls tools [default: function calling when the model can].
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, conflicts_with = "agent")]
     pub strategy: Option<StrategyArg>,
-    /// The system prompt.
+    /// The system prompt (with --agent: added to the stored one).
     #[arg(long, short)]
     pub instruction: Option<String>,
     /// Tool rounds at most (1 to 99) [default: the server's, 10].
@@ -106,6 +118,34 @@ pub struct AgentArgs {
     #[arg(long)]
     pub json: bool,
 }
+
+/// Refuses, as a usage error, a run or chat with no model: neither `--agent`, `--model`
+/// nor the environment's model (a default for inline runs only, never an override of a
+/// stored agent's).
+pub fn check_model(command: &Command) -> Result<(), clap::Error> {
+    let agent = match command {
+        Command::Run(args) => &args.agent,
+        Command::Chat(args) => &args.agent,
+        Command::Serve(_)
+        | Command::Attach(_)
+        | Command::Show(_)
+        | Command::Tools(_)
+        | Command::Health
+        | Command::Keys(_)
+        | Command::Agents(_) => return Ok(()),
+    };
+    let from_env = std::env::var(MODEL_ENV).is_ok_and(|model| !model.is_empty());
+    if agent.agent.is_some() || agent.model.is_some() || from_env {
+        return Ok(());
+    }
+    Err(<Cli as clap::CommandFactory>::command().error(
+        clap::error::ErrorKind::MissingRequiredArgument,
+        format!("--model (or {MODEL_ENV}, or --agent) is required"),
+    ))
+}
+
+/// The environment variable naming the model of runs without `--agent`.
+pub const MODEL_ENV: &str = "AGENT_RUNNER_MODEL";
 
 /// `--strategy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -204,5 +244,58 @@ pub enum KeysCommand {
     Revoke {
         /// The key's id (the first column of `keys list`).
         id: String,
+    },
+}
+
+/// `agents` and its subcommands.
+#[derive(Debug, clap::Args)]
+pub struct AgentsArgs {
+    /// What to do with stored agents.
+    #[command(subcommand)]
+    pub command: AgentsCommand,
+}
+
+/// What `agents` does.
+#[derive(Debug, clap::Subcommand)]
+pub enum AgentsCommand {
+    /// Create the agent a TOML or JSON file describes, or add a version to it when it
+    /// exists; prints `ID@VERSION`.
+    Create {
+        /// The file: `id`, `name`, `description`, `[labels]`, `[agent]` (the config) and
+        /// `[[client_tools]]`.
+        file: PathBuf,
+    },
+    /// List agents, one per line: id, latest version, aliases, name.
+    List {
+        /// Only agents with this label, `key=value`; repeat for more.
+        #[arg(long = "label", value_name = "KEY=VALUE")]
+        labels: Vec<String>,
+    },
+    /// Show a version as the file `create` reads (JSON).
+    Show {
+        /// `ID`, `ID@VERSION` or `ID:ALIAS`.
+        agent: String,
+    },
+    /// List an agent's versions, newest first.
+    Versions {
+        /// The agent.
+        agent_id: String,
+    },
+    /// Point an alias at a version.
+    Alias {
+        /// The agent.
+        agent_id: String,
+        /// The alias, e.g. `prod`.
+        alias: String,
+        /// The version.
+        version: u32,
+        /// Move it only if it points at this version now (0: only if it is new).
+        #[arg(long)]
+        expect: Option<u32>,
+    },
+    /// Delete an agent with its versions.
+    Delete {
+        /// The agent.
+        agent_id: String,
     },
 }

@@ -8,6 +8,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use tonic::{Request, Status};
 
 use super::args::ClientArgs;
+use crate::pb::agent_registry_client::AgentRegistryClient;
 use crate::pb::agent_service_client::AgentServiceClient;
 use crate::pb::tool_registry_client::ToolRegistryClient;
 
@@ -144,6 +145,13 @@ pub async fn registry(args: &ClientArgs) -> anyhow::Result<ToolRegistryClient<Au
     let credentials = Credentials::of(args)?;
     let channel = connect(args).await?;
     Ok(ToolRegistryClient::with_interceptor(channel, credentials))
+}
+
+/// A client of the agent registry for `args`.
+pub async fn library(args: &ClientArgs) -> anyhow::Result<AgentRegistryClient<Authed>> {
+    let credentials = Credentials::of(args)?;
+    let channel = connect(args).await?;
+    Ok(AgentRegistryClient::with_interceptor(channel, credentials))
 }
 
 /// A refusal as a person reads it, the gRPC code first (`INVALID_ARGUMENT: …`); a server

@@ -6,6 +6,7 @@
 //! with the server's gRPC code.
 
 mod admin;
+mod agents;
 pub mod args;
 mod connection;
 mod json;
@@ -14,6 +15,7 @@ mod session;
 mod show;
 
 pub use admin::{check_health, keys, ADMIN_TOKEN_ENV};
+pub use agents::agents;
 pub use connection::Unreachable;
 pub use session::{attach, chat, run};
 pub use show::{show, tools};

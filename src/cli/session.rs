@@ -4,7 +4,7 @@
 use anyhow::Context;
 use tokio::io::AsyncBufReadExt;
 
-use super::args::{AgentArgs, AttachArgs, ChatArgs, ClientArgs, RunArgs, StrategyArg};
+use super::args::{AgentArgs, AttachArgs, ChatArgs, ClientArgs, RunArgs, StrategyArg, MODEL_ENV};
 use super::connection::{agents, status_error, Authed};
 use super::render::Printer;
 use super::Outcome;
@@ -144,7 +144,18 @@ fn run_request(
     query: String,
     conversation: Option<String>,
 ) -> anyhow::Result<pb::RunRequest> {
-    let (provider, name) = provider_and_name(&agent.model, "--model", "openai/gpt-4o-mini")?;
+    let conversation_id = conversation.unwrap_or_default();
+    if let Some(stored) = &agent.agent {
+        return stored_run_request(agent, stored, query, conversation_id);
+    }
+    // The environment's model is a default for inline runs only: it never overrides a
+    // stored agent's own.
+    let model = agent
+        .model
+        .clone()
+        .or_else(|| std::env::var(MODEL_ENV).ok().filter(|m| !m.is_empty()))
+        .with_context(|| format!("--model (or {MODEL_ENV}, or --agent) is required"))?;
+    let (provider, name) = provider_and_name(&model, "--model", "openai/gpt-4o-mini")?;
     let tools = agent
         .tools
         .iter()
@@ -163,7 +174,7 @@ fn run_request(
         None => pb::Strategy::Unspecified,
     };
     Ok(pb::RunRequest {
-        conversation_id: conversation.unwrap_or_default(),
+        conversation_id,
         query,
         agent: Some(pb::AgentConfig {
             model: Some(pb::ModelConfig {
@@ -177,6 +188,44 @@ fn run_request(
             tools,
             ..Default::default()
         }),
+        ..Default::default()
+    })
+}
+
+/// A turn of the stored agent `stored` (`ID`, `ID@VERSION`, `ID:ALIAS`); --model,
+/// --instruction and --max-iteration become the run's overrides.
+fn stored_run_request(
+    agent: &AgentArgs,
+    stored: &str,
+    query: String,
+    conversation_id: String,
+) -> anyhow::Result<pb::RunRequest> {
+    let (agent_id, version, alias) = super::agents::parse_reference(stored)?;
+    let model = agent
+        .model
+        .as_deref()
+        .map(|model| {
+            let (provider, name) = provider_and_name(model, "--model", "openai/gpt-4o-mini")?;
+            anyhow::Ok(pb::ModelRef {
+                provider: provider.to_owned(),
+                name: name.to_owned(),
+            })
+        })
+        .transpose()?;
+    let overrides = pb::RunOverrides {
+        model,
+        max_iteration: agent.max_iteration.unwrap_or(0),
+        additional_instruction: agent.instruction.clone().unwrap_or_default(),
+    };
+    Ok(pb::RunRequest {
+        conversation_id,
+        query,
+        agent_ref: Some(pb::AgentRef {
+            agent_id,
+            version,
+            alias,
+        }),
+        overrides: (overrides != pb::RunOverrides::default()).then_some(overrides),
         ..Default::default()
     })
 }
@@ -262,9 +311,14 @@ async fn reattach(
             .await;
         match opened {
             Ok(stream) => return Ok(stream.into_inner()),
+            // A call caught by the server's going away fails CANCELLED on the client's
+            // side (the connection closed under it), a call to no server UNAVAILABLE: both
+            // mean ask again. The server never answers Attach CANCELLED itself.
             Err(status)
-                if status.code() == tonic::Code::Unavailable
-                    && started.elapsed() < REATTACH_FOR => {}
+                if matches!(
+                    status.code(),
+                    tonic::Code::Unavailable | tonic::Code::Cancelled
+                ) && started.elapsed() < REATTACH_FOR => {}
             Err(status) => return Err(status_error(status)),
         }
         tokio::select! {

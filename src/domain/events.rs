@@ -26,6 +26,9 @@ pub enum RunEvent {
         max_iteration: u32,
         /// How much of the conversation's history the first prompt carries.
         history: HistoryReport,
+        /// The stored agent and version that runs; `None` for an inline agent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<super::PinnedAgent>,
     },
     /// A piece of answer text as the model writes it.
     AnswerDelta {

@@ -198,6 +198,10 @@ pub struct Message {
     /// which is not counted as a takeover).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub handed_over: bool,
+    /// The stored agent and version that answers, with the run's overrides; `None` for an
+    /// inline agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<Box<super::PinnedAgent>>,
 }
 
 fn is_zero_u32(value: &u32) -> bool {

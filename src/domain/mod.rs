@@ -5,6 +5,7 @@
 //! each other in these types.
 
 mod access;
+pub mod agent;
 mod command;
 mod error;
 mod events;
@@ -17,6 +18,10 @@ mod thought;
 mod usage;
 
 pub use access::{ApiKeyRecord, TenantLimits};
+pub use agent::{
+    AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, PinnedAgent, RunOverrides,
+    VersionPick,
+};
 pub use command::{ClientOutput, Decision, RunCommand};
 pub use error::{ErrorKind, FieldError};
 pub use events::{EventEnvelope, HistoryReport, RunEvent};

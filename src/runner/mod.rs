@@ -15,6 +15,7 @@ mod budget;
 mod error;
 mod history;
 mod live;
+mod pin;
 mod prepare;
 mod quota;
 mod remote;
@@ -37,9 +38,9 @@ pub use error::RunError;
 pub use live::{ClientOutput, Decision, EventStream};
 pub use settings::RunnerSettings;
 pub use spec::{
-    AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelRef, ModelSpec,
-    OutputFallback, OutputSpec, RunSpec, StoredSpec, DEFAULT_MAX_ITERATION, MAX_FALLBACKS,
-    MAX_ITERATION_LIMIT,
+    AgentDefinition, AgentReference, AgentSpec, Idempotency, ImageSource, InputImage, ModelMode,
+    ModelRef, ModelSpec, OutputFallback, OutputSpec, RunSpec, StoredSpec, DEFAULT_MAX_ITERATION,
+    MAX_FALLBACKS, MAX_ITERATION_LIMIT,
 };
 
 use crate::domain::{
@@ -283,7 +284,7 @@ impl Runner {
         if self.shutdown.is_cancelled() || self.draining.is_cancelled() {
             return Err(RunError::ShuttingDown);
         }
-        let spec = spec.validated()?;
+        let spec = pin::pin(&self.store, spec).await?.validated()?;
         check_sizes(&spec, &self.settings)?;
         if let Some(record) = prepare::earlier_run(&self.store, &spec).await? {
             return self.follow_retry(&spec, &record).await;
@@ -309,6 +310,40 @@ impl Runner {
         // Durable with the run's first burst: the caller learns the message's id from its
         // first event. A disk write of its own would hold the first model call back.
         Ok(self.launch(spec, prepared, message, cancel))
+    }
+
+    /// Checks a stored agent's version as a run would resolve it (model and fallbacks
+    /// known, tools resolvable, output schema compiles, prompt fits), so a stored agent
+    /// fails at `Run` only when something it names went away since.
+    /// Returns it as kept (defaults filled in).
+    pub fn check_definition(
+        &self,
+        tenant: &Tenant,
+        definition: AgentDefinition,
+    ) -> Result<AgentDefinition, RunError> {
+        let mut spec = RunSpec::new(tenant.clone(), "?");
+        spec.inputs = spec::instruction_variables(&definition.agent.instruction)
+            .into_iter()
+            .map(|name| (name.to_owned(), String::new()))
+            .collect();
+        spec.agent = definition.agent;
+        spec.client_tools = definition.client_tools;
+        let spec = spec.validated()?;
+        check_sizes(&spec, &self.settings)?;
+        prepare::check(&self.models, &self.tools, &spec, &self.settings)?;
+        Ok(AgentDefinition {
+            agent: spec.agent,
+            client_tools: spec.client_tools,
+        })
+    }
+
+    /// The stored agent version `reference` names now, decoded.
+    pub async fn read_version(
+        &self,
+        tenant: &Tenant,
+        reference: &AgentReference,
+    ) -> Result<(u32, AgentDefinition), RunError> {
+        pin::read_version(&self.store, tenant, reference).await
     }
 
     /// What the run of `message` was started with, as kept with it; `None` for messages of

@@ -82,6 +82,16 @@ pub async fn prepare_resumed(
     Ok(resolved.with_history(history))
 }
 
+/// Checks that everything `spec` names resolves, without preparing a run.
+pub fn check(
+    models: &ModelRegistry,
+    tools: &ToolRegistry,
+    spec: &RunSpec,
+    settings: &RunnerSettings,
+) -> Result<(), RunError> {
+    resolve(models, tools, spec, settings).map(drop)
+}
+
 /// An agent resolved but for its history.
 struct Resolved {
     model: crate::llm::ResolvedModel,
@@ -237,6 +247,7 @@ pub fn new_message(spec: &RunSpec, prepared: &Prepared) -> Message {
         history_tokens: Default::default(),
         takeovers: 0,
         handed_over: false,
+        agent: spec.pinned.clone().map(Box::new),
         ordinal: 0,
     }
 }

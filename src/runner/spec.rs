@@ -7,7 +7,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::template;
-use crate::domain::{ConversationId, FieldError, StrategyKind, Tenant, TenantLimits};
+use crate::domain::{
+    ConversationId, FieldError, PinnedAgent, RunOverrides, StrategyKind, Tenant, TenantLimits,
+    VersionPick,
+};
 use crate::telemetry::TraceParent;
 use crate::tools::ToolRef;
 
@@ -186,6 +189,32 @@ pub struct RunSpec {
     pub cancel_on_disconnect: bool,
     /// The limits of the run's tenant (0: unlimited).
     pub limits: TenantLimits,
+    /// The stored agent to run, resolved into `agent` and `pinned` as the run starts.
+    pub reference: Option<AgentReference>,
+    /// The stored agent and version that runs, once resolved.
+    pub pinned: Option<PinnedAgent>,
+}
+
+/// A stored agent a run names instead of an inline one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentReference {
+    /// The agent.
+    pub agent_id: String,
+    /// Which of its versions.
+    pub pick: VersionPick,
+    /// What this run changes of it.
+    pub overrides: RunOverrides,
+}
+
+/// What a stored version holds: the agent and the tools its callers run, in the form kept
+/// in the store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentDefinition {
+    /// The agent.
+    pub agent: AgentSpec,
+    /// Tools its callers execute.
+    #[serde(default)]
+    pub client_tools: Vec<crate::tools::ClientToolSpec>,
 }
 
 impl RunSpec {
@@ -206,6 +235,8 @@ impl RunSpec {
             trace_parent: TraceParent::default(),
             cancel_on_disconnect: false,
             limits: TenantLimits::default(),
+            reference: None,
+            pinned: None,
         }
     }
 
@@ -421,6 +452,8 @@ mod tests {
             trace_parent: TraceParent::default(),
             cancel_on_disconnect: false,
             limits: TenantLimits::default(),
+            reference: None,
+            pinned: None,
             files: vec![],
             client_tools: vec![],
             agent: AgentSpec {

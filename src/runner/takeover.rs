@@ -251,5 +251,7 @@ fn resumed_spec(
             .unwrap_or_default(),
         cancel_on_disconnect: false,
         limits: TenantLimits::default(),
+        reference: None,
+        pinned: message.agent.as_deref().cloned(),
     }
 }

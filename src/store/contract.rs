@@ -1,6 +1,7 @@
 //! The store's contract: one interface per family of records, which every backend honours
 //! (see the rule in the module doc of [`crate::store`]).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -8,9 +9,9 @@ use tokio::sync::watch;
 
 use super::StoreError;
 use crate::domain::{
-    ApiKeyRecord, Conversation, ConversationId, EventEnvelope, FileId, FileRecord,
-    IdempotencyRecord, Message, MessageId, PastMessage, ProviderRecord, RunCommand, Tenant,
-    Thought,
+    AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, ApiKeyRecord, Conversation,
+    ConversationId, EventEnvelope, FileId, FileRecord, IdempotencyRecord, Message, MessageId,
+    PastMessage, ProviderRecord, RunCommand, Tenant, Thought,
 };
 
 /// One page of a listing, in order.
@@ -530,7 +531,79 @@ pub trait Commands: Send + Sync {
     async fn take_commands(&self) -> Result<Vec<TakenCommand>, StoreError>;
 }
 
-/// Everything a backend provides.
-pub trait Backend: Conversations + Records + EventLog + Registry + Commands + Health {}
+/// Stored agents, their versions and aliases. Every write is durable when it returns and
+/// is read at once by every process on the store (nothing of it is cached), so a new
+/// version or a moved alias is in force everywhere together.
+#[async_trait]
+pub trait Agents: Send + Sync {
+    /// Writes a new agent, with its first version when `first` is given (then
+    /// `record.latest_version` is 1). Refused with [`AgentRefusal::Exists`] when the id is
+    /// taken, [`AgentRefusal::TooManyAgents`] past [`crate::domain::agent::MAX_AGENTS`].
+    async fn create_agent(
+        &self,
+        tenant: &Tenant,
+        record: &AgentRecord,
+        first: Option<&AgentVersionRecord>,
+    ) -> Result<Result<(), AgentRefusal>, StoreError>;
 
-impl<T: Conversations + Records + EventLog + Registry + Commands + Health> Backend for T {}
+    /// Reads an agent.
+    async fn get_agent(&self, tenant: &Tenant, id: &str)
+        -> Result<Option<AgentRecord>, StoreError>;
+
+    /// The tenant's agents by id, from the one after `after`, carrying every label of
+    /// `labels`.
+    async fn list_agents(
+        &self,
+        tenant: &Tenant,
+        after: &str,
+        labels: &BTreeMap<String, String>,
+        limit: usize,
+    ) -> Result<Page<AgentRecord>, StoreError>;
+
+    /// Applies `change` to the agent as stored, atomically (of two compare-and-sets on one
+    /// alias, one wins); returns the agent as it now stands.
+    async fn change_agent(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        change: &AgentChange,
+    ) -> Result<Result<AgentRecord, AgentRefusal>, StoreError>;
+
+    /// Deletes an agent with its versions; returns whether it existed.
+    async fn delete_agent(&self, tenant: &Tenant, id: &str) -> Result<bool, StoreError>;
+
+    /// Adds a version numbered one past the agent's newest: of concurrent adds each gets
+    /// its own number and none is skipped. `latest` moves to it.
+    async fn add_version(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        config: &serde_json::Value,
+    ) -> Result<Result<AgentVersionRecord, AgentRefusal>, StoreError>;
+
+    /// Reads one version.
+    async fn get_version(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        version: u32,
+    ) -> Result<Option<AgentVersionRecord>, StoreError>;
+
+    /// An agent's versions, newest first, from the one below `before` (`u32::MAX`: the
+    /// newest).
+    async fn list_versions(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        before: u32,
+        size: PageSize,
+    ) -> Result<Page<AgentVersionRecord>, StoreError>;
+}
+
+/// Everything a backend provides.
+pub trait Backend:
+    Conversations + Records + EventLog + Registry + Commands + Agents + Health
+{
+}
+
+impl<T: Conversations + Records + EventLog + Registry + Commands + Agents + Health> Backend for T {}

@@ -24,9 +24,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use contract::{
-    Admission, Adopted, Adoption, Backend, Burst, Commands, Conversations, EventLog, Fence, Health,
-    Inserted, NewMessage, Page, PageSize, Record, Records, Refusal, Registry, RegistryChanges,
-    StoredProvider, Swept, TakenCommand,
+    Admission, Adopted, Adoption, Agents, Backend, Burst, Commands, Conversations, EventLog, Fence,
+    Health, Inserted, NewMessage, Page, PageSize, Record, Records, Refusal, Registry,
+    RegistryChanges, StoredProvider, Swept, TakenCommand,
 };
 pub use error::{Category, StoreError};
 pub use postgres::{describe as describe_database, with_database, Settings as DatabaseSettings};
@@ -186,6 +186,7 @@ pub mod test_records {
             history_tokens: Default::default(),
             takeovers: 0,
             handed_over: false,
+            agent: None,
             ordinal: 0,
         }
     }

@@ -21,11 +21,18 @@ pub struct ClientToolSpec {
     /// Name the model calls it by.
     pub name: String,
     /// What it does, for the model.
+    #[serde(default)]
     pub description: String,
     /// JSON Schema of its arguments.
+    #[serde(default = "empty_object_schema")]
     pub parameters: Value,
     /// Calls wait for a person's approval before they go to the caller.
+    #[serde(default)]
     pub require_approval: bool,
+}
+
+fn empty_object_schema() -> Value {
+    serde_json::json!({"type": "object", "properties": {}})
 }
 
 /// Stands in for a client tool in the set; the loop hands its calls to the caller.

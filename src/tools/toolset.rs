@@ -27,8 +27,10 @@ pub struct ToolRef {
     /// Tool name.
     pub name: String,
     /// Values that override the model's arguments and are hidden from it.
+    #[serde(default)]
     pub preset: Map<String, Value>,
     /// Calls wait for a person's approval before they run.
+    #[serde(default)]
     pub require_approval: bool,
 }
 

@@ -262,6 +262,7 @@ async fn messages_left_running_by_a_crash_become_interrupted() {
             history_tokens: Default::default(),
             takeovers: 0,
             handed_over: false,
+            agent: None,
             ordinal: 0,
         };
         let mut message = message;

@@ -26,6 +26,7 @@ fn event(event: RunEvent) -> Event {
             model,
             max_iteration,
             history,
+            agent,
         } => Event::Started(pb::RunStarted {
             strategy: strategy(kind).into(),
             provider,
@@ -34,6 +35,8 @@ fn event(event: RunEvent) -> Event {
             history_turns: history.kept_turns,
             history_turns_dropped: history.dropped_turns,
             history_tokens_dropped: history.dropped_tokens,
+            agent_version: agent.as_ref().map_or(0, |pin| pin.version),
+            agent_id: agent.map(|pin| pin.agent_id).unwrap_or_default(),
         }),
         RunEvent::AnswerDelta { text } => Event::Delta(pb::MessageDelta { text }),
         RunEvent::Thought(thought) => Event::Thought((*thought).into()),

@@ -1,6 +1,7 @@
 //! Conversions between protobuf messages and domain types. Requests are destructured
 //! field by field, so a new proto field is a compile error here until it is handled.
 
+pub mod agent;
 mod event;
 pub mod json;
 pub mod provider;

@@ -174,6 +174,13 @@ impl From<Message> for pb::Message {
                 .collect(),
             structured_output: message.structured_output.as_ref().and_then(document),
             output_invalid: message.output_invalid.unwrap_or_default(),
+            agent_version: message.agent.as_ref().map_or(0, |pin| pin.version),
+            overrides: message
+                .agent
+                .as_ref()
+                .filter(|pin| !pin.overrides.is_empty())
+                .map(|pin| super::agent::overrides_pb(pin.overrides.clone())),
+            agent_id: message.agent.map(|pin| pin.agent_id).unwrap_or_default(),
         }
     }
 }

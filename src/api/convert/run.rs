@@ -37,20 +37,38 @@ pub fn run_spec(
         // How the transport treats a dropped stream; it does not change what runs, and is
         // kept with the run.
         cancel_on_disconnect,
+        agent_ref,
+        overrides,
     } = request;
     let conversation_id = if conversation_id.is_empty() {
         None
     } else {
         Some(parse_id("conversation_id", &conversation_id)?)
     };
-    let agent = agent.ok_or_else(|| invalid("agent", "is required"))?;
+    let reference = match (agent_ref, overrides) {
+        (Some(agent_ref), overrides) => Some(super::agent::reference(agent_ref, overrides)?),
+        (None, Some(_)) => return Err(invalid("overrides", "applies only with agent_ref")),
+        (None, None) => None,
+    };
+    let agent = match (agent, &reference) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "agent",
+                "must not be given with agent_ref: give one of the two",
+            ))
+        }
+        (Some(agent), None) => agent_spec(agent)?,
+        (None, Some(_)) => AgentSpec::default(),
+        (None, None) => return Err(invalid("agent", "is required (or agent_ref)")),
+    };
+    let stored = reference.is_some();
     let spec = RunSpec {
         tenant,
         conversation_id,
         query,
         inputs: inputs.into_iter().collect(),
         user,
-        agent: agent_spec(agent)?,
+        agent,
         files: files
             .into_iter()
             .enumerate()
@@ -62,7 +80,13 @@ pub fn run_spec(
         trace_parent: TraceParent::default(),
         cancel_on_disconnect,
         limits: Default::default(),
+        reference,
+        pinned: None,
     };
+    if stored {
+        // The stored agent is read and the whole spec checked as the run starts.
+        return Ok(spec);
+    }
     spec.validated().map_err(crate::api::status::from_error)
 }
 
@@ -138,7 +162,7 @@ fn input_image(index: usize, file: pb::InputFile) -> Result<InputImage, Status> 
     })
 }
 
-fn client_tool(tool: pb::ClientTool) -> ClientToolSpec {
+pub(super) fn client_tool(tool: pb::ClientTool) -> ClientToolSpec {
     let pb::ClientTool {
         name,
         description,
@@ -157,7 +181,7 @@ fn client_tool(tool: pb::ClientTool) -> ClientToolSpec {
     }
 }
 
-fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {
+pub(super) fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {
     let pb::AgentConfig {
         model,
         strategy,
@@ -297,7 +321,23 @@ mod tests {
         type Mutation = Box<dyn FnOnce(&mut pb::RunRequest)>;
         let cases: Vec<(Mutation, &str)> = vec![
             (Box::new(|r| r.query.clear()), "query must not be empty"),
-            (Box::new(|r| r.agent = None), "agent is required"),
+            (
+                Box::new(|r| r.agent = None),
+                "agent is required (or agent_ref)",
+            ),
+            (
+                Box::new(|r| {
+                    r.agent_ref = Some(pb::AgentRef {
+                        agent_id: "helper".into(),
+                        ..Default::default()
+                    })
+                }),
+                "agent must not be given with agent_ref: give one of the two",
+            ),
+            (
+                Box::new(|r| r.overrides = Some(pb::RunOverrides::default())),
+                "overrides applies only with agent_ref",
+            ),
             (
                 Box::new(|r| r.agent.as_mut().unwrap().model = None),
                 "agent.model is required",

@@ -295,6 +295,7 @@ impl RunTask {
                 dropped_turns: trim.turns.saturating_add(self.agent.history.left_out_turns),
                 dropped_tokens: trim.tokens + self.agent.history.left_out_tokens,
             },
+            agent: self.spec.pinned.clone(),
         });
         fitted.map_err(overflow)?;
         log_trim(trim);

@@ -5,9 +5,13 @@
 // A check fails as a test does: by panicking, with what was wrong.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod agents;
 mod lifecycle;
 mod ownership;
 
+pub use agents::{
+    agents_are_kept_per_tenant, alias_moves_compare_and_set, versions_are_numbered_without_gaps,
+};
 pub use lifecycle::{a_store_that_cannot_write_says_unavailable, retired_events_leave_each_end};
 pub use ownership::{
     a_burst_under_another_fence_writes_nothing, commands_reach_running_runs_once,
@@ -58,6 +62,9 @@ pub async fn run_all(harness: &dyn Harness) {
     registry_changes_are_counted(harness).await;
     tenant_limits_admit_exactly(harness).await;
     orphans_are_taken_over_until_their_limit(harness).await;
+    versions_are_numbered_without_gaps(harness).await;
+    alias_moves_compare_and_set(harness).await;
+    agents_are_kept_per_tenant(harness).await;
 }
 
 fn tenant() -> Tenant {

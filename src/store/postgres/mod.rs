@@ -6,6 +6,7 @@
 //! for its WAL flush, which the run's first burst (a later synchronous commit) covers.
 //! Migrations are embedded and applied at connection under the migrator's advisory lock.
 
+mod agents;
 mod commands;
 mod committer;
 mod conversations;
@@ -226,7 +227,14 @@ fn migrator() -> Migrator {
         sqlx::SqlStr::from_static(include_str!("migrations/0002_replicas.sql")),
         false,
     );
-    Migrator::with_migrations(vec![initial, replicas])
+    let agents = Migration::new(
+        3,
+        "agents".into(),
+        MigrationType::Simple,
+        sqlx::SqlStr::from_static(include_str!("migrations/0003_agents.sql")),
+        false,
+    );
+    Migrator::with_migrations(vec![initial, replicas, agents])
 }
 
 /// Refuses a database whose schema needs a newer build than this one.

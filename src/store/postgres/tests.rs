@@ -169,6 +169,9 @@ conformance_on_postgres!(
     registry_changes_are_counted,
     tenant_limits_admit_exactly,
     orphans_are_taken_over_until_their_limit,
+    versions_are_numbered_without_gaps,
+    alias_moves_compare_and_set,
+    agents_are_kept_per_tenant,
 );
 
 /// A second live process with the same replica id is refused, naming the id and the

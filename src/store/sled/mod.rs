@@ -10,6 +10,7 @@
 mod access;
 mod adapter;
 mod admission;
+mod agents;
 mod commands;
 mod flusher;
 mod inflight;
@@ -95,6 +96,10 @@ struct Trees {
     ended: sled::Tree,
     /// Commands for runs, until their run takes them.
     commands: sled::Tree,
+    /// Stored agents, by tenant and id.
+    agents: sled::Tree,
+    /// Their versions, by tenant, agent and number.
+    agent_versions: sled::Tree,
     flusher: flusher::Flusher,
 }
 
@@ -118,6 +123,8 @@ impl Trees {
             tenant_usage: db.open_tree("tenant_usage")?,
             ended: db.open_tree("ended")?,
             commands: db.open_tree("commands")?,
+            agents: db.open_tree("agents")?,
+            agent_versions: db.open_tree("agent_versions")?,
             flusher: flusher::Flusher::start(db, state)?,
         })
     }
@@ -158,6 +165,9 @@ pub struct Embedded {
     pub(super) changes: Arc<[std::sync::atomic::AtomicU64; 2]>,
     /// Recent starts of limited tenants.
     admissions: Arc<admission::Admissions>,
+    /// Held while an agent record is read and written back, so changes to one agent (a
+    /// new version, an alias moved) apply one at a time.
+    agent_writes: Arc<std::sync::Mutex<()>>,
 }
 
 /// Locks that give each conversation one writer of new messages at a time, striped so
@@ -228,6 +238,7 @@ impl Embedded {
             swept: Arc::default(),
             changes: Arc::default(),
             admissions: Arc::default(),
+            agent_writes: Arc::default(),
         })
     }
 
@@ -325,6 +336,8 @@ impl Embedded {
             ("specs", &t.specs),
             ("pieces", &t.pieces),
             ("ended", &t.ended),
+            ("agents", &t.agents),
+            ("agent_versions", &t.agent_versions),
         ];
         let mut found = Vec::new();
         for (name, tree) in trees {
@@ -536,5 +549,20 @@ mod conformance_tests {
     #[tokio::test]
     async fn orphans_are_taken_over_until_their_limit() {
         conformance::orphans_are_taken_over_until_their_limit(&on_disk()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn versions_are_numbered_without_gaps() {
+        conformance::versions_are_numbered_without_gaps(&on_disk()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn alias_moves_compare_and_set() {
+        conformance::alias_moves_compare_and_set(&on_disk()).await;
+    }
+
+    #[tokio::test]
+    async fn agents_are_kept_per_tenant() {
+        conformance::agents_are_kept_per_tenant(&on_disk()).await;
     }
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use agent_runner::app::{self, AppError, Extensions};
 use agent_runner::config::Config;
 use agent_runner::pb;
+use agent_runner::pb::agent_registry_client::AgentRegistryClient;
 use agent_runner::pb::agent_service_client::AgentServiceClient;
 use agent_runner::pb::tool_registry_client::ToolRegistryClient;
 use agent_runner::store::Store;
@@ -268,6 +269,10 @@ impl TestServer {
 
     pub async fn agents(&self) -> AgentServiceClient<Channel> {
         AgentServiceClient::new(self.channel().await)
+    }
+
+    pub async fn library(&self) -> AgentRegistryClient<Channel> {
+        AgentRegistryClient::new(self.channel().await)
     }
 
     pub async fn tools(&self) -> ToolRegistryClient<Channel> {

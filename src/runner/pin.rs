@@ -1,0 +1,134 @@
+//! A stored agent named by a run, resolved once as the run starts: the version its alias
+//! points at now, with the run's overrides applied. The result is kept with the message
+//! (its spec and its pin), so a resumed, attached or recovered run never reads the alias
+//! again.
+
+use super::error::RunError;
+use super::spec::{AgentDefinition, AgentReference, RunSpec};
+use crate::domain::{FieldError, PinnedAgent, RunOverrides, Tenant, VersionPick};
+use crate::store::{Store, StoreError};
+
+/// Fills `spec.agent` and `spec.client_tools` from the stored agent `spec.reference`
+/// names, and pins the version; a spec without a reference is returned as it is.
+pub async fn pin(store: &Store, mut spec: RunSpec) -> Result<RunSpec, RunError> {
+    let Some(reference) = spec.reference.take() else {
+        return Ok(spec);
+    };
+    let (version, definition) = read_version(store, &spec.tenant, &reference).await?;
+    let AgentDefinition {
+        mut agent,
+        mut client_tools,
+    } = definition;
+    apply(&mut agent, &reference.overrides);
+    for (index, tool) in spec.client_tools.iter().enumerate() {
+        if client_tools.iter().any(|own| own.name == tool.name) {
+            return Err(FieldError::new(
+                format!("client_tools[{index}].name"),
+                format!(
+                    "{:?} is already a client tool of agent {}",
+                    tool.name, reference.agent_id
+                ),
+            )
+            .into());
+        }
+    }
+    client_tools.append(&mut spec.client_tools);
+    spec.agent = agent;
+    spec.client_tools = client_tools;
+    spec.pinned = Some(PinnedAgent {
+        agent_id: reference.agent_id,
+        version,
+        overrides: reference.overrides,
+    });
+    Ok(spec)
+}
+
+/// The version `reference` names now, decoded.
+pub async fn read_version(
+    store: &Store,
+    tenant: &Tenant,
+    reference: &AgentReference,
+) -> Result<(u32, AgentDefinition), RunError> {
+    let id = &reference.agent_id;
+    let agent = store
+        .get_agent(tenant, id)
+        .await?
+        .ok_or_else(|| RunError::not_found("agent", id))?;
+    let version = agent.version_of(&reference.pick).ok_or_else(|| {
+        let what = match &reference.pick {
+            VersionPick::Latest => "version (it has none yet)".to_owned(),
+            VersionPick::Number(n) => format!("version {n}"),
+            VersionPick::Alias(alias) => format!("alias {alias:?}"),
+        };
+        RunError::not_found("agent version", format!("{id}: no {what}"))
+    })?;
+    let stored = store
+        .get_version(tenant, id, version)
+        .await?
+        .ok_or_else(|| RunError::not_found("agent version", format!("{id}@{version}")))?;
+    let definition = serde_json::from_value(stored.config).map_err(|source| StoreError::Codec {
+        tree: "agent_versions",
+        source,
+    })?;
+    Ok((version, definition))
+}
+
+/// The version's agent as one run changes it.
+fn apply(agent: &mut super::spec::AgentSpec, overrides: &RunOverrides) {
+    // The version's fallbacks stay: they are its author's choice of what to try when a
+    // model fails, whichever model runs first.
+    if let Some((provider, name)) = &overrides.model {
+        agent.model.provider.clone_from(provider);
+        agent.model.name.clone_from(name);
+    }
+    if overrides.max_iteration > 0 {
+        agent.max_iteration = overrides.max_iteration;
+    }
+    if !overrides.additional_instruction.is_empty() {
+        if !agent.instruction.is_empty() {
+            agent.instruction.push_str("\n\n");
+        }
+        agent
+            .instruction
+            .push_str(&overrides.additional_instruction);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::spec::{AgentSpec, ModelRef, ModelSpec};
+
+    #[test]
+    fn overrides_change_only_what_they_name() {
+        let mut agent = AgentSpec {
+            model: ModelSpec {
+                provider: "openai".into(),
+                name: "big".into(),
+                fallbacks: vec![ModelRef {
+                    provider: "anthropic".into(),
+                    name: "other".into(),
+                }],
+                ..ModelSpec::default()
+            },
+            max_iteration: 5,
+            instruction: "Be brief.".into(),
+            ..AgentSpec::default()
+        };
+        apply(&mut agent, &RunOverrides::default());
+        assert_eq!(agent.model.name, "big");
+        assert_eq!(agent.model.fallbacks.len(), 1);
+        apply(
+            &mut agent,
+            &RunOverrides {
+                model: Some(("openai".into(), "small".into())),
+                max_iteration: 2,
+                additional_instruction: "Answer in French.".into(),
+            },
+        );
+        assert_eq!(agent.model.name, "small");
+        assert_eq!(agent.model.fallbacks.len(), 1);
+        assert_eq!(agent.max_iteration, 2);
+        assert_eq!(agent.instruction, "Be brief.\n\nAnswer in French.");
+    }
+}
