@@ -90,15 +90,15 @@ impl Library {
         check_slug("agent_id", id)?;
         check_description(&description)?;
         let now = crate::domain::now();
-        let first = first
-            .map(|definition| self.checked(tenant, definition))
-            .transpose()?
-            .map(|config| AgentVersionRecord {
+        let first = match first {
+            Some(definition) => Some(AgentVersionRecord {
                 agent_id: id.to_owned(),
                 version: 1,
-                config,
+                config: self.checked(tenant, id, definition).await?,
                 created_at: now,
-            });
+            }),
+            None => None,
+        };
         let record = AgentRecord {
             id: id.to_owned(),
             name: description.name,
@@ -177,7 +177,7 @@ impl Library {
         definition: AgentDefinition,
     ) -> Result<(AgentVersionRecord, AgentDefinition), LibraryError> {
         check_slug("agent_id", id)?;
-        let config = self.checked(tenant, definition)?;
+        let config = self.checked(tenant, id, definition).await?;
         let record = self.store.add_version(tenant, id, &config).await??;
         let definition = decode(&record.config)?;
         Ok((record, definition))
@@ -270,12 +270,42 @@ impl Library {
         Ok(self.store.change_agent(tenant, id, &change).await??)
     }
 
-    /// `definition` checked as a run would resolve it, in the form kept.
-    fn checked(
+    /// `definition` of agent `id` checked as a run would resolve it, in the form kept: the
+    /// sub-agents it names exist (and are not `id` itself).
+    async fn checked(
         &self,
         tenant: &Tenant,
+        id: &str,
         definition: AgentDefinition,
     ) -> Result<serde_json::Value, LibraryError> {
+        for (index, sub) in definition.agent.sub_agents.iter().enumerate() {
+            let field = format!("config.sub_agents[{index}]");
+            if sub.agent_id == id {
+                return Err(FieldError::new(
+                    format!("{field}.agent_id"),
+                    "names this agent itself; an agent cannot be its own sub-agent",
+                )
+                .into());
+            }
+            check_slug(&format!("{field}.agent_id"), &sub.agent_id)?;
+            let Some(record) = self.store.get_agent(tenant, &sub.agent_id).await? else {
+                return Err(FieldError::new(
+                    format!("{field}.agent_id"),
+                    format!("names agent {:?}, which does not exist", sub.agent_id),
+                )
+                .into());
+            };
+            if record.version_of(&sub.pick()).is_none() {
+                return Err(FieldError::new(
+                    field,
+                    format!(
+                        "names a version of agent {:?} it does not have",
+                        sub.agent_id
+                    ),
+                )
+                .into());
+            }
+        }
         let definition = self
             .runner
             .check_definition(tenant, definition)

@@ -430,6 +430,7 @@ mod tests {
                 time_cost: 0.0,
                 error: Some(observation),
                 tool_config: Default::default(),
+                usage: None,
             }),
         };
         let mut many = Thought::begin(MessageId::new(), 1);

@@ -53,6 +53,13 @@ pub fn event(event: &pb::RunEvent) -> Value {
                    "message": retry.message, "provider": retry.provider, "model": retry.model,
                    "position": retry.position}),
         ),
+        Some(Event::Child(child)) => (
+            "child",
+            json!({"tool_call_id": child.tool_call_id, "message_id": child.message_id,
+                   "depth": child.depth, "agent_id": child.agent_id,
+                   "agent_version": child.agent_version,
+                   "event": child.event.as_deref().map(self::event)}),
+        ),
         Some(Event::RoundRestarted(restarted)) => (
             "round_restarted",
             json!({"position": restarted.position, "discard_from_seq": restarted.discard_from_seq,

@@ -127,7 +127,12 @@ pub struct HumanView {
     column: usize,
     /// The column where the round's first answer text began.
     round_column: usize,
+    /// The views of sub-agents' runs, by message id, and whether each is at a line's start.
+    children: std::collections::HashMap<String, (HumanView, bool)>,
 }
+
+/// What a sub-agent's lines start with, under the call that started it.
+const CHILD_INDENT: &str = "  │ ";
 
 impl HumanView {
     /// A view painting with `paint`.
@@ -140,6 +145,7 @@ impl HumanView {
             round_deltas: Vec::new(),
             column: 0,
             round_column: 0,
+            children: std::collections::HashMap::new(),
         }
     }
 
@@ -159,6 +165,7 @@ impl HumanView {
                 return delta.text.clone();
             }
             Some(Event::RoundRestarted(restarted)) => return self.restart(event.seq, restarted),
+            Some(Event::Child(child)) => return self.child(child),
             Some(Event::Started(started)) => vec![p.dim(&started_line(started))],
             Some(Event::Thought(thought)) => {
                 self.round_deltas.clear();
@@ -209,6 +216,34 @@ impl HumanView {
             None => Vec::new(),
         };
         self.lines(lines)
+    }
+
+    /// A sub-agent's event, shown as its own run would be, indented under the call that
+    /// started it.
+    fn child(&mut self, child: &pb::ChildEvent) -> String {
+        let Some(inner) = child.event.as_deref() else {
+            return String::new();
+        };
+        let paint = self.paint;
+        let (view, line_start) = self
+            .children
+            .entry(child.message_id.clone())
+            .or_insert_with(|| (HumanView::new(paint), true));
+        let text = view.render(inner);
+        let mut out = String::new();
+        if self.mid_line && !text.is_empty() {
+            out.push('\n');
+            self.mid_line = false;
+        }
+        for piece in text.split_inclusive('\n') {
+            if *line_start {
+                out.push_str(CHILD_INDENT);
+            }
+            out.push_str(piece);
+            *line_start = piece.ends_with('\n');
+        }
+        self.column = 0;
+        out
     }
 
     /// Erases the answer text the restarted round had shown (on a terminal; elsewhere a

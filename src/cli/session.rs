@@ -346,6 +346,7 @@ fn outcome_of(event: &pb::RunEvent) -> Option<Outcome> {
             | Event::File(_)
             | Event::Retry(_)
             | Event::RoundRestarted(_)
+            | Event::Child(_)
             | Event::ApprovalRequired(_),
         )
         | None => None,

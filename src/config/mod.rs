@@ -177,6 +177,10 @@ fn default_max_query_bytes() -> usize {
 fn default_max_instruction_bytes() -> usize {
     RunnerSettings::default().max_instruction_bytes
 }
+fn default_max_agent_depth() -> u32 {
+    RunnerSettings::default().max_agent_depth
+}
+
 fn default_max_tool_calls_per_round() -> usize {
     RunnerSettings::default().max_tool_calls_per_round
 }
@@ -262,6 +266,10 @@ pub struct RunnerConfig {
     /// more than N calls in one round" and the model goes on.
     #[serde(default = "default_max_tool_calls_per_round")]
     pub max_tool_calls_per_round: usize,
+    /// How deep sub-agents nest: a top run is depth 0, its child 1 …; a call past it is
+    /// the tool error `max_depth` (0 forbids sub-agents; at most 10).
+    #[serde(default = "default_max_agent_depth")]
+    pub max_agent_depth: u32,
     /// Most `pattern`s (and `patternProperties` keys) the schemas of one provider, or of one
     /// request (output schema and client tools), may hold; each compiles to a regex.
     #[serde(default = "default_max_schema_patterns")]
@@ -300,6 +308,7 @@ impl Default for RunnerConfig {
             max_query_bytes: default_max_query_bytes(),
             max_instruction_bytes: default_max_instruction_bytes(),
             max_tool_calls_per_round: default_max_tool_calls_per_round(),
+            max_agent_depth: default_max_agent_depth(),
             max_schema_patterns: default_max_schema_patterns(),
             schema_cache_mb: default_schema_cache_mb(),
         }
@@ -341,6 +350,7 @@ impl RunnerConfig {
             max_query_bytes: self.max_query_bytes,
             max_instruction_bytes: self.max_instruction_bytes,
             max_tool_calls_per_round: self.max_tool_calls_per_round,
+            max_agent_depth: self.max_agent_depth,
             tool_output_limit: self.tool_output_limit_bytes,
             hand_over: self.resume_after_restart,
             ..RunnerSettings::default()
@@ -655,6 +665,9 @@ impl Config {
                 "runner.max_tool_calls_per_round",
                 "must be at least 1",
             ));
+        }
+        if self.runner.max_agent_depth > 10 {
+            return Err(invalid("runner.max_agent_depth", "must be at most 10"));
         }
         if self.runner.schema_cache_mb == 0 {
             return Err(invalid("runner.schema_cache_mb", "must be at least 1"));

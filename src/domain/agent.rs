@@ -79,6 +79,17 @@ pub struct PinnedAgent {
     pub overrides: RunOverrides,
 }
 
+/// Where a sub-agent's run sits: the run and call that started it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentLink {
+    /// The parent run's message.
+    pub message_id: super::MessageId,
+    /// The parent's call that started this run.
+    pub tool_call_id: String,
+    /// 1 for a child of a top run.
+    pub depth: u32,
+}
+
 /// What one run of a stored agent changes of its version.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]

@@ -97,6 +97,8 @@ pub enum RunEvent {
         /// Why: `owner_lost` (the owner died or stalled) or `handed_over` (it stopped).
         reason: String,
     },
+    /// An event of a sub-agent's run, carried in its parent's stream.
+    Child(Box<ChildEvent>),
     /// The run ended normally.
     MessageEnd {
         /// The whole answer.
@@ -160,4 +162,19 @@ pub struct EventEnvelope {
     pub created_at: DateTime<Utc>,
     /// The event itself.
     pub event: RunEvent,
+}
+
+/// A sub-agent's event as its parent carries it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChildEvent {
+    /// The parent's call that started the child.
+    pub tool_call_id: String,
+    /// 1 for a child of a top run.
+    pub depth: u32,
+    /// The child's stored agent.
+    pub agent_id: String,
+    /// Its version.
+    pub agent_version: u32,
+    /// The child's own event, with its `seq` and ids.
+    pub event: EventEnvelope,
 }

@@ -202,6 +202,9 @@ pub struct Message {
     /// inline agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<Box<super::PinnedAgent>>,
+    /// Set on a sub-agent's run: the run and call that started it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<Box<super::ParentLink>>,
 }
 
 fn is_zero_u32(value: &u32) -> bool {

@@ -19,12 +19,12 @@ mod usage;
 
 pub use access::{ApiKeyRecord, TenantLimits};
 pub use agent::{
-    AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, PinnedAgent, RunOverrides,
-    VersionPick,
+    AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, ParentLink, PinnedAgent,
+    RunOverrides, VersionPick,
 };
 pub use command::{ClientOutput, Decision, RunCommand};
 pub use error::{ErrorKind, FieldError};
-pub use events::{EventEnvelope, HistoryReport, RunEvent};
+pub use events::{ChildEvent, EventEnvelope, HistoryReport, RunEvent};
 pub use file::FileRecord;
 pub use ids::{ConversationId, FileId, MessageId, Tenant, ThoughtId};
 pub use message::{

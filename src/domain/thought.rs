@@ -15,6 +15,10 @@ pub struct ToolInvokeMeta {
     pub error: Option<String>,
     /// Which tool ran with which preset parameters.
     pub tool_config: serde_json::Map<String, serde_json::Value>,
+    /// What a sub-agent's run used (its model calls and its own children's), counted in
+    /// this run's usage too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<super::Usage>,
 }
 
 /// How a tool call ended, as metrics and spans tell it.

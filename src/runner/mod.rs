@@ -13,6 +13,7 @@
 
 mod budget;
 mod error;
+mod family;
 mod history;
 mod live;
 mod pin;
@@ -39,8 +40,8 @@ pub use live::{ClientOutput, Decision, EventStream};
 pub use settings::RunnerSettings;
 pub use spec::{
     AgentDefinition, AgentReference, AgentSpec, Idempotency, ImageSource, InputImage, ModelMode,
-    ModelRef, ModelSpec, OutputFallback, OutputSpec, RunSpec, StoredSpec, DEFAULT_MAX_ITERATION,
-    MAX_FALLBACKS, MAX_ITERATION_LIMIT,
+    ModelRef, ModelSpec, OutputFallback, OutputSpec, RunSpec, StoredSpec, SubAgentRef,
+    DEFAULT_MAX_ITERATION, MAX_FALLBACKS, MAX_ITERATION_LIMIT,
 };
 
 use crate::domain::{
@@ -490,6 +491,7 @@ impl Runner {
             cancel_after(cancel.clone(), deadline);
         }
         let span = run::span(&spec, &agent, &message);
+        let family = self.family_of(&spec);
         let task = RunTask::new(
             spec,
             message,
@@ -504,7 +506,8 @@ impl Runner {
                 registration,
             },
             Arc::clone(&self.metrics),
-        );
+        )
+        .with_family(family);
         let task = match resumption {
             Some(resumption) => task.resuming(resumption),
             None => task,

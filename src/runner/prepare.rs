@@ -19,7 +19,7 @@ use crate::domain::{
 use crate::llm::{Feature, ModelInfo, ModelRegistry};
 use crate::store::{Inserted, NewMessage, Store, StoreError};
 use crate::tools::schema::PatternBudget;
-use crate::tools::{ToolRegistry, ToolSet};
+use crate::tools::{SubAgentTool, ToolRegistry, ToolSet};
 
 /// Everything a run needs that is resolved before its message is written.
 pub struct Prepared {
@@ -39,7 +39,8 @@ pub async fn prepare(
     spec: &RunSpec,
     settings: &RunnerSettings,
 ) -> Result<Prepared, RunError> {
-    let resolved = resolve(models, tools, spec, settings)?;
+    let agent_tools = sub_agent_tools(store, spec).await?;
+    let resolved = resolve(models, tools, spec, settings, &agent_tools)?;
     let new_conversation = conversation_for(store, spec).await?;
     let conversation_id = match (&new_conversation, spec.conversation_id) {
         (Some(conversation), _) => conversation.id,
@@ -70,7 +71,8 @@ pub async fn prepare_resumed(
     settings: &RunnerSettings,
     message: &Message,
 ) -> Result<Agent, RunError> {
-    let resolved = resolve(models, tools, spec, settings)?;
+    let agent_tools = sub_agent_tools(store, spec).await?;
+    let resolved = resolve(models, tools, spec, settings, &agent_tools)?;
     let history = past_turns(
         store,
         spec,
@@ -89,7 +91,37 @@ pub fn check(
     spec: &RunSpec,
     settings: &RunnerSettings,
 ) -> Result<(), RunError> {
-    resolve(models, tools, spec, settings).map(drop)
+    let agent_tools: Vec<SubAgentTool> = spec
+        .agent
+        .sub_agents
+        .iter()
+        .map(|sub| SubAgentTool {
+            name: sub.agent_id.clone(),
+            description: String::new(),
+        })
+        .collect();
+    resolve(models, tools, spec, settings, &agent_tools).map(drop)
+}
+
+/// The stored agents `spec` may call, as tools: described by their records. One deleted
+/// since is still offered; a call of it is a tool error.
+async fn sub_agent_tools(store: &Store, spec: &RunSpec) -> Result<Vec<SubAgentTool>, RunError> {
+    let mut agent_tools = Vec::with_capacity(spec.agent.sub_agents.len());
+    for sub in &spec.agent.sub_agents {
+        let record = store.get_agent(&spec.tenant, &sub.agent_id).await?;
+        let description = record
+            .map(|record| match record.description.is_empty() {
+                true => record.name,
+                false => record.description,
+            })
+            .filter(|text| !text.is_empty())
+            .unwrap_or_else(|| format!("The agent {}.", sub.agent_id));
+        agent_tools.push(SubAgentTool {
+            name: sub.agent_id.clone(),
+            description,
+        });
+    }
+    Ok(agent_tools)
 }
 
 /// An agent resolved but for its history.
@@ -121,6 +153,7 @@ fn resolve(
     tools: &ToolRegistry,
     spec: &RunSpec,
     settings: &RunnerSettings,
+    agent_tools: &[SubAgentTool],
 ) -> Result<Resolved, RunError> {
     let model = models.resolve(&spec.agent.model.provider, &spec.agent.model.name)?;
     let fallbacks = spec
@@ -149,6 +182,7 @@ fn resolve(
         .transpose()?;
     let mut bound = ToolSet::bind(&tools.snapshot(&spec.tenant), &spec.agent.tools)?;
     bound.add_client_tools(&spec.client_tools, &mut budget)?;
+    bound.add_agent_tools(agent_tools, &mut budget)?;
     let output_instruction = output
         .as_ref()
         .and_then(|output| output.instruction(strategy.kind()))
@@ -224,7 +258,8 @@ pub async fn insert_message(
 pub fn new_message(spec: &RunSpec, prepared: &Prepared) -> Message {
     let now = crate::domain::now();
     Message {
-        id: MessageId::new(),
+        // A new id (the default) unless the run was given one.
+        id: spec.message_id.unwrap_or_default(),
         conversation_id: prepared.conversation_id,
         seq: 0,
         query: spec.query.clone(),
@@ -248,6 +283,7 @@ pub fn new_message(spec: &RunSpec, prepared: &Prepared) -> Message {
         takeovers: 0,
         handed_over: false,
         agent: spec.pinned.clone().map(Box::new),
+        parent: spec.parent.clone().map(Box::new),
         ordinal: 0,
     }
 }

@@ -28,6 +28,8 @@ pub struct RunnerSettings {
     pub tool_output_limit: usize,
     /// Calls of one round that are run; the rest get an observation saying so.
     pub max_tool_calls_per_round: usize,
+    /// How deep sub-agents nest (a top run is depth 0).
+    pub max_agent_depth: u32,
     /// How long a run tries to commit its records while the store is unavailable before
     /// it stops as on a full disk (it announces nothing meanwhile).
     pub write_timeout: Duration,
@@ -50,6 +52,7 @@ impl Default for RunnerSettings {
             max_instruction_bytes: 4 * 1024 * 1024,
             tool_output_limit: 16 * 1024,
             max_tool_calls_per_round: 128,
+            max_agent_depth: 3,
             write_timeout: Duration::from_secs(10),
             hand_over: false,
         }

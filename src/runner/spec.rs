@@ -8,8 +8,8 @@ use serde_json::{Map, Value};
 
 use super::template;
 use crate::domain::{
-    ConversationId, FieldError, PinnedAgent, RunOverrides, StrategyKind, Tenant, TenantLimits,
-    VersionPick,
+    ConversationId, FieldError, ParentLink, PinnedAgent, RunOverrides, StrategyKind, Tenant,
+    TenantLimits, VersionPick,
 };
 use crate::telemetry::TraceParent;
 use crate::tools::ToolRef;
@@ -80,7 +80,42 @@ pub struct AgentSpec {
     pub output: Option<OutputSpec>,
     /// Keep a forced `tool_choice` after a round has called a tool.
     pub keep_tool_choice: bool,
+    /// Stored agents the model may call as tools.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sub_agents: Vec<SubAgentRef>,
 }
+
+/// A stored agent offered to the model as a tool.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SubAgentRef {
+    /// The agent, which is also the tool's name.
+    pub agent_id: String,
+    /// A version (0: none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub version: u32,
+    /// An alias, when no version is given; neither means `latest`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub alias: String,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
+}
+
+impl SubAgentRef {
+    /// Which version it names.
+    pub fn pick(&self) -> VersionPick {
+        match (self.version, self.alias.as_str()) {
+            (0, "" | crate::domain::agent::LATEST) => VersionPick::Latest,
+            (0, alias) => VersionPick::Alias(alias.to_owned()),
+            (n, _) => VersionPick::Number(n),
+        }
+    }
+}
+
+/// Sub-agents one agent may name at most.
+pub const MAX_SUB_AGENTS: usize = 16;
 
 /// A final answer held to a JSON Schema.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -193,6 +228,14 @@ pub struct RunSpec {
     pub reference: Option<AgentReference>,
     /// The stored agent and version that runs, once resolved.
     pub pinned: Option<PinnedAgent>,
+    /// Set on a sub-agent's run: the run and call that started it.
+    pub parent: Option<ParentLink>,
+    /// The stored agents of the runs above this one, outermost first: a call of one of
+    /// them again is a cycle.
+    pub lineage: Vec<String>,
+    /// The message's id when it is chosen before the run (a sub-agent's, derived from its
+    /// parent's call, so a resumed parent finds it instead of starting it again).
+    pub message_id: Option<crate::domain::MessageId>,
 }
 
 /// A stored agent a run names instead of an inline one.
@@ -237,6 +280,9 @@ impl RunSpec {
             limits: TenantLimits::default(),
             reference: None,
             pinned: None,
+            parent: None,
+            lineage: Vec::new(),
+            message_id: None,
         }
     }
 
@@ -309,6 +355,7 @@ impl RunSpec {
             check_name(&format!("agent.tools[{index}].provider"), &tool.provider)?;
             check_name(&format!("agent.tools[{index}].name"), &tool.name)?;
         }
+        check_sub_agents(&self.agent.sub_agents)?;
         Ok(self)
     }
 
@@ -369,6 +416,9 @@ pub struct StoredSpec {
     /// The caller's `traceparent`, when it sent one.
     #[serde(default)]
     pub trace_parent: Option<String>,
+    /// The stored agents of the runs above a sub-agent's, outermost first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lineage: Vec<String>,
 }
 
 impl StoredSpec {
@@ -388,8 +438,43 @@ impl StoredSpec {
                 .and_then(|deadline| started.checked_add_signed(deadline)),
             cancel_on_disconnect: spec.cancel_on_disconnect,
             trace_parent: spec.trace_parent.to_header(),
+            lineage: spec.lineage.clone(),
         }
     }
+}
+
+/// Checks the sub-agents an agent names: at most [`MAX_SUB_AGENTS`], each an agent id,
+/// each once, a version or an alias but not both.
+fn check_sub_agents(sub_agents: &[SubAgentRef]) -> Result<(), FieldError> {
+    if sub_agents.len() > MAX_SUB_AGENTS {
+        return Err(FieldError::new(
+            "agent.sub_agents",
+            format!("may name at most {MAX_SUB_AGENTS} agents"),
+        ));
+    }
+    for (index, sub) in sub_agents.iter().enumerate() {
+        let field = format!("agent.sub_agents[{index}]");
+        crate::domain::agent::check_slug(&format!("{field}.agent_id"), &sub.agent_id)?;
+        if sub.version > 0 && !sub.alias.is_empty() {
+            return Err(FieldError::new(
+                format!("{field}.alias"),
+                "must not be given with a version: give one of the two",
+            ));
+        }
+        if !sub.alias.is_empty() {
+            crate::domain::agent::check_slug(&format!("{field}.alias"), &sub.alias)?;
+        }
+        if sub_agents[..index]
+            .iter()
+            .any(|earlier| earlier.agent_id == sub.agent_id)
+        {
+            return Err(FieldError::new(
+                format!("{field}.agent_id"),
+                format!("names {:?} a second time", sub.agent_id),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Longest model, provider or tool name a run accepts.
@@ -454,6 +539,9 @@ mod tests {
             limits: TenantLimits::default(),
             reference: None,
             pinned: None,
+            parent: None,
+            lineage: Vec::new(),
+            message_id: None,
             files: vec![],
             client_tools: vec![],
             agent: AgentSpec {

@@ -253,5 +253,8 @@ fn resumed_spec(
         limits: TenantLimits::default(),
         reference: None,
         pinned: message.agent.as_deref().cloned(),
+        parent: message.parent.as_deref().cloned(),
+        lineage: stored.lineage,
+        message_id: Some(message.id),
     }
 }

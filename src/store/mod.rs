@@ -187,6 +187,7 @@ pub mod test_records {
             takeovers: 0,
             handed_over: false,
             agent: None,
+            parent: None,
             ordinal: 0,
         }
     }

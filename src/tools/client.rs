@@ -117,6 +117,7 @@ impl ToolSet {
                         tool: tool.clone(),
                         preset: Map::new(),
                         client: true,
+                        agent: false,
                         approval: spec.require_approval,
                     },
                 );
@@ -163,6 +164,7 @@ impl ToolSet {
                     time_cost,
                     error: None,
                     tool_config: config,
+                    usage: None,
                 },
             },
         }

@@ -5,6 +5,7 @@
 //! tool as an object-safe [`ErasedTool`], which HTTP, MCP and client-side tools implement
 //! directly. This room knows neither tonic nor a database.
 
+mod agents;
 pub mod builtin;
 pub mod cache;
 mod client;
@@ -30,6 +31,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+pub use agents::{SubAgentTool, AGENT_PROVIDER};
 pub use client::{ClientToolSpec, CLIENT_PROVIDER};
 pub use error::{RegistryError, ToolError};
 pub use outbound::{OutboundError, OutboundPolicy};

@@ -58,6 +58,7 @@ pub fn failure(
             time_cost,
             error: Some(text.clone()),
             tool_config,
+            usage: None,
         },
         observation: text,
     }

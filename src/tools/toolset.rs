@@ -63,6 +63,14 @@ pub enum ToolSetError {
         /// What the schema compiler said.
         reason: String,
     },
+    /// A sub-agent's name is taken by another tool of the run.
+    #[error("agent.sub_agents[{index}].agent_id: {reason}")]
+    SubAgentName {
+        /// Position in the list.
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
     /// A client tool's name is unusable or taken.
     #[error("client_tools[{index}].name: {reason}")]
     ClientName {
@@ -94,6 +102,8 @@ pub(super) struct Bound {
     pub(super) preset: Map<String, Value>,
     /// Run by the caller, not here.
     pub(super) client: bool,
+    /// A stored agent, run as a sub-agent by the loop.
+    pub(super) agent: bool,
     /// Calls wait for approval before they run.
     pub(super) approval: bool,
 }
@@ -164,6 +174,7 @@ impl ToolSet {
                     tool: tool.clone(),
                     preset: tool_ref.preset.clone(),
                     client: false,
+                    agent: false,
                     approval: tool_ref.require_approval,
                 },
             );
@@ -308,6 +319,7 @@ impl ToolSet {
                     time_cost,
                     error: None,
                     tool_config: config,
+                    usage: None,
                 },
             },
             Ok(Err(super::ToolError::InvalidArguments(reason))) => observation::failure(

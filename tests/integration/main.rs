@@ -38,6 +38,7 @@ mod run_function_calling;
 mod run_react;
 mod stored_agents;
 mod structured_output;
+mod sub_agents;
 mod support;
 mod takeover;
 mod tool_providers;

@@ -263,6 +263,7 @@ async fn messages_left_running_by_a_crash_become_interrupted() {
             takeovers: 0,
             handed_over: false,
             agent: None,
+            parent: None,
             ordinal: 0,
         };
         let mut message = message;

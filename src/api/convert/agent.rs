@@ -186,6 +186,7 @@ fn config_pb(agent: AgentSpec) -> pb::AgentConfig {
         max_history_turns,
         output,
         keep_tool_choice,
+        sub_agents,
     } = agent;
     let (output_schema, output_fallback) = match output {
         Some(output) => (
@@ -215,6 +216,14 @@ fn config_pb(agent: AgentSpec) -> pb::AgentConfig {
         output_schema,
         output_fallback: output_fallback.into(),
         keep_tool_choice,
+        sub_agents: sub_agents
+            .into_iter()
+            .map(|sub| pb::AgentRef {
+                agent_id: sub.agent_id,
+                version: sub.version,
+                alias: sub.alias,
+            })
+            .collect(),
     }
 }
 
@@ -315,6 +324,11 @@ mod tests {
             )),
             output_fallback: pb::OutputFallback::Error.into(),
             keep_tool_choice: true,
+            sub_agents: vec![pb::AgentRef {
+                agent_id: "researcher".into(),
+                version: 0,
+                alias: "prod".into(),
+            }],
         };
         let tools = vec![pb::ClientTool {
             name: "lookup".into(),

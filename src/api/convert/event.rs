@@ -38,6 +38,23 @@ fn event(event: RunEvent) -> Event {
             agent_version: agent.as_ref().map_or(0, |pin| pin.version),
             agent_id: agent.map(|pin| pin.agent_id).unwrap_or_default(),
         }),
+        RunEvent::Child(child) => {
+            let crate::domain::ChildEvent {
+                tool_call_id,
+                depth,
+                agent_id,
+                agent_version,
+                event,
+            } = *child;
+            Event::Child(Box::new(pb::ChildEvent {
+                tool_call_id,
+                message_id: event.message_id.to_string(),
+                depth,
+                agent_id,
+                agent_version,
+                event: Some(Box::new(event.into())),
+            }))
+        }
         RunEvent::AnswerDelta { text } => Event::Delta(pb::MessageDelta { text }),
         RunEvent::Thought(thought) => Event::Thought((*thought).into()),
         RunEvent::ToolStarted {

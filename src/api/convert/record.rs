@@ -181,6 +181,16 @@ impl From<Message> for pb::Message {
                 .filter(|pin| !pin.overrides.is_empty())
                 .map(|pin| super::agent::overrides_pb(pin.overrides.clone())),
             agent_id: message.agent.map(|pin| pin.agent_id).unwrap_or_default(),
+            depth: message.parent.as_ref().map_or(0, |parent| parent.depth),
+            parent_message_id: message
+                .parent
+                .as_ref()
+                .map(|parent| parent.message_id.to_string())
+                .unwrap_or_default(),
+            parent_tool_call_id: message
+                .parent
+                .map(|parent| parent.tool_call_id)
+                .unwrap_or_default(),
         }
     }
 }

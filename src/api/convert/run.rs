@@ -13,7 +13,7 @@ use crate::domain::{StrategyKind, Tenant};
 use crate::pb;
 use crate::runner::{
     AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelRef, ModelSpec,
-    OutputFallback, OutputSpec, RunSpec,
+    OutputFallback, OutputSpec, RunSpec, SubAgentRef,
 };
 use crate::telemetry::TraceParent;
 use crate::tools::{ClientToolSpec, ToolRef};
@@ -82,6 +82,9 @@ pub fn run_spec(
         limits: Default::default(),
         reference,
         pinned: None,
+        parent: None,
+        lineage: Vec::new(),
+        message_id: None,
     };
     if stored {
         // The stored agent is read and the whole spec checked as the run starts.
@@ -193,6 +196,7 @@ pub(super) fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {
         output_schema,
         output_fallback,
         keep_tool_choice,
+        sub_agents,
     } = agent;
     let max_history_turns = memory.map_or(0, |pb::MemoryConfig { max_turns }| max_turns);
     let model = model.ok_or_else(|| invalid("agent.model", "is required"))?;
@@ -206,6 +210,20 @@ pub(super) fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {
         max_history_turns,
         output: output_spec(output_schema, output_fallback)?,
         keep_tool_choice,
+        sub_agents: sub_agents
+            .into_iter()
+            .map(
+                |pb::AgentRef {
+                     agent_id,
+                     version,
+                     alias,
+                 }| SubAgentRef {
+                    agent_id,
+                    version,
+                    alias,
+                },
+            )
+            .collect(),
     })
 }
 

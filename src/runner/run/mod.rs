@@ -8,6 +8,7 @@
 //! leaves the live registry when the task is dropped. What the run knows lives in
 //! [`state`], free of I/O; writing and announcing go through [`recorder`].
 
+mod children;
 mod finish;
 mod halt;
 mod model_call;
@@ -28,6 +29,7 @@ use futures::FutureExt;
 use rust_decimal::prelude::ToPrimitive;
 use tokio_util::sync::CancellationToken;
 
+pub use children::{ChildRun, ChildStart, Family, Launcher};
 pub use recorder::Recorder;
 use resume::Resume;
 pub use resume::{rebuild, Resumption};
@@ -129,6 +131,8 @@ pub struct RunTask {
     resume: Option<Resume>,
     /// The cut round's stored thought, whose id and place its new attempt keeps.
     cut: Option<crate::domain::Thought>,
+    /// Where sub-agents start, when the agent has any.
+    family: Option<Family>,
 }
 
 impl RunTask {
@@ -157,7 +161,14 @@ impl RunTask {
             first_delta_sent: false,
             resume: None,
             cut: None,
+            family: None,
         }
+    }
+
+    /// The run starts sub-agents through `family`.
+    pub fn with_family(mut self, family: Option<Family>) -> Self {
+        self.family = family;
+        self
     }
 
     /// The whole life of the run: the rounds, then the record of how they ended; only then
@@ -349,7 +360,9 @@ impl RunTask {
         // The decision is durable: a run handed over here has its calls made by the next
         // owner, none of them started.
         self.check_draining()?;
-        self.round_tools(Duration::ZERO).run(round).await?;
+        let ran = self.round_tools(Duration::ZERO).run(round).await;
+        self.state.count_children(round);
+        ran?;
         Ok(RoundEnd::Continue)
     }
 
@@ -366,6 +379,7 @@ impl RunTask {
             message: &mut self.message,
             metrics: &self.metrics,
             waited,
+            family: self.family.as_ref(),
         }
     }
 
@@ -521,7 +535,13 @@ impl RunTask {
         // publisher tries a failed commit again until it lands or the service shuts down,
         // so a live process leaves no message running.
         self.recorder.message(&self.message);
-        let tokens = self.message.usage.tokens.total_tokens;
+        // Sub-agents counted their own model calls as they ended.
+        let tokens = self
+            .message
+            .usage
+            .tokens
+            .total_tokens
+            .saturating_sub(self.state.child_tokens());
         self.recorder.count_tokens(super::quota::today(), tokens);
         // The run's place under its tenant's limit frees as its message stops running,
         // with the end's commit: a client that starts its next run on seeing the end finds

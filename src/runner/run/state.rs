@@ -38,6 +38,9 @@ pub struct RunState {
     document: Option<(serde_json::Value, String)>,
     /// Why the answer does not meet the output schema (kept as text).
     output_invalid: Option<String>,
+    /// Sub-agent calls whose usage is counted, and their tokens.
+    children: std::collections::HashSet<String>,
+    child_tokens: u64,
 }
 
 impl RunState {
@@ -132,12 +135,33 @@ impl RunState {
         }
         let calls: usize = thought.tool_calls.iter().map(|c| c.arguments.len()).sum();
         self.add_written(thought.thought.len() + calls);
-        Round {
+        let round = Round {
             shown_any: !thought.answer.is_empty(),
             reasoning: Vec::new(),
             resources_before: self.resources.len(),
             thought,
+        };
+        self.count_children(&round);
+        round
+    }
+
+    /// Adds the usage of the round's sub-agent calls that ended to the run's, each once.
+    pub fn count_children(&mut self, round: &Round) {
+        for call in &round.thought.tool_calls {
+            let Some(usage) = super::children::child_usage(call) else {
+                continue;
+            };
+            if self.children.insert(call.id.clone()) {
+                self.usage.add(usage);
+                self.child_tokens += usage.tokens.total_tokens;
+            }
         }
+    }
+
+    /// Tokens of sub-agents' model calls in the run's usage: counted by the sub-agents
+    /// themselves, not again by this run.
+    pub fn child_tokens(&self) -> u64 {
+        self.child_tokens
     }
 
     /// Adds the estimated usage of a model call cut with its owner, which no round keeps.
@@ -424,6 +448,7 @@ mod tests {
                 time_cost: 0.0,
                 error: None,
                 tool_config: Default::default(),
+                usage: None,
             },
             files: vec![],
             resources: vec![],

@@ -108,6 +108,7 @@ impl RunTask {
             .round_tools(resume.waited)
             .run_resumed(&mut round, &resume.started)
             .await;
+        self.state.count_children(&round);
         match finished {
             Ok(()) => {
                 self.state.close_round(round);

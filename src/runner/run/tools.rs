@@ -60,6 +60,8 @@ pub struct RoundTools<'a> {
     /// How long the round's first wait had lasted under a lost owner: that much less is
     /// left of it.
     pub waited: Duration,
+    /// Where sub-agents start, when the agent has any.
+    pub family: Option<&'a super::children::Family>,
 }
 
 impl RoundTools<'_> {
@@ -86,8 +88,10 @@ impl RoundTools<'_> {
             }
             // A call perhaps made already is made again only when that is harmless; the
             // caller's own calls were only handed over, and are asked for again.
-            let repeatable =
-                self.tools.is_idempotent(&call.name) || self.tools.is_client(&call.name);
+            // A sub-agent's run is found again by its id and followed, never started twice.
+            let repeatable = self.tools.is_idempotent(&call.name)
+                || self.tools.is_client(&call.name)
+                || self.tools.is_agent(&call.name);
             if started.contains(&call.id) && !repeatable {
                 unknown.push(index);
             } else {
@@ -137,7 +141,11 @@ impl RoundTools<'_> {
             let invocation = self.tools.declined(&name, &reason);
             self.record(round, index, invocation).await?;
         }
+        let (children, server): (Vec<usize>, Vec<usize>) = server
+            .into_iter()
+            .partition(|index| self.tools.is_agent(&round.thought.tool_calls[*index].name));
         self.run_server_calls(round, server).await?;
+        self.run_child_calls(round, children).await?;
         self.run_client_calls(round, client).await?;
         self.recorder.announce_thought(&round.thought);
         Ok(())
@@ -418,7 +426,7 @@ impl RoundTools<'_> {
     }
 
     /// Stores a call's files and result, then announces the call as finished.
-    async fn record(
+    pub(super) async fn record(
         &mut self,
         round: &mut Round,
         index: usize,

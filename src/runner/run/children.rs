@@ -1,0 +1,387 @@
+//! Sub-agents: a call of a stored agent offered as a tool starts a run of its own (a
+//! message in a conversation of its own, linked to this run and call), whose events this
+//! run carries wrapped in `child` events and whose end becomes the call's observation.
+//! Depth and cycles are refused before anything starts; the child's token is a child of
+//! this run's, so cancelling this run cancels every descendant.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::stream::SelectAll;
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use super::halt::{or_cancel, Halt};
+use super::state::Round;
+use super::tools::RoundTools;
+use crate::domain::{
+    CallOutcome, ChildEvent, FinishReason, MessageId, ParentLink, RunEvent, Tenant, ToolInvokeMeta,
+    Usage,
+};
+use crate::runner::error::RunError;
+use crate::runner::live::EventStream;
+use crate::runner::spec::SubAgentRef;
+use crate::tools::{observation, Invocation, AGENT_PROVIDER};
+
+/// A sub-agent run to start for a call.
+pub struct ChildStart {
+    /// The tenant of the whole tree.
+    pub tenant: Tenant,
+    /// The end user of the top run.
+    pub user: String,
+    /// Which stored agent and version.
+    pub agent: SubAgentRef,
+    /// What the model asked of it.
+    pub input: String,
+    /// This run and the call.
+    pub parent: ParentLink,
+    /// The stored agents above the child, outermost first.
+    pub lineage: Vec<String>,
+    /// The child's message id, derived from this run's message and the call.
+    pub message_id: MessageId,
+}
+
+/// A sub-agent run started (or, for a run taken over, found already started).
+pub struct ChildRun {
+    /// The version that runs.
+    pub agent_version: u32,
+    /// Its events from the first.
+    pub events: EventStream,
+}
+
+/// Starts sub-agent runs; the runner is one.
+#[async_trait::async_trait]
+pub trait Launcher: Send + Sync {
+    /// Starts the run `child` asks for under `cancel`, or follows it from its first event
+    /// when a message of its id exists (this run was taken over after starting it).
+    async fn start_child(
+        &self,
+        child: ChildStart,
+        cancel: CancellationToken,
+    ) -> Result<ChildRun, RunError>;
+}
+
+/// What a run needs to call stored agents: where they start, which it may call, and where
+/// it sits in its tree.
+#[derive(Clone)]
+pub struct Family {
+    /// Starts the children.
+    pub launcher: Arc<dyn Launcher>,
+    /// The stored agents the model may call, by id.
+    pub sub_agents: Vec<SubAgentRef>,
+    /// This run's depth (0 for a top run).
+    pub depth: u32,
+    /// The stored agents of this run and those above it.
+    pub lineage: Vec<String>,
+    /// The deepest a child may sit (`runner.max_agent_depth`).
+    pub max_depth: u32,
+    /// The tenant of the tree.
+    pub tenant: Tenant,
+    /// The end user of the tree.
+    pub user: String,
+}
+
+/// The message id of the child a call starts: the same for the same run and call, so an
+/// owner that takes the run over finds the child instead of starting it again.
+pub fn child_message_id(parent: MessageId, call_id: &str) -> MessageId {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(format!("child:{parent}:{call_id}"));
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    MessageId(uuid::Builder::from_custom_bytes(bytes).into_uuid())
+}
+
+/// One child being followed: the call it answers and what it has shown.
+struct Following {
+    index: usize,
+    call_id: String,
+    agent_id: String,
+    agent_version: u32,
+    started: Instant,
+}
+
+impl RoundTools<'_> {
+    /// Runs the sub-agent calls at `indices` at once, carrying their events, and records
+    /// each child's end as its call's result.
+    pub(super) async fn run_child_calls(
+        &mut self,
+        round: &mut Round,
+        indices: Vec<usize>,
+    ) -> Result<(), Halt> {
+        let Some(family) = self.family else {
+            return Ok(());
+        };
+        let mut following = Vec::new();
+        let mut streams = SelectAll::new();
+        for index in indices {
+            let call = round.thought.tool_calls[index].clone();
+            match self.start_child(family, &call).await {
+                Ok((run, agent_id)) => {
+                    let slot = following.len();
+                    following.push(Following {
+                        index,
+                        call_id: call.id.clone(),
+                        agent_id,
+                        agent_version: run.agent_version,
+                        started: Instant::now(),
+                    });
+                    streams.push(run.events.map(move |item| (slot, item)));
+                }
+                Err(invocation) => self.record(round, index, invocation).await?,
+            }
+        }
+        while let Some((slot, item)) = or_cancel(self.cancel, streams.next()).await? {
+            let child = &following[slot];
+            let event = match item {
+                Ok(event) => event,
+                Err(err) => {
+                    let text = observation::invoke_error(&format_args!(
+                        "the sub-agent's run could not be followed: {err}"
+                    ));
+                    let invocation = failure(text, child.started);
+                    self.record(round, child.index, invocation).await?;
+                    continue;
+                }
+            };
+            let end = child_result(&event.event, child.started);
+            self.recorder.announce(RunEvent::Child(Box::new(ChildEvent {
+                tool_call_id: child.call_id.clone(),
+                depth: family.depth + 1,
+                agent_id: child.agent_id.clone(),
+                agent_version: child.agent_version,
+                event,
+            })));
+            if let Some(invocation) = end {
+                self.record(round, child.index, invocation).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the child `call` asks for, or says why it does not start.
+    async fn start_child(
+        &self,
+        family: &Family,
+        call: &crate::domain::ToolCallRecord,
+    ) -> Result<(ChildRun, String), Invocation> {
+        let started = Instant::now();
+        let refuse = |code: &str, text: String| {
+            failure(
+                observation::invoke_error(&format_args!("{code}: {text}")),
+                started,
+            )
+        };
+        let Some(agent) = family
+            .sub_agents
+            .iter()
+            .find(|sub| sub.agent_id == call.name)
+        else {
+            return Err(refuse(
+                "unknown_agent",
+                format!("{} is not a sub-agent of this agent", call.name),
+            ));
+        };
+        let input = serde_json::from_str::<serde_json::Value>(&call.arguments)
+            .ok()
+            .and_then(|args| {
+                args.get("input")
+                    .and_then(|v| v.as_str())
+                    .map(str::to_owned)
+            })
+            .filter(|input| !input.trim().is_empty());
+        let Some(input) = input else {
+            return Err(failure(
+                observation::invalid_arguments("`input` must be a non-empty string"),
+                started,
+            ));
+        };
+        let depth = family.depth + 1;
+        if depth > family.max_depth {
+            return Err(refuse(
+                "max_depth",
+                format!(
+                    "{} would run at depth {depth}, deeper than runner.max_agent_depth ({})",
+                    agent.agent_id, family.max_depth
+                ),
+            ));
+        }
+        if family.lineage.contains(&agent.agent_id) {
+            return Err(refuse(
+                "agent_recursion",
+                format!(
+                    "{} is already running above this call ({})",
+                    agent.agent_id,
+                    family.lineage.join(" → ")
+                ),
+            ));
+        }
+        let start = ChildStart {
+            tenant: family.tenant.clone(),
+            user: family.user.clone(),
+            agent: agent.clone(),
+            input,
+            parent: ParentLink {
+                message_id: self.message.id,
+                tool_call_id: call.id.clone(),
+                depth,
+            },
+            lineage: family.lineage.clone(),
+            message_id: child_message_id(self.message.id, &call.id),
+        };
+        match family
+            .launcher
+            .start_child(start, self.cancel.child_token())
+            .await
+        {
+            Ok(run) => Ok((run, agent.agent_id.clone())),
+            Err(err) => Err(refuse("agent_unavailable", err.to_string())),
+        }
+    }
+}
+
+/// A failed sub-agent call.
+fn failure(text: String, started: Instant) -> Invocation {
+    observation::failure(
+        CallOutcome::Error,
+        AGENT_PROVIDER.to_owned(),
+        text,
+        started.elapsed().as_secs_f64(),
+        serde_json::Map::new(),
+    )
+}
+
+/// The call's result when `event` ends the child: its answer (or structured output), or
+/// its failure as a tool error; its usage goes with it.
+fn child_result(event: &RunEvent, started: Instant) -> Option<Invocation> {
+    let (observation, error, usage, outcome) = match event {
+        RunEvent::MessageEnd {
+            answer,
+            usage,
+            finish_reason: FinishReason::Cancelled,
+            ..
+        } => {
+            let text = observation::invoke_error(&format_args!(
+                "the sub-agent's run was cancelled{}",
+                if answer.is_empty() {
+                    ""
+                } else {
+                    " (what it wrote is not its answer)"
+                }
+            ));
+            (text.clone(), Some(text), usage.clone(), CallOutcome::Error)
+        }
+        RunEvent::MessageEnd {
+            answer,
+            usage,
+            structured_output,
+            ..
+        } => {
+            let observation = match structured_output {
+                Some(document) => document.to_string(),
+                None => answer.clone(),
+            };
+            (observation, None, usage.clone(), CallOutcome::Success)
+        }
+        RunEvent::Error { failure, usage, .. } => {
+            let text = observation::invoke_error(&format_args!(
+                "the sub-agent failed: {}: {}",
+                failure.code, failure.message
+            ));
+            (text.clone(), Some(text), usage.clone(), CallOutcome::Error)
+        }
+        RunEvent::Started { .. }
+        | RunEvent::AnswerDelta { .. }
+        | RunEvent::Thought(_)
+        | RunEvent::ToolStarted { .. }
+        | RunEvent::ToolFinished { .. }
+        | RunEvent::File(_)
+        | RunEvent::ToolCallsRequired { .. }
+        | RunEvent::ApprovalRequired { .. }
+        | RunEvent::Retry { .. }
+        | RunEvent::RoundRestarted { .. }
+        | RunEvent::Child(_) => return None,
+    };
+    Some(Invocation {
+        provider: AGENT_PROVIDER.to_owned(),
+        outcome,
+        files: Vec::new(),
+        resources: Vec::new(),
+        meta: ToolInvokeMeta {
+            time_cost: started.elapsed().as_secs_f64(),
+            error,
+            tool_config: serde_json::Map::new(),
+            usage: Some(usage),
+        },
+        observation,
+    })
+}
+
+/// The usage a sub-agent call's record carries, if it is one that ended.
+pub fn child_usage(call: &crate::domain::ToolCallRecord) -> Option<&Usage> {
+    call.meta.as_ref().and_then(|meta| meta.usage.as_ref())
+}
+
+/// An envelope's event, for tests.
+#[cfg(test)]
+fn end_event(answer: &str) -> crate::domain::EventEnvelope {
+    crate::domain::EventEnvelope {
+        seq: 3,
+        conversation_id: crate::domain::ConversationId::new(),
+        message_id: MessageId::new(),
+        created_at: crate::domain::now(),
+        event: RunEvent::MessageEnd {
+            answer: answer.to_owned(),
+            usage: Usage::default(),
+            finish_reason: FinishReason::Stop,
+            iterations: 1,
+            retriever_resources: Vec::new(),
+            structured_output: None,
+            output_invalid: None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_id_is_the_same_for_the_same_call_only() {
+        let parent = MessageId::new();
+        assert_eq!(
+            child_message_id(parent, "c1"),
+            child_message_id(parent, "c1")
+        );
+        assert_ne!(
+            child_message_id(parent, "c1"),
+            child_message_id(parent, "c2")
+        );
+        assert_ne!(
+            child_message_id(parent, "c1"),
+            child_message_id(MessageId::new(), "c1")
+        );
+    }
+
+    #[test]
+    fn a_childs_end_is_the_calls_result() {
+        let done = child_result(&end_event("Paris.").event, Instant::now()).unwrap();
+        assert_eq!(done.observation, "Paris.");
+        assert_eq!(done.outcome, CallOutcome::Success);
+        assert!(done.meta.usage.is_some());
+        let delta = RunEvent::AnswerDelta { text: "x".into() };
+        assert!(child_result(&delta, Instant::now()).is_none());
+        let failed = RunEvent::Error {
+            failure: crate::domain::RunFailure {
+                code: "llm_server_error".into(),
+                message: "down".into(),
+            },
+            usage: Usage::default(),
+            iterations: 1,
+        };
+        let failed = child_result(&failed, Instant::now()).unwrap();
+        assert_eq!(
+            failed.observation,
+            "tool invoke error: the sub-agent failed: llm_server_error: down"
+        );
+    }
+}
