@@ -26,6 +26,14 @@ const MAX_REASON_BYTES: usize = 4096;
 /// Page size when the request gives none.
 const DEFAULT_PAGE_SIZE: usize = 100;
 
+/// The sub-agent run a decision or output names, `None` for the request's own.
+fn routed(field: &str, target: &str) -> Result<Option<MessageId>, Status> {
+    match target {
+        "" => Ok(None),
+        target => parse_id(field, target).map(Some),
+    }
+}
+
 /// The stream type of `Run` and `Attach`.
 pub type RunStream = Pin<Box<dyn Stream<Item = Result<pb::RunEvent, Status>> + Send>>;
 
@@ -111,20 +119,31 @@ impl AgentService for AgentApi {
         let id: MessageId = parse_id("message_id", &message_id)?;
         let outputs = outputs
             .into_iter()
+            .enumerate()
             .map(
-                |pb::ToolOutput {
-                     tool_call_id,
-                     output,
-                     error,
-                 }| ClientOutput {
-                    tool_call_id,
-                    output,
-                    error,
+                |(
+                    index,
+                    pb::ToolOutput {
+                        tool_call_id,
+                        output,
+                        error,
+                        message_id: target,
+                    },
+                )| {
+                    let target = routed(&format!("outputs[{index}].message_id"), &target)?;
+                    Ok((
+                        target,
+                        ClientOutput {
+                            tool_call_id,
+                            output,
+                            error,
+                        },
+                    ))
                 },
             )
-            .collect();
+            .collect::<Result<Vec<_>, Status>>()?;
         self.runner
-            .submit_tool_outputs(&tenant, id, outputs)
+            .submit_routed(&tenant, id, outputs)
             .await
             .map_err(from_error)?;
         Ok(Response::new(pb::SubmitToolOutputsResponse {}))
@@ -146,21 +165,26 @@ impl AgentService for AgentApi {
                 tool_call_id,
                 approve,
                 reason,
+                message_id: target,
             } = decision;
+            let target = routed(&format!("decisions[{index}].message_id"), &target)?;
             if reason.len() > MAX_REASON_BYTES {
                 return Err(super::status::invalid(
                     &format!("decisions[{index}].reason"),
                     &format!("must be at most {MAX_REASON_BYTES} bytes"),
                 ));
             }
-            checked.push(Decision {
-                tool_call_id,
-                approve,
-                reason,
-            });
+            checked.push((
+                target,
+                Decision {
+                    tool_call_id,
+                    approve,
+                    reason,
+                },
+            ));
         }
         self.runner
-            .approve_tool_calls(&tenant, id, checked)
+            .approve_routed(&tenant, id, checked)
             .await
             .map_err(from_error)?;
         Ok(Response::new(pb::ApproveToolCallsResponse {}))

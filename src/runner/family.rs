@@ -7,9 +7,11 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::error::RunError;
+use super::live::{ClientOutput, Decision};
 use super::run::{ChildRun, ChildStart, Family, Launcher};
 use super::spec::{AgentReference, RunSpec};
 use super::{pin, Runner};
+use crate::domain::{FieldError, MessageId, Tenant};
 
 #[async_trait::async_trait]
 impl Launcher for Runner {
@@ -26,6 +28,7 @@ impl Launcher for Runner {
             // Started before this run was taken over: followed, never started again.
             let events = self.attach(&child.tenant, message.id, 0).await?;
             return Ok(ChildRun {
+                found: true,
                 agent_version: message.agent.map_or(0, |pin| pin.version),
                 events,
             });
@@ -53,6 +56,7 @@ impl Launcher for Runner {
         let agent_version = spec.pinned.as_ref().map_or(0, |pin| pin.version);
         let handle = self.start(spec, cancel).await?;
         Ok(ChildRun {
+            found: false,
             agent_version,
             events: handle.events,
         })
@@ -79,4 +83,83 @@ impl Runner {
             user: spec.user.clone(),
         })
     }
+}
+
+/// How far up a sub-agent's run is followed to its top run at most: deeper than any
+/// `runner.max_agent_depth` allows.
+const MAX_ANCESTRY: usize = 16;
+
+impl Runner {
+    /// Delivers decisions given on `top`, each to the run it names: `top`'s own, or a
+    /// sub-agent's run below it (as its `child` events name it).
+    pub async fn approve_routed(
+        &self,
+        tenant: &Tenant,
+        top: MessageId,
+        decisions: Vec<(Option<MessageId>, Decision)>,
+    ) -> Result<(), RunError> {
+        for (target, group) in by_target(top, decisions) {
+            self.check_below(tenant, top, target).await?;
+            self.approve_tool_calls(tenant, target, group).await?;
+        }
+        Ok(())
+    }
+
+    /// Delivers outputs given on `top`, each to the run it names (see
+    /// [`Self::approve_routed`]).
+    pub async fn submit_routed(
+        &self,
+        tenant: &Tenant,
+        top: MessageId,
+        outputs: Vec<(Option<MessageId>, ClientOutput)>,
+    ) -> Result<(), RunError> {
+        for (target, group) in by_target(top, outputs) {
+            self.check_below(tenant, top, target).await?;
+            self.submit_tool_outputs(tenant, target, group).await?;
+        }
+        Ok(())
+    }
+
+    /// Refuses `target` unless it is `top` or a sub-agent's run below it.
+    async fn check_below(
+        &self,
+        tenant: &Tenant,
+        top: MessageId,
+        target: MessageId,
+    ) -> Result<(), RunError> {
+        let mut at = target;
+        for _ in 0..MAX_ANCESTRY {
+            if at == top {
+                return Ok(());
+            }
+            let parent = self
+                .store
+                .get_message(tenant, at)
+                .await?
+                .and_then(|message| message.parent);
+            match parent {
+                Some(parent) => at = parent.message_id,
+                None => break,
+            }
+        }
+        Err(FieldError::new(
+            "message_id",
+            format!("{target} is not a sub-agent run of message {top}"),
+        )
+        .into())
+    }
+}
+
+/// Items grouped by the run they go to (`None` is `top`), `top`'s first, in order.
+fn by_target<T>(top: MessageId, items: Vec<(Option<MessageId>, T)>) -> Vec<(MessageId, Vec<T>)> {
+    let mut groups: Vec<(MessageId, Vec<T>)> = Vec::new();
+    for (target, item) in items {
+        let target = target.unwrap_or(top);
+        match groups.iter_mut().find(|(at, _)| *at == target) {
+            Some((_, group)) => group.push(item),
+            None => groups.push((target, vec![item])),
+        }
+    }
+    groups.sort_by_key(|(at, _)| *at != top);
+    groups
 }

@@ -38,6 +38,7 @@ fn decide(message_id: &str, decisions: &[(&str, bool, &str)]) -> pb::ApproveTool
                 tool_call_id: (*id).into(),
                 approve: *approve,
                 reason: (*reason).into(),
+                message_id: String::new(),
             })
             .collect(),
     }

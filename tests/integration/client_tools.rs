@@ -77,6 +77,7 @@ async fn a_client_tool_round_trip_resumes_the_run() {
         tool_call_id: id.into(),
         output: "shipped".into(),
         error: String::new(),
+        message_id: String::new(),
     };
     let unknown = client
         .submit_tool_outputs(pb::SubmitToolOutputsRequest {

@@ -41,5 +41,6 @@ mod structured_output;
 mod sub_agents;
 mod support;
 mod takeover;
+mod takeover_children;
 mod tool_providers;
 mod validation;

@@ -299,6 +299,7 @@ async fn an_alias_moved_while_a_run_waits_and_the_server_restarts_never_changes_
                 tool_call_id: "c1".into(),
                 approve: true,
                 reason: String::new(),
+                message_id: String::new(),
             }],
         })
         .await

@@ -427,3 +427,87 @@ async fn a_version_may_not_name_its_own_agent_or_one_that_does_not_exist() {
         )
     );
 }
+
+#[tokio::test]
+async fn a_childs_approval_shows_on_the_parent_and_is_answered_through_it() {
+    let (llm, server, mut agents) = start(vec![
+        Reply::calls(&[], vec![ask("c1", "gated", "what is 6*7?")], (5, 2)),
+        Reply::calls(
+            &[],
+            vec![ScriptedCall::new(
+                "m1",
+                "eval_expression",
+                &[r#"{"expression": "6*7"}"#],
+            )],
+            (5, 2),
+        ),
+        Reply::text(&["42."], (5, 2)),
+        Reply::text(&["It is 42."], (5, 2)),
+    ])
+    .await;
+    let mut library = server.library().await;
+    let mut gated =
+        run_request("unused", &[("maths", "eval_expression")]).needs_approval("eval_expression");
+    gated.agent_mut().instruction = "You compute.".into();
+    library
+        .create_agent(pb::CreateAgentRequest {
+            agent_id: "gated".into(),
+            config: gated.agent.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut stream = agents
+        .run(parent_request("go", &["gated"]))
+        .await
+        .unwrap()
+        .into_inner();
+    let (mut parent_id, mut child_id) = (String::new(), String::new());
+    while let Some(event) = stream.message().await.unwrap() {
+        parent_id.clone_from(&event.message_id);
+        if let Some(Event::Child(child)) = &event.event {
+            child_id.clone_from(&child.message_id);
+            let asks = child
+                .event
+                .as_ref()
+                .is_some_and(|e| matches!(e.event, Some(Event::ApprovalRequired(_))));
+            if asks {
+                break;
+            }
+        }
+    }
+    let parent = message(&mut agents, parent_id.clone()).await;
+    assert_eq!(parent.status, pb::MessageStatus::WaitingApproval as i32);
+    let child = message(&mut agents, child_id.clone()).await;
+    assert_eq!(child.status, pb::MessageStatus::WaitingApproval as i32);
+
+    let decide = |message_id: &str| pb::ApproveToolCallsRequest {
+        message_id: parent_id.clone(),
+        decisions: vec![pb::ToolCallDecision {
+            tool_call_id: "m1".into(),
+            approve: true,
+            reason: String::new(),
+            message_id: message_id.into(),
+        }],
+    };
+    let stranger = agents
+        .approve_tool_calls(decide(&parent_id.replace(&parent_id[..8], "00000000")))
+        .await
+        .unwrap_err();
+    assert_eq!(stranger.code(), Code::InvalidArgument, "{stranger:?}");
+    let own = agents.approve_tool_calls(decide("")).await.unwrap_err();
+    assert_eq!(
+        own.code(),
+        Code::FailedPrecondition,
+        "the parent itself waits on nothing"
+    );
+    agents.approve_tool_calls(decide(&child_id)).await.unwrap();
+
+    let rest = read_rest(&mut stream).await;
+    assert_eq!(end(&rest).answer, "It is 42.");
+    let parent = message(&mut agents, parent_id).await;
+    assert_eq!(parent.status, pb::MessageStatus::Completed as i32);
+    assert_eq!(llm.requests().len(), 4);
+    let rounds = thoughts(&mut agents, child_id).await;
+    assert_eq!(rounds[0].tool_calls[0].observation, "42");
+}

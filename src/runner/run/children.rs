@@ -15,8 +15,8 @@ use super::halt::{or_cancel, Halt};
 use super::state::Round;
 use super::tools::RoundTools;
 use crate::domain::{
-    CallOutcome, ChildEvent, FinishReason, MessageId, ParentLink, RunEvent, Tenant, ToolInvokeMeta,
-    Usage,
+    CallOutcome, ChildEvent, FinishReason, MessageId, MessageStatus, ParentLink, RunEvent, Tenant,
+    ToolInvokeMeta, Usage,
 };
 use crate::runner::error::RunError;
 use crate::runner::live::EventStream;
@@ -43,6 +43,9 @@ pub struct ChildStart {
 
 /// A sub-agent run started (or, for a run taken over, found already started).
 pub struct ChildRun {
+    /// Whether it had started before (this run was taken over): its events this run
+    /// already carried are not carried again.
+    pub found: bool,
     /// The version that runs.
     pub agent_version: u32,
     /// Its events from the first.
@@ -117,6 +120,14 @@ impl RoundTools<'_> {
             let call = round.thought.tool_calls[index].clone();
             match self.start_child(family, &call).await {
                 Ok((run, agent_id)) => {
+                    let carried = match run.found {
+                        true => {
+                            self.recorder
+                                .last_child_seq(self.message.id, &call.id)
+                                .await?
+                        }
+                        false => 0,
+                    };
                     let slot = following.len();
                     following.push(Following {
                         index,
@@ -125,11 +136,16 @@ impl RoundTools<'_> {
                         agent_version: run.agent_version,
                         started: Instant::now(),
                     });
-                    streams.push(run.events.map(move |item| (slot, item)));
+                    let fresh = run.events.filter(move |item| {
+                        let new = item.as_ref().map_or(true, |event| event.seq > carried);
+                        std::future::ready(new)
+                    });
+                    streams.push(fresh.map(move |item| (slot, item)).boxed());
                 }
                 Err(invocation) => self.record(round, index, invocation).await?,
             }
         }
+        let mut waits: Vec<Option<MessageStatus>> = vec![None; following.len()];
         while let Some((slot, item)) = or_cancel(self.cancel, streams.next()).await? {
             let child = &following[slot];
             let event = match item {
@@ -144,6 +160,8 @@ impl RoundTools<'_> {
                 }
             };
             let end = child_result(&event.event, child.started);
+            waits[slot] = asks(&event.event);
+            self.show_waiting(&waits)?;
             self.recorder.announce(RunEvent::Child(Box::new(ChildEvent {
                 tool_call_id: child.call_id.clone(),
                 depth: family.depth + 1,
@@ -155,7 +173,24 @@ impl RoundTools<'_> {
                 self.record(round, child.index, invocation).await?;
             }
         }
+        self.show_waiting(&[])?;
         Ok(())
+    }
+
+    /// Shows on this run's message what its children wait for: approval when any waits
+    /// for one, else tool outputs when any waits for those, else running.
+    fn show_waiting(&mut self, waits: &[Option<MessageStatus>]) -> Result<(), Halt> {
+        let status = if waits.contains(&Some(MessageStatus::WaitingApproval)) {
+            MessageStatus::WaitingApproval
+        } else if waits.contains(&Some(MessageStatus::WaitingToolOutputs)) {
+            MessageStatus::WaitingToolOutputs
+        } else {
+            MessageStatus::Running
+        };
+        if self.message.status == status {
+            return Ok(());
+        }
+        self.set_status(status)
     }
 
     /// Starts the child `call` asks for, or says why it does not start.
@@ -236,6 +271,25 @@ impl RoundTools<'_> {
             Ok(run) => Ok((run, agent.agent_id.clone())),
             Err(err) => Err(refuse("agent_unavailable", err.to_string())),
         }
+    }
+}
+
+/// What a child's event says it (or a run below it) now waits for; `None` once it goes on.
+fn asks(event: &RunEvent) -> Option<MessageStatus> {
+    match event {
+        RunEvent::ApprovalRequired { .. } => Some(MessageStatus::WaitingApproval),
+        RunEvent::ToolCallsRequired { .. } => Some(MessageStatus::WaitingToolOutputs),
+        RunEvent::Child(child) => asks(&child.event.event),
+        RunEvent::Started { .. }
+        | RunEvent::AnswerDelta { .. }
+        | RunEvent::Thought(_)
+        | RunEvent::ToolStarted { .. }
+        | RunEvent::ToolFinished { .. }
+        | RunEvent::File(_)
+        | RunEvent::Retry { .. }
+        | RunEvent::RoundRestarted { .. }
+        | RunEvent::MessageEnd { .. }
+        | RunEvent::Error { .. } => None,
     }
 }
 

@@ -44,6 +44,27 @@ impl Recorder {
         self.store.lease_left()
     }
 
+    /// The last `seq` of the child of call `call_id` that `message`'s stored events carry
+    /// (0: none): where a run taken over goes on following that child.
+    pub async fn last_child_seq(
+        &self,
+        message: MessageId,
+        call_id: &str,
+    ) -> Result<u64, StoreError> {
+        self.emitter.settle().await;
+        let events = self.store.list_events(&self.tenant, message, 0).await?;
+        Ok(events
+            .iter()
+            .filter_map(|event| {
+                let RunEvent::Child(child) = &event.event else {
+                    return None;
+                };
+                (child.tool_call_id == call_id).then_some(child.event.seq)
+            })
+            .max()
+            .unwrap_or(0))
+    }
+
     /// The `seq` the next event gets.
     pub fn next_seq(&self) -> u64 {
         self.emitter.next_seq()

@@ -418,7 +418,7 @@ impl RoundTools<'_> {
         Ok(delivery)
     }
 
-    fn set_status(&mut self, status: MessageStatus) -> Result<(), Halt> {
+    pub(super) fn set_status(&mut self, status: MessageStatus) -> Result<(), Halt> {
         self.message.status = status;
         self.message.updated_at = crate::domain::now();
         self.recorder.message(self.message);

@@ -198,6 +198,7 @@ pub fn shipped(message_id: &str, call: &str) -> pb::SubmitToolOutputsRequest {
             tool_call_id: call.into(),
             output: "shipped".into(),
             error: String::new(),
+            message_id: String::new(),
         }],
     }
 }
@@ -210,6 +211,7 @@ pub fn approved(message_id: &str, call: &str) -> pb::ApproveToolCallsRequest {
             tool_call_id: call.into(),
             approve: true,
             reason: String::new(),
+            message_id: String::new(),
         }],
     }
 }

@@ -1,0 +1,122 @@
+//! A parent and its sub-agent whose replica is killed mid-child: the peer takes both over,
+//! the child goes on from its last durable round and the parent follows that same child
+//! (never a second one), carrying each of its events once.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use agent_runner::pb;
+use agent_runner::pb::agent_registry_client::AgentRegistryClient;
+use agent_runner::pb::run_event::Event;
+
+use crate::support::postgres::TestDatabase;
+use crate::support::process::{channel, client};
+use crate::support::replicas::*;
+use crate::support::{message, run_request, FakeOpenAi, Reply, RunRequestExt, ScriptedCall};
+
+#[tokio::test]
+async fn a_parent_taken_over_follows_its_child_instead_of_starting_another() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let Some(bus) = nats_bus().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(
+            &[],
+            vec![ScriptedCall::new(
+                "c1",
+                "researcher",
+                &[r#"{"input": "capital of France?"}"#],
+            )],
+            (5, 2),
+        ),
+        Reply::Stall(vec!["Pa"]),
+        Reply::text(&["Paris."], (7, 3)),
+        Reply::text(&["Done."], (5, 2)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = agent_runner::store::SecretKey::generate();
+    let options = Options {
+        bus,
+        ..Options::default()
+    };
+    let mut a = replica_on(dir.path(), &llm, &database, &key, "a", &options).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &options).await;
+    let mut library = AgentRegistryClient::new(channel(&a).await);
+    let mut researcher = run_request("unused", &[]);
+    researcher.agent_mut().instruction = "You research.".into();
+    library
+        .create_agent(pb::CreateAgentRequest {
+            agent_id: "researcher".into(),
+            config: researcher.agent.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+    let mut parent = run_request("What is the capital of France?", &[]);
+    parent.agent_mut().sub_agents = vec![pb::AgentRef {
+        agent_id: "researcher".into(),
+        ..Default::default()
+    }];
+    let mut stream = client(&a).await.run(parent).await.unwrap().into_inner();
+    let mut parent_id = String::new();
+    while let Some(event) = stream.message().await.unwrap() {
+        parent_id.clone_from(&event.message_id);
+        let child_delta = matches!(&event.event, Some(Event::Child(child))
+            if child.event.as_ref().is_some_and(|e| matches!(e.event, Some(Event::Delta(_)))));
+        if child_delta {
+            break;
+        }
+    }
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    let mut followed = attach(&b, &parent_id, 0).await;
+    let mut events = Vec::new();
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(40), followed.message()).await;
+        let Some(event) = next.expect("the parent finishes in time").unwrap() else {
+            break;
+        };
+        events.push(event);
+    }
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "no gap");
+    let Some(Event::End(end)) = &events.last().unwrap().event else {
+        panic!("the parent ends normally: {events:?}");
+    };
+    assert_eq!(end.answer, "Done.");
+    let mut child_seqs: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for event in &events {
+        if let Some(Event::Child(child)) = &event.event {
+            let inner = child.event.as_ref().unwrap();
+            child_seqs
+                .entry(child.message_id.clone())
+                .or_default()
+                .push(inner.seq);
+        }
+    }
+    assert_eq!(child_seqs.len(), 1, "one child, never a second");
+    let (child_id, carried) = child_seqs.into_iter().next().unwrap();
+    assert_eq!(
+        carried,
+        (1..=carried.len() as u64).collect::<Vec<_>>(),
+        "each child event carried once, in order"
+    );
+    assert_eq!(
+        llm.requests().len(),
+        4,
+        "the child's cut round is made again, once"
+    );
+    let mut peer = client(&b).await;
+    let child = message(&mut peer, child_id).await;
+    assert_eq!(child.status, pb::MessageStatus::Completed as i32);
+    assert_eq!(child.answer, "Paris.");
+    let rounds = crate::support::thoughts(&mut peer, parent_id).await;
+    assert_eq!(rounds[0].tool_calls[0].observation, "Paris.");
+}
