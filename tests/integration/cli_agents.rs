@@ -126,3 +126,66 @@ async fn agents_are_created_aliased_shown_and_run_from_the_command_line() {
     let prompt = &llm.requests()[1]["messages"][0]["content"];
     assert_eq!(prompt, "You are version two.");
 }
+
+/// A sub-agent's run shows indented under the call that started it.
+#[tokio::test]
+async fn a_childs_run_shows_indented_under_its_call() {
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(
+            &[],
+            vec![crate::support::ScriptedCall::new(
+                "c1",
+                "researcher",
+                &[r#"{"input": "capital of France?"}"#],
+            )],
+            (5, 2),
+        ),
+        Reply::text(&["Paris", " it is."], (7, 3)),
+        Reply::text(&["The capital is Paris."], (5, 2)),
+    ])
+    .await;
+    let server = TestServer::start(&llm.base_url()).await;
+    let addr = server.addr.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let researcher = dir.path().join("researcher.toml");
+    std::fs::write(
+        &researcher,
+        format!(
+            "id = \"researcher\"\n[agent]\ninstruction = \"You research.\"\n\
+             [agent.model]\nprovider = \"{PROVIDER}\"\nname = \"{STREAMING_MODEL}\"\n"
+        ),
+    )
+    .unwrap();
+    let lead = dir.path().join("lead.toml");
+    std::fs::write(
+        &lead,
+        format!(
+            "id = \"lead\"\n[agent]\ninstruction = \"You lead.\"\n\
+             [agent.model]\nprovider = \"{PROVIDER}\"\nname = \"{STREAMING_MODEL}\"\n\
+             [[agent.sub_agents]]\nagent_id = \"researcher\"\n"
+        ),
+    )
+    .unwrap();
+    for file in [&researcher, &lead] {
+        let created = agent_runner(
+            &["agents", "create", file.to_str().unwrap(), "--addr", &addr],
+            &[],
+        )
+        .await;
+        assert_eq!(created.status.code(), Some(0), "{created:?}");
+    }
+    let run = agent_runner(
+        &["run", "capital?", "--agent", "lead", "--addr", &addr],
+        &[],
+    )
+    .await;
+    assert_eq!(run.status.code(), Some(0), "{run:?}");
+    let shown = text(&run.stdout);
+    assert!(
+        shown.contains("→ agents/researcher {\"input\": \"capital of France?\"}"),
+        "{shown}"
+    );
+    assert!(shown.contains("\n  │ Paris it is.\n"), "{shown}");
+    assert!(shown.contains("\n  │ ✓ completed (stop)"), "{shown}");
+    assert!(shown.contains("The capital is Paris."), "{shown}");
+}

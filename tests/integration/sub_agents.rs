@@ -511,3 +511,60 @@ async fn a_childs_approval_shows_on_the_parent_and_is_answered_through_it() {
     let rounds = thoughts(&mut agents, child_id).await;
     assert_eq!(rounds[0].tool_calls[0].observation, "42");
 }
+
+#[tokio::test]
+async fn children_take_no_slot_of_their_tenants_limit() {
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(&[], vec![ask("c1", "researcher", "look")], (5, 2)),
+        Reply::text(&["Found."], (5, 2)),
+        Reply::text(&["Done."], (5, 2)),
+    ])
+    .await;
+    let server = TestServer::start_edited(&llm.base_url(), |config| {
+        config.limits.max_concurrent_runs = 1;
+        config.limits.runs_per_minute = 1;
+    })
+    .await;
+    let mut library = server.library().await;
+    store_agent(&mut library, "researcher", "You research.", &[]).await;
+    let mut agents = server.agents().await;
+    let events = run_to_end(&mut agents, parent_request("go", &["researcher"])).await;
+    assert_eq!(
+        end(&events).answer,
+        "Done.",
+        "the child ran within its parent's slot"
+    );
+    let rounds = thoughts(&mut agents, events[0].message_id.clone()).await;
+    assert_eq!(rounds[0].tool_calls[0].observation, "Found.");
+}
+
+#[tokio::test]
+async fn a_sub_agent_deleted_since_is_a_tool_error() {
+    let (llm, server, mut agents) = start(vec![
+        Reply::calls(&[], vec![ask("c1", "gone", "hello?")], (5, 2)),
+        Reply::text(&["Nobody answered."], (5, 2)),
+    ])
+    .await;
+    let mut library = server.library().await;
+    store_agent(&mut library, "gone", "You leave.", &[]).await;
+    store_agent(&mut library, "caller", "You call gone.", &["gone"]).await;
+    library
+        .delete_agent(pb::DeleteAgentRequest {
+            agent_id: "gone".into(),
+        })
+        .await
+        .unwrap();
+    let run = pb::RunRequest {
+        query: "go".into(),
+        agent_ref: Some(sub_agent("caller")),
+        ..Default::default()
+    };
+    let events = run_to_end(&mut agents, run).await;
+    assert_eq!(end(&events).answer, "Nobody answered.");
+    let rounds = thoughts(&mut agents, events[0].message_id.clone()).await;
+    assert_eq!(
+        rounds[0].tool_calls[0].observation,
+        "tool invoke error: agent_unavailable: agent gone not found"
+    );
+    assert_eq!(llm.requests().len(), 2, "no child started");
+}
