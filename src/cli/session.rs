@@ -311,13 +311,13 @@ async fn reattach(
             .await;
         match opened {
             Ok(stream) => return Ok(stream.into_inner()),
-            // A call caught by the server's going away fails CANCELLED on the client's
-            // side (the connection closed under it), a call to no server UNAVAILABLE: both
-            // mean ask again. The server never answers Attach CANCELLED itself.
+            // A call caught by the server's going away fails CANCELLED or UNKNOWN
+            // ("transport error") on the client's side, a call to no server UNAVAILABLE:
+            // each means ask again. The server never answers Attach with either itself.
             Err(status)
                 if matches!(
                     status.code(),
-                    tonic::Code::Unavailable | tonic::Code::Cancelled
+                    tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Unknown
                 ) && started.elapsed() < REATTACH_FOR => {}
             Err(status) => return Err(status_error(status)),
         }

@@ -129,6 +129,26 @@ impl AgentRecord {
         }
     }
 
+    /// Adds the version one past the newest, holding `config`, at `now`: `latest` moves to
+    /// it. Refused past [`MAX_VERSIONS`].
+    pub fn next_version(
+        &mut self,
+        config: &serde_json::Value,
+        now: DateTime<Utc>,
+    ) -> Result<AgentVersionRecord, AgentRefusal> {
+        if self.latest_version >= MAX_VERSIONS {
+            return Err(AgentRefusal::TooManyVersions(self.id.clone()));
+        }
+        self.latest_version += 1;
+        self.updated_at = now;
+        Ok(AgentVersionRecord {
+            agent_id: self.id.clone(),
+            version: self.latest_version,
+            config: config.clone(),
+            created_at: now,
+        })
+    }
+
     /// Every alias with its version, `latest` included when there is a version.
     pub fn all_aliases(&self) -> BTreeMap<String, u32> {
         let mut all = self.aliases.clone();

@@ -160,6 +160,10 @@ fn by_target<T>(top: MessageId, items: Vec<(Option<MessageId>, T)>) -> Vec<(Mess
             None => groups.push((target, vec![item])),
         }
     }
+    if groups.is_empty() {
+        // Nothing at all is still an answer to `top`, which says what it lacks.
+        groups.push((top, Vec::new()));
+    }
     groups.sort_by_key(|(at, _)| *at != top);
     groups
 }

@@ -21,7 +21,7 @@ async fn invalid_runs_are_refused_naming_the_field() {
         (
             Box::new(|r| r.agent = None),
             Code::InvalidArgument,
-            "agent is required",
+            "agent is required (or agent_ref)",
         ),
         (
             Box::new(|r| r.agent_mut().model = None),

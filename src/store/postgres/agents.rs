@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use super::error::{codec, from_sqlx};
 use super::Postgres;
-use crate::domain::agent::{MAX_AGENTS, MAX_VERSIONS};
+use crate::domain::agent::MAX_AGENTS;
 use crate::domain::{AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, Tenant};
 use crate::store::{Page, PageSize, StoreError};
 
@@ -167,17 +167,9 @@ impl Postgres {
         let Some(mut record) = self.lock_agent(tx, tenant, id).await? else {
             return Ok(Err(AgentRefusal::NoAgent(id.to_owned())));
         };
-        if record.latest_version >= MAX_VERSIONS {
-            return Ok(Err(AgentRefusal::TooManyVersions(id.to_owned())));
-        }
-        let now = crate::domain::now();
-        record.latest_version += 1;
-        record.updated_at = now;
-        let version = AgentVersionRecord {
-            agent_id: id.to_owned(),
-            version: record.latest_version,
-            config: config.clone(),
-            created_at: now,
+        let version = match record.next_version(config, crate::domain::now()) {
+            Ok(version) => version,
+            Err(refusal) => return Ok(Err(refusal)),
         };
         self.put_version(tx, tenant, &version).await?;
         self.put_agent(tx, tenant, &record).await?;

@@ -7,7 +7,7 @@ use std::sync::PoisonError;
 use async_trait::async_trait;
 
 use super::{decode, encode, keys, Embedded, StoreError};
-use crate::domain::agent::{MAX_AGENTS, MAX_VERSIONS};
+use crate::domain::agent::MAX_AGENTS;
 use crate::domain::{AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, Tenant};
 use crate::store::{Page, PageSize};
 
@@ -104,17 +104,9 @@ impl Embedded {
         let Some(mut record) = self.read_agent(tenant, id)? else {
             return Ok(Err(AgentRefusal::NoAgent(id.to_owned())));
         };
-        if record.latest_version >= MAX_VERSIONS {
-            return Ok(Err(AgentRefusal::TooManyVersions(id.to_owned())));
-        }
-        let now = crate::domain::now();
-        record.latest_version += 1;
-        record.updated_at = now;
-        let version = AgentVersionRecord {
-            agent_id: id.to_owned(),
-            version: record.latest_version,
-            config: config.clone(),
-            created_at: now,
+        let version = match record.next_version(config, crate::domain::now()) {
+            Ok(version) => version,
+            Err(refusal) => return Ok(Err(refusal)),
         };
         let t = self.t()?;
         t.agent_versions.insert(
