@@ -428,6 +428,8 @@ pub async fn serve(
         ),
         (None, None) => None,
     };
+    // Built off the runtime, before any run counts tokens (see `Tokenizer::load_all`).
+    let loading = tokio::task::spawn_blocking(crate::llm::Tokenizer::load_all);
     let mut models = ModelRegistry::from_config(&config.providers)?;
     for (name, client, entries) in extensions.model_providers {
         models.insert(&name, client, &entries, false);
@@ -503,6 +505,9 @@ pub async fn serve(
         seen,
         stop_keys.clone(),
     ));
+    if loading.await.is_err() {
+        tracing::warn!("the tokenizers could not be loaded ahead; the first count loads them");
+    }
     let (reporter, health) = tonic_health::server::health_reporter();
     let router = crate::api::router(
         runner.clone(),

@@ -8,10 +8,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::RunError;
 use super::live::{ClientOutput, Decision};
-use super::run::{ChildRun, ChildStart, Family, Launcher};
+use super::run::{child_message_id, ChildRun, ChildStart, Family, Launcher};
 use super::spec::{AgentReference, RunSpec};
 use super::{pin, Runner};
-use crate::domain::{FieldError, MessageId, Tenant};
+use crate::domain::{ConversationId, FieldError, MessageId, Tenant};
+use crate::store::PageSize;
+use crate::tools::AGENT_PROVIDER;
 
 #[async_trait::async_trait]
 impl Launcher for Runner {
@@ -118,6 +120,68 @@ impl Runner {
             self.submit_tool_outputs(tenant, target, group).await?;
         }
         Ok(())
+    }
+
+    /// The conversations of the sub-agent runs that `conversation`'s messages started, and
+    /// theirs in turn, deepest first: deleting a conversation deletes them too. A child's
+    /// id follows from its parent's message and call, so no index is kept.
+    pub(super) async fn child_conversations(
+        &self,
+        tenant: &Tenant,
+        conversation: ConversationId,
+    ) -> Result<Vec<ConversationId>, RunError> {
+        let mut found = Vec::new();
+        let mut pending = vec![(conversation, 0usize)];
+        while let Some((at, depth)) = pending.pop() {
+            if depth >= MAX_ANCESTRY {
+                continue;
+            }
+            for child in self.children_of(tenant, at).await? {
+                if !found.contains(&child) {
+                    found.push(child);
+                    pending.push((child, depth + 1));
+                }
+            }
+        }
+        found.reverse();
+        Ok(found)
+    }
+
+    /// The conversations of the children `conversation`'s messages started.
+    async fn children_of(
+        &self,
+        tenant: &Tenant,
+        conversation: ConversationId,
+    ) -> Result<Vec<ConversationId>, RunError> {
+        let size = PageSize {
+            limit: 256,
+            max_bytes: 8 * 1024 * 1024,
+        };
+        let mut children = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = self
+                .store
+                .list_messages(tenant, conversation, after, size)
+                .await?;
+            for message in &page.items {
+                after = message.seq;
+                for thought in self.store.all_thoughts(tenant, message.id).await? {
+                    for call in thought.tool_calls {
+                        if call.provider != AGENT_PROVIDER {
+                            continue;
+                        }
+                        let id = child_message_id(message.id, &call.id);
+                        if let Some(child) = self.store.get_message(tenant, id).await? {
+                            children.push(child.conversation_id);
+                        }
+                    }
+                }
+            }
+            if !page.more {
+                return Ok(children);
+            }
+        }
     }
 
     /// Refuses `target` unless it is `top` or a sub-agent's run below it.

@@ -209,6 +209,16 @@ impl Runner {
         if self.store.running_in(tenant, id).await? {
             return Err(RunError::ConversationBusy { id: id.to_string() });
         }
+        // The sub-agents' runs go with the runs that started them, deepest first.
+        let children = self.child_conversations(tenant, id).await?;
+        for child in &children {
+            if self.store.running_in(tenant, *child).await? {
+                return Err(RunError::ConversationBusy { id: id.to_string() });
+            }
+        }
+        for child in children {
+            self.store.delete_conversation(tenant, child).await?;
+        }
         self.store.delete_conversation(tenant, id).await?;
         Ok(())
     }

@@ -568,3 +568,40 @@ async fn a_sub_agent_deleted_since_is_a_tool_error() {
     );
     assert_eq!(llm.requests().len(), 2, "no child started");
 }
+
+#[tokio::test]
+async fn deleting_a_conversation_deletes_its_sub_agents_runs() {
+    let (_llm, server, mut agents) = start(vec![
+        Reply::calls(
+            &[],
+            vec![ask("c1", "keeper", "remember the secret")],
+            (5, 2),
+        ),
+        Reply::text(&["The secret is zebra-42."], (5, 2)),
+        Reply::text(&["Noted."], (5, 2)),
+    ])
+    .await;
+    let mut library = server.library().await;
+    store_agent(&mut library, "keeper", "You keep secrets.", &[]).await;
+    let events = run_to_end(&mut agents, parent_request("go", &["keeper"])).await;
+    let child_id = children(&events)[0].message_id.clone();
+    assert_eq!(
+        message(&mut agents, child_id.clone()).await.answer,
+        "The secret is zebra-42."
+    );
+    agents
+        .delete_conversation(pb::DeleteConversationRequest {
+            conversation_id: events[0].conversation_id.clone(),
+        })
+        .await
+        .unwrap();
+    let gone = agents
+        .get_message(pb::GetMessageRequest {
+            message_id: child_id,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code(), Code::NotFound);
+    let left = server.store.find_bytes(b"zebra-42").await.unwrap();
+    assert!(left.is_empty(), "the child's records are gone: {left:?}");
+}

@@ -29,7 +29,7 @@ use futures::FutureExt;
 use rust_decimal::prelude::ToPrimitive;
 use tokio_util::sync::CancellationToken;
 
-pub use children::{ChildRun, ChildStart, Family, Launcher};
+pub use children::{child_message_id, ChildRun, ChildStart, Family, Launcher};
 pub use recorder::Recorder;
 use resume::Resume;
 pub use resume::{rebuild, Resumption};

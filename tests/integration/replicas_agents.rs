@@ -1,6 +1,8 @@
-//! A parent and its sub-agent whose replica is killed mid-child: the peer takes both over,
-//! the child goes on from its last durable round and the parent follows that same child
-//! (never a second one), carrying each of its events once.
+//! Stored agents across replica processes on one PostgreSQL database: a version or an
+//! alias changed on one replica is what the next run on another resolves, and a parent
+//! and its sub-agent whose replica is killed mid-child are taken over together, the child
+//! going on from its last durable round and the parent following that same child (never a
+//! second one), carrying each of its events once.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -119,4 +121,81 @@ async fn a_parent_taken_over_follows_its_child_instead_of_starting_another() {
     assert_eq!(child.answer, "Paris.");
     let rounds = crate::support::thoughts(&mut peer, parent_id).await;
     assert_eq!(rounds[0].tool_calls[0].observation, "Paris.");
+}
+
+/// Stored agents live in the shared store only: a version added and an alias moved on one
+/// replica are what the next run on another resolves, with no wait.
+#[tokio::test]
+async fn a_new_version_and_a_moved_alias_are_in_force_on_every_replica_at_once() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![
+        Reply::text(&["One."], (1, 1)),
+        Reply::text(&["Two."], (1, 1)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = agent_runner::store::SecretKey::generate();
+    let options = Options::default();
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", &options).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &options).await;
+    let config = |instruction: &str| {
+        let mut request = run_request("unused", &[]);
+        request.agent_mut().instruction = instruction.to_owned();
+        request.agent
+    };
+    let mut on_a = AgentRegistryClient::new(channel(&a).await);
+    let mut on_b = AgentRegistryClient::new(channel(&b).await);
+    on_a.create_agent(pb::CreateAgentRequest {
+        agent_id: "helper".into(),
+        config: config("Version one."),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let alias = |version: u32, expected: u32| pb::SetAliasRequest {
+        agent_id: "helper".into(),
+        alias: "prod".into(),
+        version,
+        expected_version: Some(expected),
+    };
+    on_a.set_alias(alias(1, 0)).await.unwrap();
+    let by_alias = || pb::RunRequest {
+        query: "hi".into(),
+        agent_ref: Some(pb::AgentRef {
+            agent_id: "helper".into(),
+            version: 0,
+            alias: "prod".into(),
+        }),
+        ..Default::default()
+    };
+    let version_run = |events: &[pb::RunEvent]| {
+        events
+            .iter()
+            .find_map(|e| match &e.event {
+                Some(Event::Started(started)) => Some(started.agent_version),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let first = crate::support::run_to_end(&mut client(&b).await, by_alias()).await;
+    assert_eq!(version_run(&first), 1);
+    on_b.create_agent_version(pb::CreateAgentVersionRequest {
+        agent_id: "helper".into(),
+        config: config("Version two."),
+        client_tools: vec![],
+    })
+    .await
+    .unwrap();
+    on_b.set_alias(alias(2, 1)).await.unwrap();
+    let stale = on_a.set_alias(alias(2, 1)).await.unwrap_err();
+    assert_eq!(stale.code(), tonic::Code::FailedPrecondition);
+    let second = crate::support::run_to_end(&mut client(&a).await, by_alias()).await;
+    assert_eq!(version_run(&second), 2);
+    assert!(llm.requests()[1]["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .contains("Version two."));
 }
