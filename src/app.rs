@@ -411,6 +411,15 @@ pub async fn serve(
     extensions: Extensions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
+    // Built on a blocking thread before anything else starts (the store's heartbeat
+    // included), not by a run's first count on a runtime worker: see
+    // `Tokenizer::load_all`.
+    if tokio::task::spawn_blocking(crate::llm::Tokenizer::load_all)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the tokenizers could not be loaded ahead; the first count loads them");
+    }
     let store = match extensions.store {
         Some(store) => store,
         None => open_store(&config).await?,
@@ -428,8 +437,6 @@ pub async fn serve(
         ),
         (None, None) => None,
     };
-    // Built off the runtime, before any run counts tokens (see `Tokenizer::load_all`).
-    let loading = tokio::task::spawn_blocking(crate::llm::Tokenizer::load_all);
     let mut models = ModelRegistry::from_config(&config.providers)?;
     for (name, client, entries) in extensions.model_providers {
         models.insert(&name, client, &entries, false);
@@ -505,9 +512,6 @@ pub async fn serve(
         seen,
         stop_keys.clone(),
     ));
-    if loading.await.is_err() {
-        tracing::warn!("the tokenizers could not be loaded ahead; the first count loads them");
-    }
     let (reporter, health) = tonic_health::server::health_reporter();
     let router = crate::api::router(
         runner.clone(),

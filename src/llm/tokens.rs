@@ -64,8 +64,8 @@ impl Tokenizer {
     }
 
     /// Loads every vocabulary. The first use of one builds it from its ranks, which holds
-    /// the calling thread for a while (most of a second in a debug build); done once at
-    /// start-up on a blocking thread, it never stalls the tasks of a runtime worker.
+    /// the calling thread for a while (most of a second in a debug build); done at start-up
+    /// on a blocking thread, it does not stall the tasks of a runtime worker.
     pub fn load_all() {
         for tokenizer in [Tokenizer::Cl100kBase, Tokenizer::O200kBase] {
             let _ = tokenizer.bpe();

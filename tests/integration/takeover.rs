@@ -502,6 +502,10 @@ async fn a_stopping_owner_hands_a_waiting_run_over_at_once() {
     let key = SecretKey::generate();
     let mut a = replica(dir.path(), &llm, &database, &key, "a").await;
     let b = replica(dir.path(), &llm, &database, &key, "b").await;
+    // A replica judges its peers gone only once it has held its own lease for a whole
+    // lease (2 s here): b is given that, so it takes the run at its next sweep, well
+    // within the client-tool wait (2 s here too).
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let (_stream, seen) = started_asking(&a, "Where is order A1?").await;
     let id = seen[0].message_id.clone();
     let mut on_b = attach(&b, &id, 0).await;
