@@ -2,7 +2,8 @@
 
 use tonic::{Request, Response, Status};
 
-use super::convert::agent::{agent_pb, definition, pick, version_pb};
+use super::convert::agent::{agent_pb, definition, version_pb};
+use super::convert::reference::pick;
 use super::status::{from_error, invalid};
 use super::tenant_of;
 use crate::library::{Description, Library};

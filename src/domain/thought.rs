@@ -223,6 +223,11 @@ impl Thought {
 }
 
 impl ToolCallRecord {
+    /// The usage a sub-agent call carries once its child ended (other calls carry none).
+    pub fn sub_agent_usage(&self) -> Option<&Usage> {
+        self.meta.as_ref().and_then(|meta| meta.usage.as_ref())
+    }
+
     /// About the bytes the call takes where a client reads it.
     fn shown_len(&self) -> usize {
         let meta = self

@@ -6,6 +6,7 @@ mod event;
 pub mod json;
 pub mod provider;
 mod record;
+pub mod reference;
 mod run;
 
 pub use json::{json_to_struct, struct_to_json};

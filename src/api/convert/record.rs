@@ -179,7 +179,7 @@ impl From<Message> for pb::Message {
                 .agent
                 .as_ref()
                 .filter(|pin| !pin.overrides.is_empty())
-                .map(|pin| super::agent::overrides_pb(pin.overrides.clone())),
+                .map(|pin| super::reference::overrides_pb(pin.overrides.clone())),
             agent_id: message.agent.map(|pin| pin.agent_id).unwrap_or_default(),
             depth: message.parent.as_ref().map_or(0, |parent| parent.depth),
             parent_message_id: message

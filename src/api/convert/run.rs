@@ -46,7 +46,7 @@ pub fn run_spec(
         Some(parse_id("conversation_id", &conversation_id)?)
     };
     let reference = match (agent_ref, overrides) {
-        (Some(agent_ref), overrides) => Some(super::agent::reference(agent_ref, overrides)?),
+        (Some(agent_ref), overrides) => Some(super::reference::reference(agent_ref, overrides)?),
         (None, Some(_)) => return Err(invalid("overrides", "applies only with agent_ref")),
         (None, None) => None,
     };

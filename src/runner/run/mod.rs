@@ -8,9 +8,11 @@
 //! leaves the live registry when the task is dropped. What the run knows lives in
 //! [`state`], free of I/O; writing and announcing go through [`recorder`].
 
+mod calls;
 mod children;
 mod finish;
 mod halt;
+mod launch;
 mod model_call;
 mod output;
 mod prompt;
@@ -29,18 +31,18 @@ use futures::FutureExt;
 use rust_decimal::prelude::ToPrimitive;
 use tokio_util::sync::CancellationToken;
 
-pub use children::{child_message_id, ChildRun, ChildStart, Family, Launcher};
+pub use launch::{child_message_id, ChildRun, ChildStart, Family, Launcher};
 pub use recorder::Recorder;
 use resume::Resume;
 pub use resume::{rebuild, Resumption};
 use takeover::PickUp;
 
+use self::calls::RoundTools;
 use self::halt::Halt;
 pub use self::output::Output;
 use self::prompt::prompt_context;
 pub use self::spans::span;
 use self::state::{Round, RunState};
-use self::tools::RoundTools;
 use super::budget;
 use super::history::{self, History};
 use super::live::{Mailbox, Registration};

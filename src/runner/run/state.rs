@@ -148,7 +148,7 @@ impl RunState {
     /// Adds the usage of the round's sub-agent calls that ended to the run's, each once.
     pub fn count_children(&mut self, round: &Round) {
         for call in &round.thought.tool_calls {
-            let Some(usage) = super::children::child_usage(call) else {
+            let Some(usage) = call.sub_agent_usage() else {
                 continue;
             };
             if self.children.insert(call.id.clone()) {

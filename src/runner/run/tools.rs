@@ -7,18 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
-use tokio_util::sync::CancellationToken;
 use tracing::{field, Instrument};
 
+use super::calls::{tool_label, RoundTools};
 use super::halt::{or_cancel, Halt};
-use super::recorder::Recorder;
 use super::state::Round;
-use crate::domain::{Message, MessageStatus, RunEvent, ToolCallRecord};
-use crate::runner::live::{Awaited, ClientOutput, Decision, Delivery, Mailbox};
-use crate::runner::settings::RunnerSettings;
-use crate::telemetry::Metrics;
+use crate::domain::{MessageStatus, RunEvent, ToolCallRecord};
+use crate::runner::live::{Awaited, ClientOutput, Decision, Delivery};
 use crate::tools::http_api::truncate_output;
-use crate::tools::{Invocation, ProviderKind, ToolSet, CLIENT_PROVIDER};
+use crate::tools::{Invocation, ProviderKind, ToolSet};
 
 /// How often a call held for the lease looks again.
 const LEASE_CHECK_EVERY: Duration = Duration::from_millis(50);
@@ -37,31 +34,6 @@ struct Wait {
     limit: Duration,
     /// How the run ends when nobody answers in time.
     on_timeout: Halt,
-}
-
-/// What running a round's calls needs from its run.
-pub struct RoundTools<'a> {
-    /// The run's tools.
-    pub tools: &'a Arc<ToolSet>,
-    /// Timeouts and concurrency.
-    pub settings: &'a RunnerSettings,
-    /// Stops every call at once.
-    pub cancel: &'a CancellationToken,
-    /// Fires when the process hands its runs over: a wait for the caller is a step's end.
-    pub draining: &'a CancellationToken,
-    /// Where results are written and announced.
-    pub recorder: &'a mut Recorder,
-    /// Where the caller's results arrive.
-    pub mailbox: &'a Mailbox,
-    /// The message, whose status shows a wait for the caller.
-    pub message: &'a mut Message,
-    /// Where tool calls are counted.
-    pub metrics: &'a Metrics,
-    /// How long the round's first wait had lasted under a lost owner: that much less is
-    /// left of it.
-    pub waited: Duration,
-    /// Where sub-agents start, when the agent has any.
-    pub family: Option<&'a super::children::Family>,
 }
 
 impl RoundTools<'_> {
@@ -416,71 +388,6 @@ impl RoundTools<'_> {
         let delivery = outcome?;
         self.set_status(MessageStatus::Running)?;
         Ok(delivery)
-    }
-
-    pub(super) fn set_status(&mut self, status: MessageStatus) -> Result<(), Halt> {
-        self.message.status = status;
-        self.message.updated_at = crate::domain::now();
-        self.recorder.message(self.message);
-        Ok(())
-    }
-
-    /// Stores a call's files and result, then announces the call as finished.
-    pub(super) async fn record(
-        &mut self,
-        round: &mut Round,
-        index: usize,
-        invocation: Invocation,
-    ) -> Result<(), Halt> {
-        self.record_all(round, vec![(index, invocation)]).await
-    }
-
-    /// Stores the files and results of calls that finished together, writes the thought
-    /// once for all of them, then announces each as finished.
-    async fn record_all(
-        &mut self,
-        round: &mut Round,
-        results: Vec<(usize, Invocation)>,
-    ) -> Result<(), Halt> {
-        let mut finished = Vec::with_capacity(results.len());
-        for (index, mut invocation) in results {
-            if let Some(call) = round.thought.tool_calls.get(index) {
-                self.metrics.tool_call(
-                    &invocation.provider,
-                    tool_label(&invocation.provider, &call.name),
-                    invocation.outcome,
-                    Duration::from_secs_f64(invocation.meta.time_cost.max(0.0)),
-                );
-            }
-            let files = self
-                .recorder
-                .files(self.message.id, &invocation.files)
-                .await?;
-            // The model learns each file's id, so it can hand the file to another tool.
-            for file in &files {
-                invocation
-                    .observation
-                    .push_str(&format!("\n[file {}: {}]", file.id, file.name));
-            }
-            let file_ids = files.iter().map(|f| f.id.to_string());
-            if let Some(call) = round.observe(index, invocation, file_ids) {
-                finished.push(call);
-            }
-        }
-        if !finished.is_empty() {
-            self.recorder.tools_finished(&round.thought, finished);
-        }
-        Ok(())
-    }
-}
-
-/// A tool's name as a metric label: a client tool's name is the caller's, so client tools
-/// are counted under one label.
-fn tool_label<'a>(provider: &str, name: &'a str) -> &'a str {
-    if provider == CLIENT_PROVIDER {
-        CLIENT_PROVIDER
-    } else {
-        name
     }
 }
 

@@ -1,0 +1,105 @@
+//! What a run needs to start sub-agents: the launcher (the runner is one), the run's place
+//! in its tree, and the id a call's child gets, so an owner taking the run over finds the
+//! child instead of starting it again.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::{MessageId, ParentLink, Tenant};
+use crate::runner::error::RunError;
+use crate::runner::live::EventStream;
+use crate::runner::spec::SubAgentRef;
+
+/// A sub-agent run to start for a call.
+pub struct ChildStart {
+    /// The tenant of the whole tree.
+    pub tenant: Tenant,
+    /// The end user of the top run.
+    pub user: String,
+    /// Which stored agent and version.
+    pub agent: SubAgentRef,
+    /// What the model asked of it.
+    pub input: String,
+    /// This run and the call.
+    pub parent: ParentLink,
+    /// The stored agents above the child, outermost first.
+    pub lineage: Vec<String>,
+    /// The child's message id, derived from this run's message and the call.
+    pub message_id: MessageId,
+}
+
+/// A sub-agent run started (or, for a run taken over, found already started).
+pub struct ChildRun {
+    /// Whether it had started before (this run was taken over): its events this run
+    /// already carried are not carried again.
+    pub found: bool,
+    /// The version that runs.
+    pub agent_version: u32,
+    /// Its events from the first.
+    pub events: EventStream,
+}
+
+/// Starts sub-agent runs; the runner is one.
+#[async_trait::async_trait]
+pub trait Launcher: Send + Sync {
+    /// Starts the run `child` asks for under `cancel`, or follows it from its first event
+    /// when a message of its id exists (this run was taken over after starting it).
+    async fn start_child(
+        &self,
+        child: ChildStart,
+        cancel: CancellationToken,
+    ) -> Result<ChildRun, RunError>;
+}
+
+/// What a run needs to call stored agents: where they start, which it may call, and where
+/// it sits in its tree.
+#[derive(Clone)]
+pub struct Family {
+    /// Starts the children.
+    pub launcher: Arc<dyn Launcher>,
+    /// The stored agents the model may call, by id.
+    pub sub_agents: Vec<SubAgentRef>,
+    /// This run's depth (0 for a top run).
+    pub depth: u32,
+    /// The stored agents of this run and those above it.
+    pub lineage: Vec<String>,
+    /// The deepest a child may sit (`runner.max_agent_depth`).
+    pub max_depth: u32,
+    /// The tenant of the tree.
+    pub tenant: Tenant,
+    /// The end user of the tree.
+    pub user: String,
+}
+
+/// The message id of the child a call starts: the same for the same run and call, so an
+/// owner that takes the run over finds the child instead of starting it again.
+pub fn child_message_id(parent: MessageId, call_id: &str) -> MessageId {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(format!("child:{parent}:{call_id}"));
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    MessageId(uuid::Builder::from_custom_bytes(bytes).into_uuid())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_id_is_the_same_for_the_same_call_only() {
+        let parent = MessageId::new();
+        assert_eq!(
+            child_message_id(parent, "c1"),
+            child_message_id(parent, "c1")
+        );
+        assert_ne!(
+            child_message_id(parent, "c1"),
+            child_message_id(parent, "c2")
+        );
+        assert_ne!(
+            child_message_id(parent, "c1"),
+            child_message_id(MessageId::new(), "c1")
+        );
+    }
+}
