@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
+use super::convert::budget::amount;
 use super::convert::timestamp;
 use super::status::from_error;
 use crate::access::Keys;
@@ -34,13 +35,10 @@ impl AdminService for AdminApi {
             name,
             limits,
         } = request.into_inner();
+        let limits = limits.map(tenant_limits).transpose()?.unwrap_or_default();
         let (record, secret) = self
             .keys
-            .create(
-                &tenant,
-                &name,
-                limits.map(tenant_limits).unwrap_or_default(),
-            )
+            .create(&tenant, &name, limits)
             .await
             .map_err(from_error)?;
         Ok(Response::new(pb::CreateApiKeyResponse {
@@ -69,17 +67,26 @@ impl AdminService for AdminApi {
     }
 }
 
-fn tenant_limits(limits: pb::TenantLimits) -> TenantLimits {
+fn tenant_limits(limits: pb::TenantLimits) -> Result<TenantLimits, Status> {
     let pb::TenantLimits {
         max_concurrent_runs,
         runs_per_minute,
         tokens_per_day,
+        max_run_tokens,
+        max_run_cost,
+        max_run_seconds,
+        max_run_tool_calls,
     } = limits;
-    TenantLimits {
+    let max_run_cost = amount("limits.max_run_cost", &max_run_cost)?.unwrap_or_default();
+    Ok(TenantLimits {
         max_concurrent_runs,
         runs_per_minute,
         tokens_per_day,
-    }
+        max_run_tokens,
+        max_run_cost,
+        max_run_seconds,
+        max_run_tool_calls,
+    })
 }
 
 fn api_key(record: ApiKeyRecord) -> pb::ApiKey {
@@ -103,6 +110,14 @@ fn api_key(record: ApiKeyRecord) -> pb::ApiKey {
             max_concurrent_runs: limits.max_concurrent_runs,
             runs_per_minute: limits.runs_per_minute,
             tokens_per_day: limits.tokens_per_day,
+            max_run_tokens: limits.max_run_tokens,
+            max_run_cost: if limits.max_run_cost.is_zero() {
+                String::new()
+            } else {
+                limits.max_run_cost.to_string()
+            },
+            max_run_seconds: limits.max_run_seconds,
+            max_run_tool_calls: limits.max_run_tool_calls,
         }),
     }
 }

@@ -455,6 +455,7 @@ mod tests {
                 error: Some(observation),
                 tool_config: Default::default(),
                 usage: None,
+                tool_calls: 0,
             }),
         };
         let mut many = Thought::begin(MessageId::new(), 1);

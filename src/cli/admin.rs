@@ -73,6 +73,7 @@ pub async fn keys(
                             max_concurrent_runs,
                             runs_per_minute,
                             tokens_per_day,
+                            ..pb::TenantLimits::default()
                         }),
                     },
                     &bearer,
@@ -125,7 +126,7 @@ fn key_line(key: &pb::ApiKey) -> String {
             .and_then(|t| chrono::DateTime::from_timestamp(t.seconds, 0))
             .map_or_else(|| "never".to_owned(), |t| t.to_rfc3339())
     };
-    let limits = key.limits.unwrap_or_default();
+    let limits = key.limits.clone().unwrap_or_default();
     let name = if key.name.is_empty() { "-" } else { &key.name };
     format!(
         "{}\t{name}\tcreated {}\tlast used {}\tlimits concurrent={} per_minute={} tokens_per_day={}",

@@ -94,6 +94,7 @@ fn end_json(end: &pb::MessageEnd) -> Value {
         "usage": usage(end.usage.as_ref()),
         "structured_output": end.structured_output.clone().map(struct_to_json),
         "output_invalid": end.output_invalid,
+        "budget_exhausted": end.budget_exhausted,
         "retriever_resources": end.retriever_resources.iter().map(resource).collect::<Vec<_>>(),
     })
 }

@@ -356,6 +356,10 @@ impl HumanView {
             Ok(pb::FinishReason::MaxIterations) => {
                 p.yellow("✓ completed (the model still wanted tools after the last round)")
             }
+            Ok(pb::FinishReason::BudgetExhausted) => p.yellow(&format!(
+                "■ stopped: the run's {} budget ran out",
+                end.budget_exhausted.replace('_', " ")
+            )),
             Ok(pb::FinishReason::Stop | pb::FinishReason::Unspecified) | Err(_) => {
                 p.green(&format!("✓ completed ({finish})"))
             }

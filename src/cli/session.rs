@@ -216,6 +216,7 @@ fn stored_run_request(
         model,
         max_iteration: agent.max_iteration.unwrap_or(0),
         additional_instruction: agent.instruction.clone().unwrap_or_default(),
+        budget: None,
     };
     Ok(pb::RunRequest {
         conversation_id,

@@ -1,6 +1,7 @@
 //! Who may call, and how much: API key records and per-tenant limits.
 
 use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
 use super::Tenant;
@@ -19,20 +20,45 @@ pub struct TenantLimits {
     /// LLM tokens (prompt and completion) used in a UTC day.
     #[serde(default)]
     pub tokens_per_day: u64,
+    /// Ceiling on each run's tokens (its sub-agents' included).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub max_run_tokens: u64,
+    /// Ceiling on each run's cost, in its models' currency.
+    #[serde(default, skip_serializing_if = "Decimal::is_zero")]
+    pub max_run_cost: Decimal,
+    /// Ceiling on each run's running seconds.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub max_run_seconds: u32,
+    /// Ceiling on each run's tool calls.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub max_run_tool_calls: u32,
+}
+
+fn is_zero_u64(value: &u64) -> bool {
+    *value == 0
+}
+
+fn is_zero_u32(value: &u32) -> bool {
+    *value == 0
 }
 
 impl TenantLimits {
     /// These limits, each unset one (0) taken from `defaults`.
     pub fn or(self, defaults: TenantLimits) -> Self {
         let pick32 = |own: u32, default: u32| if own == 0 { default } else { own };
+        let pick64 = |own: u64, default: u64| if own == 0 { default } else { own };
         Self {
             max_concurrent_runs: pick32(self.max_concurrent_runs, defaults.max_concurrent_runs),
             runs_per_minute: pick32(self.runs_per_minute, defaults.runs_per_minute),
-            tokens_per_day: if self.tokens_per_day == 0 {
-                defaults.tokens_per_day
+            tokens_per_day: pick64(self.tokens_per_day, defaults.tokens_per_day),
+            max_run_tokens: pick64(self.max_run_tokens, defaults.max_run_tokens),
+            max_run_cost: if self.max_run_cost.is_zero() {
+                defaults.max_run_cost
             } else {
-                self.tokens_per_day
+                self.max_run_cost
             },
+            max_run_seconds: pick32(self.max_run_seconds, defaults.max_run_seconds),
+            max_run_tool_calls: pick32(self.max_run_tool_calls, defaults.max_run_tool_calls),
         }
     }
 }

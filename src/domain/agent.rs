@@ -103,6 +103,9 @@ pub struct RunOverrides {
     /// Appended to the version's instruction.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub additional_instruction: String,
+    /// Lowers the version's budget.
+    #[serde(default, skip_serializing_if = "super::RunBudget::is_unset")]
+    pub budget: super::RunBudget,
 }
 
 fn is_zero(value: &u32) -> bool {

@@ -118,6 +118,9 @@ pub enum RunEvent {
         /// Why the answer does not meet `output_schema`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         output_invalid: Option<String>,
+        /// Which budget ran out, with `finish_reason` `budget_exhausted`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget_exhausted: Option<super::BudgetKind>,
     },
     /// The run failed; nothing follows.
     Error {

@@ -75,6 +75,8 @@ pub enum FinishReason {
     MaxIterations,
     /// A caller stopped the run.
     Cancelled,
+    /// A budget of the run ran out (`Message::budget_exhausted` says which).
+    BudgetExhausted,
 }
 
 /// What an idempotency key points at: the message it started and the request it came with.
@@ -202,9 +204,20 @@ pub struct Message {
     /// inline agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<Box<super::PinnedAgent>>,
+    /// The budget that ran out, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_exhausted: Option<super::BudgetKind>,
+    /// Seconds the run spent running (waits on the caller excluded), kept each round while
+    /// it has a wall-clock budget, so an owner taking it over goes on counting.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub running_seconds: f64,
     /// Set on a sub-agent's run: the run and call that started it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<Box<super::ParentLink>>,
+}
+
+fn is_zero_f64(value: &f64) -> bool {
+    *value == 0.0
 }
 
 fn is_zero_u32(value: &u32) -> bool {

@@ -6,6 +6,7 @@
 
 mod access;
 pub mod agent;
+mod budget;
 mod command;
 mod error;
 mod events;
@@ -22,6 +23,7 @@ pub use agent::{
     AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, ParentLink, PinnedAgent,
     RunOverrides, VersionPick,
 };
+pub use budget::{BudgetKind, OnExhausted, Raised, RunBudget, Spent};
 pub use command::{ClientOutput, Decision, RunCommand};
 pub use error::{ErrorKind, FieldError};
 pub use events::{ChildEvent, EventEnvelope, HistoryReport, RunEvent};
@@ -33,7 +35,8 @@ pub use message::{
 };
 pub use provider::{McpToolDef, ProviderKind, ProviderRecord, ProviderSource};
 pub use thought::{
-    CallOutcome, RetrieverResource, Thought, ToolCallRecord, ToolInvokeMeta, SHOWN_TEXT_LIMIT,
+    CallOutcome, RetrieverResource, Thought, ToolCallRecord, ToolInvokeMeta, NOT_RUN,
+    SHOWN_TEXT_LIMIT,
 };
 pub use usage::{Pricing, TokenUsage, Usage};
 

@@ -19,7 +19,18 @@ pub struct ToolInvokeMeta {
     /// this run's usage too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<super::Usage>,
+    /// Tool calls a sub-agent's run made (its own children's included), counted against
+    /// this run's tool-call budget too.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tool_calls: u32,
 }
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
+}
+
+/// How the observation of a call that was not made begins.
+pub const NOT_RUN: &str = "not run:";
 
 /// How a tool call ended, as metrics and spans tell it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,6 +234,19 @@ impl Thought {
 }
 
 impl ToolCallRecord {
+    /// The tool calls this call counts for against a budget: none when it was not made,
+    /// else itself and, for a sub-agent, the calls its run made.
+    pub fn calls_made(&self) -> u32 {
+        let meta = self.meta.as_ref();
+        let not_run = meta
+            .and_then(|meta| meta.error.as_deref())
+            .is_some_and(|error| error.starts_with(NOT_RUN));
+        match not_run {
+            true => 0,
+            false => 1 + meta.map_or(0, |meta| meta.tool_calls),
+        }
+    }
+
     /// The usage a sub-agent call carries once its child ended (other calls carry none).
     pub fn sub_agent_usage(&self) -> Option<&Usage> {
         self.meta.as_ref().and_then(|meta| meta.usage.as_ref())

@@ -164,7 +164,9 @@ pub fn reserved_answer_tokens(parameters: &Map<String, Value>) -> u64 {
         .unwrap_or(0)
 }
 
-fn lower_max_tokens(parameters: &mut Map<String, Value>, available: u64) {
+/// Sets the answer's token limit (`max_completion_tokens` when the caller used it, else
+/// `max_tokens`) to `available`.
+pub fn lower_max_tokens(parameters: &mut Map<String, Value>, available: u64) {
     let key = if parameters.contains_key("max_completion_tokens") {
         "max_completion_tokens"
     } else {

@@ -43,6 +43,7 @@ impl Launcher for Runner {
             parent,
             lineage,
             message_id,
+            budget,
         } = child;
         let mut spec = RunSpec::new(tenant, input);
         spec.user = user;
@@ -54,7 +55,8 @@ impl Launcher for Runner {
         spec.parent = Some(parent);
         spec.lineage = lineage;
         spec.message_id = Some(message_id);
-        let spec = pin::pin(&self.store, spec).await?;
+        let mut spec = pin::pin(&self.store, spec).await?;
+        spec.agent.budget = spec.agent.budget.within(&budget);
         let agent_version = spec.pinned.as_ref().map_or(0, |pin| pin.version);
         let handle = self.start(spec, cancel).await?;
         Ok(ChildRun {

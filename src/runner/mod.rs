@@ -18,6 +18,7 @@ mod history;
 mod live;
 mod pin;
 mod prepare;
+mod pricing;
 mod quota;
 mod remote;
 mod run;
@@ -295,12 +296,16 @@ impl Runner {
         if self.shutdown.is_cancelled() || self.draining.is_cancelled() {
             return Err(RunError::ShuttingDown);
         }
-        let spec = pin::pin(&self.store, spec).await?.validated()?;
+        let mut spec = pin::pin(&self.store, spec).await?.validated()?;
+        let own_cost = spec.agent.budget.cost;
+        spec.agent.budget = spec.agent.budget.capped(&spec.limits);
         check_sizes(&spec, &self.settings)?;
         if let Some(record) = prepare::earlier_run(&self.store, &spec).await? {
             return self.follow_retry(&spec, &record).await;
         }
         self.check_tokens(&spec).await?;
+        let by_ceiling = own_cost != spec.agent.budget.cost;
+        pricing::check_priced(&self.store, &self.models, &spec, by_ceiling).await?;
         let prepared = prepare::prepare(
             &self.store,
             &self.models,

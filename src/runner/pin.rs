@@ -19,7 +19,7 @@ pub async fn pin(store: &Store, mut spec: RunSpec) -> Result<RunSpec, RunError> 
         mut agent,
         mut client_tools,
     } = definition;
-    apply(&mut agent, &reference.overrides);
+    apply(&mut agent, &reference.overrides)?;
     for (index, tool) in spec.client_tools.iter().enumerate() {
         if client_tools.iter().any(|own| own.name == tool.name) {
             return Err(FieldError::new(
@@ -73,8 +73,14 @@ pub async fn read_version(
     Ok((version, definition))
 }
 
-/// The version's agent as one run changes it.
-fn apply(agent: &mut super::spec::AgentSpec, overrides: &RunOverrides) {
+/// The version's agent as one run changes it; a budget may be lowered, never raised.
+fn apply(agent: &mut super::spec::AgentSpec, overrides: &RunOverrides) -> Result<(), FieldError> {
+    agent.budget = agent
+        .budget
+        .lowered_by(&overrides.budget)
+        .map_err(|raised| {
+            FieldError::new(format!("overrides.{}", raised.field), raised.to_string())
+        })?;
     // The version's fallbacks stay: they are its author's choice of what to try when a
     // model fails, whichever model runs first.
     if let Some((provider, name)) = &overrides.model {
@@ -92,6 +98,7 @@ fn apply(agent: &mut super::spec::AgentSpec, overrides: &RunOverrides) {
             .instruction
             .push_str(&overrides.additional_instruction);
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -115,7 +122,7 @@ mod tests {
             instruction: "Be brief.".into(),
             ..AgentSpec::default()
         };
-        apply(&mut agent, &RunOverrides::default());
+        apply(&mut agent, &RunOverrides::default()).unwrap();
         assert_eq!(agent.model.name, "big");
         assert_eq!(agent.model.fallbacks.len(), 1);
         apply(
@@ -124,8 +131,10 @@ mod tests {
                 model: Some(("openai".into(), "small".into())),
                 max_iteration: 2,
                 additional_instruction: "Answer in French.".into(),
+                ..RunOverrides::default()
             },
-        );
+        )
+        .unwrap();
         assert_eq!(agent.model.name, "small");
         assert_eq!(agent.model.fallbacks.len(), 1);
         assert_eq!(agent.max_iteration, 2);

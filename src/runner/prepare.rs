@@ -279,6 +279,8 @@ pub fn new_message(spec: &RunSpec, prepared: &Prepared) -> Message {
         retriever_resources: Vec::new(),
         structured_output: None,
         output_invalid: None,
+        budget_exhausted: None,
+        running_seconds: 0.0,
         history_tokens: Default::default(),
         takeovers: 0,
         handed_over: false,

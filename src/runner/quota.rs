@@ -103,6 +103,7 @@ mod tests {
             max_concurrent_runs: 2,
             runs_per_minute: 5,
             tokens_per_day: 0,
+            ..TenantLimits::default()
         };
         let running = refused(Refusal::Running { running: 2 }, limits);
         assert_eq!(limit_of(&running), "limits.max_concurrent_runs");

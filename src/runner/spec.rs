@@ -8,8 +8,8 @@ use serde_json::{Map, Value};
 
 use super::template;
 use crate::domain::{
-    ConversationId, FieldError, ParentLink, PinnedAgent, RunOverrides, StrategyKind, Tenant,
-    TenantLimits, VersionPick,
+    ConversationId, FieldError, ParentLink, PinnedAgent, RunBudget, RunOverrides, StrategyKind,
+    Tenant, TenantLimits, VersionPick,
 };
 use crate::telemetry::TraceParent;
 use crate::tools::ToolRef;
@@ -83,6 +83,9 @@ pub struct AgentSpec {
     /// Stored agents the model may call as tools.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sub_agents: Vec<SubAgentRef>,
+    /// What one run may spend (before the tenant's ceilings).
+    #[serde(skip_serializing_if = "RunBudget::is_unset")]
+    pub budget: RunBudget,
 }
 
 /// A stored agent offered to the model as a tool.

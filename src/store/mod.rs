@@ -183,6 +183,8 @@ pub mod test_records {
             retriever_resources: Vec::new(),
             structured_output: None,
             output_invalid: None,
+            budget_exhausted: None,
+            running_seconds: 0.0,
             history_tokens: Default::default(),
             takeovers: 0,
             handed_over: false,

@@ -87,6 +87,11 @@ struct ToolDurationLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BudgetLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RetryLabels {
     provider: String,
     code: String,
@@ -160,6 +165,7 @@ pub struct Metrics {
     tool_calls: Family<ToolLabels, Counter>,
     tool_duration: Histograms<ToolDurationLabels>,
     retries: Family<RetryLabels, Counter>,
+    budget_exhausted: Family<BudgetLabels, Counter>,
     cost: Family<CostLabels, Counter<f64, AtomicU64>>,
     store_flush: Histogram,
     replica_info: Family<ReplicaLabels, Gauge>,
@@ -189,6 +195,7 @@ impl Metrics {
             tool_calls: Family::default(),
             tool_duration: Family::new_with_constructor(durations),
             retries: Family::default(),
+            budget_exhausted: Family::default(),
             cost: Family::default(),
             store_flush: Histogram::new(FLUSH_BUCKETS),
             replica_info: Family::default(),
@@ -246,6 +253,11 @@ impl Metrics {
             "agent_runner_llm_retries",
             "LLM calls tried again, by provider and the failure's code",
             self.retries.clone(),
+        );
+        registry.register(
+            "agent_runner_budget_exhausted",
+            "Runs ended because a budget ran out, by which (tokens, cost, wall_clock, tool_calls)",
+            self.budget_exhausted.clone(),
         );
         registry.register(
             "agent_runner_cost",
@@ -388,6 +400,15 @@ impl Metrics {
             .get_or_create(&RetryLabels {
                 provider: provider.to_owned(),
                 code: code.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A run ended because its `kind` budget ran out.
+    pub fn budget_exhausted(&self, kind: crate::domain::BudgetKind) {
+        self.budget_exhausted
+            .get_or_create(&BudgetLabels {
+                kind: kind.as_str(),
             })
             .inc();
     }

@@ -165,6 +165,7 @@ impl ToolSet {
                     error: None,
                     tool_config: config,
                     usage: None,
+                    tool_calls: 0,
                 },
             },
         }

@@ -59,6 +59,7 @@ pub fn failure(
             error: Some(text.clone()),
             tool_config,
             usage: None,
+            tool_calls: 0,
         },
         observation: text,
     }

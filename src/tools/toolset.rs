@@ -231,6 +231,19 @@ impl ToolSet {
 
     /// The result of a call that is not run because its round held more than `limit`.
     pub fn not_run(&self, name: &str, limit: usize) -> Invocation {
+        self.not_made(name, format!("more than {limit} calls in one round"))
+    }
+
+    /// The result of a call that is not run because the run's tool-call budget (`limit`)
+    /// is spent.
+    pub fn over_budget(&self, name: &str, limit: u32) -> Invocation {
+        self.not_made(
+            name,
+            format!("the run's tool-call budget ({limit}) is spent"),
+        )
+    }
+
+    fn not_made(&self, name: &str, why: String) -> Invocation {
         let provider = self
             .bound(name)
             .map(|bound| bound.provider.name.clone())
@@ -238,7 +251,7 @@ impl ToolSet {
         observation::failure(
             CallOutcome::NotRun,
             provider,
-            format!("not run: more than {limit} calls in one round"),
+            format!("{} {why}", crate::domain::NOT_RUN),
             0.0,
             Map::new(),
         )
@@ -320,6 +333,7 @@ impl ToolSet {
                     error: None,
                     tool_config: config,
                     usage: None,
+                    tool_calls: 0,
                 },
             },
             Ok(Err(super::ToolError::InvalidArguments(reason))) => observation::failure(

@@ -581,6 +581,7 @@ pub(crate) fn limits(concurrent: u32, per_minute: u32, tokens: u64) -> pb::Tenan
         max_concurrent_runs: concurrent,
         runs_per_minute: per_minute,
         tokens_per_day: tokens,
+        ..pb::TenantLimits::default()
     }
 }
 

@@ -13,6 +13,7 @@ mod anthropic;
 mod api_requests;
 mod approvals;
 mod auth;
+mod budgets;
 mod citations;
 mod cli;
 mod cli_agents;

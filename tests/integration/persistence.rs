@@ -259,6 +259,8 @@ async fn messages_left_running_by_a_crash_become_interrupted() {
             retriever_resources: Vec::new(),
             structured_output: None,
             output_invalid: None,
+            budget_exhausted: None,
+            running_seconds: 0.0,
             history_tokens: Default::default(),
             takeovers: 0,
             handed_over: false,

@@ -349,6 +349,7 @@ async fn overrides_change_one_run_and_are_kept_on_its_message() {
         }),
         max_iteration: 3,
         additional_instruction: "Answer in French.".into(),
+        budget: None,
     });
     let events = run_to_end(&mut agents, request).await;
     let first = started(&events);

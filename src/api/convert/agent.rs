@@ -92,6 +92,7 @@ fn config_pb(agent: AgentSpec) -> pb::AgentConfig {
         output,
         keep_tool_choice,
         sub_agents,
+        budget,
     } = agent;
     let (output_schema, output_fallback) = match output {
         Some(output) => (
@@ -129,6 +130,7 @@ fn config_pb(agent: AgentSpec) -> pb::AgentConfig {
                 alias: sub.alias,
             })
             .collect(),
+        budget: super::budget::budget_pb(budget),
     }
 }
 
@@ -234,6 +236,13 @@ mod tests {
                 version: 0,
                 alias: "prod".into(),
             }],
+            budget: Some(pb::Budget {
+                max_tokens: Some(1000),
+                max_cost: "0.5".into(),
+                max_seconds: None,
+                max_tool_calls: Some(3),
+                on_exhausted: pb::OnExhausted::Error.into(),
+            }),
         };
         let tools = vec![pb::ClientTool {
             name: "lookup".into(),

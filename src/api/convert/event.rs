@@ -127,6 +127,7 @@ fn event(event: RunEvent) -> Event {
             retriever_resources,
             structured_output,
             output_invalid,
+            budget_exhausted,
         } => Event::End(pb::MessageEnd {
             answer,
             usage: Some(usage.into()),
@@ -135,6 +136,9 @@ fn event(event: RunEvent) -> Event {
             retriever_resources: retriever_resources.into_iter().map(Into::into).collect(),
             structured_output: structured_output.as_ref().and_then(document),
             output_invalid: output_invalid.unwrap_or_default(),
+            budget_exhausted: budget_exhausted
+                .map(|kind| kind.as_str().to_owned())
+                .unwrap_or_default(),
         }),
         RunEvent::Error {
             failure,

@@ -2,6 +2,7 @@
 //! field by field, so a new proto field is a compile error here until it is handled.
 
 pub mod agent;
+pub mod budget;
 mod event;
 pub mod json;
 pub mod provider;

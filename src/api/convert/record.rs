@@ -126,6 +126,7 @@ pub fn finish_reason(reason: FinishReason) -> pb::FinishReason {
         FinishReason::Stop => pb::FinishReason::Stop,
         FinishReason::MaxIterations => pb::FinishReason::MaxIterations,
         FinishReason::Cancelled => pb::FinishReason::Cancelled,
+        FinishReason::BudgetExhausted => pb::FinishReason::BudgetExhausted,
     }
 }
 
@@ -174,6 +175,10 @@ impl From<Message> for pb::Message {
                 .collect(),
             structured_output: message.structured_output.as_ref().and_then(document),
             output_invalid: message.output_invalid.unwrap_or_default(),
+            budget_exhausted: message
+                .budget_exhausted
+                .map(|kind| kind.as_str().to_owned())
+                .unwrap_or_default(),
             agent_version: message.agent.as_ref().map_or(0, |pin| pin.version),
             overrides: message
                 .agent

@@ -56,6 +56,7 @@ fn run_overrides(overrides: pb::RunOverrides) -> Result<RunOverrides, Status> {
         model,
         max_iteration,
         additional_instruction,
+        budget,
     } = overrides;
     let model = match model {
         None => None,
@@ -83,6 +84,7 @@ fn run_overrides(overrides: pb::RunOverrides) -> Result<RunOverrides, Status> {
         model,
         max_iteration,
         additional_instruction,
+        budget: super::budget::run_budget(budget, "overrides.budget")?,
     })
 }
 
@@ -92,11 +94,13 @@ pub fn overrides_pb(overrides: RunOverrides) -> pb::RunOverrides {
         model,
         max_iteration,
         additional_instruction,
+        budget,
     } = overrides;
     pb::RunOverrides {
         model: model.map(|(provider, name)| pb::ModelRef { provider, name }),
         max_iteration,
         additional_instruction,
+        budget: super::budget::budget_pb(budget),
     }
 }
 

@@ -197,6 +197,7 @@ pub(super) fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {
         output_fallback,
         keep_tool_choice,
         sub_agents,
+        budget,
     } = agent;
     let max_history_turns = memory.map_or(0, |pb::MemoryConfig { max_turns }| max_turns);
     let model = model.ok_or_else(|| invalid("agent.model", "is required"))?;
@@ -224,6 +225,7 @@ pub(super) fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {
                 },
             )
             .collect(),
+        budget: super::budget::run_budget(budget, "agent.budget")?,
     })
 }
 

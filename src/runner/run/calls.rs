@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::allowance::Clock;
 use super::halt::Halt;
 use super::launch::Family;
 use super::recorder::Recorder;
 use super::state::Round;
-use crate::domain::{Message, MessageStatus};
+use crate::domain::{Message, MessageStatus, RunBudget, Spent};
 use crate::runner::live::Mailbox;
 use crate::runner::settings::RunnerSettings;
 use crate::telemetry::Metrics;
@@ -39,11 +40,29 @@ pub struct RoundTools<'a> {
     pub waited: Duration,
     /// Where sub-agents start, when the agent has any.
     pub family: Option<&'a Family>,
+    /// What the run may spend.
+    pub budget: &'a RunBudget,
+    /// What it spent before this round's calls.
+    pub spent: Spent,
+    /// The wall clock, which stands still while the run waits on the caller.
+    pub clock: Option<&'a mut Clock>,
+    /// Calls of this round made (or being made) so far.
+    pub made: u32,
 }
 
 impl RoundTools<'_> {
     /// Shows `status` on the message, stored and announced with the next write.
     pub(super) fn set_status(&mut self, status: MessageStatus) -> Result<(), Halt> {
+        if let Some(clock) = self.clock.as_deref_mut() {
+            match status {
+                MessageStatus::WaitingApproval | MessageStatus::WaitingToolOutputs => clock.pause(),
+                MessageStatus::Running
+                | MessageStatus::Completed
+                | MessageStatus::Failed
+                | MessageStatus::Cancelled
+                | MessageStatus::Interrupted => clock.start(),
+            }
+        }
         self.message.status = status;
         self.message.updated_at = crate::domain::now();
         self.recorder.message(self.message);

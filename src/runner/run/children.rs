@@ -14,7 +14,8 @@ use super::halt::{or_cancel, Halt};
 use super::launch::{child_message_id, ChildRun, ChildStart, Family};
 use super::state::Round;
 use crate::domain::{
-    CallOutcome, ChildEvent, FinishReason, MessageStatus, ParentLink, RunEvent, ToolInvokeMeta,
+    CallOutcome, ChildEvent, FinishReason, MessageStatus, ParentLink, RunBudget, RunEvent,
+    ToolInvokeMeta,
 };
 use crate::tools::{observation, Invocation, AGENT_PROVIDER};
 
@@ -25,6 +26,10 @@ struct Following {
     agent_id: String,
     agent_version: u32,
     started: Instant,
+    /// The last of its events this run carried before it was taken over.
+    carried: u64,
+    /// Tool calls it (and the runs below it) started.
+    tool_calls: u32,
 }
 
 impl RoundTools<'_> {
@@ -40,9 +45,10 @@ impl RoundTools<'_> {
         };
         let mut following = Vec::new();
         let mut streams = SelectAll::new();
+        let share = self.children_budget(indices.len());
         for index in indices {
             let call = round.thought.tool_calls[index].clone();
-            match self.start_child(family, &call).await {
+            match self.start_child(family, &call, &share).await {
                 Ok((run, agent_id)) => {
                     let carried = match run.found {
                         true => {
@@ -59,42 +65,49 @@ impl RoundTools<'_> {
                         agent_id,
                         agent_version: run.agent_version,
                         started: Instant::now(),
+                        carried,
+                        tool_calls: 0,
                     });
-                    let fresh = run.events.filter(move |item| {
-                        let new = item.as_ref().map_or(true, |event| event.seq > carried);
-                        std::future::ready(new)
-                    });
-                    streams.push(fresh.map(move |item| (slot, item)).boxed());
+                    streams.push(run.events.map(move |item| (slot, item)).boxed());
                 }
                 Err(invocation) => self.record(round, index, invocation).await?,
             }
         }
         let mut waits: Vec<Option<MessageStatus>> = vec![None; following.len()];
         while let Some((slot, item)) = or_cancel(self.cancel, streams.next()).await? {
-            let child = &following[slot];
             let event = match item {
                 Ok(event) => event,
                 Err(err) => {
                     let text = observation::invoke_error(&format_args!(
                         "the sub-agent's run could not be followed: {err}"
                     ));
-                    let invocation = failure(text, child.started);
-                    self.record(round, child.index, invocation).await?;
+                    let invocation = failure(text, following[slot].started);
+                    self.record(round, following[slot].index, invocation)
+                        .await?;
                     continue;
                 }
             };
-            let end = child_result(&event.event, child.started);
+            let child = &mut following[slot];
+            child.tool_calls = child.tool_calls.saturating_add(tool_calls_in(&event.event));
+            let end = child_result(&event.event, child.started).map(|mut invocation| {
+                invocation.meta.tool_calls = child.tool_calls;
+                invocation
+            });
+            let index = child.index;
             waits[slot] = asks(&event.event);
             self.show_waiting(&waits)?;
-            self.recorder.announce(RunEvent::Child(Box::new(ChildEvent {
-                tool_call_id: child.call_id.clone(),
-                depth: family.depth + 1,
-                agent_id: child.agent_id.clone(),
-                agent_version: child.agent_version,
-                event,
-            })));
+            // Events carried before this run was taken over are counted, not carried again.
+            if event.seq > child.carried {
+                self.recorder.announce(RunEvent::Child(Box::new(ChildEvent {
+                    tool_call_id: child.call_id.clone(),
+                    depth: family.depth + 1,
+                    agent_id: child.agent_id.clone(),
+                    agent_version: child.agent_version,
+                    event,
+                })));
+            }
             if let Some(invocation) = end {
-                self.record(round, child.index, invocation).await?;
+                self.record(round, index, invocation).await?;
             }
         }
         self.show_waiting(&[])?;
@@ -117,11 +130,27 @@ impl RoundTools<'_> {
         self.set_status(status)
     }
 
+    /// What is left of the run's budget for each of `children` started at once: they
+    /// share what this run has not spent (this round's calls counted as made).
+    fn children_budget(&self, children: usize) -> RunBudget {
+        if self.budget.is_unlimited() {
+            return self.budget.clone();
+        }
+        let mut spent = self.spent.clone();
+        spent.tool_calls = spent.tool_calls.saturating_add(self.made);
+        if let Some(clock) = self.clock.as_deref() {
+            spent.seconds = clock.running().as_secs_f64();
+        }
+        let ways = u32::try_from(children).unwrap_or(u32::MAX);
+        self.budget.left_for_children(&spent, ways)
+    }
+
     /// Starts the child `call` asks for, or says why it does not start.
     async fn start_child(
         &self,
         family: &Family,
         call: &crate::domain::ToolCallRecord,
+        budget: &RunBudget,
     ) -> Result<(ChildRun, String), Invocation> {
         let started = Instant::now();
         let refuse = |code: &str, text: String| {
@@ -186,6 +215,7 @@ impl RoundTools<'_> {
             },
             lineage: family.lineage.clone(),
             message_id: child_message_id(self.message.id, &call.id),
+            budget: budget.clone(),
         };
         match family
             .launcher
@@ -195,6 +225,26 @@ impl RoundTools<'_> {
             Ok(run) => Ok((run, agent.agent_id.clone())),
             Err(err) => Err(refuse("agent_unavailable", err.to_string())),
         }
+    }
+}
+
+/// The tool calls a child's event starts: one for each call it announces as started, also
+/// in the runs below it.
+fn tool_calls_in(event: &RunEvent) -> u32 {
+    match event {
+        RunEvent::ToolStarted { .. } => 1,
+        RunEvent::Child(child) => tool_calls_in(&child.event.event),
+        RunEvent::Started { .. }
+        | RunEvent::AnswerDelta { .. }
+        | RunEvent::Thought(_)
+        | RunEvent::ToolFinished { .. }
+        | RunEvent::File(_)
+        | RunEvent::ToolCallsRequired { .. }
+        | RunEvent::ApprovalRequired { .. }
+        | RunEvent::Retry { .. }
+        | RunEvent::RoundRestarted { .. }
+        | RunEvent::MessageEnd { .. }
+        | RunEvent::Error { .. } => 0,
     }
 }
 
@@ -289,6 +339,7 @@ fn child_result(event: &RunEvent, started: Instant) -> Option<Invocation> {
             error,
             tool_config: serde_json::Map::new(),
             usage: Some(usage),
+            tool_calls: 0,
         },
         observation,
     })
@@ -312,6 +363,7 @@ mod tests {
                 finish_reason: FinishReason::Stop,
                 iterations: 1,
                 retriever_resources: Vec::new(),
+                budget_exhausted: None,
                 structured_output: None,
                 output_invalid: None,
             },

@@ -29,6 +29,14 @@ pub fn conclude(
     message.updated_at = crate::domain::now();
     match outcome {
         Ok(reason) => end(message, MessageStatus::Completed, reason),
+        Err(Halt::Exhausted(kind)) => {
+            message.budget_exhausted = Some(kind);
+            end(
+                message,
+                MessageStatus::Completed,
+                FinishReason::BudgetExhausted,
+            )
+        }
         Err(Halt::Cancelled | Halt::HandedOver) if shutting_down => fail(
             message,
             MessageStatus::Interrupted,
@@ -55,6 +63,7 @@ fn end(message: &mut Message, status: MessageStatus, reason: FinishReason) -> Ru
         retriever_resources: message.retriever_resources.clone(),
         structured_output: message.structured_output.clone(),
         output_invalid: message.output_invalid.clone(),
+        budget_exhausted: message.budget_exhausted,
     }
 }
 

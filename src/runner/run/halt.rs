@@ -4,7 +4,7 @@ use std::future::Future;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::RunFailure;
+use crate::domain::{BudgetKind, RunFailure};
 use crate::llm::LlmError;
 use crate::store::StoreError;
 
@@ -18,6 +18,8 @@ pub enum Halt {
     /// The process is stopping and the run reached the end of a step: it is left for
     /// another to go on with.
     HandedOver,
+    /// A budget of the run ran out; the run ends as its budget says.
+    Exhausted(BudgetKind),
 }
 
 impl Halt {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::{MessageId, ParentLink, Tenant};
+use crate::domain::{MessageId, ParentLink, RunBudget, Tenant};
 use crate::runner::error::RunError;
 use crate::runner::live::EventStream;
 use crate::runner::spec::SubAgentRef;
@@ -27,6 +27,8 @@ pub struct ChildStart {
     pub lineage: Vec<String>,
     /// The child's message id, derived from this run's message and the call.
     pub message_id: MessageId,
+    /// This run's budget left for the child: its own is held within it.
+    pub budget: RunBudget,
 }
 
 /// A sub-agent run started (or, for a run taken over, found already started).

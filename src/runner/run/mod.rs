@@ -8,6 +8,8 @@
 //! leaves the live registry when the task is dropped. What the run knows lives in
 //! [`state`], free of I/O; writing and announcing go through [`recorder`].
 
+mod allowance;
+mod budgeted;
 mod calls;
 mod children;
 mod finish;
@@ -135,6 +137,12 @@ pub struct RunTask {
     cut: Option<crate::domain::Thought>,
     /// Where sub-agents start, when the agent has any.
     family: Option<Family>,
+    /// Stops the run's work: a child of the run's token, fired also by the wall clock.
+    work: CancellationToken,
+    /// The wall clock of a run with a time budget.
+    clock: Option<allowance::Clock>,
+    /// A budget the last round's calls ran out of: the run ends before another round.
+    spent_out: Option<crate::domain::BudgetKind>,
 }
 
 impl RunTask {
@@ -149,6 +157,11 @@ impl RunTask {
         metrics: Arc<Metrics>,
     ) -> Self {
         let context = prompt_context(&spec, &agent);
+        let work = control.cancel.child_token();
+        let clock = spec.agent.budget.seconds.map(|seconds| {
+            let before = Duration::from_secs_f64(message.running_seconds.max(0.0));
+            allowance::Clock::new(Duration::from_secs(seconds.into()), before, work.clone())
+        });
         Self {
             spec,
             message,
@@ -164,6 +177,9 @@ impl RunTask {
             resume: None,
             cut: None,
             family: None,
+            work,
+            clock,
+            spent_out: None,
         }
     }
 
@@ -199,7 +215,19 @@ impl RunTask {
         drop(registration);
     }
 
+    /// The rounds, ended as the run's budget says when one of its budgets runs out.
     async fn rounds(&mut self) -> Result<FinishReason, Halt> {
+        if let Some(clock) = &mut self.clock {
+            clock.start();
+        }
+        let outcome = self.rounds_within_budget().await;
+        match self.exhaustion(&outcome) {
+            Some(kind) => self.exhausted(kind).await,
+            None => outcome,
+        }
+    }
+
+    async fn rounds_within_budget(&mut self) -> Result<FinishReason, Halt> {
         let offered = self.agent.tools.offered();
         let max_rounds = self
             .spec
@@ -221,10 +249,16 @@ impl RunTask {
         let mut repairing = false;
         for position in first.. {
             self.check_draining()?;
+            if let Some(kind) = self.spent_out.take() {
+                return Err(Halt::Exhausted(kind));
+            }
             // A repair round offers no tools: it only corrects the answer.
             let last = repairing || position >= max_rounds;
             let tools: &[OfferedTool] = if last { &[] } else { &offered };
-            match self.round(position, last, tools).await? {
+            match self
+                .round(position, last, tools, allowance::MIN_ROUND_COMPLETION)
+                .await?
+            {
                 RoundEnd::Continue => continue,
                 RoundEnd::LimitReached if repairing => {
                     return self.output_failed(
@@ -316,12 +350,16 @@ impl RunTask {
     }
 
     /// One round; a round that cannot finish is kept for the run's end.
+    /// A round whose model call the budget cannot pay is not begun.
     async fn round(
         &mut self,
         position: u32,
         last: bool,
         tools: &[OfferedTool],
+        min_completion: u64,
     ) -> Result<RoundEnd, Halt> {
+        let request = self.request(tools)?;
+        let request = self.afford(request, min_completion)?;
         let mut round = self.state.begin_round(self.message.id, position);
         if let Some(cut) = self.cut.take().filter(|cut| cut.position == position) {
             // The cut round is made again in its own place: one thought per position.
@@ -329,9 +367,10 @@ impl RunTask {
             round.thought.created_at = cut.created_at;
         }
         self.recorder.thought(&round.thought);
-        match self.play(&mut round, last, tools).await {
+        match self.play(&mut round, last, tools, request).await {
             Ok(end) => {
                 self.state.close_round(round);
+                self.keep_running_time();
                 Ok(end)
             }
             Err(halt) => {
@@ -346,8 +385,8 @@ impl RunTask {
         round: &mut Round,
         last: bool,
         tools: &[OfferedTool],
+        request: ChatRequest,
     ) -> Result<RoundEnd, Halt> {
-        let request = self.request(tools)?;
         let step = self.call_model(&request, tools, round).await?;
         self.decide(round, step)?;
         if round.thought.tool_calls.is_empty() {
@@ -364,17 +403,18 @@ impl RunTask {
         self.check_draining()?;
         let ran = self.round_tools(Duration::ZERO).run(round).await;
         self.state.count_children(round);
-        ran?;
+        self.note_spent_out(ran)?;
         Ok(RoundEnd::Continue)
     }
 
     /// What running a round's calls needs of the run; `waited` is how long its first wait
     /// already lasted under a lost owner.
     fn round_tools(&mut self, waited: Duration) -> RoundTools<'_> {
+        let spent = self.spent();
         RoundTools {
             tools: &self.agent.tools,
             settings: &self.settings,
-            cancel: &self.control.cancel,
+            cancel: &self.work,
             draining: &self.control.draining,
             recorder: &mut self.recorder,
             mailbox: &self.control.mailbox,
@@ -382,6 +422,10 @@ impl RunTask {
             metrics: &self.metrics,
             waited,
             family: self.family.as_ref(),
+            budget: &self.spec.agent.budget,
+            spent,
+            clock: self.clock.as_mut(),
+            made: 0,
         }
     }
 
@@ -521,6 +565,9 @@ impl RunTask {
         };
         if let Some(round) = self.state.unfinished() {
             self.recorder.save_thought(&round.thought);
+        }
+        if let Some(clock) = &self.clock {
+            self.message.running_seconds = clock.running().as_secs_f64();
         }
         let event = finish::conclude(
             &mut self.message,

@@ -70,7 +70,7 @@ impl RunTask {
                         err.code(),
                     );
                     self.announce_retry(round, attempts.made() + 1, delay, &err, model);
-                    or_cancel(&self.control.cancel, tokio::time::sleep(delay)).await?;
+                    or_cancel(&self.work, tokio::time::sleep(delay)).await?;
                 }
                 Next::GiveUp => {
                     let made = attempts.made();
@@ -182,6 +182,7 @@ impl RunTask {
             }
             Err(Failure::Stop(Halt::Cancelled)) => Some("cancelled"),
             Err(Failure::Stop(Halt::HandedOver)) => Some("handed_over"),
+            Err(Failure::Stop(Halt::Exhausted(_))) => Some("budget_exhausted"),
             Err(Failure::Stop(Halt::Failed(failure))) => {
                 span.record("otel.status_description", failure.message.as_str());
                 Some("run_failed")
@@ -208,7 +209,7 @@ impl RunTask {
         };
         let limit = model.policy.queue_timeout;
         let wait = tokio::time::timeout(limit, Arc::clone(slots).acquire_owned());
-        match or_cancel(&self.control.cancel, wait).await? {
+        match or_cancel(&self.work, wait).await? {
             Ok(Ok(permit)) => Ok(Some(permit)),
             // A closed semaphore limits nothing any more.
             Ok(Err(_closed)) => Ok(None),
@@ -228,13 +229,13 @@ impl RunTask {
         tally: &mut Tally,
     ) -> Result<TurnEnd, Failure> {
         let client = Arc::clone(&model.client);
-        let mut stream = or_cancel(&self.control.cancel, client.stream(request)).await??;
+        let mut stream = or_cancel(&self.work, client.stream(request)).await??;
         tally.answered = true;
         let mut next = None;
         loop {
             let item = match next.take() {
                 Some(item) => item,
-                None => or_cancel(&self.control.cancel, stream.next()).await?,
+                None => or_cancel(&self.work, stream.next()).await?,
             };
             match item {
                 Some(Ok(ChatChunk::Text(mut text))) => {

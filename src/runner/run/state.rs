@@ -41,6 +41,8 @@ pub struct RunState {
     /// Sub-agent calls whose usage is counted, and their tokens.
     children: std::collections::HashSet<String>,
     child_tokens: u64,
+    /// Tool calls the finished rounds made, their sub-agents' own included.
+    tool_calls: u32,
 }
 
 impl RunState {
@@ -116,6 +118,13 @@ impl RunState {
         self.last_answer.clone_from(&round.thought.answer);
         self.resources
             .extend(round.thought.retriever_resources.iter().cloned());
+        let made: u32 = round
+            .thought
+            .tool_calls
+            .iter()
+            .map(ToolCallRecord::calls_made)
+            .sum();
+        self.tool_calls = self.tool_calls.saturating_add(made);
         if !round.thought.tool_calls.is_empty() {
             self.rounds.push(round.record());
         }
@@ -235,6 +244,16 @@ impl RunState {
             .iter()
             .flat_map(|round| round.thought.retriever_resources.iter());
         self.resources.iter().chain(unfinished).cloned().collect()
+    }
+
+    /// Tool calls the finished rounds made, their sub-agents' own included.
+    pub fn tool_calls(&self) -> u32 {
+        self.tool_calls
+    }
+
+    /// Tokens and cost so far: every model call's, the ended sub-agents' included.
+    pub fn spent_usage(&self) -> &Usage {
+        &self.usage
     }
 
     /// Usage over every round, with the run's wall-clock `latency` in seconds.
@@ -449,6 +468,7 @@ mod tests {
                 error: None,
                 tool_config: Default::default(),
                 usage: None,
+                tool_calls: 0,
             },
             files: vec![],
             resources: vec![],

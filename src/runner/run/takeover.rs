@@ -114,6 +114,12 @@ impl RunTask {
                 self.state.close_round(round);
                 Ok(PickUp::At(position + 1))
             }
+            Err(Halt::Exhausted(kind)) => {
+                // The round is whole: its calls past the budget have their results.
+                self.state.close_round(round);
+                self.spent_out = Some(kind);
+                Ok(PickUp::At(position + 1))
+            }
             Err(halt) => {
                 self.state.interrupt(round);
                 Err(halt)

@@ -9,10 +9,11 @@ use std::time::Duration;
 use futures::{FutureExt, StreamExt};
 use tracing::{field, Instrument};
 
+use super::allowance;
 use super::calls::{tool_label, RoundTools};
 use super::halt::{or_cancel, Halt};
 use super::state::Round;
-use crate::domain::{MessageStatus, RunEvent, ToolCallRecord};
+use crate::domain::{BudgetKind, MessageStatus, RunEvent, ToolCallRecord};
 use crate::runner::live::{Awaited, ClientOutput, Decision, Delivery};
 use crate::tools::http_api::truncate_output;
 use crate::tools::{Invocation, ProviderKind, ToolSet};
@@ -38,9 +39,13 @@ struct Wait {
 
 impl RoundTools<'_> {
     /// Runs every call of `round` and records each result.
+    /// Calls past what the run's tool-call budget allows are not made; the run then ends
+    /// as its budget says (`Halt::Exhausted`), once every result is recorded.
     pub async fn run(&mut self, round: &mut Round) -> Result<(), Halt> {
         let runnable = self.skip_past_limit(round)?;
-        self.run_calls(round, (0..runnable).collect()).await
+        let (indices, over) = self.skip_past_budget(round, (0..runnable).collect());
+        self.run_calls(round, indices).await?;
+        over
     }
 
     /// Runs what is left of a round a lost owner had decided: a call with a result keeps
@@ -74,7 +79,17 @@ impl RoundTools<'_> {
             let tools = Arc::clone(self.tools);
             self.finish_unmade(round, unknown, |name| tools.outcome_unknown(name));
         }
-        self.run_calls(round, pending).await
+        // What the lost owner made of this round counts against the budget.
+        self.made = round
+            .thought
+            .tool_calls
+            .iter()
+            .filter(|call| call.observation.is_some())
+            .map(ToolCallRecord::calls_made)
+            .sum();
+        let (pending, over) = self.skip_past_budget(round, pending);
+        self.run_calls(round, pending).await?;
+        over
     }
 
     /// Runs the calls of `round` at `indices`: approval first, then each is announced as
@@ -160,6 +175,34 @@ impl RoundTools<'_> {
             tools.not_run(name, limit)
         });
         Ok(limit)
+    }
+
+    /// The calls at `indices` the run's tool-call budget allows, in order; the others get
+    /// their observation at once. The second value is what the round ends with: an
+    /// exhausted budget when any call was held back.
+    fn skip_past_budget(
+        &mut self,
+        round: &mut Round,
+        mut indices: Vec<usize>,
+    ) -> (Vec<usize>, Result<(), Halt>) {
+        let made = self.spent.tool_calls.saturating_add(self.made);
+        let (Some(left), Some(limit)) = (
+            allowance::tool_calls_left(self.budget, made),
+            self.budget.tool_calls,
+        ) else {
+            self.made = self.made.saturating_add(count(indices.len()));
+            return (indices, Ok(()));
+        };
+        let allowed = usize::try_from(left).unwrap_or(usize::MAX);
+        if indices.len() <= allowed {
+            self.made = self.made.saturating_add(count(indices.len()));
+            return (indices, Ok(()));
+        }
+        let held = indices.split_off(allowed);
+        let tools = Arc::clone(self.tools);
+        self.finish_unmade(round, held, |name| tools.over_budget(name, limit));
+        self.made = self.made.saturating_add(left);
+        (indices, Err(Halt::Exhausted(BudgetKind::ToolCalls)))
     }
 
     /// Gives the calls at `indices`, which are not made, the result `result` says, in one
@@ -438,4 +481,9 @@ pub fn call_key(message: crate::domain::MessageId, position: u32, call_id: &str)
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect()
+}
+
+/// A count of calls as the budget counts them.
+fn count(calls: usize) -> u32 {
+    u32::try_from(calls).unwrap_or(u32::MAX)
 }

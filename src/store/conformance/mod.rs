@@ -123,6 +123,7 @@ fn end(answer: &str) -> RunEvent {
         finish_reason: FinishReason::Stop,
         iterations: 1,
         retriever_resources: Vec::new(),
+        budget_exhausted: None,
         structured_output: None,
         output_invalid: None,
     }

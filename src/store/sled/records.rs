@@ -463,6 +463,7 @@ mod tests {
             finish_reason: FinishReason::Stop,
             iterations: 1,
             retriever_resources: Vec::new(),
+            budget_exhausted: None,
             structured_output: None,
             output_invalid: None,
         }
