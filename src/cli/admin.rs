@@ -63,6 +63,10 @@ pub async fn keys(
             max_concurrent_runs,
             runs_per_minute,
             tokens_per_day,
+            max_run_tokens,
+            max_run_cost,
+            max_run_seconds,
+            max_run_tool_calls,
         } => {
             let created = client
                 .create_api_key(with_token(
@@ -73,7 +77,10 @@ pub async fn keys(
                             max_concurrent_runs,
                             runs_per_minute,
                             tokens_per_day,
-                            ..pb::TenantLimits::default()
+                            max_run_tokens,
+                            max_run_cost,
+                            max_run_seconds,
+                            max_run_tool_calls,
                         }),
                     },
                     &bearer,
@@ -119,6 +126,22 @@ fn with_token<T>(message: T, bearer: &MetadataValue<Ascii>) -> Request<T> {
     request
 }
 
+/// The per-run ceilings a key sets, as ` max_run_tokens=…` pairs; empty when none.
+fn run_ceilings(limits: &pb::TenantLimits) -> String {
+    let mut text = String::new();
+    for (name, value) in [
+        ("max_run_tokens", limits.max_run_tokens.to_string()),
+        ("max_run_cost", limits.max_run_cost.clone()),
+        ("max_run_seconds", limits.max_run_seconds.to_string()),
+        ("max_run_tool_calls", limits.max_run_tool_calls.to_string()),
+    ] {
+        if !value.is_empty() && value != "0" {
+            text.push_str(&format!(" {name}={value}"));
+        }
+    }
+    text
+}
+
 /// `id  name  created  last-used  limits`, tab-separated.
 fn key_line(key: &pb::ApiKey) -> String {
     let time = |t: &Option<prost_types::Timestamp>| {
@@ -129,12 +152,13 @@ fn key_line(key: &pb::ApiKey) -> String {
     let limits = key.limits.clone().unwrap_or_default();
     let name = if key.name.is_empty() { "-" } else { &key.name };
     format!(
-        "{}\t{name}\tcreated {}\tlast used {}\tlimits concurrent={} per_minute={} tokens_per_day={}",
+        "{}\t{name}\tcreated {}\tlast used {}\tlimits concurrent={} per_minute={} tokens_per_day={}{}",
         key.id,
         time(&key.created_at),
         time(&key.last_used_at),
         limits.max_concurrent_runs,
         limits.runs_per_minute,
-        limits.tokens_per_day
+        limits.tokens_per_day,
+        run_ceilings(&limits)
     )
 }

@@ -233,6 +233,18 @@ pub enum KeysCommand {
         /// LLM tokens per UTC day with this key [default: the server's limit].
         #[arg(long, default_value_t = 0)]
         tokens_per_day: u64,
+        /// Ceiling on each run's tokens [default: the server's].
+        #[arg(long, default_value_t = 0)]
+        max_run_tokens: u64,
+        /// Ceiling on each run's cost, a decimal such as 0.50 [default: the server's].
+        #[arg(long, default_value = "")]
+        max_run_cost: String,
+        /// Ceiling on each run's running seconds [default: the server's].
+        #[arg(long, default_value_t = 0)]
+        max_run_seconds: u32,
+        /// Ceiling on each run's tool calls [default: the server's].
+        #[arg(long, default_value_t = 0)]
+        max_run_tool_calls: u32,
     },
     /// List a tenant's keys, one per line, id first; never the secrets.
     List {

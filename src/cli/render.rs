@@ -358,7 +358,7 @@ impl HumanView {
             }
             Ok(pb::FinishReason::BudgetExhausted) => p.yellow(&format!(
                 "■ stopped: the run's {} budget ran out",
-                end.budget_exhausted.replace('_', " ")
+                budget_name(&end.budget_exhausted)
             )),
             Ok(pb::FinishReason::Stop | pb::FinishReason::Unspecified) | Err(_) => {
                 p.green(&format!("✓ completed ({finish})"))
@@ -437,6 +437,16 @@ pub fn one_line(text: &str, max: usize) -> String {
 }
 
 /// The cursor's column after `text` is written at `column`.
+/// A budget's name as a person reads it.
+fn budget_name(kind: &str) -> &str {
+    match kind {
+        "tokens" => "token",
+        "wall_clock" => "wall-clock",
+        "tool_calls" => "tool-call",
+        other => other,
+    }
+}
+
 fn column_after(column: usize, text: &str) -> usize {
     match text.rsplit_once('\n') {
         Some((_, last)) => last.chars().count(),
@@ -500,6 +510,24 @@ mod tests {
             text,
             "42\n✓ completed (stop) · 2 rounds · tokens 120 in, 30 out · 0.0012 USD · 1.23s\n  \
              message m-1  conversation c-1\n"
+        );
+    }
+
+    #[test]
+    fn a_run_stopped_by_its_budget_says_which() {
+        let mut view = HumanView::new(Paint { colour: false });
+        let text = view.render(&event(Event::End(pb::MessageEnd {
+            answer: "So far: noon.".into(),
+            finish_reason: pb::FinishReason::BudgetExhausted as i32,
+            budget_exhausted: "tool_calls".into(),
+            iterations: 1,
+            ..Default::default()
+        })));
+        assert!(
+            text.starts_with(
+                "So far: noon.\n■ stopped: the run's tool-call budget ran out · 1 round"
+            ),
+            "{text}"
         );
     }
 

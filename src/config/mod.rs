@@ -610,6 +610,9 @@ impl Config {
             (None, Some(_)) => return Err(invalid("tls.cert", "is needed with tls.key")),
             _ => {}
         }
+        if self.limits.max_run_cost.is_sign_negative() {
+            return Err(invalid("limits.max_run_cost", "must not be negative"));
+        }
         if self.tls.client_ca.is_some() && self.tls.cert.is_none() {
             return Err(invalid(
                 "tls.client_ca",

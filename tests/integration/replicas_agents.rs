@@ -199,3 +199,63 @@ async fn a_new_version_and_a_moved_alias_are_in_force_on_every_replica_at_once()
         .unwrap()
         .contains("Version two."));
 }
+
+/// What a run spent goes with it to the replica that takes it over: the tool call its
+/// killed owner made counts, so with a budget of two calls only one more is made, and the
+/// run ends naming the budget.
+#[tokio::test]
+async fn a_run_taken_over_keeps_what_it_spent() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let time =
+        |id: &'static str| ScriptedCall::new(id, "current_time", &[r#"{"timezone": "UTC"}"#]);
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(&["Checking."], vec![time("c1")], (10, 5)),
+        Reply::Stall(vec!["Hal"]),
+        Reply::calls(&[], vec![time("c2"), time("c3")], (10, 5)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = agent_runner::store::SecretKey::generate();
+    let mut a = replica(dir.path(), &llm, &database, &key, "a").await;
+    let b = replica(dir.path(), &llm, &database, &key, "b").await;
+    let mut request = run_request("What time is it, thrice?", &[("time", "current_time")]);
+    request.agent_mut().budget = Some(pb::Budget {
+        max_tool_calls: Some(2),
+        ..Default::default()
+    });
+    let mut stream = client(&a).await.run(request).await.unwrap().into_inner();
+    let id = stream.message().await.unwrap().unwrap().message_id;
+    within("the second round is under way", || async {
+        llm.requests().len() == 2
+    })
+    .await;
+    let mut on_peer = attach(&b, &id, 0).await;
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    let followed = read_within(&mut on_peer, Duration::from_secs(20)).await;
+    let Some(Event::End(end)) = &followed.last().unwrap().event else {
+        panic!("the run ends normally: {followed:?}");
+    };
+    assert_eq!(end.finish_reason, pb::FinishReason::BudgetExhausted as i32);
+    assert_eq!(end.budget_exhausted, "tool_calls");
+    let observations: BTreeMap<String, String> = followed
+        .iter()
+        .filter_map(|event| match &event.event {
+            Some(Event::ToolFinished(finished)) => finished.tool_call.clone(),
+            _ => None,
+        })
+        .map(|call| (call.id, call.observation))
+        .collect();
+    assert!(!observations["c1"].starts_with("not run"));
+    assert!(!observations["c2"].starts_with("not run"));
+    assert_eq!(
+        observations["c3"],
+        "not run: the run's tool-call budget (2) is spent"
+    );
+    let stored = message(&mut client(&b).await, &id).await;
+    assert_eq!(stored.budget_exhausted, "tool_calls");
+}
