@@ -501,3 +501,121 @@ async fn a_parent_and_its_sub_agent_share_one_budget() {
     let call = &final_thoughts(&events)[0].tool_calls[0];
     assert_eq!(call.observation, "Paris.");
 }
+
+/// A sub-agent's own tool calls count against its parent's tool-call budget, and a cost
+/// budget is refused when a sub-agent's model has no price.
+#[tokio::test]
+async fn a_sub_agents_calls_count_and_its_model_needs_a_price() {
+    let ask: &'static str = r#"{"input": "what time is it twice?"}"#;
+    let (llm, server, mut client) = start(vec![
+        Reply::calls(&[], vec![ScriptedCall::new("p1", "clock", &[ask])], (10, 5)),
+        Reply::calls(&[], vec![time_call("k1"), time_call("k2")], (10, 5)),
+        Reply::text(&["Noon, twice."], (10, 5)),
+        Reply::calls(&[], vec![time_call("p2")], (10, 5)),
+    ])
+    .await;
+    let mut library = server.library().await;
+    for (id, model) in [("clock", None), ("unpriced", Some(BLOCKING_MODEL))] {
+        let mut request = time_request("unused");
+        if let Some(model) = model {
+            request = request.model(model);
+        }
+        library
+            .create_agent(pb::CreateAgentRequest {
+                agent_id: id.into(),
+                description: "Tells the time.".into(),
+                config: request.agent,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    let parent = |sub_agent: &str, budget: Option<pb::Budget>| {
+        let mut request = with_budget(time_request("Ask the clock."), budget);
+        request.agent_mut().sub_agents = vec![pb::AgentRef {
+            agent_id: sub_agent.into(),
+            ..Default::default()
+        }];
+        request
+    };
+
+    let status = client
+        .run(parent("unpriced", budget(|b| b.max_cost = "0.01".into())))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(
+        status.message().contains(BLOCKING_MODEL),
+        "{}",
+        status.message()
+    );
+
+    let events = run_to_end(
+        &mut client,
+        parent("clock", budget(|b| b.max_tool_calls = Some(3))),
+    )
+    .await;
+    let end = end_of(&events);
+    assert_eq!(end.budget_exhausted, "tool_calls");
+    let thoughts = final_thoughts(&events);
+    assert_eq!(thoughts[0].tool_calls[0].observation, "Noon, twice.");
+    assert_eq!(
+        thoughts[1].tool_calls[0].observation,
+        "not run: the run's tool-call budget (3) is spent"
+    );
+    assert_eq!(llm.requests().len(), 4);
+}
+
+/// Every budget kind ends a ReAct run as it ends a function-calling one.
+#[tokio::test]
+async fn each_budget_ends_a_react_run_too() {
+    let action: &'static str =
+        "Thought: calculate.\nAction:\n```json\n{\"action\": \"eval_expression\", \"action_input\": {\"expression\": \"6*7\"}}\n```";
+    let cases: [(&str, fn(&mut pb::Budget), Reply); 4] = [
+        (
+            "tokens",
+            |b| b.max_tokens = Some(400),
+            Reply::text(&[action], (300, 60)),
+        ),
+        (
+            "cost",
+            |b| b.max_cost = "0.0004".into(),
+            Reply::text(&[action], (300, 50)),
+        ),
+        (
+            "wall_clock",
+            |b| b.max_seconds = Some(1),
+            Reply::Slow {
+                text: vec!["Thought: ", "slowly"],
+                delay_ms: 2_000,
+            },
+        ),
+        (
+            "tool_calls",
+            |b| b.max_tool_calls = Some(0),
+            Reply::text(&[action], (30, 10)),
+        ),
+    ];
+    for (kind, edit, reply) in cases {
+        let (_llm, _server, mut client) = start(vec![reply]).await;
+        let request = with_budget(
+            run_request("What is 6 times 7?", &[("maths", "eval_expression")])
+                .strategy(pb::Strategy::ChainOfThought),
+            budget(edit),
+        );
+        let started = Instant::now();
+        let events = run_to_end(&mut client, request).await;
+        let end = end_of(&events);
+        assert_eq!(
+            end.finish_reason,
+            pb::FinishReason::BudgetExhausted as i32,
+            "{kind}"
+        );
+        assert_eq!(end.budget_exhausted, kind);
+        assert!(started.elapsed() < Duration::from_secs(2), "{kind}");
+        let usage = end.usage.unwrap();
+        if kind != "wall_clock" {
+            assert!(usage.total_tokens > 0, "{kind}: the usage so far");
+        }
+    }
+}
