@@ -566,12 +566,15 @@ async fn a_sub_agents_calls_count_and_its_model_needs_a_price() {
     assert_eq!(llm.requests().len(), 4);
 }
 
+/// A budget kind, how to set it, and a model reply that runs it out.
+type Case = (&'static str, fn(&mut pb::Budget), Reply);
+
 /// Every budget kind ends a ReAct run as it ends a function-calling one.
 #[tokio::test]
 async fn each_budget_ends_a_react_run_too() {
     let action: &'static str =
         "Thought: calculate.\nAction:\n```json\n{\"action\": \"eval_expression\", \"action_input\": {\"expression\": \"6*7\"}}\n```";
-    let cases: [(&str, fn(&mut pb::Budget), Reply); 4] = [
+    let cases: [Case; 4] = [
         (
             "tokens",
             |b| b.max_tokens = Some(400),
