@@ -49,6 +49,28 @@ echo "--- node"
 (cd examples/node && npm ci --no-audit --no-fund --loglevel=error && node run_agent.js) ||
   { tail -20 "$WORK/server.log"; exit 1; }
 
+echo "--- a2a (the official A2A Python SDK)"
+A2A_PORT=$(free_port)
+CARDS_PORT=$(free_port)
+printf '[a2a]\nenabled = true\n' >"$WORK/a2a.toml"
+rm -rf "$WORK/data-a2a"
+OPENAI_BASE_URL="http://127.0.0.1:$LLM_PORT/v1" OPENAI_API_KEY= \
+  "$BIN/agent-runner" serve --config "$WORK/a2a.toml" --listen "127.0.0.1:$A2A_PORT" \
+  --metrics-listen "127.0.0.1:$CARDS_PORT" --data-dir "$WORK/data-a2a" \
+  >"$WORK/server-a2a.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+  "$BIN/agent-runner" health --addr "127.0.0.1:$A2A_PORT" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+for agent in helper gatekeeper; do
+  "$BIN/agent-runner" agents create "examples/a2a/$agent.json" --addr "127.0.0.1:$A2A_PORT"
+done
+python3 -m venv "$WORK/venv-a2a"
+"$WORK/venv-a2a/bin/pip" install --quiet --disable-pip-version-check -r examples/a2a/requirements.txt
+(AGENT_RUNNER_CARDS="127.0.0.1:$CARDS_PORT" "$WORK/venv-a2a/bin/python" examples/a2a/a2a_client.py) ||
+  { tail -20 "$WORK/server-a2a.log"; exit 1; }
+
 # The generated Python stubs again, against a server keeping its records in PostgreSQL,
 # in a database made for this run and dropped after it. Skipped (and said so) without a
 # PostgreSQL on 127.0.0.1; under CI=true that fails instead.

@@ -403,6 +403,11 @@ async fn follow_health(
     }
 }
 
+/// The address a card names when `[a2a] public_url` is unset: where the API listens.
+fn listener_address(addr: &Option<std::net::SocketAddr>) -> Option<String> {
+    addr.map(|addr| addr.to_string())
+}
+
 /// Serves the API on `listener` until `shutdown` resolves, then stops gracefully: health
 /// turns `NOT_SERVING`, runs are cancelled and record themselves; every write is durable as it returns.
 pub async fn serve(
@@ -420,6 +425,7 @@ pub async fn serve(
     {
         tracing::warn!("the tokenizers could not be loaded ahead; the first count loads them");
     }
+    let listener_addr = listener.local_addr().ok();
     let store = match extensions.store {
         Some(store) => store,
         None => open_store(&config).await?,
@@ -472,14 +478,31 @@ pub async fn serve(
     .with_metrics(Arc::clone(&metrics))
     .with_bus(bus);
     let descriptors = Descriptors::default();
+    let keys = Arc::new(Keys::load(store.clone()).await?);
+    let gate = gate(&config, &keys);
     let stop_metrics = CancellationToken::new();
     if let Some(listener) = metrics_listener {
         tracing::info!(addr = ?listener.local_addr().ok(), "serving metrics");
+        let cards = config.a2a.enabled.then(|| {
+            let public_url = config
+                .a2a
+                .public_url
+                .clone()
+                .or_else(|| listener_address(&listener_addr))
+                .unwrap_or_default();
+            Arc::new(crate::api::a2a::card::CardPages::new(
+                runner.clone(),
+                store.clone(),
+                gate.clone(),
+                public_url,
+            )) as Arc<dyn crate::telemetry::Pages>
+        });
         tokio::spawn(crate::telemetry::serve_metrics(
             listener,
             config.server.metrics_limits(),
             descriptors.clone(),
             Arc::clone(&metrics),
+            cards,
             stop_metrics.clone(),
         ));
     }
@@ -502,7 +525,6 @@ pub async fn serve(
     let taking = runner.clone();
     let stop_taking = stop_retiring.clone();
     tokio::spawn(async move { taking.follow_commands(stop_taking).await });
-    let keys = Arc::new(Keys::load(store.clone()).await?);
     let stop_keys = CancellationToken::new();
     let saving_keys = tokio::spawn(save_last_used(Arc::clone(&keys), stop_keys.clone()));
     tokio::spawn(follow_registry(
@@ -522,11 +544,12 @@ pub async fn serve(
         crate::api::ApiSettings {
             tool_timeout: settings.tool_timeout,
             max_request_bytes: config.server.max_request_bytes,
-            gate: gate(&config, &keys),
+            gate,
             admin: AdminGate(AdminToken::new(
                 config.auth.admin_token.as_ref().map(|t| t.expose()),
             )),
             reflection: config.auth.reflection,
+            a2a: config.a2a.enabled,
         },
         health,
     )?;

@@ -45,3 +45,13 @@ pub mod pb {
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         tonic::include_file_descriptor_set!("agentrunner_descriptor");
 }
+
+/// Code generated from the A2A protocol's gRPC binding (`third_party/a2a`, package
+/// `lf.a2a.v1`).
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod a2a_pb {
+    tonic::include_proto!("lf.a2a.v1");
+
+    /// The encoded descriptor set of the A2A protos, served by reflection when A2A is on.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("a2a_descriptor");
+}

@@ -4,6 +4,7 @@
 //! the one mapping in [`status`]. [`router`] assembles the whole server (our services,
 //! health and reflection) so `main` and the tests serve the same thing.
 
+pub mod a2a;
 pub mod admin_service;
 pub mod agent_registry_service;
 pub mod agent_service;
@@ -26,6 +27,8 @@ use tonic_health::server::HealthReporter;
 use tower::layer::util::{Identity, Stack};
 use tower::util::MapResponseLayer;
 
+use crate::a2a_pb;
+use crate::a2a_pb::a2a_service_server::A2aServiceServer;
 use crate::catalog::Catalog;
 use crate::library::Library;
 use crate::pb;
@@ -113,6 +116,8 @@ pub struct ApiSettings {
     pub admin: AdminGate,
     /// Whether reflection is served.
     pub reflection: bool,
+    /// Whether the A2A protocol's service is served (`[a2a] enabled`).
+    pub a2a: bool,
 }
 
 /// The PEM texts TLS is served with.
@@ -141,9 +146,13 @@ pub fn router(
     >,
 ) -> Result<ApiRouter, RouterError> {
     let reflection = || {
-        tonic_reflection::server::Builder::configure()
+        let builder = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
+        match settings.a2a {
+            true => builder.register_encoded_file_descriptor_set(a2a_pb::FILE_DESCRIPTOR_SET),
+            false => builder,
+        }
     };
     let limit = settings.max_request_bytes;
     let reclassify: ReclassifyFn = decode_status::reclassify;
@@ -157,11 +166,19 @@ pub fn router(
         (None, None)
     };
     let keys = Arc::clone(&settings.gate.keys);
+    let a2a = settings.a2a.then(|| {
+        InterceptedService::new(
+            A2aServiceServer::new(a2a::A2aApi::new(runner.clone(), store.clone()))
+                .max_decoding_message_size(limit),
+            settings.gate.clone(),
+        )
+    });
     Ok(server
         .layer(MapResponseLayer::new(reclassify))
         .add_service(health)
         .add_optional_service(v1)
         .add_optional_service(v1alpha)
+        .add_optional_service(a2a)
         .add_service(InterceptedService::new(
             AgentServiceServer::new(AgentApi::new(runner, store)).max_decoding_message_size(limit),
             settings.gate.clone(),

@@ -20,11 +20,15 @@ use crate::runner::RunnerSettings;
 use crate::tools::schema::SchemaLimits;
 use crate::tools::{OutboundPolicy, ProviderSettings};
 
+mod a2a;
 mod args;
 mod cluster;
+mod outbound;
 mod store;
+pub use a2a::A2aConfig;
 pub use args::ServeArgs;
 pub use cluster::ClusterConfig;
+pub use outbound::OutboundConfig;
 pub use store::StoreConfig;
 
 /// How logs are written.
@@ -438,26 +442,9 @@ pub struct Config {
     /// `[cluster]`: this replica among the others on the shared database.
     #[serde(default)]
     pub cluster: ClusterConfig,
-}
-
-/// `[outbound]`: what tool traffic may reach besides public addresses.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OutboundConfig {
-    /// Networks (`10.0.0.0/8`), addresses and host names tools may reach although they are
-    /// not public; `AGENT_RUNNER_OUTBOUND_ALLOW` (comma-separated) adds to them.
+    /// `[a2a]`: the A2A protocol for every stored agent.
     #[serde(default)]
-    pub allow: Vec<String>,
-}
-
-impl OutboundConfig {
-    /// The policy these settings describe.
-    pub fn policy(&self) -> Result<OutboundPolicy, ConfigError> {
-        OutboundPolicy::allowing(&self.allow).map_err(|reason| ConfigError::Invalid {
-            field: "outbound.allow".to_owned(),
-            reason,
-        })
-    }
+    pub a2a: A2aConfig,
 }
 
 /// A configuration that cannot be used.
@@ -609,6 +596,9 @@ impl Config {
             (Some(_), None) => return Err(invalid("tls.key", "is needed with tls.cert")),
             (None, Some(_)) => return Err(invalid("tls.cert", "is needed with tls.key")),
             _ => {}
+        }
+        if let Some((field, reason)) = self.a2a.problem(self.server.metrics_listen.is_some()) {
+            return Err(invalid(field, &reason));
         }
         if self.limits.max_run_cost.is_sign_negative() {
             return Err(invalid("limits.max_run_cost", "must not be negative"));

@@ -276,6 +276,16 @@ pub trait Conversations: Send + Sync {
         limit: usize,
     ) -> Result<Page<(u64, MessageId)>, StoreError>;
 
+    /// The ids of the top-level messages (runs, not sub-agents' runs) a stored agent
+    /// answered, newest first, from the one before `before`: keys only.
+    async fn agent_message_ids(
+        &self,
+        tenant: &Tenant,
+        agent_id: &str,
+        before: Option<MessageId>,
+        limit: usize,
+    ) -> Result<Page<MessageId>, StoreError>;
+
     /// What the run of `message` was started with; `None` for messages of earlier versions.
     async fn get_run_spec(
         &self,

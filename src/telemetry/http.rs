@@ -1,4 +1,5 @@
-//! `GET /metrics` on a listener of its own, so scrapers never share the gRPC port.
+//! `GET /metrics` on a listener of its own, so scrapers never share the gRPC port; other
+//! documents (A2A agent cards) may be served beside it by whoever knows them ([`Pages`]).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -14,6 +15,24 @@ use tokio_util::sync::CancellationToken;
 use super::Metrics;
 use crate::net::{Descriptors, ListenerLimits};
 
+/// Documents served on the metrics listener beside `/metrics`.
+#[async_trait::async_trait]
+pub trait Pages: Send + Sync {
+    /// The answer to `GET path` with `headers`: status, content type and body; `None` when
+    /// the path is not one of these pages.
+    async fn get(&self, path: &str, headers: &http::HeaderMap) -> Option<Page>;
+}
+
+/// One answer of [`Pages`].
+pub struct Page {
+    /// Its status.
+    pub status: StatusCode,
+    /// Its content type.
+    pub content_type: &'static str,
+    /// Its body.
+    pub body: String,
+}
+
 /// The OpenMetrics text format Prometheus scrapes.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -25,16 +44,19 @@ pub async fn serve_metrics(
     limits: ListenerLimits,
     descriptors: Descriptors,
     metrics: Arc<Metrics>,
+    pages: Option<Arc<dyn Pages>>,
     stop: CancellationToken,
 ) {
     let mut admitted = crate::net::accept(listener, limits, descriptors, stop.clone());
     while let Some(connection) = admitted.recv().await {
         let metrics = Arc::clone(&metrics);
+        let pages = pages.clone();
         let stop = stop.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request| {
                 let metrics = Arc::clone(&metrics);
-                async move { Ok::<_, Infallible>(answer(&request, &metrics)) }
+                let pages = pages.clone();
+                async move { Ok::<_, Infallible>(answer(&request, &metrics, pages.as_deref()).await) }
             });
             // The place under the cap is held as long as the connection is served.
             let _place = connection.place;
@@ -54,8 +76,20 @@ pub async fn serve_metrics(
     }
 }
 
-fn answer(request: &Request<Incoming>, metrics: &Metrics) -> Response<Full<Bytes>> {
-    let (status, content_type, body) = match (request.method(), request.uri().path()) {
+async fn answer(
+    request: &Request<Incoming>,
+    metrics: &Metrics,
+    pages: Option<&dyn Pages>,
+) -> Response<Full<Bytes>> {
+    let path = request.uri().path();
+    if let (Some(pages), &Method::GET) = (pages, request.method()) {
+        if path != "/metrics" {
+            if let Some(page) = pages.get(path, request.headers()).await {
+                return response(page.status, page.content_type, page.body);
+            }
+        }
+    }
+    let (status, content_type, body) = match (request.method(), path) {
         (&Method::GET, "/metrics") => (StatusCode::OK, CONTENT_TYPE, metrics.render()),
         (_, "/metrics") => (
             StatusCode::METHOD_NOT_ALLOWED,
@@ -68,6 +102,10 @@ fn answer(request: &Request<Incoming>, metrics: &Metrics) -> Response<Full<Bytes
             "see /metrics\n".to_owned(),
         ),
     };
+    response(status, content_type, body)
+}
+
+fn response(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     if let Ok(value) = content_type.parse() {

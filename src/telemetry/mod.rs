@@ -11,6 +11,6 @@ mod logs;
 mod metrics;
 pub mod traces;
 
-pub use http::serve_metrics;
+pub use http::{serve_metrics, Page, Pages};
 pub use metrics::{LlmCall, Metrics, RunOutcome};
 pub use traces::TraceParent;

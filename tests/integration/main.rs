@@ -9,6 +9,7 @@
     clippy::wildcard_enum_match_arm
 )]
 
+mod a2a;
 mod anthropic;
 mod api_requests;
 mod approvals;

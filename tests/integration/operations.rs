@@ -36,6 +36,30 @@ async fn health_reports_both_services_serving() {
 async fn reflection_lists_both_services() {
     let llm = FakeOpenAi::start(vec![]).await;
     let server = TestServer::start(&llm.base_url()).await;
+    let names = reflected_services(&server).await;
+    assert!(
+        names.contains(&"agentrunner.v1.AgentService".to_owned()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"agentrunner.v1.ToolRegistry".to_owned()),
+        "{names:?}"
+    );
+    assert!(
+        !names.contains(&"lf.a2a.v1.A2AService".to_owned()),
+        "A2A is listed only where it is served: {names:?}"
+    );
+    let with_a2a =
+        TestServer::start_edited(&llm.base_url(), |config| config.a2a.enabled = true).await;
+    let names = reflected_services(&with_a2a).await;
+    assert!(
+        names.contains(&"lf.a2a.v1.A2AService".to_owned()),
+        "{names:?}"
+    );
+}
+
+/// The services reflection lists.
+async fn reflected_services(server: &TestServer) -> Vec<String> {
     let mut reflection = ServerReflectionClient::new(server.channel().await);
     let request = ServerReflectionRequest {
         host: String::new(),
@@ -50,15 +74,7 @@ async fn reflection_lists_both_services() {
     let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
         panic!("unexpected reflection answer: {response:?}");
     };
-    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
-    assert!(
-        names.contains(&"agentrunner.v1.AgentService".to_owned()),
-        "{names:?}"
-    );
-    assert!(
-        names.contains(&"agentrunner.v1.ToolRegistry".to_owned()),
-        "{names:?}"
-    );
+    list.service.into_iter().map(|s| s.name).collect()
 }
 
 /// The built-in providers are listed with their tools' JSON Schemas, and a tool can be run

@@ -259,3 +259,129 @@ async fn a_run_taken_over_keeps_what_it_spent() {
     let stored = message(&mut client(&b).await, &id).await;
     assert_eq!(stored.budget_exhausted, "tool_calls");
 }
+
+/// An A2A task started on one replica is followed, read and cancelled through another:
+/// the subscriber there sees the task's answer grow and its cancel, and both replicas then
+/// show it canceled.
+#[tokio::test]
+async fn an_a2a_task_is_reached_from_any_replica() {
+    use agent_runner::a2a_pb as a2a;
+    use agent_runner::a2a_pb::a2a_service_client::A2aServiceClient;
+
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let Some(bus) = nats_bus().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![slow(20, 150)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = agent_runner::store::SecretKey::generate();
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    };
+    let on = |metrics| Options {
+        bus: bus.clone(),
+        metrics: Some(metrics),
+        a2a: true,
+        ..Options::default()
+    };
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", &on(free())).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &on(free())).await;
+    let mut request = run_request("unused", &[]);
+    request.agent_mut().instruction = "Count.".into();
+    AgentRegistryClient::new(channel(&a).await)
+        .create_agent(pb::CreateAgentRequest {
+            agent_id: "counter".into(),
+            config: request.agent,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    fn call<T>(message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request
+            .metadata_mut()
+            .insert("a2a-version", "1.0".parse().unwrap());
+        request
+    }
+    let send = a2a::SendMessageRequest {
+        tenant: "counter".into(),
+        message: Some(a2a::Message {
+            message_id: "r-1".into(),
+            role: a2a::Role::User.into(),
+            parts: vec![a2a::Part {
+                content: Some(a2a::part::Content::Text("Count slowly.".into())),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        configuration: Some(a2a::SendMessageConfiguration {
+            return_immediately: true,
+            ..Default::default()
+        }),
+        metadata: None,
+    };
+    let mut on_a = A2aServiceClient::new(channel(&a).await);
+    let mut on_b = A2aServiceClient::new(channel(&b).await);
+    let started = on_a.send_message(call(send)).await.unwrap().into_inner();
+    let Some(a2a::send_message_response::Payload::Task(task)) = started.payload else {
+        panic!("a task was expected");
+    };
+    let mut followed = on_b
+        .subscribe_to_task(call(a2a::SubscribeToTaskRequest {
+            tenant: "counter".into(),
+            id: task.id.clone(),
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut appended = 0;
+    while appended < 3 {
+        let response = followed.message().await.unwrap().unwrap();
+        if matches!(
+            response.payload,
+            Some(a2a::stream_response::Payload::ArtifactUpdate(_))
+        ) {
+            appended += 1;
+        }
+    }
+    let cancelled = on_b
+        .cancel_task(call(a2a::CancelTaskRequest {
+            tenant: "counter".into(),
+            id: task.id.clone(),
+            metadata: None,
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        cancelled.status.unwrap().state,
+        a2a::TaskState::Canceled as i32
+    );
+    let mut last = None;
+    while let Some(response) = followed.message().await.unwrap() {
+        last = response.payload;
+    }
+    let Some(a2a::stream_response::Payload::StatusUpdate(update)) = last else {
+        panic!("the subscriber sees the end: {last:?}");
+    };
+    assert_eq!(
+        update.status.unwrap().state,
+        a2a::TaskState::Canceled as i32
+    );
+    let read = on_a
+        .get_task(call(a2a::GetTaskRequest {
+            tenant: "counter".into(),
+            id: task.id.clone(),
+            history_length: None,
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(read.status.unwrap().state, a2a::TaskState::Canceled as i32);
+}

@@ -14,7 +14,8 @@ pub fn struct_to_json(value: Struct) -> Map<String, Value> {
         .collect()
 }
 
-fn value_to_json(value: PbValue) -> Value {
+/// A `Value` as JSON.
+pub fn value_to_json(value: PbValue) -> Value {
     match value.kind {
         None | Some(Kind::NullValue(_)) => Value::Null,
         Some(Kind::BoolValue(b)) => Value::Bool(b),
@@ -48,7 +49,8 @@ pub fn json_to_struct(map: &Map<String, Value>) -> Struct {
     }
 }
 
-fn json_to_value(value: &Value) -> PbValue {
+/// JSON as a `Value`.
+pub fn json_to_value(value: &Value) -> PbValue {
     let kind = match value {
         Value::Null => Kind::NullValue(0),
         Value::Bool(b) => Kind::BoolValue(*b),

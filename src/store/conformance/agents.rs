@@ -212,3 +212,94 @@ pub async fn agents_are_kept_per_tenant(harness: &dyn Harness) {
     let refused = store.add_version(&other, "a", &config(1)).await.unwrap();
     assert_eq!(refused, Err(AgentRefusal::NoAgent("a".into())));
 }
+
+/// A stored agent's top-level messages are listed newest first, a page at a time; inline
+/// runs, other agents' and sub-agents' runs are not among them, nor messages deleted with
+/// their conversation; the list survives a reopen.
+pub async fn an_agents_messages_are_listed_newest_first(harness: &dyn Harness) {
+    use crate::domain::{Conversation, ConversationId, ParentLink, PinnedAgent};
+    use crate::store::test_records::running_message;
+    use crate::store::{Inserted, NewMessage};
+
+    let store = harness.fresh().await;
+    let tenant = tenant();
+    let insert = |agent: Option<&str>, parent: bool, conversation: ConversationId| {
+        let store = store.clone();
+        let tenant = tenant.clone();
+        let agent = agent.map(str::to_owned);
+        async move {
+            let mut message = running_message(conversation, 0);
+            message.agent = agent.map(|agent_id| {
+                Box::new(PinnedAgent {
+                    agent_id,
+                    version: 1,
+                    overrides: Default::default(),
+                })
+            });
+            if parent {
+                message.parent = Some(Box::new(ParentLink {
+                    message_id: crate::domain::MessageId::new(),
+                    tool_call_id: "c1".into(),
+                    depth: 1,
+                }));
+            }
+            let start = Conversation {
+                id: conversation,
+                tenant: tenant.clone(),
+                user: String::new(),
+                created_at: crate::domain::now(),
+            };
+            let inserted = store
+                .insert_message(NewMessage {
+                    tenant: &tenant,
+                    conversation: Some(&start),
+                    message: &mut message,
+                    spec: &serde_json::json!({}),
+                    idempotency: None,
+                    admission: crate::store::Admission::default(),
+                })
+                .await
+                .unwrap();
+            assert_eq!(inserted, Inserted::Yes);
+            message.id
+        }
+    };
+    let kept = ConversationId::new();
+    let gone = ConversationId::new();
+    let mut helper = Vec::new();
+    for n in 0..5 {
+        let conversation = if n == 1 { gone } else { kept };
+        helper.push(insert(Some("helper"), false, conversation).await);
+        insert(Some("other"), false, kept).await;
+        insert(None, false, kept).await;
+        insert(Some("helper"), true, kept).await;
+    }
+    store.delete_conversation(&tenant, gone).await.unwrap();
+    helper.remove(1);
+    helper.reverse();
+
+    let first = store
+        .agent_message_ids(&tenant, "helper", None, 3)
+        .await
+        .unwrap();
+    assert_eq!(first.items, helper[..3]);
+    assert!(first.more);
+    let rest = store
+        .agent_message_ids(&tenant, "helper", first.items.last().copied(), 3)
+        .await
+        .unwrap();
+    assert_eq!(rest.items, helper[3..]);
+    assert!(!rest.more);
+    let elsewhere = store
+        .agent_message_ids(&Tenant::parse("elsewhere").unwrap(), "helper", None, 10)
+        .await
+        .unwrap();
+    assert!(elsewhere.items.is_empty());
+
+    let store = harness.reopen(store).await;
+    let again = store
+        .agent_message_ids(&tenant, "helper", None, 10)
+        .await
+        .unwrap();
+    assert_eq!(again.items, helper);
+}

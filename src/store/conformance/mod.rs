@@ -10,7 +10,8 @@ mod lifecycle;
 mod ownership;
 
 pub use agents::{
-    agents_are_kept_per_tenant, alias_moves_compare_and_set, versions_are_numbered_without_gaps,
+    agents_are_kept_per_tenant, alias_moves_compare_and_set,
+    an_agents_messages_are_listed_newest_first, versions_are_numbered_without_gaps,
 };
 pub use lifecycle::{a_store_that_cannot_write_says_unavailable, retired_events_leave_each_end};
 pub use ownership::{
@@ -65,6 +66,7 @@ pub async fn run_all(harness: &dyn Harness) {
     versions_are_numbered_without_gaps(harness).await;
     alias_moves_compare_and_set(harness).await;
     agents_are_kept_per_tenant(harness).await;
+    an_agents_messages_are_listed_newest_first(harness).await;
 }
 
 fn tenant() -> Tenant {

@@ -172,8 +172,8 @@ impl crate::store::Conversations for Postgres {
         message.seq = u64::try_from(seq).unwrap_or_default();
         message.ordinal = u64::try_from(ordinal).unwrap_or_default();
         sqlx::query(
-            "INSERT INTO messages (tenant, id, conversation_id, seq, ordinal, running, record, spec, owner, epoch) \
-             VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9)",
+            "INSERT INTO messages (tenant, id, conversation_id, seq, ordinal, running, record, spec, owner, epoch, agent_id) \
+             VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $10)",
         )
         .bind(tenant.as_str())
         .bind(message.id.0)
@@ -184,6 +184,13 @@ impl crate::store::Conversations for Postgres {
         .bind(encode("specs", spec)?)
         .bind(&self.identity.id)
         .bind(FIRST_EPOCH)
+        .bind(
+            message
+                .agent
+                .as_ref()
+                .filter(|_| message.parent.is_none())
+                .map(|pin| pin.agent_id.clone()),
+        )
         .execute(&mut *tx)
         .await
         .map_err(failed)?;
@@ -276,6 +283,33 @@ impl crate::store::Conversations for Postgres {
             .into_iter()
             .take(limit)
             .map(|(seq, id)| (u64::try_from(seq).unwrap_or_default(), MessageId(id)))
+            .collect();
+        Ok(Page { items, more })
+    }
+
+    async fn agent_message_ids(
+        &self,
+        tenant: &Tenant,
+        agent_id: &str,
+        before: Option<MessageId>,
+        limit: usize,
+    ) -> Result<Page<MessageId>, StoreError> {
+        let rows: Vec<(Uuid,)> = sqlx::query_as(
+            "SELECT id FROM messages WHERE tenant = $1 AND agent_id = $2 \
+             AND ($3::uuid IS NULL OR id < $3) ORDER BY id DESC LIMIT $4",
+        )
+        .bind(tenant.as_str())
+        .bind(agent_id)
+        .bind(before.map(|id| id.0))
+        .bind(i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(from_sqlx)?;
+        let more = rows.len() > limit;
+        let items = rows
+            .into_iter()
+            .take(limit)
+            .map(|(id,)| MessageId(id))
             .collect();
         Ok(Page { items, more })
     }

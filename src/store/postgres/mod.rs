@@ -234,7 +234,14 @@ fn migrator() -> Migrator {
         sqlx::SqlStr::from_static(include_str!("migrations/0003_agents.sql")),
         false,
     );
-    Migrator::with_migrations(vec![initial, replicas, agents])
+    let agent_messages = Migration::new(
+        4,
+        "agent_messages".into(),
+        MigrationType::Simple,
+        sqlx::SqlStr::from_static(include_str!("migrations/0004_agent_messages.sql")),
+        false,
+    );
+    Migrator::with_migrations(vec![initial, replicas, agents, agent_messages])
 }
 
 /// Refuses a database whose schema needs a newer build than this one.

@@ -172,6 +172,7 @@ conformance_on_postgres!(
     versions_are_numbered_without_gaps,
     alias_moves_compare_and_set,
     agents_are_kept_per_tenant,
+    an_agents_messages_are_listed_newest_first,
 );
 
 /// A second live process with the same replica id is refused, naming the id and the

@@ -151,6 +151,16 @@ impl crate::store::Conversations for Embedded {
         self.message_ids_before(tenant, conversation, before_seq, limit)
     }
 
+    async fn agent_message_ids(
+        &self,
+        tenant: &Tenant,
+        agent_id: &str,
+        before: Option<MessageId>,
+        limit: usize,
+    ) -> Result<Page<MessageId>, StoreError> {
+        self.agent_message_ids(tenant, agent_id, before, limit)
+    }
+
     async fn get_run_spec(
         &self,
         tenant: &Tenant,

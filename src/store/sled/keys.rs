@@ -37,6 +37,22 @@ pub fn conversation_message(tenant: &Tenant, id: ConversationId, seq: u64) -> Ve
     key
 }
 
+/// Prefix of a stored agent's message index entries.
+pub fn agent_messages(tenant: &Tenant, agent_id: &str) -> Vec<u8> {
+    let mut key = tenant_prefix(tenant, agent_id.len() + 1 + 16);
+    key.extend_from_slice(agent_id.as_bytes());
+    key.push(0);
+    key
+}
+
+/// Index entry of a message a stored agent answered (ids are time-ordered, so the
+/// entries of one agent sort oldest first).
+pub fn agent_message(tenant: &Tenant, agent_id: &str, id: MessageId) -> Vec<u8> {
+    let mut key = agent_messages(tenant, agent_id);
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
 /// Prefix of a message's thoughts or events.
 pub fn message_children(tenant: &Tenant, id: MessageId) -> Vec<u8> {
     message(tenant, id)

@@ -29,6 +29,15 @@ pub(super) fn remove_prefix(tree: &sled::Tree, prefix: &[u8]) -> Result<(), Stor
     Ok(())
 }
 
+/// The agent index entry of `message`, when a stored agent answered it at the top.
+fn agent_key(tenant: &Tenant, message: &Message) -> Option<Vec<u8>> {
+    let pin = message
+        .agent
+        .as_ref()
+        .filter(|_| message.parent.is_none())?;
+    Some(keys::agent_message(tenant, &pin.agent_id, message.id))
+}
+
 fn transaction_error(err: TransactionError<StoreError>) -> StoreError {
     match err {
         TransactionError::Abort(err) => err,
@@ -128,6 +137,12 @@ impl Embedded {
         let message_key = keys::message(tenant, message.id);
         let message_value = self.encode_message(&message_key, message)?;
         let index_key = keys::conversation_message(tenant, message.conversation_id, message.seq);
+        // Written first: an entry whose message never was is skipped when listed, while a
+        // message without its entry would never be.
+        let agent_key = agent_key(tenant, message);
+        if let Some(key) = &agent_key {
+            t.agent_messages.insert(key.as_slice(), &[] as &[u8])?;
+        }
         let Some((key, record)) = idempotency else {
             if let Some((key, value)) = &conversation {
                 t.conversations.insert(key.as_slice(), value.as_slice())?;
@@ -163,7 +178,54 @@ impl Embedded {
             running.insert(message_key.as_slice(), &[] as &[u8])?;
             Ok::<_, ConflictableTransactionError<StoreError>>(Inserted::Yes)
         });
-        result.map_err(transaction_error)
+        let inserted = result.map_err(transaction_error)?;
+        if let (Inserted::KeyTaken(_), Some(key)) = (&inserted, &agent_key) {
+            t.agent_messages.remove(key.as_slice())?;
+        }
+        Ok(inserted)
+    }
+
+    /// A page of the ids of the top-level messages `agent_id` answered, newest first.
+    pub fn agent_message_ids(
+        &self,
+        tenant: &Tenant,
+        agent_id: &str,
+        before: Option<MessageId>,
+        limit: usize,
+    ) -> Result<Page<MessageId>, StoreError> {
+        let t = self.t()?;
+        let prefix = keys::agent_messages(tenant, agent_id);
+        let end = match before {
+            Some(id) => keys::agent_message(tenant, agent_id, id),
+            None => {
+                let mut end = prefix.clone();
+                end.extend_from_slice(&[0xff; 17]);
+                end
+            }
+        };
+        let mut page = Page {
+            items: Vec::new(),
+            more: false,
+        };
+        for entry in t.agent_messages.range(prefix.clone()..end).rev() {
+            let (key, _) = entry?;
+            let Some(id) = key
+                .get(prefix.len()..)
+                .and_then(|bytes| <[u8; 16]>::try_from(bytes).ok())
+            else {
+                continue;
+            };
+            let id = MessageId(uuid::Uuid::from_bytes(id));
+            if !t.messages.contains_key(keys::message(tenant, id))? {
+                continue;
+            }
+            if page.items.len() >= limit {
+                page.more = true;
+                break;
+            }
+            page.items.push(id);
+        }
+        Ok(page)
     }
 
     /// The next `seq` and `ordinal` of a conversation, from its newest message.
@@ -428,6 +490,11 @@ impl Embedded {
             }
         }
         for message in &deleted {
+            if let Some(record) = self.get_message(tenant, *message)? {
+                if let Some(key) = agent_key(tenant, &record) {
+                    t.agent_messages.remove(key)?;
+                }
+            }
             let files: Vec<_> = self
                 .thoughts_of(tenant, *message)?
                 .into_iter()

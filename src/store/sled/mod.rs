@@ -70,6 +70,8 @@ struct Trees {
     conversations: sled::Tree,
     messages: sled::Tree,
     conversation_messages: sled::Tree,
+    /// The top-level messages of each stored agent, by tenant, agent and id.
+    agent_messages: sled::Tree,
     thoughts: sled::Tree,
     events: sled::Tree,
     /// Markers of messages whose run has not ended, so start-up recovery scans only them.
@@ -109,6 +111,7 @@ impl Trees {
             conversations: db.open_tree("conversations")?,
             messages: db.open_tree("messages")?,
             conversation_messages: db.open_tree("conversation_messages")?,
+            agent_messages: db.open_tree("agent_messages")?,
             thoughts: db.open_tree("thoughts")?,
             events: db.open_tree("events")?,
             running: db.open_tree("running")?,
@@ -559,6 +562,11 @@ mod conformance_tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn alias_moves_compare_and_set() {
         conformance::alias_moves_compare_and_set(&on_disk()).await;
+    }
+
+    #[tokio::test]
+    async fn an_agents_messages_are_listed_newest_first() {
+        conformance::an_agents_messages_are_listed_newest_first(&on_disk()).await;
     }
 
     #[tokio::test]

@@ -73,6 +73,8 @@ pub struct Options {
     pub auth: bool,
     /// `[limits] max_concurrent_runs` (0: none).
     pub max_concurrent_runs: u32,
+    /// `[a2a] enabled` (needs `metrics`).
+    pub a2a: bool,
 }
 
 /// The admin token of replicas started with [`Options::auth`].
@@ -100,6 +102,9 @@ pub async fn replica_on(
             "[limits]\nmax_concurrent_runs = {}\n\n",
             options.max_concurrent_runs
         ));
+    }
+    if options.a2a {
+        auth.push_str("[a2a]\nenabled = true\n\n");
     }
     auth.push_str("[runner]\n");
     std::fs::create_dir_all(&dir).unwrap();
