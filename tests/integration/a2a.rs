@@ -659,3 +659,177 @@ async fn with_keys_only_the_agents_tenant_reaches_it() {
         .unwrap_err();
     assert_eq!(status.code(), Code::NotFound);
 }
+
+/// A client tool's call waits input-required, named in the status message; the outputs
+/// the client sends in a message to the task let it finish.
+#[tokio::test]
+async fn client_tool_outputs_travel_through_the_extension() {
+    let (llm, server, mut client) = serve(vec![
+        Reply::calls(
+            &[],
+            vec![ScriptedCall::new("k1", "lookup", &[r#"{"q": "tea"}"#])],
+            (5, 2),
+        ),
+        Reply::text(&["Tea is in aisle 4."], (8, 3)),
+    ])
+    .await;
+    let mut request = run_request("unused", &[]);
+    request.agent_mut().instruction = "Find things.".into();
+    server
+        .library()
+        .await
+        .create_agent(pb::CreateAgentRequest {
+            agent_id: "finder".into(),
+            config: request.agent,
+            client_tools: vec![pb::ClientTool {
+                name: "lookup".into(),
+                description: "Looks up where a product is.".into(),
+                parameters_schema: None,
+                require_approval: false,
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let (_, body) = card(&server, "finder", None).await;
+    assert_eq!(body["capabilities"]["extensions"][0]["required"], true);
+
+    let waiting = task_of(
+        client
+            .send_message(call(
+                send("finder", user_message("f-1", "Where is tea?", "", "")),
+                &[EXTENSION],
+            ))
+            .await
+            .unwrap()
+            .into_inner(),
+    );
+    assert_eq!(state(&waiting), a2a::TaskState::InputRequired);
+    let note = waiting.status.as_ref().unwrap().message.as_ref().unwrap();
+    let Some(a2a::part::Content::Data(data)) = &note.parts[0].content else {
+        panic!("the waiting calls are a data part: {note:?}");
+    };
+    let data = agent_runner::api::convert::json::value_to_json(data.clone());
+    assert_eq!(data["tool_outputs_required"][0]["id"], "k1");
+    assert_eq!(
+        data["tool_outputs_required"][0]["arguments"],
+        r#"{"q": "tea"}"#
+    );
+
+    let outputs = a2a::Message {
+        parts: vec![a2a::Part {
+            content: Some(a2a::part::Content::Data(
+                agent_runner::api::convert::json::json_to_value(
+                    &json!({"outputs": [{"tool_call_id": "k1", "output": "aisle 4"}]}),
+                ),
+            )),
+            ..Default::default()
+        }],
+        ..user_message("f-2", "", &waiting.context_id, &waiting.id)
+    };
+    let mut stream = client
+        .send_streaming_message(call(send("finder", outputs), &[EXTENSION]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut last = None;
+    while let Some(response) = stream.message().await.unwrap() {
+        last = response.payload;
+    }
+    let Some(a2a::stream_response::Payload::StatusUpdate(update)) = last else {
+        panic!("the answered task streams to its end: {last:?}");
+    };
+    assert_eq!(
+        update.status.unwrap().state,
+        a2a::TaskState::Completed as i32
+    );
+    let prompt = llm.requests()[1]["messages"].to_string();
+    assert!(prompt.contains("aisle 4"), "{prompt}");
+}
+
+/// A sub-agent's approval shows on its parent's task, naming the sub-agent's run; the
+/// decision sent to the parent's task reaches it.
+#[tokio::test]
+async fn a_sub_agents_approval_is_answered_through_its_parents_task() {
+    let (_llm, server, mut client) = serve(vec![
+        Reply::calls(
+            &[],
+            vec![ScriptedCall::new(
+                "p1",
+                "gatekeeper",
+                &[r#"{"input": "what time is it?"}"#],
+            )],
+            (5, 2),
+        ),
+        Reply::calls(
+            &[],
+            vec![ScriptedCall::new(
+                "t1",
+                "current_time",
+                &[r#"{"timezone": "UTC"}"#],
+            )],
+            (5, 2),
+        ),
+        Reply::text(&["Noon."], (5, 2)),
+        Reply::text(&["The gatekeeper says noon."], (5, 2)),
+    ])
+    .await;
+    store_agent(&server, "gatekeeper", true).await;
+    let mut request = run_request("unused", &[]);
+    request.agent_mut().sub_agents = vec![pb::AgentRef {
+        agent_id: "gatekeeper".into(),
+        ..Default::default()
+    }];
+    server
+        .library()
+        .await
+        .create_agent(pb::CreateAgentRequest {
+            agent_id: "front".into(),
+            config: request.agent,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+    let waiting = task_of(
+        client
+            .send_message(call(
+                send("front", user_message("n-1", "Time?", "", "")),
+                &[EXTENSION],
+            ))
+            .await
+            .unwrap()
+            .into_inner(),
+    );
+    assert_eq!(state(&waiting), a2a::TaskState::InputRequired);
+    let note = waiting.status.as_ref().unwrap().message.as_ref().unwrap();
+    let Some(a2a::part::Content::Data(data)) = &note.parts[0].content else {
+        panic!("the waiting calls are a data part: {note:?}");
+    };
+    let data = agent_runner::api::convert::json::value_to_json(data.clone());
+    let asked = &data["approval_required"][0];
+    assert_eq!(asked["id"], "t1");
+    let child = asked["message_id"].as_str().unwrap().to_owned();
+    assert_ne!(child, waiting.id);
+
+    let decision = a2a::Message {
+        parts: vec![a2a::Part {
+            content: Some(a2a::part::Content::Data(
+                agent_runner::api::convert::json::json_to_value(&json!({"decisions": [
+                    {"tool_call_id": "t1", "approve": true, "message_id": child}
+                ]})),
+            )),
+            ..Default::default()
+        }],
+        ..user_message("n-2", "", &waiting.context_id, &waiting.id)
+    };
+    let done = task_of(
+        client
+            .send_message(call(send("front", decision), &[EXTENSION]))
+            .await
+            .unwrap()
+            .into_inner(),
+    );
+    assert_eq!(state(&done), a2a::TaskState::Completed);
+    assert_eq!(artifact_text(&done), "The gatekeeper says noon.");
+}

@@ -38,14 +38,19 @@ impl TaskEvents {
                     false,
                 )
             }
-            RunEvent::ApprovalRequired { .. } | RunEvent::ToolCallsRequired { .. } => {
-                let parts = waiting_parts(event).into_iter().collect();
-                let note = self.ids.agent_message("waiting", parts);
-                (
-                    vec![self.status(a2a::TaskState::InputRequired, Some(note))],
-                    true,
-                )
-            }
+            RunEvent::ApprovalRequired { .. }
+            | RunEvent::ToolCallsRequired { .. }
+            | RunEvent::Child(_) => match waiting_parts(event) {
+                // A wait of this run, or of a sub-agent's run below it: the task waits.
+                Some(part) => {
+                    let note = self.ids.agent_message("waiting", vec![part]);
+                    (
+                        vec![self.status(a2a::TaskState::InputRequired, Some(note))],
+                        true,
+                    )
+                }
+                None => (Vec::new(), false),
+            },
             RunEvent::MessageEnd {
                 answer,
                 structured_output,
@@ -73,8 +78,7 @@ impl TaskEvents {
             | RunEvent::ToolFinished { .. }
             | RunEvent::File(_)
             | RunEvent::Retry { .. }
-            | RunEvent::RoundRestarted { .. }
-            | RunEvent::Child(_) => (Vec::new(), false),
+            | RunEvent::RoundRestarted { .. } => (Vec::new(), false),
         }
     }
 

@@ -8,7 +8,7 @@ use serde_json::json;
 use crate::a2a_pb as a2a;
 use crate::api::convert::json::{json_to_struct, json_to_value};
 use crate::api::convert::timestamp;
-use crate::domain::{Message, MessageStatus, RunEvent, ToolCallRecord};
+use crate::domain::{Message, MessageId, MessageStatus, RunEvent};
 
 /// The id of the artifact that holds the answer.
 pub const ANSWER_ARTIFACT: &str = "answer";
@@ -112,11 +112,24 @@ pub fn answer_artifact(message: &Message) -> Option<a2a::Artifact> {
     })
 }
 
-/// What a waiting run asks for, as the status message of the tool-calls extension.
+/// What a waiting run asks for, as the status message of the tool-calls extension; a
+/// sub-agent's wait (carried in a `child` event) names the sub-agent's run in each call's
+/// `message_id`, where the answer goes.
 pub fn waiting_parts(event: &RunEvent) -> Option<a2a::Part> {
+    let (kind, calls) = wait_of(event, None)?;
+    Some(data_part(&json!({ kind: calls })))
+}
+
+fn wait_of(
+    event: &RunEvent,
+    run: Option<&MessageId>,
+) -> Option<(&'static str, Vec<serde_json::Value>)> {
     let (kind, calls) = match event {
         RunEvent::ApprovalRequired { calls, .. } => ("approval_required", calls),
         RunEvent::ToolCallsRequired { calls, .. } => ("tool_outputs_required", calls),
+        RunEvent::Child(child) => {
+            return wait_of(&child.event.event, Some(&child.event.message_id))
+        }
         RunEvent::Started { .. }
         | RunEvent::AnswerDelta { .. }
         | RunEvent::Thought(_)
@@ -126,16 +139,19 @@ pub fn waiting_parts(event: &RunEvent) -> Option<a2a::Part> {
         | RunEvent::Retry { .. }
         | RunEvent::RoundRestarted { .. }
         | RunEvent::MessageEnd { .. }
-        | RunEvent::Error { .. }
-        | RunEvent::Child(_) => return None,
+        | RunEvent::Error { .. } => return None,
     };
-    Some(data_part(
-        &json!({ kind: calls.iter().map(call_json).collect::<Vec<_>>() }),
-    ))
-}
-
-fn call_json(call: &ToolCallRecord) -> serde_json::Value {
-    json!({"id": call.id, "name": call.name, "arguments": call.arguments})
+    let calls = calls
+        .iter()
+        .map(|call| {
+            let mut value = json!({"id": call.id, "name": call.name, "arguments": call.arguments});
+            if let Some(run) = run {
+                value["message_id"] = json!(run.to_string());
+            }
+            value
+        })
+        .collect();
+    Some((kind, calls))
 }
 
 /// The status of the task `message`; `waiting` is the event that announced its wait.
