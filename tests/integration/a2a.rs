@@ -84,6 +84,20 @@ fn send(routing: &str, message: a2a::Message) -> a2a::SendMessageRequest {
     }
 }
 
+/// Sends `request` as a client declaring `extensions`; the task it answers with.
+async fn sent(
+    client: &mut A2aServiceClient<Channel>,
+    request: a2a::SendMessageRequest,
+    extensions: &[&str],
+) -> a2a::Task {
+    let response = client
+        .send_message(call(request, extensions))
+        .await
+        .unwrap()
+        .into_inner();
+    task_of(response)
+}
+
 fn task_of(response: a2a::SendMessageResponse) -> a2a::Task {
     match response.payload {
         Some(a2a::send_message_response::Payload::Task(task)) => task,
@@ -104,6 +118,28 @@ fn artifact_text(task: &a2a::Task) -> String {
             _ => None,
         })
         .collect()
+}
+
+/// The JSON of the data part an input-required task's status message holds.
+fn waiting_calls(task: &a2a::Task) -> Value {
+    let note = task.status.as_ref().unwrap().message.as_ref().unwrap();
+    let Some(a2a::part::Content::Data(data)) = &note.parts[0].content else {
+        panic!("the waiting calls are a data part: {note:?}");
+    };
+    agent_runner::api::convert::json::value_to_json(data.clone())
+}
+
+/// A message to the waiting `task` holding `answers` as its data part.
+fn answering(id: &str, task: &a2a::Task, answers: Value) -> a2a::Message {
+    a2a::Message {
+        parts: vec![a2a::Part {
+            content: Some(a2a::part::Content::Data(
+                agent_runner::api::convert::json::json_to_value(&answers),
+            )),
+            ..Default::default()
+        }],
+        ..user_message(id, "", &task.context_id, &task.id)
+    }
 }
 
 fn reason(status: &tonic::Status) -> String {
@@ -170,32 +206,26 @@ async fn a_task_is_answered_and_its_context_continued() {
     .await;
     store_agent(&server, "helper", false).await;
 
-    let first = client
-        .send_message(call(
-            send("helper", user_message("m-1", "Capital of France?", "", "")),
-            &[],
-        ))
-        .await
-        .unwrap()
-        .into_inner();
-    let first = task_of(first);
+    let first = sent(
+        &mut client,
+        send("helper", user_message("m-1", "Capital of France?", "", "")),
+        &[],
+    )
+    .await;
     assert_eq!(state(&first), a2a::TaskState::Completed);
     assert_eq!(artifact_text(&first), "Paris is the capital.");
     assert_eq!(first.history.len(), 2);
     assert!(!first.context_id.is_empty());
 
-    let second = client
-        .send_message(call(
-            send(
-                "helper",
-                user_message("m-2", "How many live there?", &first.context_id, ""),
-            ),
-            &[],
-        ))
-        .await
-        .unwrap()
-        .into_inner();
-    let second = task_of(second);
+    let second = sent(
+        &mut client,
+        send(
+            "helper",
+            user_message("m-2", "How many live there?", &first.context_id, ""),
+        ),
+        &[],
+    )
+    .await;
     assert_eq!(second.context_id, first.context_id);
     assert_ne!(second.id, first.id);
     assert_eq!(artifact_text(&second), "About two million.");
@@ -423,13 +453,12 @@ async fn a_working_task_is_followed_and_cancelled() {
 async fn the_specifications_errors_and_tenants() {
     let (_llm, server, mut client) = serve(vec![Reply::text(&["Hi."], (1, 1))]).await;
     store_agent(&server, "helper", false).await;
-    let task = task_of(
-        client
-            .send_message(call(send("helper", user_message("e-1", "Hi", "", "")), &[]))
-            .await
-            .unwrap()
-            .into_inner(),
-    );
+    let task = sent(
+        &mut client,
+        send("helper", user_message("e-1", "Hi", "", "")),
+        &[],
+    )
+    .await;
 
     let mut foreign = call(
         a2a::GetTaskRequest {
@@ -537,43 +566,23 @@ async fn approvals_travel_through_the_extension() {
         .unwrap_err();
     assert_eq!(reason(&refused), "EXTENSION_SUPPORT_REQUIRED");
 
-    let waiting = task_of(
-        client
-            .send_message(call(
-                send("gatekeeper", user_message("a-2", "Time?", "", "")),
-                &[EXTENSION],
-            ))
-            .await
-            .unwrap()
-            .into_inner(),
-    );
+    let waiting = sent(
+        &mut client,
+        send("gatekeeper", user_message("a-2", "Time?", "", "")),
+        &[EXTENSION],
+    )
+    .await;
     assert_eq!(state(&waiting), a2a::TaskState::InputRequired);
-    let note = waiting.status.as_ref().unwrap().message.as_ref().unwrap();
-    let Some(a2a::part::Content::Data(data)) = &note.parts[0].content else {
-        panic!("the waiting calls are a data part: {note:?}");
-    };
-    let data = agent_runner::api::convert::json::value_to_json(data.clone());
+    let data = waiting_calls(&waiting);
     assert_eq!(data["approval_required"][0]["id"], "t1");
     assert_eq!(data["approval_required"][0]["name"], "current_time");
 
-    let decision = a2a::Message {
-        parts: vec![a2a::Part {
-            content: Some(a2a::part::Content::Data(
-                agent_runner::api::convert::json::json_to_value(
-                    &json!({"decisions": [{"tool_call_id": "t1", "approve": true}]}),
-                ),
-            )),
-            ..Default::default()
-        }],
-        ..user_message("a-3", "", &waiting.context_id, &waiting.id)
-    };
-    let done = task_of(
-        client
-            .send_message(call(send("gatekeeper", decision), &[EXTENSION]))
-            .await
-            .unwrap()
-            .into_inner(),
+    let decision = answering(
+        "a-3",
+        &waiting,
+        json!({"decisions": [{"tool_call_id": "t1", "approve": true}]}),
     );
+    let done = sent(&mut client, send("gatekeeper", decision), &[EXTENSION]).await;
     assert_eq!(state(&done), a2a::TaskState::Completed);
     assert_eq!(artifact_text(&done), "It is noon.");
 }
@@ -694,39 +703,25 @@ async fn client_tool_outputs_travel_through_the_extension() {
     let (_, body) = card(&server, "finder", None).await;
     assert_eq!(body["capabilities"]["extensions"][0]["required"], true);
 
-    let waiting = task_of(
-        client
-            .send_message(call(
-                send("finder", user_message("f-1", "Where is tea?", "", "")),
-                &[EXTENSION],
-            ))
-            .await
-            .unwrap()
-            .into_inner(),
-    );
+    let waiting = sent(
+        &mut client,
+        send("finder", user_message("f-1", "Where is tea?", "", "")),
+        &[EXTENSION],
+    )
+    .await;
     assert_eq!(state(&waiting), a2a::TaskState::InputRequired);
-    let note = waiting.status.as_ref().unwrap().message.as_ref().unwrap();
-    let Some(a2a::part::Content::Data(data)) = &note.parts[0].content else {
-        panic!("the waiting calls are a data part: {note:?}");
-    };
-    let data = agent_runner::api::convert::json::value_to_json(data.clone());
+    let data = waiting_calls(&waiting);
     assert_eq!(data["tool_outputs_required"][0]["id"], "k1");
     assert_eq!(
         data["tool_outputs_required"][0]["arguments"],
         r#"{"q": "tea"}"#
     );
 
-    let outputs = a2a::Message {
-        parts: vec![a2a::Part {
-            content: Some(a2a::part::Content::Data(
-                agent_runner::api::convert::json::json_to_value(
-                    &json!({"outputs": [{"tool_call_id": "k1", "output": "aisle 4"}]}),
-                ),
-            )),
-            ..Default::default()
-        }],
-        ..user_message("f-2", "", &waiting.context_id, &waiting.id)
-    };
+    let outputs = answering(
+        "f-2",
+        &waiting,
+        json!({"outputs": [{"tool_call_id": "k1", "output": "aisle 4"}]}),
+    );
     let mut stream = client
         .send_streaming_message(call(send("finder", outputs), &[EXTENSION]))
         .await
@@ -791,45 +786,25 @@ async fn a_sub_agents_approval_is_answered_through_its_parents_task() {
         .await
         .unwrap();
 
-    let waiting = task_of(
-        client
-            .send_message(call(
-                send("front", user_message("n-1", "Time?", "", "")),
-                &[EXTENSION],
-            ))
-            .await
-            .unwrap()
-            .into_inner(),
-    );
+    let waiting = sent(
+        &mut client,
+        send("front", user_message("n-1", "Time?", "", "")),
+        &[EXTENSION],
+    )
+    .await;
     assert_eq!(state(&waiting), a2a::TaskState::InputRequired);
-    let note = waiting.status.as_ref().unwrap().message.as_ref().unwrap();
-    let Some(a2a::part::Content::Data(data)) = &note.parts[0].content else {
-        panic!("the waiting calls are a data part: {note:?}");
-    };
-    let data = agent_runner::api::convert::json::value_to_json(data.clone());
+    let data = waiting_calls(&waiting);
     let asked = &data["approval_required"][0];
     assert_eq!(asked["id"], "t1");
     let child = asked["message_id"].as_str().unwrap().to_owned();
     assert_ne!(child, waiting.id);
 
-    let decision = a2a::Message {
-        parts: vec![a2a::Part {
-            content: Some(a2a::part::Content::Data(
-                agent_runner::api::convert::json::json_to_value(&json!({"decisions": [
-                    {"tool_call_id": "t1", "approve": true, "message_id": child}
-                ]})),
-            )),
-            ..Default::default()
-        }],
-        ..user_message("n-2", "", &waiting.context_id, &waiting.id)
-    };
-    let done = task_of(
-        client
-            .send_message(call(send("front", decision), &[EXTENSION]))
-            .await
-            .unwrap()
-            .into_inner(),
+    let decision = answering(
+        "n-2",
+        &waiting,
+        json!({"decisions": [{"tool_call_id": "t1", "approve": true, "message_id": child}]}),
     );
+    let done = sent(&mut client, send("front", decision), &[EXTENSION]).await;
     assert_eq!(state(&done), a2a::TaskState::Completed);
     assert_eq!(artifact_text(&done), "The gatekeeper says noon.");
 }
