@@ -385,3 +385,67 @@ async fn an_a2a_task_is_reached_from_any_replica() {
         .into_inner();
     assert_eq!(read.status.unwrap().state, a2a::TaskState::Canceled as i32);
 }
+
+/// The wall clock goes with a run to the replica that takes it over: its killed owner had
+/// run about 1.6 of its three seconds, so the peer stops the remade round about 1.4 s
+/// later — not three.
+#[tokio::test]
+async fn a_run_taken_over_keeps_its_wall_clock() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let time = ScriptedCall::new("c1", "current_time", &[r#"{"timezone": "UTC"}"#]);
+    let llm = FakeOpenAi::start(vec![
+        Reply::SlowCalls {
+            text: vec!["Checking ", "the clock."],
+            calls: vec![time],
+            delay_ms: 200,
+        },
+        Reply::Stall(vec!["Hal"]),
+        slow(10, 2_000),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = agent_runner::store::SecretKey::generate();
+    let mut a = replica(dir.path(), &llm, &database, &key, "a").await;
+    let b = replica(dir.path(), &llm, &database, &key, "b").await;
+    let mut request = run_request("What time is it?", &[("time", "current_time")]);
+    request.agent_mut().budget = Some(pb::Budget {
+        max_seconds: Some(3),
+        ..Default::default()
+    });
+    let mut stream = client(&a).await.run(request).await.unwrap().into_inner();
+    let id = stream.message().await.unwrap().unwrap().message_id;
+    let started = std::time::Instant::now();
+    while llm.requests().len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the second round is under way: not after 15 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut on_peer = attach(&b, &id, 0).await;
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    let mut restarted = None;
+    let end = loop {
+        let event = tokio::time::timeout(Duration::from_secs(20), on_peer.message())
+            .await
+            .expect("the run goes on on the peer")
+            .unwrap()
+            .expect("the run ends");
+        match event.event {
+            Some(Event::RoundRestarted(_)) => restarted = Some(std::time::Instant::now()),
+            Some(Event::End(end)) => break end,
+            _ => {}
+        }
+    };
+    let took = restarted.expect("the peer restarted the round").elapsed();
+    assert_eq!(end.budget_exhausted, "wall_clock");
+    assert!(
+        took < Duration::from_millis(2_400),
+        "the peer gave the run its whole budget again: {took:?}"
+    );
+}

@@ -59,6 +59,12 @@ pub enum Reply {
         text: Vec<&'static str>,
         delay_ms: u64,
     },
+    /// A streamed turn of text and tool calls that waits `delay_ms` before every frame.
+    SlowCalls {
+        text: Vec<&'static str>,
+        calls: Vec<ScriptedCall>,
+        delay_ms: u64,
+    },
     /// An HTTP error with an OpenAI-style error body.
     Error { status: u16, message: &'static str },
     /// Waits `delay_ms` before the response head, then streams the text at once.
@@ -252,6 +258,11 @@ async fn completions(
         Some(Reply::Slow { text, delay_ms }) => {
             paced_sse(stream_frames(&model, &text, &[], (2, 2)), delay_ms)
         }
+        Some(Reply::SlowCalls {
+            text,
+            calls,
+            delay_ms,
+        }) => paced_sse(stream_frames(&model, &text, &calls, (2, 2)), delay_ms),
         Some(Reply::NoUsage { text, calls }) => {
             let mut frames = stream_frames(&model, &text, &calls, (0, 0));
             frames.remove(frames.len() - 2);
