@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    ConversationId, FileRecord, FinishReason, MessageId, RetrieverResource, RunFailure,
-    StrategyKind, Thought, ThoughtId, ToolCallRecord, Usage,
+    ConversationId, FileRecord, FinishReason, MessageId, MessageStatus, RetrieverResource,
+    RunFailure, StrategyKind, Thought, ThoughtId, ToolCallRecord, Usage,
 };
 
 /// What happened in a run. Every variant is a snapshot taken when the event was produced, so
@@ -139,6 +139,48 @@ impl RunEvent {
     pub fn is_terminal(&self) -> bool {
         matches!(self, RunEvent::MessageEnd { .. } | RunEvent::Error { .. })
     }
+
+    /// What this event says its run — or, for a `child` event, the run below it — now
+    /// waits on; `None` for an event that announces no wait.
+    pub fn wait(&self) -> Option<Wait<'_>> {
+        let (status, calls) = match self {
+            RunEvent::ApprovalRequired { calls, .. } => (MessageStatus::WaitingApproval, calls),
+            RunEvent::ToolCallsRequired { calls, .. } => (MessageStatus::WaitingToolOutputs, calls),
+            RunEvent::Child(child) => {
+                let wait = child.event.event.wait()?;
+                return Some(Wait {
+                    run: wait.run.or(Some(child.event.message_id)),
+                    ..wait
+                });
+            }
+            RunEvent::Started { .. }
+            | RunEvent::AnswerDelta { .. }
+            | RunEvent::Thought(_)
+            | RunEvent::ToolStarted { .. }
+            | RunEvent::ToolFinished { .. }
+            | RunEvent::File(_)
+            | RunEvent::Retry { .. }
+            | RunEvent::RoundRestarted { .. }
+            | RunEvent::MessageEnd { .. }
+            | RunEvent::Error { .. } => return None,
+        };
+        Some(Wait {
+            status,
+            calls,
+            run: None,
+        })
+    }
+}
+
+/// A wait an event announces.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Wait<'a> {
+    /// The status the waiting run shows.
+    pub status: MessageStatus,
+    /// The calls waited on.
+    pub calls: &'a [ToolCallRecord],
+    /// The sub-agent run that waits, when it is not the event's own run.
+    pub run: Option<MessageId>,
 }
 
 /// How much history fitted into the context window.

@@ -26,7 +26,7 @@ pub use agent::{
 pub use budget::{BudgetKind, OnExhausted, Raised, RunBudget, Spent};
 pub use command::{ClientOutput, Decision, RunCommand};
 pub use error::{ErrorKind, FieldError};
-pub use events::{ChildEvent, EventEnvelope, HistoryReport, RunEvent};
+pub use events::{ChildEvent, EventEnvelope, HistoryReport, RunEvent, Wait};
 pub use file::FileRecord;
 pub use ids::{ConversationId, FileId, MessageId, Tenant, ThoughtId};
 pub use message::{

@@ -8,7 +8,7 @@ use serde_json::json;
 use crate::a2a_pb as a2a;
 use crate::api::convert::json::{json_to_struct, json_to_value};
 use crate::api::convert::timestamp;
-use crate::domain::{Message, MessageId, MessageStatus, RunEvent};
+use crate::domain::{Message, MessageStatus, RunEvent};
 
 /// The id of the artifact that holds the answer.
 pub const ANSWER_ARTIFACT: &str = "answer";
@@ -116,36 +116,27 @@ pub fn answer_artifact(message: &Message) -> Option<a2a::Artifact> {
 /// sub-agent's wait (carried in a `child` event) names the sub-agent's run in each call's
 /// `message_id`, where the answer goes.
 pub fn waiting_parts(event: &RunEvent) -> Option<a2a::Part> {
-    let (kind, calls) = wait_of(event, None)?;
+    let (kind, calls) = wait_of(event)?;
     Some(data_part(&json!({ kind: calls })))
 }
 
-fn wait_of(
-    event: &RunEvent,
-    run: Option<&MessageId>,
-) -> Option<(&'static str, Vec<serde_json::Value>)> {
-    let (kind, calls) = match event {
-        RunEvent::ApprovalRequired { calls, .. } => ("approval_required", calls),
-        RunEvent::ToolCallsRequired { calls, .. } => ("tool_outputs_required", calls),
-        RunEvent::Child(child) => {
-            return wait_of(&child.event.event, Some(&child.event.message_id))
-        }
-        RunEvent::Started { .. }
-        | RunEvent::AnswerDelta { .. }
-        | RunEvent::Thought(_)
-        | RunEvent::ToolStarted { .. }
-        | RunEvent::ToolFinished { .. }
-        | RunEvent::File(_)
-        | RunEvent::Retry { .. }
-        | RunEvent::RoundRestarted { .. }
-        | RunEvent::MessageEnd { .. }
-        | RunEvent::Error { .. } => return None,
+fn wait_of(event: &RunEvent) -> Option<(&'static str, Vec<serde_json::Value>)> {
+    let wait = event.wait()?;
+    let kind = match wait.status {
+        MessageStatus::WaitingApproval => "approval_required",
+        MessageStatus::WaitingToolOutputs => "tool_outputs_required",
+        MessageStatus::Running
+        | MessageStatus::Completed
+        | MessageStatus::Failed
+        | MessageStatus::Cancelled
+        | MessageStatus::Interrupted => return None,
     };
-    let calls = calls
+    let calls = wait
+        .calls
         .iter()
         .map(|call| {
             let mut value = json!({"id": call.id, "name": call.name, "arguments": call.arguments});
-            if let Some(run) = run {
+            if let Some(run) = wait.run {
                 value["message_id"] = json!(run.to_string());
             }
             value

@@ -250,21 +250,7 @@ fn tool_calls_in(event: &RunEvent) -> u32 {
 
 /// What a child's event says it (or a run below it) now waits for; `None` once it goes on.
 fn asks(event: &RunEvent) -> Option<MessageStatus> {
-    match event {
-        RunEvent::ApprovalRequired { .. } => Some(MessageStatus::WaitingApproval),
-        RunEvent::ToolCallsRequired { .. } => Some(MessageStatus::WaitingToolOutputs),
-        RunEvent::Child(child) => asks(&child.event.event),
-        RunEvent::Started { .. }
-        | RunEvent::AnswerDelta { .. }
-        | RunEvent::Thought(_)
-        | RunEvent::ToolStarted { .. }
-        | RunEvent::ToolFinished { .. }
-        | RunEvent::File(_)
-        | RunEvent::Retry { .. }
-        | RunEvent::RoundRestarted { .. }
-        | RunEvent::MessageEnd { .. }
-        | RunEvent::Error { .. } => None,
-    }
+    event.wait().map(|wait| wait.status)
 }
 
 /// A failed sub-agent call.
