@@ -178,8 +178,14 @@ impl Runner {
         after_seq: u64,
     ) -> Result<EventStream, RunError> {
         let live = self.live.subscribe(tenant, message_id);
-        if live.is_none() && self.store.get_message(tenant, message_id).await?.is_none() {
-            return Err(RunError::not_found("message", message_id));
+        let mut known = live::Known::Nothing;
+        if live.is_none() {
+            let Some(stored) = self.store.get_message(tenant, message_id).await? else {
+                return Err(RunError::not_found("message", message_id));
+            };
+            if !stored.status.is_terminal() {
+                known = live::Known::SeenRunning;
+            }
         }
         // Heard of before the store is read: nothing committed in between is missed.
         let watch = match live {
@@ -193,6 +199,7 @@ impl Runner {
             after_seq,
             live,
             watch,
+            known,
         ))
     }
 
@@ -450,6 +457,7 @@ impl Runner {
                 0,
                 Some(first_follower),
                 crate::cluster::Watch::never(),
+                live::Known::FromFirstEvent,
             ),
         }
     }

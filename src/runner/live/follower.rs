@@ -22,6 +22,20 @@ use crate::store::Store;
 /// run's stream whose last events could not be stored (or read back).
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<EventEnvelope, RunError>> + Send>>;
 
+/// What the caller of [`follow`] already knows, which spares the follower a read of the
+/// store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Known {
+    /// Nothing: it reads what is stored, then (for a run held elsewhere) whether it ended.
+    Nothing,
+    /// Its live subscription was taken before the run's first event: nothing stored is
+    /// missing from it.
+    FromFirstEvent,
+    /// The message was read running before its notices were watched: whatever it commits
+    /// later is announced, or found by polling, so whether it ended need not be asked.
+    SeenRunning,
+}
+
 /// The events of a message after `after_seq`: stored ones, then live ones from `live` until
 /// the last event. Pulled by the client's response stream, so nothing runs once it is
 /// dropped and no task sits between the run and the client.
@@ -32,11 +46,12 @@ pub fn follow(
     after_seq: u64,
     live: Option<Subscription>,
     watch: Watch,
+    known: Known,
 ) -> EventStream {
     let live = live.map(|Subscription { events }| events);
     let follower = Follower {
         watch,
-        status_checked: false,
+        status_checked: known == Known::SeenRunning,
         store,
         tenant,
         message,
@@ -44,7 +59,7 @@ pub fn follow(
         was_live: live.is_some(),
         live,
         pending: VecDeque::new(),
-        replayed: false,
+        replayed: known == Known::FromFirstEvent,
         done: false,
         lost: None,
     };

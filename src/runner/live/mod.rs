@@ -10,6 +10,6 @@ mod mailbox;
 mod registry;
 
 pub use emitter::{Destination, Emitter, Outbox};
-pub use follower::{follow, EventStream};
+pub use follower::{follow, EventStream, Known};
 pub use mailbox::{not_waiting, Awaited, ClientOutput, Decision, Delivery, Mailbox};
 pub use registry::{LiveRun, LiveRuns, Registration, Subscription};

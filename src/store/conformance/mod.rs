@@ -69,7 +69,7 @@ pub async fn run_all(harness: &dyn Harness) {
     an_agents_messages_are_listed_newest_first(harness).await;
 }
 
-fn tenant() -> Tenant {
+pub(crate) fn tenant() -> Tenant {
     Tenant::default_tenant()
 }
 
@@ -83,7 +83,7 @@ const WIDE: PageSize = PageSize {
 };
 
 /// Starts a run in `conversation` (new when `start` holds it); returns its message.
-async fn start(
+pub(crate) async fn start(
     store: &Store,
     conversation: ConversationId,
     start: Option<&Conversation>,
@@ -104,7 +104,7 @@ async fn start(
     message
 }
 
-fn envelope(message: &Message, seq: u64, event: RunEvent) -> EventEnvelope {
+pub(crate) fn envelope(message: &Message, seq: u64, event: RunEvent) -> EventEnvelope {
     EventEnvelope {
         seq,
         conversation_id: message.conversation_id,
@@ -114,7 +114,7 @@ fn envelope(message: &Message, seq: u64, event: RunEvent) -> EventEnvelope {
     }
 }
 
-fn delta(text: &str) -> RunEvent {
+pub(crate) fn delta(text: &str) -> RunEvent {
     RunEvent::AnswerDelta { text: text.into() }
 }
 

@@ -1,5 +1,5 @@
 //! Group commit: a committer takes the bursts of every run waiting at the time into one
-//! transaction, with one statement per kind of record for all of them. Under load a
+//! statement, its own transaction, that checks and writes them all. Under load a
 //! commit (and its WAL flush) serves many runs; a lone run's burst goes at once. A few
 //! committers take turns, so one group is written while another waits for its flush.
 
@@ -193,118 +193,120 @@ impl Postgres {
         }
     }
 
-    /// Writes `rows` in one durable transaction.
+    /// Writes `rows` in one statement, its own durable transaction: one round trip. It
+    /// locks each run's message row (`FOR SHARE`) where the row still names this replica
+    /// at the run's epoch, and writes only when every run is held. A sweep that ends or
+    /// adopts a run locks its row `FOR UPDATE` first, so the two are ordered: this commit
+    /// lands before the sweep reads the run, or waits for it and, reading the row again
+    /// as PostgreSQL does for a locking read, finds it moved to another epoch and writes
+    /// nothing. The notice of the commit rides on the check (sent only if it commits).
     async fn write_rows(&self, rows: &Rows) -> Result<(), StoreError> {
         let started = Instant::now();
-        let mut tx = self.begin().await?;
-        let failed = |err| self.failed(err);
-        // First: this replica's writer lock, shared (a sweep of its runs holds it
-        // exclusively), then, in a statement of its own so it reads after the lock, each
-        // run's owner and epoch. A sweep that ended a run waits for this commit, or this
-        // commit finds the run ended and moved to another epoch, and writes nothing.
-        // The notice of the commit rides on the check (it is sent only if it commits).
+        self.check_writable()?;
         let notice = self.notice_of(|| last_seqs(&rows.events.1, &rows.events.2));
-        if !rows.fences.0.is_empty() {
-            sqlx::query("SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))")
-                .bind(super::replicas::writer_lock(&self.identity.id))
-                .execute(&mut *tx)
-                .await
-                .map_err(failed)?;
-            let (held,): (i64,) = sqlx::query_as(
-                "SELECT count(*) FROM UNNEST($1::text[], $2::uuid[], $3::text[], $4::bigint[]) \
-                 AS f(tenant, id, owner, epoch) CROSS JOIN LATERAL ( \
-                     SELECT 1 FROM messages m WHERE m.tenant = f.tenant AND m.id = f.id \
-                     AND m.owner = f.owner AND m.epoch = f.epoch) AS held \
-                 WHERE $5::text IS NULL OR pg_notify($6, $5) IS NOT NULL",
-            )
+        let messages = last_of_each(&rows.messages);
+        let tenants: Vec<&str> = rows.tokens.keys().map(|(t, _)| t.as_str()).collect();
+        let days: Vec<i32> = rows.tokens.keys().map(|(_, d)| *d).collect();
+        let tokens: Vec<i64> = rows.tokens.values().copied().collect();
+        // A shard of the count at random: concurrent commits rarely share a row.
+        let shard = i16::from(fastrand::u8(..USAGE_SHARDS));
+        let (held,): (bool,) = sqlx::query_as(WRITE)
             .bind(&rows.fences.0)
             .bind(&rows.fences.1)
             .bind(&rows.fences.2)
             .bind(&rows.fences.3)
-            .bind(notice.as_deref())
-            .bind(super::listen::EVENTS)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(failed)?;
-            if usize::try_from(held).ok() != Some(rows.fences.0.len()) {
-                return Err(StoreError::Fenced);
-            }
-        } else if let Some(notice) = &notice {
-            self.notify_events(&mut tx, notice).await?;
-        }
-        if !rows.thoughts.0.is_empty() {
-            sqlx::query(
-                "INSERT INTO thoughts (tenant, message_id, position, record) \
-                 SELECT * FROM UNNEST($1::text[], $2::uuid[], $3::int[], $4::text[]) \
-                 ON CONFLICT (tenant, message_id, position) DO UPDATE SET record = EXCLUDED.record",
-            )
             .bind(&rows.thoughts.0)
             .bind(&rows.thoughts.1)
             .bind(&rows.thoughts.2)
             .bind(&rows.thoughts.3)
-            .execute(&mut *tx)
-            .await
-            .map_err(failed)?;
-        }
-        // One statement per message, by its key: a join against a list of them lets the
-        // planner scan the whole table once it has grown.
-        for (((tenant, id), record), running) in rows
-            .messages
-            .0
-            .iter()
-            .zip(&rows.messages.1)
-            .zip(&rows.messages.2)
-            .zip(&rows.messages.3)
-        {
-            sqlx::query(
-                "UPDATE messages SET record = $3, running = $4, \
-                 ended_at = CASE WHEN $4 THEN NULL ELSE coalesce(ended_at, now()) END \
-                 WHERE tenant = $1 AND id = $2",
-            )
-            .bind(tenant)
-            .bind(id)
-            .bind(record)
-            .bind(running)
-            .execute(&mut *tx)
-            .await
-            .map_err(failed)?;
-        }
-        if !rows.events.0.is_empty() {
-            sqlx::query(
-                "INSERT INTO events (tenant, message_id, seq, record) \
-                 SELECT * FROM UNNEST($1::text[], $2::uuid[], $3::bigint[], $4::text[]) \
-                 ON CONFLICT (tenant, message_id, seq) DO NOTHING",
-            )
+            .bind(&messages.0)
+            .bind(&messages.1)
+            .bind(&messages.2)
+            .bind(&messages.3)
             .bind(&rows.events.0)
             .bind(&rows.events.1)
             .bind(&rows.events.2)
             .bind(&rows.events.3)
-            .execute(&mut *tx)
-            .await
-            .map_err(failed)?;
-        }
-        // Last (with the notice), so the row is held for as short a time as the commit allows.
-        if !rows.tokens.is_empty() {
-            let tenants: Vec<&str> = rows.tokens.keys().map(|(t, _)| t.as_str()).collect();
-            let days: Vec<i32> = rows.tokens.keys().map(|(_, d)| *d).collect();
-            let tokens: Vec<i64> = rows.tokens.values().copied().collect();
-            // A shard of the count at random: concurrent commits rarely share a row.
-            let shard = i16::from(fastrand::u8(..USAGE_SHARDS));
-            sqlx::query(
-                "INSERT INTO tenant_usage (tenant, day, tokens, shard) \
-                 SELECT *, $4 FROM UNNEST($1::text[], $2::int[], $3::bigint[]) \
-                 ON CONFLICT (tenant, day, shard) DO UPDATE SET tokens = tenant_usage.tokens + EXCLUDED.tokens",
-            )
             .bind(&tenants)
             .bind(&days)
             .bind(&tokens)
             .bind(shard)
-            .execute(&mut *tx)
+            .bind(super::listen::EVENTS)
+            .bind(notice.as_deref())
+            .fetch_one(&self.pool)
             .await
-            .map_err(failed)?;
+            .map_err(|err| self.failed(err))?;
+        if !held {
+            return Err(StoreError::Fenced);
         }
-        self.finish(tx, started).await
+        self.committed(started);
+        Ok(())
     }
+}
+
+/// The one statement of a commit. Every write is conditioned on `held` (each run still
+/// ours at its epoch, its row locked), so a fenced commit writes nothing. Rows are found
+/// by key, one lookup per run (`LATERAL`) and `= ANY` on the primary key for the
+/// messages updated, so they are read by index however the planner judges the table's
+/// size. A data-modifying `WITH` runs whether read or not; the notice is read, so it is
+/// sent.
+const WRITE: &str = "\
+WITH held_rows AS ( \
+    SELECT h.id FROM UNNEST($1::text[], $2::uuid[], $3::text[], $4::bigint[]) AS f(tenant, id, owner, epoch) \
+    CROSS JOIN LATERAL (SELECT m.id FROM messages m WHERE m.tenant = f.tenant AND m.id = f.id \
+        AND m.owner = f.owner AND m.epoch = f.epoch FOR SHARE) AS h), \
+held AS (SELECT count(*) = cardinality($1::text[]) AS ok FROM held_rows), \
+thoughts_written AS ( \
+    INSERT INTO thoughts (tenant, message_id, position, record) \
+    SELECT t.* FROM UNNEST($5::text[], $6::uuid[], $7::int[], $8::text[]) AS t, held WHERE held.ok \
+    ON CONFLICT (tenant, message_id, position) DO UPDATE SET record = EXCLUDED.record), \
+messages_written AS ( \
+    UPDATE messages m SET record = u.record, running = u.running, \
+        ended_at = CASE WHEN u.running THEN NULL ELSE coalesce(m.ended_at, now()) END \
+    FROM UNNEST($9::text[], $10::uuid[], $11::text[], $12::bool[]) AS u(tenant, id, record, running), held \
+    WHERE held.ok AND m.tenant = ANY($9::text[]) AND m.id = ANY($10::uuid[]) \
+        AND m.tenant = u.tenant AND m.id = u.id), \
+events_written AS ( \
+    INSERT INTO events (tenant, message_id, seq, record) \
+    SELECT e.* FROM UNNEST($13::text[], $14::uuid[], $15::bigint[], $16::text[]) AS e, held WHERE held.ok \
+    ON CONFLICT (tenant, message_id, seq) DO NOTHING), \
+tokens_counted AS ( \
+    INSERT INTO tenant_usage (tenant, day, tokens, shard) \
+    SELECT k.*, $20 FROM UNNEST($17::text[], $18::int[], $19::bigint[]) AS k, held WHERE held.ok \
+    ON CONFLICT (tenant, day, shard) DO UPDATE SET tokens = tenant_usage.tokens + EXCLUDED.tokens), \
+notified AS ( \
+    SELECT pg_notify($21, $22) FROM held WHERE held.ok AND $22::text IS NOT NULL) \
+SELECT ok AND (SELECT count(*) FROM notified) >= 0 FROM held";
+
+/// Each message's last record among `messages` (tenant, id, record, running), in the
+/// order of their last: one statement updates a row once, and the last record is the
+/// message as its run left it.
+fn last_of_each(
+    messages: &(Vec<String>, Vec<Uuid>, Vec<String>, Vec<bool>),
+) -> (Vec<&str>, Vec<Uuid>, Vec<&str>, Vec<bool>) {
+    let all: Vec<(&str, Uuid, &str, bool)> = messages
+        .0
+        .iter()
+        .zip(&messages.1)
+        .zip(&messages.2)
+        .zip(&messages.3)
+        .map(|(((tenant, id), record), running)| (tenant.as_str(), *id, record.as_str(), *running))
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    let mut kept: Vec<(&str, Uuid, &str, bool)> = all
+        .into_iter()
+        .rev()
+        .filter(|(tenant, id, _, _)| seen.insert((*tenant, *id)))
+        .collect();
+    kept.reverse();
+    let mut columns = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (tenant, id, record, running) in kept {
+        columns.0.push(tenant);
+        columns.1.push(id);
+        columns.2.push(record);
+        columns.3.push(running);
+    }
+    columns
 }
 
 /// Each run's last `seq` among events of many runs (a run's events are consecutive in a

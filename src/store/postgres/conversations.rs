@@ -106,12 +106,10 @@ impl crate::store::Conversations for Postgres {
             idempotency,
             admission,
         } = new;
-        let mut tx = self.begin().await?;
+        let mut tx = self
+            .begin_with("BEGIN; SET LOCAL synchronous_commit = off")
+            .await?;
         let failed = |err| self.failed(err);
-        sqlx::query("SET LOCAL synchronous_commit = off")
-            .execute(&mut *tx)
-            .await
-            .map_err(failed)?;
         if let Some((key, record)) = idempotency {
             let taken = sqlx::query(
                 "INSERT INTO idempotency_keys (tenant, key, message_id, fingerprint) \
@@ -133,27 +131,28 @@ impl crate::store::Conversations for Postgres {
         if let Some(refusal) = self.admit(&mut tx, tenant, admission).await? {
             return Ok(Inserted::Refused(refusal));
         }
-        if let Some(conversation) = conversation {
-            sqlx::query(
-                "INSERT INTO conversations (tenant, id, record) VALUES ($1, $2, $3) \
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(tenant.as_str())
-            .bind(conversation.id.0)
-            .bind(encode("conversations", conversation)?)
-            .execute(&mut *tx)
-            .await
-            .map_err(failed)?;
-        }
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-            .bind(format!(
-                "{}\u{1}{}",
-                tenant.as_str(),
-                message.conversation_id.0
-            ))
-            .execute(&mut *tx)
-            .await
-            .map_err(failed)?;
+        // A new conversation is written, then the conversation's lock taken, in one round
+        // trip; the place is read in the next statement, after the lock.
+        let record = conversation
+            .map(|conversation| encode("conversations", conversation))
+            .transpose()?;
+        sqlx::query(
+            "WITH opened AS ( \
+                 INSERT INTO conversations (tenant, id, record) \
+                 SELECT $1, $2, $3 WHERE $3::text IS NOT NULL ON CONFLICT DO NOTHING) \
+             SELECT pg_advisory_xact_lock(hashtextextended($4, 0))",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.map_or(message.conversation_id.0, |conversation| conversation.id.0))
+        .bind(record)
+        .bind(format!(
+            "{}\u{1}{}",
+            tenant.as_str(),
+            message.conversation_id.0
+        ))
+        .execute(&mut *tx)
+        .await
+        .map_err(failed)?;
         let newest: Option<(i64, i64)> = sqlx::query_as(
             "SELECT seq, ordinal FROM messages WHERE tenant = $1 AND conversation_id = $2 \
              ORDER BY seq DESC LIMIT 1",

@@ -97,21 +97,6 @@ impl Postgres {
         (!last_seqs.is_empty()).then(|| payload(&last_seqs))
     }
 
-    /// Sends `notice` to followers with the commit.
-    pub(super) async fn notify_events(
-        &self,
-        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-        notice: &str,
-    ) -> Result<(), StoreError> {
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(EVENTS)
-            .bind(notice)
-            .execute(&mut **tx)
-            .await
-            .map_err(|err| self.failed(err))?;
-        Ok(())
-    }
-
     /// Starts listening, and the bus that hands on what is heard.
     pub(super) fn listen(self: &Arc<Self>) -> Arc<Notifications> {
         let bus = Arc::new(Notifications {

@@ -20,9 +20,10 @@ const SWEEP_BATCH: i64 = 100;
 /// Why a run whose replica stopped renewing its heartbeat is interrupted.
 const OWNER_GONE: &str = "the replica running this message stopped answering";
 
-/// The name of `owner`'s writer lock: its committers hold it shared while they check and
-/// write their runs; a sweep of its runs holds it exclusively. An advisory lock, so a
-/// commit locks no row.
+/// The name of `owner`'s writer lock, which a sweep of its runs holds exclusively.
+/// Commits of this version fence on the runs' rows instead (see the committer); those of
+/// earlier versions, which check and write in separate statements, hold this lock shared,
+/// so a sweep still fences them while replicas of both versions share a database.
 pub fn writer_lock(owner: &str) -> String {
     format!("agent-runner writer\u{1}{owner}")
 }
@@ -222,10 +223,12 @@ impl Postgres {
             .is_some_and(|since| since.elapsed() >= self.identity.lease)
     }
 
-    /// Ends a batch of `owner`'s running messages, under `owner`'s writer lock taken
-    /// exclusively: commits `owner` has in flight land first, and any it makes later find
-    /// their runs ended. Another replica's runs are taken only while its lease has lapsed
-    /// (judged again under the lock).
+    /// Ends a batch of `owner`'s running messages, their rows locked `FOR UPDATE` (and
+    /// `owner`'s writer lock taken exclusively, for writers of earlier versions): commits
+    /// `owner` has in flight land first, and any it makes later find their runs ended.
+    /// A row a commit holds at the moment is skipped and taken by the next sweep. Another
+    /// replica's runs are taken only while its lease has lapsed (judged again under the
+    /// lock).
     async fn sweep_batch(
         &self,
         owner: &str,

@@ -212,6 +212,53 @@ async fn a_second_process_with_the_id_and_another_key_are_refused() {
     }
 }
 
+/// A commit and a sweep of its run meet on the run's row: a commit made while a sweep
+/// holds the row waits for it, and when the sweep moved the run to another owner, the
+/// commit is refused as fenced and writes nothing, though it began before the move.
+#[tokio::test]
+async fn a_commit_waiting_on_a_sweep_that_moved_its_run_writes_nothing() {
+    use crate::store::conformance::{delta, envelope, start, tenant};
+    use crate::store::test_records::conversation;
+    use crate::store::{Burst, StoreError};
+    let Some(databases) = Databases::new().await else {
+        return;
+    };
+    let store = databases.fresh().await;
+    let opening = conversation(&tenant());
+    let message = start(&store, opening.id, Some(&opening)).await;
+    let url = super::with_database(&databases.admin, &databases.last());
+    let mut sweep = PgConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut sweep).await.unwrap();
+    sqlx::query("SELECT 1 FROM messages WHERE id = $1 FOR UPDATE")
+        .bind(message.id.0)
+        .execute(&mut sweep)
+        .await
+        .unwrap();
+    let burst = Burst {
+        records: Vec::new(),
+        events: vec![envelope(&message, 1, delta("late"))],
+    };
+    let fence = store.fence();
+    let writer = store.clone();
+    let commit = tokio::spawn(async move { writer.commit(&tenant(), &fence, &burst).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !commit.is_finished(),
+        "the commit waits for the sweep's row"
+    );
+    sqlx::query("UPDATE messages SET owner = 'peer', epoch = epoch + 1 WHERE id = $1")
+        .bind(message.id.0)
+        .execute(&mut sweep)
+        .await
+        .unwrap();
+    sqlx::query("COMMIT").execute(&mut sweep).await.unwrap();
+    let refused = commit.await.unwrap();
+    assert!(matches!(refused, Err(StoreError::Fenced)), "{refused:?}");
+    let events = store.list_events(&tenant(), message.id, 0).await.unwrap();
+    assert!(events.is_empty(), "{events:?}");
+    let _ = sweep.close().await;
+}
+
 /// A server that cannot be reached is named by host, port and database; a password in
 /// the URL appears nowhere in the error.
 #[tokio::test]
