@@ -64,12 +64,9 @@ impl AgentService for AgentApi {
         spec.trace_parent = trace_parent;
         spec.limits = caller.limits;
         let cancel = self.runner.run_token();
-        let handle = self
-            .runner
-            .start(spec, cancel.clone())
-            .await
-            .map_err(from_error)?;
-        let guard = cancel_on_disconnect.then(|| cancel.drop_guard());
+        // Taken before the start, so a caller that leaves while its run starts cancels it.
+        let guard = cancel_on_disconnect.then(|| cancel.clone().drop_guard());
+        let handle = self.runner.start(spec, cancel).await.map_err(from_error)?;
         Ok(Response::new(Box::pin(RunEventStream::new(
             handle.events,
             guard,

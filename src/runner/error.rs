@@ -91,6 +91,9 @@ pub enum RunError {
     /// A run taken over was started by a version that kept no spec to rebuild it from.
     #[error("the run was started by an earlier version, which kept nothing to resume it from")]
     NotResumable,
+    /// The task that wrote a new run's message and launched it failed (a bug).
+    #[error("the run's start was interrupted by a failure of the service")]
+    Interrupted,
 }
 
 impl From<ModelLookupError> for RunError {
@@ -135,6 +138,7 @@ impl RunError {
                 ErrorKind::Unavailable
             }
             Self::LimitExceeded { .. } => ErrorKind::ResourceExhausted,
+            Self::Interrupted => ErrorKind::Internal,
         }
     }
 

@@ -300,6 +300,7 @@ impl Runner {
         spec: RunSpec,
         cancel: CancellationToken,
     ) -> Result<RunHandle, RunError> {
+        let arrived = tokio::time::Instant::now();
         if self.shutdown.is_cancelled() || self.draining.is_cancelled() {
             return Err(RunError::ShuttingDown);
         }
@@ -321,15 +322,47 @@ impl Runner {
             &self.settings,
         )
         .await?;
-        let mut message = prepare::new_message(&spec, &prepared);
         if !*self.store.writable().borrow() {
             return Err(RunError::StoreUnwritable);
         }
+        // Once its message is being written, the run either does not exist or has a task
+        // driving it: a caller that leaves meanwhile (its deadline passed, its stream was
+        // reset) drops this future, not the write and the launch, which would leave a
+        // message `RUNNING` that nothing drives.
+        let runner = self.clone();
+        tokio::spawn(async move {
+            runner
+                .write_and_launch(spec, prepared, cancel, arrived)
+                .await
+        })
+        .await
+        .map_err(|err| {
+            if err.is_cancelled() {
+                RunError::ShuttingDown
+            } else {
+                RunError::Interrupted
+            }
+        })?
+    }
+
+    /// Writes a new run's message and launches its task; follows the earlier run of a key
+    /// taken meanwhile. The caller's deadline counts from `arrived`, when its request came.
+    async fn write_and_launch(
+        &self,
+        mut spec: RunSpec,
+        prepared: Prepared,
+        cancel: CancellationToken,
+        arrived: tokio::time::Instant,
+    ) -> Result<RunHandle, RunError> {
+        let mut message = prepare::new_message(&spec, &prepared);
         match prepare::insert_message(&self.store, &spec, &prepared, &mut message).await? {
             Inserted::Yes => {}
             Inserted::KeyTaken(record) => return self.follow_retry(&spec, &record).await,
             Inserted::Refused(refusal) => return Err(quota::refused(refusal, spec.limits)),
         }
+        spec.deadline = spec
+            .deadline
+            .map(|deadline| deadline.saturating_sub(arrived.elapsed()));
         // Durable with the run's first burst: the caller learns the message's id from its
         // first event. A disk write of its own would hold the first model call back.
         Ok(self.launch(spec, prepared, message, cancel))

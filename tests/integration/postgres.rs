@@ -292,3 +292,58 @@ async fn a_lost_database_stops_announcing_and_recovers_with_every_announced_even
     assert_eq!(lost.status, pb::MessageStatus::Failed as i32);
     assert_eq!(lost.error.unwrap().code, "store_error");
 }
+
+/// A caller whose deadline passes while its run's message is being written (here: held
+/// back by another transaction on its idempotency key) leaves no half-started run: the
+/// message is written and launched anyway, the passed deadline cancels it, and a retry
+/// under the same key follows that run to its end rather than starting another or
+/// finding a message `RUNNING` that nothing drives.
+#[tokio::test]
+async fn a_caller_gone_while_its_run_is_written_leaves_a_cancelled_run_not_a_stuck_one() {
+    use sqlx::Connection as _;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![Reply::Stall(vec!["Thinking"])]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let service = spawn_on(dir.path(), &llm, &database.url(), &SecretKey::generate()).await;
+    let mut agents = client(&service).await;
+    let mut request = run_request("too slow to start", &[]);
+    request.idempotency_key = "held-key".into();
+
+    let mut holder = sqlx::PgConnection::connect(&database.url()).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query(
+        "INSERT INTO idempotency_keys (tenant, key, message_id, fingerprint) \
+         VALUES ('default', 'held-key', gen_random_uuid(), 'held')",
+    )
+    .execute(&mut holder)
+    .await
+    .unwrap();
+    let mut timed = tonic::Request::new(request.clone());
+    timed.set_timeout(std::time::Duration::from_millis(300));
+    // The client's own timer ends the call (tonic says CANCELLED, "Timeout expired").
+    let gone = agents.run(timed).await.unwrap_err();
+    assert!(
+        matches!(
+            gone.code(),
+            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+        ),
+        "{gone:?}"
+    );
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+
+    let retried = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        run_to_end(&mut agents, request),
+    )
+    .await
+    .expect("the retry follows the first run to its end, which its passed deadline cancelled");
+    assert_eq!(
+        crate::support::end_of(&retried).finish_reason,
+        pb::FinishReason::Cancelled as i32
+    );
+    let stored = message(&mut agents, retried[0].message_id.clone()).await;
+    assert_eq!(stored.status, pb::MessageStatus::Cancelled as i32);
+    assert!(llm.requests().len() <= 1);
+}

@@ -227,6 +227,11 @@ impl TestServer {
             true => Some(use_database(&mut config).await),
             false => None,
         };
+        // Loaded here, once per test process, rather than inside `serve` while a test's
+        // first request (and its deadline) waits on the accepted connection.
+        tokio::task::spawn_blocking(agent_runner::llm::Tokenizer::load_all)
+            .await
+            .unwrap();
         let store = app::open_store(&config).await.unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
