@@ -41,7 +41,8 @@ enum Preset {
     /// Hostile inputs, each on a fresh service: what it answers and the memory it holds.
     Hostile,
     /// Runs on one replica followed live on another (needs --database-url): one replica
-    /// against three, at 10 and 50 at a time; the bus is NATS with --nats-url.
+    /// against three, at 10 and 50 at a time (three also at 30 and 150, and with each run
+    /// followed on its own replica); the bus is NATS with --nats-url.
     Replicas,
     /// 10000 slow streams (1 s to first token, 50 ms per chunk) over three replicas, each
     /// followed live on the next (needs --database-url).
@@ -208,17 +209,25 @@ async fn run_presets(
             println!("{}", serde_json::to_string_pretty(&rows)?);
         }
     }
-    let replica_shapes: Vec<(usize, usize, usize, bool)> = [
+    let shape = replicas::Shape::new;
+    let replica_shapes: Vec<replicas::Shape> = [
         (
             Preset::Replicas,
             vec![
-                (1, 10, 500, false),
-                (3, 10, 500, false),
-                (1, 50, 2000, false),
-                (3, 50, 2000, false),
+                shape(1, 10, 500),
+                shape(3, 10, 500),
+                shape(3, 10, 500).followers_on_owner(),
+                shape(3, 30, 1500),
+                shape(1, 50, 2000),
+                shape(3, 50, 2000),
+                shape(3, 50, 2000).followers_on_owner(),
+                shape(3, 150, 6000),
             ],
         ),
-        (Preset::ReplicaStreams, vec![(3, 10_000, 10_000, true)]),
+        (
+            Preset::ReplicaStreams,
+            vec![shape(3, 10_000, 10_000).slow()],
+        ),
     ]
     .into_iter()
     .filter(|(preset, _)| presets.contains(preset))
@@ -337,13 +346,14 @@ async fn run_takeover_case(args: &Args, service_env: &[(String, String)]) -> any
     Ok(())
 }
 
-/// The `replicas` case: one replica against three at 10 and 50 runs at a time, repeated
-/// `--repeats` times in turn; prints each repeat and the medians.
-/// `shapes`: replicas, runs at once, runs, and whether the model is the slow one.
+/// The `replicas` case: one replica against three at 10 and 50 runs at a time (and three
+/// with each run followed on its own replica, which splits what relaying costs from what
+/// more processes cost; and three at 30 and 150, each replica as loaded as the one),
+/// repeated `--repeats` times in turn; prints each repeat and the medians.
 async fn run_replica_cases(
     args: &Args,
     service_env: &[(String, String)],
-    shapes: &[(usize, usize, usize, bool)],
+    shapes: &[replicas::Shape],
 ) -> anyhow::Result<()> {
     let Some(url) = service_env
         .iter()
@@ -358,35 +368,24 @@ async fn run_replica_cases(
     }
     let mut all: Vec<Vec<replicas::ReplicaReport>> = shapes.iter().map(|_| Vec::new()).collect();
     for _ in 0..args.repeats.max(1) {
-        for ((count, concurrency, runs, slow), reports) in shapes.iter().zip(all.iter_mut()) {
-            let case = replicas::ReplicaCase {
-                name: format!("replicas{count}-c{concurrency}"),
-                replicas: *count,
-                concurrency: *concurrency,
-                runs: *runs,
-                ttft: if *slow {
-                    Duration::from_secs(1)
-                } else {
-                    Duration::ZERO
-                },
-                chunk_delay: Duration::from_millis(if *slow { 50 } else { 5 }),
-                service_env: env.clone(),
-            };
+        for (shape, reports) in shapes.iter().zip(all.iter_mut()) {
+            let case = shape.case(env.clone());
             let report = replicas::run_replicas(&case, &url).await?;
             eprintln!("{}", serde_json::to_string(&report)?);
             reports.push(report);
         }
     }
-    println!("| case | bus | runs | errors | lag p50 | lag p99 | CPU/run (all replicas) | PG CPU/run | xact/run |\n|---|---|---|---|---|---|---|---|---|");
+    println!("| case | bus | runs | errors | retried | lag p50 | lag p99 | CPU/run (all replicas) | PG CPU/run | xact/run |\n|---|---|---|---|---|---|---|---|---|---|");
     for mut reports in all {
         reports.sort_by(|a, b| a.cpu_per_run_ms.total_cmp(&b.cpu_per_run_ms));
         let median = reports.swap_remove(reports.len() / 2);
         println!(
-            "| {} | {} | {} | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} |",
+            "| {} | {} | {} | {} | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} |",
             median.case,
             median.bus,
             median.runs,
             median.errors,
+            median.retried,
             median.lag_p50_ms,
             median.lag_p99_ms,
             median.cpu_per_run_ms,

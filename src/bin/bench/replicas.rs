@@ -2,7 +2,9 @@
 //! from its first event, on the next one. Reports the live lag (when the follower got an
 //! event after the owner's client got it), the CPU per run of all replicas together, and
 //! the database's CPU and transactions per run. With one replica the follower is on the
-//! same process: the same followers, so the CPU figures compare.
+//! same process: the same followers, so the CPU figures compare. Three replicas with each
+//! run followed on its owner split the difference: what relaying costs, what more
+//! processes cost.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,6 +19,68 @@ use tonic::transport::Channel;
 use crate::measure::{bench_request, percentile, sorted};
 use crate::processes::{cpu_time, start_mock, start_service, Process};
 
+/// A replica case as the bench's presets name it.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    replicas: usize,
+    concurrency: usize,
+    runs: usize,
+    /// The slow model (1 s to the first token, 50 ms per chunk) rather than the fast one.
+    slow: bool,
+    /// Each run followed on its own replica rather than the next.
+    followers_on_owner: bool,
+}
+
+impl Shape {
+    /// `runs` runs, `concurrency` at a time, over `replicas` replicas, with the fast model.
+    pub fn new(replicas: usize, concurrency: usize, runs: usize) -> Self {
+        Self {
+            replicas,
+            concurrency,
+            runs,
+            slow: false,
+            followers_on_owner: false,
+        }
+    }
+
+    /// With the slow model.
+    pub fn slow(self) -> Self {
+        Self { slow: true, ..self }
+    }
+
+    /// Each run followed on the replica that holds it: what more processes cost, without
+    /// relaying.
+    pub fn followers_on_owner(self) -> Self {
+        Self {
+            followers_on_owner: true,
+            ..self
+        }
+    }
+
+    /// The case, with the service's environment.
+    pub fn case(&self, service_env: Vec<(String, String)>) -> ReplicaCase {
+        let suffix = if self.followers_on_owner {
+            "-followed-on-owner"
+        } else {
+            ""
+        };
+        ReplicaCase {
+            name: format!("replicas{}-c{}{suffix}", self.replicas, self.concurrency),
+            replicas: self.replicas,
+            concurrency: self.concurrency,
+            runs: self.runs,
+            ttft: if self.slow {
+                Duration::from_secs(1)
+            } else {
+                Duration::ZERO
+            },
+            chunk_delay: Duration::from_millis(if self.slow { 50 } else { 5 }),
+            followers_on_owner: self.followers_on_owner,
+            service_env,
+        }
+    }
+}
+
 /// A workload over replicas.
 pub struct ReplicaCase {
     pub name: String,
@@ -25,6 +89,8 @@ pub struct ReplicaCase {
     pub runs: usize,
     pub ttft: Duration,
     pub chunk_delay: Duration,
+    /// Whether each run is followed on its own replica rather than the next.
+    pub followers_on_owner: bool,
     /// The service's environment: the database, the key, NATS when used.
     pub service_env: Vec<(String, String)>,
 }
@@ -38,6 +104,9 @@ pub struct ReplicaReport {
     pub concurrency: usize,
     pub runs: usize,
     pub errors: usize,
+    /// `Run`s and `Attach`es refused `UNAVAILABLE` (all connections to the database busy)
+    /// and tried again.
+    pub retried: usize,
     pub events_followed: usize,
     pub lag_p50_ms: f64,
     pub lag_p99_ms: f64,
@@ -87,11 +156,13 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
     }
     let pids: Vec<u32> = services.iter().map(Process::pid).collect();
     let cpu_before: Duration = pids.iter().map(|pid| cpu_time(*pid)).sum();
+    let retried_before = RETRIED.load(Ordering::SeqCst);
     let (db_cpu_before, db_commits_before) = crate::database::spent(database_url).await?;
     let next = Arc::new(AtomicUsize::new(0));
     let connections = Arc::new(connections);
     let workers = (0..case.concurrency).map(|worker| {
         let (next, connections, runs) = (Arc::clone(&next), Arc::clone(&connections), case.runs);
+        let elsewhere = usize::from(!case.followers_on_owner);
         tokio::spawn(async move {
             let mut lags = Vec::new();
             let mut errors = 0;
@@ -106,7 +177,7 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
                     own[worker % own.len()].clone()
                 };
                 let owner = pick(worker + run);
-                let follower = pick(worker + run + 1);
+                let follower = pick(worker + run + elsewhere);
                 match followed_run(owner, follower).await {
                     Some(run_lags) => lags.extend(run_lags),
                     None => errors += 1,
@@ -142,6 +213,7 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
         concurrency: case.concurrency,
         runs: case.runs,
         errors,
+        retried: RETRIED.load(Ordering::SeqCst) - retried_before,
         events_followed: lags.len(),
         lag_p50_ms: percentile(&lags, 50.0),
         lag_p99_ms: percentile(&lags, 99.0),
@@ -151,25 +223,57 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
     })
 }
 
+/// Calls refused `UNAVAILABLE` and tried again, in this process.
+static RETRIED: AtomicUsize = AtomicUsize::new(0);
+
+/// The stream `call` opens, tried again (up to ten times, a growing pause apart) while it is
+/// refused `UNAVAILABLE`, as a client of a busy service does: a refused `Run` or `Attach`
+/// started nothing, so trying it again is safe. `None` when it is refused otherwise or
+/// throughout.
+async fn retried<T, F, Fut>(mut call: F) -> Option<tonic::Streaming<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<tonic::Streaming<T>>, tonic::Status>>,
+{
+    for attempt in 1..=10u64 {
+        match call().await {
+            Ok(response) => return Some(response.into_inner()),
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                RETRIED.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
+            }
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
 /// Starts a run on `owner`, follows it on `follower` from its first event, and returns the
 /// lag of every event the owner's client got after the follower attached; `None` when
 /// either stream failed or they differ.
 async fn followed_run(owner: Channel, follower: Channel) -> Option<Vec<f64>> {
-    let mut run = AgentServiceClient::new(owner)
-        .run(bench_request())
-        .await
-        .ok()?
-        .into_inner();
+    let owner = AgentServiceClient::new(owner);
+    let mut run = retried(|| {
+        let mut owner = owner.clone();
+        async move { owner.run(bench_request()).await }
+    })
+    .await?;
     let first = run.message().await.ok()??;
     let attached = Instant::now();
-    let mut follow = AgentServiceClient::new(follower)
-        .attach(pb::AttachRequest {
-            message_id: first.message_id.clone(),
-            after_seq: 0,
-        })
-        .await
-        .ok()?
-        .into_inner();
+    let follower = AgentServiceClient::new(follower);
+    let mut follow = retried(|| {
+        let mut follower = follower.clone();
+        let message_id = first.message_id.clone();
+        async move {
+            follower
+                .attach(pb::AttachRequest {
+                    message_id,
+                    after_seq: 0,
+                })
+                .await
+        }
+    })
+    .await?;
     let reading_owner = tokio::spawn(async move {
         let mut at = HashMap::new();
         while let Ok(Some(event)) = run.message().await {

@@ -16,7 +16,7 @@ use super::registry::Subscription;
 use crate::cluster::Watch;
 use crate::domain::{EventEnvelope, MessageId, Tenant};
 use crate::runner::error::RunError;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 /// A message's events in `seq` order, as a client receives them; an error ends a live
 /// run's stream whose last events could not be stored (or read back).
@@ -196,7 +196,7 @@ impl Follower {
     /// Whether the store says the run ended; if so, what is left is queued (and the
     /// stream ends once it is handed out).
     async fn ended_in_store(&mut self) -> bool {
-        match self.store.get_message(&self.tenant, self.message).await {
+        match self.read_message().await {
             Ok(Some(message)) if !message.status.is_terminal() => false,
             Ok(_) => {
                 self.refill().await;
@@ -208,6 +208,23 @@ impl Follower {
             Err(err) => {
                 self.lost = Some(err.into());
                 true
+            }
+        }
+    }
+
+    /// The message as stored; a store that is unavailable for a moment is asked again, as
+    /// [`Self::refill`] does.
+    async fn read_message(&self) -> Result<Option<crate::domain::Message>, StoreError> {
+        let started = tokio::time::Instant::now();
+        loop {
+            match self.store.get_message(&self.tenant, self.message).await {
+                Err(err)
+                    if err.category() == crate::store::Category::Unavailable
+                        && started.elapsed() < REFILL_PATIENCE =>
+                {
+                    tokio::time::sleep(REFILL_AGAIN).await;
+                }
+                read => return read,
             }
         }
     }

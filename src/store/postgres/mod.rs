@@ -168,7 +168,7 @@ impl Postgres {
             renewing_since: std::sync::Mutex::new(Some(Instant::now())),
             last_renewed: std::sync::Mutex::new(Instant::now()),
             notifications: OnceLock::new(),
-            committer: committer::start(backend.clone()),
+            committer: committer::start(backend.clone(), committer::committers(settings.pool_size)),
             place,
         });
         replicas::renew(Arc::downgrade(&backend));
@@ -209,10 +209,17 @@ impl Postgres {
         Ok(())
     }
 
-    /// The error, noting an unavailable database for health.
+    /// The error, noting an unavailable database for health. A wait for a connection that
+    /// timed out while every connection is open and in use is a busy pool, not a lost
+    /// database: the caller is refused (`UNAVAILABLE`, to retry), but health and every other
+    /// run carry on, rather than a burst of starts taking the replica out of service. A lost
+    /// database closes the pool's connections (and fails the heartbeat's own), so it is
+    /// still noticed.
     fn failed(&self, err: sqlx::Error) -> StoreError {
+        let busy = matches!(err, sqlx::Error::PoolTimedOut)
+            && self.pool.size() >= self.pool.options().get_max_connections();
         let err = error::from_sqlx(err);
-        if err.category() == Category::Unavailable {
+        if err.category() == Category::Unavailable && !busy {
             self.writable.send_replace(false);
         }
         err

@@ -298,3 +298,58 @@ fn urls_name_another_database_and_show_no_password() {
     );
     assert!(!super::describe("postgres://u:secret@[").contains("secret"));
 }
+
+/// A run's start that finds every connection of the pool in use past the wait is refused
+/// (unavailable, to try again), but the store is not marked unwritable: a burst of starts
+/// does not turn health `NOT_SERVING` nor refuse every other run. Once a connection is
+/// free again, starts go on.
+#[tokio::test]
+async fn a_busy_pool_refuses_a_start_without_marking_the_store_unwritable() {
+    use crate::store::conformance::{start, tenant};
+    use crate::store::test_records::{conversation, running_message};
+    use crate::store::{Admission, NewMessage};
+    let Some(databases) = Databases::new().await else {
+        return;
+    };
+    drop(databases.fresh().await);
+    let mut settings = databases.settings(&databases.last());
+    settings.pool_size = 1;
+    settings.statement_timeout = Duration::from_secs(1);
+    let backend = Postgres::connect(&settings, &databases.key).await.unwrap();
+    let held = backend.pool.acquire().await.unwrap();
+    let store =
+        Store::new(std::sync::Arc::clone(&backend) as std::sync::Arc<dyn crate::store::Backend>);
+    let opening = conversation(&tenant());
+    let mut message = running_message(opening.id, 0);
+
+    let refused = store
+        .insert_message(NewMessage {
+            tenant: &tenant(),
+            conversation: Some(&opening),
+            message: &mut message,
+            spec: &serde_json::json!({}),
+            idempotency: None,
+            admission: Admission::default(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.category(), crate::store::Category::Unavailable);
+    assert!(
+        *store.writable().borrow(),
+        "a busy pool is not a lost database"
+    );
+    drop(held);
+    start(&store, opening.id, Some(&opening)).await;
+}
+
+/// Commits in flight take at most a quarter of the pool (at least two, at most eight), so
+/// starts, reads and followers keep the rest.
+#[test]
+fn committers_leave_most_of_the_pool_to_everything_else() {
+    use super::committer::committers;
+    assert_eq!(committers(1), 2);
+    assert_eq!(committers(10), 2);
+    assert_eq!(committers(20), 5);
+    assert_eq!(committers(32), 8);
+    assert_eq!(committers(500), 8);
+}
