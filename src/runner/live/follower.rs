@@ -212,51 +212,41 @@ impl Follower {
         }
     }
 
-    /// The message as stored; a store that is unavailable for a moment is asked again, as
-    /// [`Self::refill`] does.
+    /// The message as stored, asked [`patiently`].
     async fn read_message(&self) -> Result<Option<crate::domain::Message>, StoreError> {
-        let started = tokio::time::Instant::now();
-        loop {
-            match self.store.get_message(&self.tenant, self.message).await {
-                Err(err)
-                    if err.category() == crate::store::Category::Unavailable
-                        && started.elapsed() < REFILL_PATIENCE =>
-                {
-                    tokio::time::sleep(REFILL_AGAIN).await;
-                }
-                read => return read,
+        patiently(|| self.store.get_message(&self.tenant, self.message)).await
+    }
+
+    /// Queues every committed event after the last one handed out, asked [`patiently`].
+    async fn refill(&mut self) {
+        let (store, tenant, message, last) = (&self.store, &self.tenant, self.message, self.last);
+        match patiently(|| store.list_events(tenant, message, last)).await {
+            Ok(stored) => self.pending = stored.into(),
+            Err(err) => {
+                tracing::error!(error = %err, "cannot replay stored events");
+                self.lost = Some(err.into());
             }
         }
     }
+}
 
-    /// Queues every committed event after the last one handed out.
-    /// A store that is unavailable for a moment (its connections all busy, say) is asked
-    /// again for up to [`REFILL_PATIENCE`]: a busy store costs a follower latency, not
-    /// its stream.
-    async fn refill(&mut self) {
-        let started = tokio::time::Instant::now();
-        loop {
-            match self
-                .store
-                .list_events(&self.tenant, self.message, self.last)
-                .await
+/// What `read` gives, asking a store that is unavailable for a moment (its connections all
+/// busy, say) again for up to [`REFILL_PATIENCE`]: a busy store costs a follower latency,
+/// not its stream.
+async fn patiently<T, Fut>(mut read: impl FnMut() -> Fut) -> Result<T, StoreError>
+where
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let started = tokio::time::Instant::now();
+    loop {
+        match read().await {
+            Err(err)
+                if err.category() == crate::store::Category::Unavailable
+                    && started.elapsed() < REFILL_PATIENCE =>
             {
-                Ok(stored) => {
-                    self.pending = stored.into();
-                    return;
-                }
-                Err(err)
-                    if err.category() == crate::store::Category::Unavailable
-                        && started.elapsed() < REFILL_PATIENCE =>
-                {
-                    tokio::time::sleep(REFILL_AGAIN).await;
-                }
-                Err(err) => {
-                    tracing::error!(error = %err, "cannot replay stored events");
-                    self.lost = Some(err.into());
-                    return;
-                }
+                tokio::time::sleep(REFILL_AGAIN).await;
             }
+            read => return read,
         }
     }
 }
