@@ -500,11 +500,17 @@ async fn a_stopping_owner_hands_a_waiting_run_over_at_once() {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let key = SecretKey::generate();
-    let mut a = replica(dir.path(), &llm, &database, &key, "a").await;
-    let b = replica(dir.path(), &llm, &database, &key, "b").await;
+    // The run must still be waiting when b has taken it and the outputs arrive: a wait of
+    // 10 s leaves room for a loaded machine, where the stop, the sweep and the restart of
+    // the round took more than the tests' usual 2 s.
+    let patient = Options {
+        client_tool_timeout_secs: Some(10),
+        ..Options::default()
+    };
+    let mut a = replica_on(dir.path(), &llm, &database, &key, "a", &patient).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &patient).await;
     // A replica judges its peers gone only once it has held its own lease for a whole
-    // lease (2 s here): b is given that, so it takes the run at its next sweep, well
-    // within the client-tool wait (2 s here too).
+    // lease (2 s here): b is given that, so it takes the run at its next sweep.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (_stream, seen) = started_asking(&a, "Where is order A1?").await;
     let id = seen[0].message_id.clone();

@@ -75,6 +75,8 @@ pub struct Options {
     pub max_concurrent_runs: u32,
     /// `[a2a] enabled` (needs `metrics`).
     pub a2a: bool,
+    /// `[runner] client_tool_timeout_secs`, when not the tests' 2 s.
+    pub client_tool_timeout_secs: Option<u64>,
 }
 
 /// The admin token of replicas started with [`Options::auth`].
@@ -123,6 +125,14 @@ pub async fn replica_on(
             )
             .replacen("[server]\n", &format!("[server]\n{metrics}"), 1)
             .replacen("[runner]\n", &auth, 1)
+            .replacen(
+                "client_tool_timeout_secs = 2\n",
+                &format!(
+                    "client_tool_timeout_secs = {}\n",
+                    options.client_tool_timeout_secs.unwrap_or(2)
+                ),
+                1,
+            )
     })
     .await
 }
