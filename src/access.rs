@@ -115,8 +115,8 @@ impl Keys {
         name: &str,
         limits: TenantLimits,
     ) -> Result<(ApiKeyRecord, String), AccessError> {
-        let tenant = Tenant::parse(tenant)
-            .ok_or_else(|| FieldError::new("tenant", "must be 1 to 64 printable characters"))?;
+        let tenant =
+            Tenant::parse(tenant).ok_or_else(|| FieldError::new("tenant", Tenant::RULE))?;
         if name.len() > 128 {
             return Err(FieldError::new("name", "must be at most 128 bytes").into());
         }

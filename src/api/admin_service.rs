@@ -76,6 +76,7 @@ fn tenant_limits(limits: pb::TenantLimits) -> Result<TenantLimits, Status> {
         max_run_cost,
         max_run_seconds,
         max_run_tool_calls,
+        max_concurrent_child_runs,
     } = limits;
     let max_run_cost = amount("limits.max_run_cost", &max_run_cost)?.unwrap_or_default();
     Ok(TenantLimits {
@@ -86,6 +87,7 @@ fn tenant_limits(limits: pb::TenantLimits) -> Result<TenantLimits, Status> {
         max_run_cost,
         max_run_seconds,
         max_run_tool_calls,
+        max_concurrent_child_runs,
     })
 }
 
@@ -118,6 +120,7 @@ fn api_key(record: ApiKeyRecord) -> pb::ApiKey {
             },
             max_run_seconds: limits.max_run_seconds,
             max_run_tool_calls: limits.max_run_tool_calls,
+            max_concurrent_child_runs: limits.max_concurrent_child_runs,
         }),
     }
 }

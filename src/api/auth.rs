@@ -103,7 +103,7 @@ fn named_tenant(metadata: &MetadataMap) -> Result<Option<Tenant>, Status> {
         .ok()
         .and_then(Tenant::parse)
         .map(Some)
-        .ok_or_else(|| invalid(TENANT_HEADER, "must be 1 to 64 printable characters"))
+        .ok_or_else(|| invalid(TENANT_HEADER, Tenant::RULE))
 }
 
 /// The tenant a request acts for.

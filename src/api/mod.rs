@@ -61,8 +61,15 @@ pub fn deadline_of<T>(request: &Request<T>) -> Option<Duration> {
     }
 }
 
+/// The whole server's name in gRPC health (what Kubernetes' gRPC probe asks by default):
+/// it follows our named services, so a probe of the server sees what they say.
+const WHOLE_SERVER: &str = "";
+
 /// Marks our services serving; called once the store is open.
 pub async fn set_serving(reporter: &HealthReporter) {
+    reporter
+        .set_service_status(WHOLE_SERVER, tonic_health::ServingStatus::Serving)
+        .await;
     reporter.set_serving::<AgentServiceServer<AgentApi>>().await;
     reporter
         .set_serving::<AgentRegistryServer<AgentRegistryApi>>()
@@ -72,8 +79,11 @@ pub async fn set_serving(reporter: &HealthReporter) {
         .await;
 }
 
-/// Marks our services not serving; called as shutdown begins.
+/// Marks our services not serving: as shutdown begins, and while the store cannot write.
 pub async fn set_not_serving(reporter: &HealthReporter) {
+    reporter
+        .set_service_status(WHOLE_SERVER, tonic_health::ServingStatus::NotServing)
+        .await;
     reporter
         .set_not_serving::<AgentServiceServer<AgentApi>>()
         .await;

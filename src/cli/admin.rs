@@ -67,6 +67,7 @@ pub async fn keys(
             max_run_cost,
             max_run_seconds,
             max_run_tool_calls,
+            max_concurrent_child_runs,
         } => {
             let created = client
                 .create_api_key(with_token(
@@ -81,6 +82,7 @@ pub async fn keys(
                             max_run_cost,
                             max_run_seconds,
                             max_run_tool_calls,
+                            max_concurrent_child_runs,
                         }),
                     },
                     &bearer,
@@ -126,14 +128,19 @@ fn with_token<T>(message: T, bearer: &MetadataValue<Ascii>) -> Request<T> {
     request
 }
 
-/// The per-run ceilings a key sets, as ` max_run_tokens=…` pairs; empty when none.
-fn run_ceilings(limits: &pb::TenantLimits) -> String {
+/// The per-run ceilings and the children's limit a key sets, as ` name=value` pairs; empty
+/// when none.
+fn optional_limits(limits: &pb::TenantLimits) -> String {
     let mut text = String::new();
     for (name, value) in [
         ("max_run_tokens", limits.max_run_tokens.to_string()),
         ("max_run_cost", limits.max_run_cost.clone()),
         ("max_run_seconds", limits.max_run_seconds.to_string()),
         ("max_run_tool_calls", limits.max_run_tool_calls.to_string()),
+        (
+            "max_concurrent_child_runs",
+            limits.max_concurrent_child_runs.to_string(),
+        ),
     ] {
         if !value.is_empty() && value != "0" {
             text.push_str(&format!(" {name}={value}"));
@@ -159,6 +166,6 @@ fn key_line(key: &pb::ApiKey) -> String {
         limits.max_concurrent_runs,
         limits.runs_per_minute,
         limits.tokens_per_day,
-        run_ceilings(&limits)
+        optional_limits(&limits)
     )
 }

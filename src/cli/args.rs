@@ -245,6 +245,10 @@ pub enum KeysCommand {
         /// Ceiling on each run's tool calls [default: the server's].
         #[arg(long, default_value_t = 0)]
         max_run_tool_calls: u32,
+        /// Sub-agents' runs in progress at once over the tenant's trees [default: the
+        /// server's limit].
+        #[arg(long, default_value_t = 0)]
+        max_concurrent_child_runs: u32,
     },
     /// List a tenant's keys, one per line, id first; never the secrets.
     List {

@@ -86,7 +86,8 @@ impl ClusterConfig {
         let host: String = std::env::var("HOSTNAME")
             .unwrap_or_default()
             .chars()
-            .filter(|c| is_id_char(*c))
+            .map(|c| if c == '.' { '-' } else { c })
+            .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
             .take(40)
             .collect();
         let suffix = format!("{:08x}", fastrand::u32(..));
@@ -123,10 +124,15 @@ impl ClusterConfig {
             reason,
         };
         if let Some(id) = &self.replica_id {
-            if id.is_empty() || id.len() > MAX_REPLICA_ID || !id.chars().all(is_id_char) {
+            // The id is part of NATS subjects, so it is held to their rule token by token:
+            // `a..b` or `.` would make subjects no replica can be woken on.
+            if id.len() > MAX_REPLICA_ID || !is_subject_tokens(id) {
                 return Err(invalid(
                     "cluster.replica_id",
-                    format!("must be 1 to {MAX_REPLICA_ID} of A-Z a-z 0-9 . _ -"),
+                    format!(
+                        "must be 1 to {MAX_REPLICA_ID} of A-Z a-z 0-9 _ - in dot-separated \
+                         non-empty parts"
+                    ),
                 ));
             }
         }
@@ -139,11 +145,7 @@ impl ClusterConfig {
                 format!("must be at most {MAX_TAKEOVERS}"),
             ));
         }
-        let tokens_ok = self
-            .subject_prefix
-            .split('.')
-            .all(|token| !token.is_empty() && token.chars().all(is_id_char));
-        if self.subject_prefix.len() > 100 || !tokens_ok {
+        if self.subject_prefix.len() > 100 || !is_subject_tokens(&self.subject_prefix) {
             return Err(invalid(
                 "cluster.subject_prefix",
                 "must be dot-separated tokens of A-Z a-z 0-9 _ - (up to 100 characters)".to_owned(),
@@ -159,8 +161,15 @@ impl ClusterConfig {
     }
 }
 
-fn is_id_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+/// Whether `text` is dot-separated, non-empty tokens of A-Z a-z 0-9 _ -, as a NATS subject's
+/// tokens must be.
+fn is_subject_tokens(text: &str) -> bool {
+    text.split('.').all(|token| {
+        !token.is_empty()
+            && token
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+    })
 }
 
 #[cfg(test)]
@@ -183,7 +192,17 @@ mod tests {
 
     #[test]
     fn bad_ids_and_leases_are_refused_naming_the_field() {
-        for id in ["", "a b", "x/y", &"a".repeat(65)] {
+        for id in [
+            "",
+            "a b",
+            "x/y",
+            "a..b",
+            ".",
+            "a.",
+            ".a",
+            "x*",
+            &"a".repeat(65),
+        ] {
             let mut config = ClusterConfig {
                 replica_id: Some(id.to_owned()),
                 ..ClusterConfig::default()

@@ -184,6 +184,12 @@ fn default_max_instruction_bytes() -> usize {
 fn default_max_agent_depth() -> u32 {
     RunnerSettings::default().max_agent_depth
 }
+fn default_max_tree_runs() -> u32 {
+    RunnerSettings::default().max_tree_runs
+}
+fn default_max_tree_runs_total() -> u32 {
+    RunnerSettings::default().max_tree_runs_total
+}
 
 fn default_max_tool_calls_per_round() -> usize {
     RunnerSettings::default().max_tool_calls_per_round
@@ -274,6 +280,14 @@ pub struct RunnerConfig {
     /// the tool error `max_depth` (0 forbids sub-agents; at most 10).
     #[serde(default = "default_max_agent_depth")]
     pub max_agent_depth: u32,
+    /// Runs of one sub-agent tree alive at once, its top run included: a call past it is
+    /// the tool error `sub_agent_limit` and starts nothing (never a wait, so no tree
+    /// deadlocks on its own slots).
+    #[serde(default = "default_max_tree_runs")]
+    pub max_tree_runs: u32,
+    /// Runs one tree starts over its life, its top run included; past it, as above.
+    #[serde(default = "default_max_tree_runs_total")]
+    pub max_tree_runs_total: u32,
     /// Most `pattern`s (and `patternProperties` keys) the schemas of one provider, or of one
     /// request (output schema and client tools), may hold; each compiles to a regex.
     #[serde(default = "default_max_schema_patterns")]
@@ -313,6 +327,8 @@ impl Default for RunnerConfig {
             max_instruction_bytes: default_max_instruction_bytes(),
             max_tool_calls_per_round: default_max_tool_calls_per_round(),
             max_agent_depth: default_max_agent_depth(),
+            max_tree_runs: default_max_tree_runs(),
+            max_tree_runs_total: default_max_tree_runs_total(),
             max_schema_patterns: default_max_schema_patterns(),
             schema_cache_mb: default_schema_cache_mb(),
         }
@@ -355,6 +371,8 @@ impl RunnerConfig {
             max_instruction_bytes: self.max_instruction_bytes,
             max_tool_calls_per_round: self.max_tool_calls_per_round,
             max_agent_depth: self.max_agent_depth,
+            max_tree_runs: self.max_tree_runs,
+            max_tree_runs_total: self.max_tree_runs_total,
             tool_output_limit: self.tool_output_limit_bytes,
             hand_over: self.resume_after_restart,
             ..RunnerSettings::default()
@@ -584,13 +602,19 @@ impl Config {
             field: field.to_owned(),
             reason: reason.to_owned(),
         };
-        if !self.auth.required
-            && !self.auth.insecure_no_auth
-            && !self.server.listen.ip().is_loopback()
-        {
-            return Err(ConfigError::Unprotected {
-                listen: self.server.listen,
-            });
+        // Every listener that serves tenant data holds the same rule: the API, and the
+        // metrics listener where it serves A2A agent cards.
+        let mut tenant_listeners = vec![self.server.listen];
+        if self.a2a.enabled {
+            tenant_listeners.extend(self.server.metrics_listen);
+        }
+        if !self.auth.required && !self.auth.insecure_no_auth {
+            if let Some(listen) = tenant_listeners
+                .into_iter()
+                .find(|listen| !listen.ip().is_loopback())
+            {
+                return Err(ConfigError::Unprotected { listen });
+            }
         }
         match (&self.tls.cert, &self.tls.key) {
             (Some(_), None) => return Err(invalid("tls.key", "is needed with tls.cert")),
@@ -600,8 +624,13 @@ impl Config {
         if let Some((field, reason)) = self.a2a.problem(self.server.metrics_listen.is_some()) {
             return Err(invalid(field, &reason));
         }
-        if self.limits.max_run_cost.is_sign_negative() {
-            return Err(invalid("limits.max_run_cost", "must not be negative"));
+        if self.limits.max_run_cost.is_sign_negative()
+            || self.limits.max_run_cost > crate::domain::MAX_BUDGET_COST
+        {
+            return Err(invalid(
+                "limits.max_run_cost",
+                &format!("must be between 0 and {}", crate::domain::MAX_BUDGET_COST),
+            ));
         }
         if self.tls.client_ca.is_some() && self.tls.cert.is_none() {
             return Err(invalid(
@@ -658,6 +687,19 @@ impl Config {
                 "runner.max_tool_calls_per_round",
                 "must be at least 1",
             ));
+        }
+        if self.runner.max_tree_runs == 0 {
+            return Err(invalid("runner.max_tree_runs", "must be at least 1"));
+        }
+        if self.runner.max_tree_runs_total < self.runner.max_tree_runs {
+            return Err(invalid(
+                "runner.max_tree_runs_total",
+                "must be at least runner.max_tree_runs",
+            ));
+        }
+        if self.limits.max_concurrent_child_runs == 0 {
+            self.limits.max_concurrent_child_runs =
+                crate::domain::DEFAULT_MAX_CONCURRENT_CHILD_RUNS;
         }
         if self.runner.max_agent_depth > 10 {
             return Err(invalid("runner.max_agent_depth", "must be at most 10"));
@@ -743,6 +785,23 @@ mod tests {
         }
         let loopback = Config::from_toml("[server]\nlisten = \"[::1]:1\"").unwrap();
         assert!(loopback.validated().is_ok());
+    }
+
+    #[test]
+    fn a_metrics_listener_serving_agent_cards_follows_the_same_rule() {
+        let cards = "[server]\nmetrics_listen = \"0.0.0.0:9090\"\n[a2a]\nenabled = true\n";
+        let err = Config::from_toml(cards).unwrap().validated().unwrap_err();
+        assert!(
+            matches!(err, ConfigError::Unprotected { listen } if listen.port() == 9090),
+            "{err}"
+        );
+        for waiver in ["[auth]\nrequired = true", "[auth]\ninsecure_no_auth = true"] {
+            let text = format!("{cards}{waiver}");
+            assert!(Config::from_toml(&text).unwrap().validated().is_ok());
+        }
+        // Metrics alone carry no tenant's data: any address may serve them.
+        let metrics_only = "[server]\nmetrics_listen = \"0.0.0.0:9090\"\n";
+        assert!(Config::from_toml(metrics_only).unwrap().validated().is_ok());
     }
 
     #[test]

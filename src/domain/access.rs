@@ -32,7 +32,15 @@ pub struct TenantLimits {
     /// Ceiling on each run's tool calls.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub max_run_tool_calls: u32,
+    /// Sub-agents' runs in progress at once, over all the tenant's trees (the server's
+    /// default is [`DEFAULT_MAX_CONCURRENT_CHILD_RUNS`]).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub max_concurrent_child_runs: u32,
 }
+
+/// The server's `[limits] max_concurrent_child_runs` when the configuration sets none: a
+/// tree's runs take no tenant slot, so this is what bounds a tenant's trees together.
+pub const DEFAULT_MAX_CONCURRENT_CHILD_RUNS: u32 = 64;
 
 fn is_zero_u64(value: &u64) -> bool {
     *value == 0
@@ -59,6 +67,10 @@ impl TenantLimits {
             },
             max_run_seconds: pick32(self.max_run_seconds, defaults.max_run_seconds),
             max_run_tool_calls: pick32(self.max_run_tool_calls, defaults.max_run_tool_calls),
+            max_concurrent_child_runs: pick32(
+                self.max_concurrent_child_runs,
+                defaults.max_concurrent_child_runs,
+            ),
         }
     }
 }

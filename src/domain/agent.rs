@@ -152,6 +152,16 @@ impl AgentRecord {
         })
     }
 
+    /// The first of its descriptive fields that holds NUL (U+0000), if any: refused by
+    /// both stores alike, since PostgreSQL cannot keep it in the record it indexes labels on.
+    pub fn field_with_nul(&self) -> Option<&'static str> {
+        field_with_nul(
+            Some(&self.name),
+            Some(&self.description),
+            Some(&self.labels),
+        )
+    }
+
     /// Every alias with its version, `latest` included when there is a version.
     pub fn all_aliases(&self) -> BTreeMap<String, u32> {
         let mut all = self.aliases.clone();
@@ -160,6 +170,24 @@ impl AgentRecord {
         }
         all
     }
+}
+
+/// The first of the given fields that holds NUL (U+0000).
+fn field_with_nul(
+    name: Option<&String>,
+    description: Option<&String>,
+    labels: Option<&BTreeMap<String, String>>,
+) -> Option<&'static str> {
+    let nul = |text: &str| text.contains('\0');
+    if name.is_some_and(|name| nul(name)) {
+        return Some("name");
+    }
+    if description.is_some_and(|description| nul(description)) {
+        return Some("description");
+    }
+    labels
+        .is_some_and(|labels| labels.iter().any(|(key, value)| nul(key) || nul(value)))
+        .then_some("labels")
 }
 
 /// Why a change to an agent was refused.
@@ -196,6 +224,9 @@ pub enum AgentRefusal {
         /// The alias asked for.
         alias: String,
     },
+    /// A descriptive field holds NUL (U+0000).
+    #[error("{0} must not contain NUL (U+0000)")]
+    HoldsNul(&'static str),
     /// A compare-and-set found the alias elsewhere.
     #[error("alias {alias:?} points at {}, not at the expected version {expected}", describe(*.current))]
     Moved {
@@ -219,6 +250,7 @@ impl AgentRefusal {
                 ErrorKind::ResourceExhausted
             }
             Self::Moved { .. } => ErrorKind::FailedPrecondition,
+            Self::HoldsNul(_) => ErrorKind::InvalidArgument,
         }
     }
 }
@@ -264,6 +296,11 @@ impl AgentChange {
                 description,
                 labels,
             } => {
+                if let Some(field) =
+                    field_with_nul(name.as_ref(), description.as_ref(), labels.as_ref())
+                {
+                    return Err(AgentRefusal::HoldsNul(field));
+                }
                 if let Some(name) = name {
                     record.name.clone_from(name);
                 }

@@ -53,6 +53,10 @@ pub enum OnExhausted {
     Error,
 }
 
+/// The largest cost a budget may name: far above any run's spend, and small enough that
+/// dividing what is left by a price of a millionth per token stays a finite decimal.
+pub const MAX_BUDGET_COST: Decimal = Decimal::from_parts(1_000_000_000, 0, 0, false, 0);
+
 /// What a run may spend; `None` is no limit.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -194,7 +198,7 @@ impl RunBudget {
                 .tokens
                 .map(|n| n.saturating_sub(spent.tokens) / u64::from(ways)),
             cost: self.cost.map(|c| {
-                ((c - spent.cost).max(Decimal::ZERO) / Decimal::from(ways))
+                (c.saturating_sub(spent.cost).max(Decimal::ZERO) / Decimal::from(ways))
                     .round_dp_with_strategy(7, rust_decimal::RoundingStrategy::ToZero)
             }),
             seconds: self

@@ -72,9 +72,22 @@ impl Tenant {
     /// Longest tenant name accepted; keeps keys short.
     pub const MAX_LEN: usize = 64;
 
+    /// The rule [`Tenant::parse`] holds names to, as errors state it.
+    pub const RULE: &'static str = "must be 1 to 64 bytes of printable characters (no control \
+        characters), not blank and without leading or trailing whitespace";
+
     /// Validates a tenant name: 1 to 64 bytes of printable characters (no control
-    /// character, so a name never forges a log line, and no NUL, the key separator).
+    /// character, so a name never forges a log line, and no NUL, the key separator), with
+    /// something other than whitespace and no whitespace at either end, so two tenants
+    /// never look alike (`acme` and `acme `) and none is blank.
     pub fn parse(name: &str) -> Option<Self> {
+        let ok = Self::from_stored(name).is_some() && name.trim() == name && !name.is_empty();
+        ok.then(|| Self(name.to_owned()))
+    }
+
+    /// A tenant name read back from the store, held to the rule in force when it was
+    /// written (names written before blank ones were refused stay readable).
+    pub fn from_stored(name: &str) -> Option<Self> {
         let ok =
             !name.is_empty() && name.len() <= Self::MAX_LEN && !name.chars().any(char::is_control);
         ok.then(|| Self(name.to_owned()))
@@ -94,5 +107,32 @@ impl Tenant {
 impl fmt::Display for Tenant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tenant;
+
+    #[test]
+    fn tenant_names_are_printable_not_blank_and_trimmed() {
+        for good in ["acme", "a", "ACME Corp", "société-7", &"t".repeat(64)] {
+            assert!(Tenant::parse(good).is_some(), "{good:?}");
+        }
+        for bad in [
+            "",
+            " ",
+            "\t",
+            "\u{3000}",
+            " acme",
+            "acme ",
+            "a\nb",
+            "a\0b",
+            &"t".repeat(65),
+        ] {
+            assert!(Tenant::parse(bad).is_none(), "{bad:?}");
+        }
+        // A name stored before blank ones were refused still reads back.
+        assert!(Tenant::from_stored(" ").is_some());
     }
 }

@@ -18,12 +18,12 @@ pub mod redact;
 mod thought;
 mod usage;
 
-pub use access::{ApiKeyRecord, TenantLimits};
+pub use access::{ApiKeyRecord, TenantLimits, DEFAULT_MAX_CONCURRENT_CHILD_RUNS};
 pub use agent::{
     AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, ParentLink, PinnedAgent,
     RunOverrides, VersionPick,
 };
-pub use budget::{BudgetKind, OnExhausted, Raised, RunBudget, Spent};
+pub use budget::{BudgetKind, OnExhausted, Raised, RunBudget, Spent, MAX_BUDGET_COST};
 pub use command::{ClientOutput, Decision, RunCommand};
 pub use error::{ErrorKind, FieldError};
 pub use events::{ChildEvent, EventEnvelope, HistoryReport, RunEvent, Wait};

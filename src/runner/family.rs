@@ -1,6 +1,7 @@
 //! The runner as the launcher of sub-agent runs: a child is a run like any other, started
 //! by reference to its stored agent, linked to its parent and taking no tenant slot (its
-//! parent's slot covers the tree).
+//! parent's slot covers the tree); it counts against the tenant's
+//! `max_concurrent_child_runs` and its tree's bounds instead.
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use super::error::RunError;
 use super::live::{ClientOutput, Decision};
 use super::run::{child_message_id, ChildRun, ChildStart, Family, Launcher};
 use super::spec::{AgentReference, RunSpec};
+use super::tree::Tree;
 use super::{pin, Runner};
 use crate::domain::{ConversationId, FieldError, MessageId, Tenant};
 use crate::store::PageSize;
@@ -44,6 +46,8 @@ impl Launcher for Runner {
             lineage,
             message_id,
             budget,
+            tree,
+            max_children,
         } = child;
         let mut spec = RunSpec::new(tenant, input);
         spec.user = user;
@@ -55,6 +59,8 @@ impl Launcher for Runner {
         spec.parent = Some(parent);
         spec.lineage = lineage;
         spec.message_id = Some(message_id);
+        spec.tree = Some(tree);
+        spec.limits.max_concurrent_child_runs = max_children;
         let mut spec = pin::pin(&self.store, spec).await?;
         spec.agent.budget = spec.agent.budget.within(&budget);
         let agent_version = spec.pinned.as_ref().map_or(0, |pin| pin.version);
@@ -85,6 +91,16 @@ impl Runner {
             max_depth: self.settings.max_agent_depth,
             tenant: spec.tenant.clone(),
             user: spec.user.clone(),
+            tree: spec.tree.as_ref().map_or_else(
+                || {
+                    Tree::new(
+                        self.settings.max_tree_runs,
+                        self.settings.max_tree_runs_total,
+                    )
+                },
+                |tree| Arc::clone(&tree.0),
+            ),
+            max_children: spec.limits.max_concurrent_child_runs,
         })
     }
 }

@@ -27,6 +27,7 @@ mod spec;
 pub mod strategy;
 mod takeover;
 mod template;
+mod tree;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -247,7 +247,7 @@ pub async fn insert_message(
             message,
             spec: &stored,
             idempotency: record.as_ref().map(|(key, record)| (*key, record)),
-            admission: super::quota::admission(spec.limits),
+            admission: super::quota::admission(spec.limits, spec.parent.is_some()),
         })
         .await?;
     Ok(inserted)

@@ -27,11 +27,24 @@ pub fn check_tokens(limits: TenantLimits, tokens_today: u64) -> Result<(), RunEr
     Ok(())
 }
 
-/// The limits the store admits a new message under.
-pub fn admission(limits: TenantLimits) -> Admission {
+/// The limits the store admits a new message under: a top-level run's, or a sub-agent's
+/// (`child`), which takes no tenant slot but counts against the tenant's children.
+pub fn admission(limits: TenantLimits, child: bool) -> Admission {
+    if child {
+        // A run taken over carries no caller's limits: its children keep the default.
+        let max_children = match limits.max_concurrent_child_runs {
+            0 => crate::domain::DEFAULT_MAX_CONCURRENT_CHILD_RUNS,
+            set => set,
+        };
+        return Admission {
+            max_children,
+            ..Admission::default()
+        };
+    }
     Admission {
         max_running: limits.max_concurrent_runs,
         per_minute: limits.runs_per_minute,
+        max_children: 0,
     }
 }
 
@@ -44,6 +57,13 @@ pub fn refused(refusal: Refusal, limits: TenantLimits) -> RunError {
                 "the tenant has {running} runs in progress, the most it may have at once"
             ),
             // A run ending frees a place; nobody can say when.
+            retry_after: None,
+        },
+        Refusal::Children { running } => RunError::LimitExceeded {
+            limit: "limits.max_concurrent_child_runs",
+            detail: format!(
+                "the tenant has {running} sub-agent runs in progress, the most it may have at once"
+            ),
             retry_after: None,
         },
         Refusal::PerMinute {

@@ -30,6 +30,10 @@ pub struct RunnerSettings {
     pub max_tool_calls_per_round: usize,
     /// How deep sub-agents nest (a top run is depth 0).
     pub max_agent_depth: u32,
+    /// Runs of one tree alive at once, its top run included.
+    pub max_tree_runs: u32,
+    /// Runs one tree starts over its life, its top run included.
+    pub max_tree_runs_total: u32,
     /// How long a run tries to commit its records while the store is unavailable before
     /// it stops as on a full disk (it announces nothing meanwhile).
     pub write_timeout: Duration,
@@ -53,6 +57,8 @@ impl Default for RunnerSettings {
             tool_output_limit: 16 * 1024,
             max_tool_calls_per_round: 128,
             max_agent_depth: 3,
+            max_tree_runs: 32,
+            max_tree_runs_total: 256,
             write_timeout: Duration::from_secs(10),
             hand_over: false,
         }

@@ -239,6 +239,9 @@ pub struct RunSpec {
     /// The message's id when it is chosen before the run (a sub-agent's, derived from its
     /// parent's call, so a resumed parent finds it instead of starting it again).
     pub message_id: Option<crate::domain::MessageId>,
+    /// The sub-agent tree the run belongs to, counted in this process; a top run (or a run
+    /// taken over) starts its own.
+    pub tree: Option<super::tree::TreeHandle>,
 }
 
 /// A stored agent a run names instead of an inline one.
@@ -286,6 +289,7 @@ impl RunSpec {
             parent: None,
             lineage: Vec::new(),
             message_id: None,
+            tree: None,
         }
     }
 
@@ -545,6 +549,7 @@ mod tests {
             parent: None,
             lineage: Vec::new(),
             message_id: None,
+            tree: None,
             files: vec![],
             client_tools: vec![],
             agent: AgentSpec {

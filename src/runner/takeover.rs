@@ -256,5 +256,6 @@ fn resumed_spec(
         parent: message.parent.as_deref().cloned(),
         lineage: stored.lineage,
         message_id: Some(message.id),
+        tree: None,
     }
 }

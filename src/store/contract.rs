@@ -174,10 +174,14 @@ pub struct NewMessage<'a> {
 /// process sharing the store (0: no limit).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Admission {
-    /// The most messages of the tenant running at once.
+    /// The most top-level messages of the tenant running at once (sub-agents' runs are
+    /// covered by their tree's top run).
     pub max_running: u32,
-    /// The most messages of the tenant started in the last minute.
+    /// The most top-level messages of the tenant started in the last minute.
     pub per_minute: u32,
+    /// The most sub-agents' runs of the tenant running at once, over all its trees: the
+    /// limit a sub-agent's message is admitted under.
+    pub max_children: u32,
 }
 
 /// Why a new message was not admitted.
@@ -185,6 +189,11 @@ pub struct Admission {
 pub enum Refusal {
     /// The tenant has `running` messages running, its limit.
     Running {
+        /// How many.
+        running: u64,
+    },
+    /// The tenant has `running` sub-agents' runs running, its limit.
+    Children {
         /// How many.
         running: u64,
     },

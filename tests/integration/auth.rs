@@ -253,13 +253,32 @@ async fn admin_calls_need_the_admin_token_and_a_tenant_key_is_not_one() {
             ))
             .await,
     );
+    let rule = "must be 1 to 64 bytes of printable characters (no control characters), \
+                not blank and without leading or trailing whitespace";
     assert_eq!(
         (code, text.as_str()),
-        (
-            Code::InvalidArgument,
-            "tenant must be 1 to 64 printable characters"
-        )
+        (Code::InvalidArgument, format!("tenant {rule}").as_str())
     );
+    // Blank names, and names that look like another tenant's, are refused the same way.
+    for blank in [" ", "\u{3000}", "acme ", " acme"] {
+        let (code, text) = code_of(
+            admin
+                .create_api_key(signed(
+                    pb::CreateApiKeyRequest {
+                        tenant: blank.into(),
+                        ..Default::default()
+                    },
+                    ADMIN_TOKEN,
+                    None,
+                ))
+                .await,
+        );
+        assert_eq!(
+            (code, text.as_str()),
+            (Code::InvalidArgument, format!("tenant {rule}").as_str()),
+            "{blank:?}"
+        );
+    }
 
     // Without a configured admin token, no admin call can succeed.
     let open = TestServer::start(&llm.base_url()).await;

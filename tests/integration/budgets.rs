@@ -382,8 +382,16 @@ async fn budgets_that_cannot_hold_are_refused_naming_the_field() {
     .await;
     assert_eq!(
         text,
-        "agent.budget.max_cost must be a positive decimal such as \"0.25\""
+        "agent.budget.max_cost must be a positive decimal such as \"0.25\", at most 1000000000"
     );
+    // A valid decimal past the bound (it once overflowed the budget arithmetic and ended
+    // every such run `internal`).
+    let text = refusal(with_budget(
+        run_request("hi", &[]),
+        budget(|b| b.max_cost = "79228162514264337593543950335".into()),
+    ))
+    .await;
+    assert!(text.starts_with("agent.budget.max_cost must be"), "{text}");
     let text = refusal(with_budget(
         run_request("hi", &[]),
         budget(|b| b.max_seconds = Some(100_000)),

@@ -427,16 +427,23 @@ async fn tool_traffic_keeps_to_the_outbound_policy() {
     );
 }
 
+/// The agent service's health, checked to be the whole server's (`""`, what Kubernetes'
+/// gRPC probe asks) too.
 async fn health(server: &TestServer) -> i32 {
-    let mut health = tonic_health::pb::health_client::HealthClient::new(server.channel().await);
-    health
-        .check(tonic_health::pb::HealthCheckRequest {
-            service: "agentrunner.v1.AgentService".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .status
+    let channel = server.channel().await;
+    let mut statuses = Vec::new();
+    for service in ["agentrunner.v1.AgentService", ""] {
+        let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+        let request = tonic_health::pb::HealthCheckRequest {
+            service: service.into(),
+        };
+        statuses.push(health.check(request).await.unwrap().into_inner().status);
+    }
+    assert_eq!(
+        statuses[0], statuses[1],
+        "the whole server's health follows the service's"
+    );
+    statuses[0]
 }
 
 /// When the disk fills up mid-run: the run's stream ends with a non-OK status (its events

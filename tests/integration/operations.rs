@@ -12,13 +12,18 @@ use tonic_reflection::pb::v1::ServerReflectionRequest;
 use crate::support::FakeOpenAi;
 use crate::support::TestServer;
 
-/// A mesh health check sees both services SERVING once the store is open.
+/// A mesh health check sees both services, and the whole server (`""`), SERVING once the
+/// store is open.
 #[tokio::test]
 async fn health_reports_both_services_serving() {
     let llm = FakeOpenAi::start(vec![]).await;
     let server = TestServer::start(&llm.base_url()).await;
     let mut health = HealthClient::new(server.channel().await);
-    for service in ["agentrunner.v1.AgentService", "agentrunner.v1.ToolRegistry"] {
+    for service in [
+        "",
+        "agentrunner.v1.AgentService",
+        "agentrunner.v1.ToolRegistry",
+    ] {
         let response = health
             .check(HealthCheckRequest {
                 service: service.to_owned(),

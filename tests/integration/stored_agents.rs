@@ -576,6 +576,23 @@ async fn bad_agents_and_references_are_refused_naming_the_field() {
         )
     );
 
+    // NUL cannot be kept by every store: refused alike on both, naming the field (names
+    // and labels refuse every control character already).
+    let nul_description = library
+        .create_agent(pb::CreateAgentRequest {
+            agent_id: "with-nul".into(),
+            description: "says\0more".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused(nul_description),
+        (
+            Code::InvalidArgument,
+            "description must not contain NUL (U+0000)".into()
+        )
+    );
     let mut both = run_request("hi", &[]);
     both.agent_ref = Some(pb::AgentRef {
         agent_id: "helper".into(),

@@ -7,7 +7,7 @@ use rust_decimal::Decimal;
 use tonic::Status;
 
 use crate::api::status::invalid;
-use crate::domain::{OnExhausted, RunBudget};
+use crate::domain::{OnExhausted, RunBudget, MAX_BUDGET_COST};
 use crate::pb;
 
 /// The most running seconds a budget may name: a day.
@@ -59,17 +59,24 @@ pub fn run_budget(budget: Option<pb::Budget>, prefix: &str) -> Result<RunBudget,
     })
 }
 
-/// A positive decimal amount from `text`, `None` when empty.
+/// A positive decimal amount of at most [`MAX_BUDGET_COST`] from `text`, `None` when empty.
 pub fn amount(field: &str, text: &str) -> Result<Option<Decimal>, Status> {
     if text.is_empty() {
         return Ok(None);
     }
-    let bad = || invalid(field, "must be a positive decimal such as \"0.25\"");
+    let bad = || {
+        invalid(
+            field,
+            &format!("must be a positive decimal such as \"0.25\", at most {MAX_BUDGET_COST}"),
+        )
+    };
     if text.len() > 40 {
         return Err(bad());
     }
     match Decimal::from_str(text.trim()) {
-        Ok(value) if value > Decimal::ZERO => Ok(Some(value.normalize())),
+        Ok(value) if value > Decimal::ZERO && value <= MAX_BUDGET_COST => {
+            Ok(Some(value.normalize()))
+        }
         _ => Err(bad()),
     }
 }
@@ -118,8 +125,15 @@ mod tests {
                 max_cost: "-1".into(),
                 ..Default::default()
             }),
-            "agent.budget.max_cost must be a positive decimal such as \"0.25\""
+            "agent.budget.max_cost must be a positive decimal such as \"0.25\", at most 1000000000"
         );
+        for huge in ["1000000000.01", "79228162514264337593543950335"] {
+            assert!(refusal(pb::Budget {
+                max_cost: huge.into(),
+                ..Default::default()
+            })
+            .starts_with("agent.budget.max_cost must be"));
+        }
         assert_eq!(
             refusal(pb::Budget {
                 max_seconds: Some(0),

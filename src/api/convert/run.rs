@@ -85,6 +85,7 @@ pub fn run_spec(
         parent: None,
         lineage: Vec::new(),
         message_id: None,
+        tree: None,
     };
     if stored {
         // The stored agent is read and the whole spec checked as the run starts.

@@ -38,17 +38,25 @@ pub fn completion_room(
         room = Some(left - prompt_tokens);
     }
     if let Some(limit) = budget.cost {
+        // Saturating throughout: limits, prices and spend are each bounded where they are
+        // read, but their products and quotients need not be.
         let million = Decimal::from(1_000_000u32);
-        let left = limit - spent.cost;
-        let prompt_cost = Decimal::from(prompt_tokens) * price.input_per_million / million;
+        let left = limit.saturating_sub(spent.cost);
+        let prompt_cost =
+            Decimal::from(prompt_tokens).saturating_mul(price.input_per_million) / million;
         let per_token = price.output_per_million / million;
-        let floor = prompt_cost + Decimal::from(min_completion) * per_token;
+        let floor =
+            prompt_cost.saturating_add(Decimal::from(min_completion).saturating_mul(per_token));
         if left <= Decimal::ZERO || left < floor {
             return Err(BudgetKind::Cost);
         }
         if per_token > Decimal::ZERO {
-            let tokens = ((left - prompt_cost) / per_token).floor();
-            let tokens = u64::try_from(tokens).unwrap_or(u64::MAX);
+            let tokens = left
+                .saturating_sub(prompt_cost)
+                .checked_div(per_token)
+                .map_or(u64::MAX, |tokens| {
+                    u64::try_from(tokens.floor()).unwrap_or(u64::MAX)
+                });
             room = Some(room.map_or(tokens, |room| room.min(tokens)));
         }
     }
@@ -228,6 +236,31 @@ mod tests {
         assert_eq!(
             completion_room(&budget, &spent, 900, &price, 16),
             Err(BudgetKind::Cost)
+        );
+    }
+
+    #[test]
+    fn a_huge_budget_over_a_tiny_price_saturates_instead_of_overflowing() {
+        let budget = RunBudget {
+            cost: Some(Decimal::MAX),
+            ..RunBudget::default()
+        };
+        let price = Pricing {
+            output_per_million: Decimal::new(1, 9),
+            input_per_million: Decimal::MAX,
+            ..Pricing::default()
+        };
+        assert_eq!(
+            completion_room(&budget, &Spent::default(), u64::MAX, &price, 16),
+            Ok(Some(u64::MAX))
+        );
+        let cheap_prompt = Pricing {
+            input_per_million: Decimal::ZERO,
+            ..price
+        };
+        assert_eq!(
+            completion_room(&budget, &Spent::default(), 10, &cheap_prompt, 16),
+            Ok(Some(u64::MAX))
         );
     }
 

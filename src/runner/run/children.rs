@@ -4,9 +4,10 @@
 //! Depth and cycles are refused before anything starts; the child's token is a child of
 //! this run's, so cancelling this run cancels every descendant.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
-use futures::stream::SelectAll;
+use futures::stream::{BoxStream, SelectAll};
 use futures::StreamExt;
 
 use super::calls::RoundTools;
@@ -14,9 +15,11 @@ use super::halt::{or_cancel, Halt};
 use super::launch::{child_message_id, ChildRun, ChildStart, Family};
 use super::state::Round;
 use crate::domain::{
-    CallOutcome, ChildEvent, FinishReason, MessageStatus, ParentLink, RunBudget, RunEvent,
-    ToolInvokeMeta,
+    CallOutcome, ChildEvent, EventEnvelope, FinishReason, MessageStatus, ParentLink, RunBudget,
+    RunEvent, ToolInvokeMeta,
 };
+use crate::runner::error::RunError;
+use crate::runner::tree::{TreeHandle, TreeSlot};
 use crate::tools::{observation, Invocation, AGENT_PROVIDER};
 
 /// One child being followed: the call it answers and what it has shown.
@@ -30,11 +33,19 @@ struct Following {
     carried: u64,
     /// Tool calls it (and the runs below it) started.
     tool_calls: u32,
+    /// What it waits for, as its last event said.
+    wait: Option<MessageStatus>,
+    /// Its place in the tree, given back when its events end.
+    slot: Option<TreeSlot>,
 }
 
+/// A followed child's item: one of its events, or the end of them (`None`).
+type ChildItem = (usize, Option<Result<EventEnvelope, RunError>>);
+
 impl RoundTools<'_> {
-    /// Runs the sub-agent calls at `indices` at once, carrying their events, and records
-    /// each child's end as its call's result.
+    /// Runs the sub-agent calls at `indices`, at most `runner.tool_concurrency` at once as
+    /// other tools are, carrying their events, and records each child's end as its call's
+    /// result.
     pub(super) async fn run_child_calls(
         &mut self,
         round: &mut Round,
@@ -43,74 +54,129 @@ impl RoundTools<'_> {
         let Some(family) = self.family else {
             return Ok(());
         };
-        let mut following = Vec::new();
-        let mut streams = SelectAll::new();
         let share = self.children_budget(indices.len());
-        for index in indices {
-            let call = round.thought.tool_calls[index].clone();
-            match self.start_child(family, &call, &share).await {
-                Ok((run, agent_id)) => {
-                    let carried = match run.found {
-                        true => {
-                            self.recorder
-                                .last_child_seq(self.message.id, &call.id)
-                                .await?
-                        }
-                        false => 0,
-                    };
-                    let slot = following.len();
-                    following.push(Following {
-                        index,
-                        call_id: call.id.clone(),
-                        agent_id,
-                        agent_version: run.agent_version,
-                        started: Instant::now(),
-                        carried,
-                        tool_calls: 0,
-                    });
-                    streams.push(run.events.map(move |item| (slot, item)).boxed());
-                }
-                Err(invocation) => self.record(round, index, invocation).await?,
+        let mut pending: VecDeque<usize> = indices.into();
+        let mut following: Vec<Following> = Vec::new();
+        let mut streams: SelectAll<BoxStream<'static, ChildItem>> = SelectAll::new();
+        let limit = self.settings.tool_concurrency.max(1);
+        loop {
+            while streams.len() < limit {
+                let Some(index) = pending.pop_front() else {
+                    break;
+                };
+                self.follow_child(family, round, index, &share, &mut following, &mut streams)
+                    .await?;
             }
-        }
-        let mut waits: Vec<Option<MessageStatus>> = vec![None; following.len()];
-        while let Some((slot, item)) = or_cancel(self.cancel, streams.next()).await? {
-            let event = match item {
-                Ok(event) => event,
-                Err(err) => {
-                    let text = observation::invoke_error(&format_args!(
-                        "the sub-agent's run could not be followed: {err}"
-                    ));
-                    let invocation = failure(text, following[slot].started);
-                    self.record(round, following[slot].index, invocation)
-                        .await?;
-                    continue;
+            let Some((slot, item)) = or_cancel(self.cancel, streams.next()).await? else {
+                if pending.is_empty() {
+                    break;
                 }
+                continue;
             };
-            let child = &mut following[slot];
-            child.tool_calls = child.tool_calls.saturating_add(tool_calls_in(&event.event));
-            let end = child_result(&event.event, child.started).map(|mut invocation| {
-                invocation.meta.tool_calls = child.tool_calls;
-                invocation
-            });
-            let index = child.index;
-            waits[slot] = asks(&event.event);
-            self.show_waiting(&waits)?;
-            // Events carried before this run was taken over are counted, not carried again.
-            if event.seq > child.carried {
-                self.recorder.announce(RunEvent::Child(Box::new(ChildEvent {
-                    tool_call_id: child.call_id.clone(),
-                    depth: family.depth + 1,
-                    agent_id: child.agent_id.clone(),
-                    agent_version: child.agent_version,
-                    event,
-                })));
-            }
-            if let Some(invocation) = end {
-                self.record(round, index, invocation).await?;
+            match item {
+                Some(item) => {
+                    self.carry(family, round, &mut following, slot, item)
+                        .await?
+                }
+                // Its events ended: its place in the tree is free for the next call.
+                None => following[slot].slot = None,
             }
         }
         self.show_waiting(&[])?;
+        Ok(())
+    }
+
+    /// Starts (or, after a takeover, finds) the child of the call at `index` and follows
+    /// its events; a call that starts nothing is recorded with why.
+    async fn follow_child(
+        &mut self,
+        family: &Family,
+        round: &mut Round,
+        index: usize,
+        share: &RunBudget,
+        following: &mut Vec<Following>,
+        streams: &mut SelectAll<BoxStream<'static, ChildItem>>,
+    ) -> Result<(), Halt> {
+        let call = round.thought.tool_calls[index].clone();
+        let (run, agent_id, tree_slot) = match self.start_child(family, &call, share).await {
+            Ok(started) => started,
+            Err(invocation) => return self.record(round, index, invocation).await,
+        };
+        let carried = match run.found {
+            true => {
+                self.recorder
+                    .last_child_seq(self.message.id, &call.id)
+                    .await?
+            }
+            false => 0,
+        };
+        let slot = following.len();
+        following.push(Following {
+            index,
+            call_id: call.id.clone(),
+            agent_id,
+            agent_version: run.agent_version,
+            started: Instant::now(),
+            carried,
+            tool_calls: 0,
+            wait: None,
+            slot: Some(tree_slot),
+        });
+        let events = run
+            .events
+            .map(Some)
+            .chain(futures::stream::once(async { None }))
+            .map(move |item| (slot, item));
+        streams.push(events.boxed());
+        Ok(())
+    }
+
+    /// Carries one of a child's events (wrapped as `child`), shows what the children wait
+    /// for, and records the call's result when the event ends the child.
+    async fn carry(
+        &mut self,
+        family: &Family,
+        round: &mut Round,
+        following: &mut [Following],
+        slot: usize,
+        item: Result<EventEnvelope, RunError>,
+    ) -> Result<(), Halt> {
+        let event = match item {
+            Ok(event) => event,
+            Err(err) => {
+                let text = observation::invoke_error(&format_args!(
+                    "the sub-agent's run could not be followed: {err}"
+                ));
+                let invocation = failure(text, following[slot].started);
+                return self.record(round, following[slot].index, invocation).await;
+            }
+        };
+        let child = &mut following[slot];
+        child.tool_calls = child.tool_calls.saturating_add(tool_calls_in(&event.event));
+        let end = child_result(&event.event, child.started).map(|mut invocation| {
+            invocation.meta.tool_calls = child.tool_calls;
+            invocation
+        });
+        let index = child.index;
+        child.wait = asks(&event.event);
+        // Events carried before this run was taken over are counted, not carried again.
+        let carried = (event.seq > child.carried).then(|| {
+            RunEvent::Child(Box::new(ChildEvent {
+                tool_call_id: child.call_id.clone(),
+                depth: family.depth + 1,
+                agent_id: child.agent_id.clone(),
+                agent_version: child.agent_version,
+                event,
+            }))
+        });
+        let waits: Vec<Option<MessageStatus>> = following.iter().map(|f| f.wait).collect();
+        self.show_waiting(&waits)?;
+        if let Some(carried) = carried {
+            self.recorder.announce(carried);
+        }
+        if let Some(invocation) = end {
+            self.record(round, index, invocation).await?;
+        }
         Ok(())
     }
 
@@ -145,13 +211,14 @@ impl RoundTools<'_> {
         self.budget.left_for_children(&spent, ways)
     }
 
-    /// Starts the child `call` asks for, or says why it does not start.
+    /// Starts the child `call` asks for, holding its place in the tree, or says why it
+    /// does not start.
     async fn start_child(
         &self,
         family: &Family,
         call: &crate::domain::ToolCallRecord,
         budget: &RunBudget,
-    ) -> Result<(ChildRun, String), Invocation> {
+    ) -> Result<(ChildRun, String, TreeSlot), Invocation> {
         let started = Instant::now();
         let refuse = |code: &str, text: String| {
             failure(
@@ -203,6 +270,10 @@ impl RoundTools<'_> {
                 ),
             ));
         }
+        let tree_slot = family
+            .tree
+            .reserve()
+            .map_err(|full| refuse("sub_agent_limit", full.to_string()))?;
         let start = ChildStart {
             tenant: family.tenant.clone(),
             user: family.user.clone(),
@@ -216,13 +287,18 @@ impl RoundTools<'_> {
             lineage: family.lineage.clone(),
             message_id: child_message_id(self.message.id, &call.id),
             budget: budget.clone(),
+            tree: TreeHandle(family.tree.clone()),
+            max_children: family.max_children,
         };
         match family
             .launcher
             .start_child(start, self.cancel.child_token())
             .await
         {
-            Ok(run) => Ok((run, agent.agent_id.clone())),
+            Ok(run) => Ok((run, agent.agent_id.clone(), tree_slot)),
+            Err(RunError::LimitExceeded { limit, detail, .. }) => {
+                Err(refuse("sub_agent_limit", format!("{limit}: {detail}")))
+            }
             Err(err) => Err(refuse("agent_unavailable", err.to_string())),
         }
     }

@@ -10,6 +10,7 @@ use crate::domain::{MessageId, ParentLink, RunBudget, Tenant};
 use crate::runner::error::RunError;
 use crate::runner::live::EventStream;
 use crate::runner::spec::SubAgentRef;
+use crate::runner::tree::{Tree, TreeHandle};
 
 /// A sub-agent run to start for a call.
 pub struct ChildStart {
@@ -29,6 +30,10 @@ pub struct ChildStart {
     pub message_id: MessageId,
     /// This run's budget left for the child: its own is held within it.
     pub budget: RunBudget,
+    /// The tree the child joins.
+    pub tree: TreeHandle,
+    /// The tenant's `max_concurrent_child_runs` (0: the server's default).
+    pub max_children: u32,
 }
 
 /// A sub-agent run started (or, for a run taken over, found already started).
@@ -72,6 +77,10 @@ pub struct Family {
     pub tenant: Tenant,
     /// The end user of the tree.
     pub user: String,
+    /// The runs of the tree, counted against `runner.max_tree_runs` and `_total`.
+    pub tree: Arc<Tree>,
+    /// The tenant's `max_concurrent_child_runs` (0: the server's default).
+    pub max_children: u32,
 }
 
 /// The message id of the child a call starts: the same for the same run and call, so an

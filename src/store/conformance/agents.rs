@@ -303,3 +303,44 @@ pub async fn an_agents_messages_are_listed_newest_first(harness: &dyn Harness) {
         .unwrap();
     assert_eq!(again.items, helper);
 }
+
+/// NUL (U+0000) in an agent's name, description or labels is refused, naming the field,
+/// whether the agent is created or changed: the same on every backend (PostgreSQL's record
+/// cannot hold it), and nothing of the refused write is kept.
+pub async fn nul_in_an_agents_fields_is_refused_naming_it(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let tenant = tenant();
+    let mut named = agent("nul-name", &[]);
+    named.name = "a\0b".to_owned();
+    let mut described = agent("nul-description", &[]);
+    described.description = "says\0more".to_owned();
+    let labelled = agent("nul-label", &[("team", "a\0b")]);
+    for (record, field) in [
+        (named, "name"),
+        (described, "description"),
+        (labelled, "labels"),
+    ] {
+        let refused = store.create_agent(&tenant, &record, None).await.unwrap();
+        assert_eq!(refused, Err(AgentRefusal::HoldsNul(field)));
+        assert!(store
+            .get_agent(&tenant, &record.id)
+            .await
+            .unwrap()
+            .is_none());
+    }
+    store
+        .create_agent(&tenant, &agent("clean", &[("team", "a")]), None)
+        .await
+        .unwrap()
+        .unwrap();
+    let change = AgentChange::Describe {
+        name: None,
+        description: Some("now\0with NUL".to_owned()),
+        labels: None,
+    };
+    let refused = store.change_agent(&tenant, "clean", &change).await.unwrap();
+    assert_eq!(refused, Err(AgentRefusal::HoldsNul("description")));
+    let kept = store.get_agent(&tenant, "clean").await.unwrap().unwrap();
+    assert_eq!(kept.description, "");
+    assert_eq!(kept.labels.get("team").map(String::as_str), Some("a"));
+}

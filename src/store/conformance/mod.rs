@@ -11,13 +11,14 @@ mod ownership;
 
 pub use agents::{
     agents_are_kept_per_tenant, alias_moves_compare_and_set,
-    an_agents_messages_are_listed_newest_first, versions_are_numbered_without_gaps,
+    an_agents_messages_are_listed_newest_first, nul_in_an_agents_fields_is_refused_naming_it,
+    versions_are_numbered_without_gaps,
 };
 pub use lifecycle::{a_store_that_cannot_write_says_unavailable, retired_events_leave_each_end};
 pub use ownership::{
-    a_burst_under_another_fence_writes_nothing, commands_reach_running_runs_once,
-    orphans_are_taken_over_until_their_limit, registry_changes_are_counted,
-    tenant_limits_admit_exactly,
+    a_burst_under_another_fence_writes_nothing, children_are_counted_apart_from_top_level_runs,
+    commands_reach_running_runs_once, orphans_are_taken_over_until_their_limit,
+    registry_changes_are_counted, tenant_limits_admit_exactly,
 };
 
 use std::collections::BTreeMap;
@@ -62,11 +63,13 @@ pub async fn run_all(harness: &dyn Harness) {
     commands_reach_running_runs_once(harness).await;
     registry_changes_are_counted(harness).await;
     tenant_limits_admit_exactly(harness).await;
+    children_are_counted_apart_from_top_level_runs(harness).await;
     orphans_are_taken_over_until_their_limit(harness).await;
     versions_are_numbered_without_gaps(harness).await;
     alias_moves_compare_and_set(harness).await;
     agents_are_kept_per_tenant(harness).await;
     an_agents_messages_are_listed_newest_first(harness).await;
+    nul_in_an_agents_fields_is_refused_naming_it(harness).await;
 }
 
 pub(crate) fn tenant() -> Tenant {

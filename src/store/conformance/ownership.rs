@@ -118,8 +118,25 @@ pub async fn registry_changes_are_counted(harness: &dyn Harness) {
 
 /// Starts a message of `tenant` in a new conversation under `admission`.
 async fn admitted(store: &Store, tenant: &Tenant, admission: Admission) -> Inserted {
+    admitted_below(store, tenant, admission, None).await
+}
+
+/// As [`admitted`], for a sub-agent's message when `parent` is given.
+async fn admitted_below(
+    store: &Store,
+    tenant: &Tenant,
+    admission: Admission,
+    parent: Option<crate::domain::MessageId>,
+) -> Inserted {
     let opening = crate::store::test_records::conversation(tenant);
     let mut message = crate::store::test_records::running_message(opening.id, 0);
+    message.parent = parent.map(|message_id| {
+        Box::new(crate::domain::ParentLink {
+            message_id,
+            tool_call_id: "call".into(),
+            depth: 1,
+        })
+    });
     store
         .insert_message(NewMessage {
             tenant,
@@ -140,7 +157,7 @@ pub async fn tenant_limits_admit_exactly(harness: &dyn Harness) {
     let store = harness.fresh().await;
     let two_running = Admission {
         max_running: 2,
-        per_minute: 0,
+        ..Admission::default()
     };
     let acme = Tenant::parse("acme").unwrap();
     let racers: Vec<_> = (0..8)
@@ -165,8 +182,8 @@ pub async fn tenant_limits_admit_exactly(harness: &dyn Harness) {
     assert_eq!(admitted(&store, &other, two_running).await, Inserted::Yes);
 
     let three_a_minute = Admission {
-        max_running: 0,
         per_minute: 3,
+        ..Admission::default()
     };
     let busy = Tenant::parse("busy").unwrap();
     for _ in 0..3 {
@@ -188,6 +205,52 @@ pub async fn tenant_limits_admit_exactly(harness: &dyn Harness) {
             panic!("{other:?}")
         }
     }
+}
+
+/// Sub-agents' runs take no top-level slot (neither running nor a start in the minute):
+/// they are counted against the tenant's limit on children alone, exactly, however many
+/// start at once.
+pub async fn children_are_counted_apart_from_top_level_runs(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let acme = Tenant::parse("acme").unwrap();
+    let limits = Admission {
+        max_running: 1,
+        per_minute: 2,
+        max_children: 3,
+    };
+    let top = crate::domain::MessageId::new();
+    assert_eq!(admitted(&store, &acme, limits).await, Inserted::Yes);
+    let racers: Vec<_> = (0..8)
+        .map(|_| {
+            let (store, acme) = (store.clone(), acme.clone());
+            tokio::spawn(async move { admitted_below(&store, &acme, limits, Some(top)).await })
+        })
+        .collect();
+    let mut children = 0;
+    for racer in racers {
+        match racer.await.unwrap() {
+            Inserted::Yes => children += 1,
+            Inserted::Refused(Refusal::Children { running }) => assert_eq!(running, 3),
+            other @ (Inserted::KeyTaken(_) | Inserted::Refused(_)) => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(children, 3, "exactly the children's limit");
+    // The one top-level run still holds the only top-level slot; the children hold none.
+    match admitted(&store, &acme, limits).await {
+        Inserted::Refused(Refusal::Running { running }) => assert_eq!(running, 1),
+        other @ (Inserted::Yes | Inserted::KeyTaken(_) | Inserted::Refused(_)) => {
+            panic!("{other:?}")
+        }
+    }
+    let roomier = Admission {
+        max_running: 2,
+        ..limits
+    };
+    assert_eq!(
+        admitted(&store, &acme, roomier).await,
+        Inserted::Yes,
+        "children's starts are not counted in the minute either"
+    );
 }
 
 /// A run left running by a process that is gone is taken over by the next one to resume

@@ -185,6 +185,9 @@ impl crate::store::Agents for Postgres {
         record: &AgentRecord,
         first: Option<&AgentVersionRecord>,
     ) -> Result<Result<(), AgentRefusal>, StoreError> {
+        if let Some(field) = record.field_with_nul() {
+            return Ok(Err(AgentRefusal::HoldsNul(field)));
+        }
         let started = Instant::now();
         let mut tx = self.begin().await?;
         let done = self.insert_agent(&mut tx, tenant, record, first).await?;

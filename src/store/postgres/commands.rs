@@ -59,7 +59,7 @@ impl crate::store::Commands for Postgres {
         rows.sort_by_key(|(id, ..)| *id);
         rows.into_iter()
             .map(|(_, tenant, message, text)| {
-                let tenant = Tenant::parse(&tenant).ok_or_else(|| StoreError::Backend {
+                let tenant = Tenant::from_stored(&tenant).ok_or_else(|| StoreError::Backend {
                     category: crate::store::Category::Corrupt,
                     message: "a command names a tenant that is not valid".to_owned(),
                 })?;

@@ -128,7 +128,10 @@ impl crate::store::Conversations for Postgres {
                 return Ok(Inserted::KeyTaken(winner));
             }
         }
-        if let Some(refusal) = self.admit(&mut tx, tenant, admission).await? {
+        if let Some(refusal) = self
+            .admit(&mut tx, tenant, admission, message.parent.is_some())
+            .await?
+        {
             return Ok(Inserted::Refused(refusal));
         }
         // A new conversation is written, then the conversation's lock taken, in one round
@@ -171,8 +174,8 @@ impl crate::store::Conversations for Postgres {
         message.seq = u64::try_from(seq).unwrap_or_default();
         message.ordinal = u64::try_from(ordinal).unwrap_or_default();
         sqlx::query(
-            "INSERT INTO messages (tenant, id, conversation_id, seq, ordinal, running, record, spec, owner, epoch, agent_id) \
-             VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $10)",
+            "INSERT INTO messages (tenant, id, conversation_id, seq, ordinal, running, record, spec, owner, epoch, agent_id, parent_id) \
+             VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $10, $11)",
         )
         .bind(tenant.as_str())
         .bind(message.id.0)
@@ -190,6 +193,7 @@ impl crate::store::Conversations for Postgres {
                 .filter(|_| message.parent.is_none())
                 .map(|pin| pin.agent_id.clone()),
         )
+        .bind(message.parent.as_ref().map(|parent| parent.message_id.0))
         .execute(&mut *tx)
         .await
         .map_err(failed)?;
@@ -406,29 +410,47 @@ impl crate::store::Conversations for Postgres {
 }
 
 impl Postgres {
-    /// Counts the tenant's running messages and its starts in the last minute against
-    /// `admission`, holding the tenant's lock until the transaction ends, so the count and
-    /// the insert are one step for every replica.
+    /// Counts the tenant's running top-level messages and its top-level starts in the last
+    /// minute against `admission` (for a sub-agent's message, `child`, its running
+    /// sub-agents' messages), holding the tenant's lock until the transaction ends, so the
+    /// count and the insert are one step for every replica.
     async fn admit(
         &self,
         tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
         tenant: &Tenant,
         admission: Admission,
+        child: bool,
     ) -> Result<Option<Refusal>, StoreError> {
-        if admission == Admission::default() {
+        if admission == Admission::default() || (child && admission.max_children == 0) {
             return Ok(None);
         }
         let failed = |err| self.failed(err);
+        let lock = if child { "children" } else { "admission" };
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-            .bind(format!("{}\u{2}admission", tenant.as_str()))
+            .bind(format!("{}\u{2}{lock}", tenant.as_str()))
             .execute(&mut **tx)
             .await
             .map_err(failed)?;
+        if child {
+            let (running,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM messages \
+                 WHERE tenant = $1 AND running AND parent_id IS NOT NULL",
+            )
+            .bind(tenant.as_str())
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(failed)?;
+            let running = u64::try_from(running).unwrap_or(0);
+            return Ok((running >= u64::from(admission.max_children))
+                .then_some(Refusal::Children { running }));
+        }
         let (running, started, wait_ms): (i64, i64, Option<f64>) = sqlx::query_as(
-            "SELECT (SELECT count(*) FROM messages WHERE tenant = $1 AND running), \
+            "SELECT (SELECT count(*) FROM messages WHERE tenant = $1 AND running \
+                     AND parent_id IS NULL), \
              count(*), \
              (extract(epoch FROM min(created_at) + interval '1 minute' - now()) * 1000)::float8 \
-             FROM messages WHERE tenant = $1 AND created_at > now() - interval '1 minute'",
+             FROM messages WHERE tenant = $1 AND created_at > now() - interval '1 minute' \
+             AND parent_id IS NULL",
         )
         .bind(tenant.as_str())
         .fetch_one(&mut **tx)

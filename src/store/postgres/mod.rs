@@ -277,7 +277,20 @@ fn migrator() -> Migrator {
         sqlx::SqlStr::from_static(include_str!("migrations/0004_agent_messages.sql")),
         false,
     );
-    Migrator::with_migrations(vec![initial, replicas, agents, agent_messages])
+    let message_parents = Migration::new(
+        5,
+        "message_parents".into(),
+        MigrationType::Simple,
+        sqlx::SqlStr::from_static(include_str!("migrations/0005_message_parents.sql")),
+        false,
+    );
+    Migrator::with_migrations(vec![
+        initial,
+        replicas,
+        agents,
+        agent_messages,
+        message_parents,
+    ])
 }
 
 /// Refuses a database whose schema needs a newer build than this one.

@@ -110,7 +110,7 @@ impl crate::store::Registry for Postgres {
         Ok(rows
             .into_iter()
             .filter_map(|(tenant, name, record, sealed)| {
-                let tenant = Tenant::parse(&tenant)?;
+                let tenant = Tenant::from_stored(&tenant)?;
                 let opened = self.open_provider(&record, &sealed);
                 Some((tenant, name, opened))
             })

@@ -276,10 +276,12 @@ impl Postgres {
                 Fate::Adopt => {
                     let handed_over = crate::store::adopt(&mut message);
                     let epoch = self.adopt(&mut tx, &tenant, &message).await?;
-                    let tenant = Tenant::parse(&tenant).ok_or_else(|| StoreError::Backend {
-                        category: Category::Corrupt,
-                        message: "a running message names a tenant that is not valid".to_owned(),
-                    })?;
+                    let tenant =
+                        Tenant::from_stored(&tenant).ok_or_else(|| StoreError::Backend {
+                            category: Category::Corrupt,
+                            message: "a running message names a tenant that is not valid"
+                                .to_owned(),
+                        })?;
                     adopted.push(Adopted {
                         tenant,
                         message: message.id,

@@ -168,11 +168,13 @@ conformance_on_postgres!(
     commands_reach_running_runs_once,
     registry_changes_are_counted,
     tenant_limits_admit_exactly,
+    children_are_counted_apart_from_top_level_runs,
     orphans_are_taken_over_until_their_limit,
     versions_are_numbered_without_gaps,
     alias_moves_compare_and_set,
     agents_are_kept_per_tenant,
     an_agents_messages_are_listed_newest_first,
+    nul_in_an_agents_fields_is_refused_naming_it,
 );
 
 /// A second live process with the same replica id is refused, naming the id and the

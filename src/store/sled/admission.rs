@@ -24,25 +24,32 @@ pub struct Admissions {
 }
 
 /// Held while a message of a limited tenant is counted and written (unlimited tenants
-/// hold nothing, so their starts never wait on each other).
-pub struct Admitted<'a>(Option<(std::sync::MutexGuard<'a, Starts>, Tenant)>);
+/// hold nothing, so their starts never wait on each other); names the tenant whose start
+/// is noted, none for a sub-agent's message.
+pub struct Admitted<'a>(Option<(std::sync::MutexGuard<'a, Starts>, Option<Tenant>)>);
 
 impl Admitted<'_> {
     /// Notes the start of the message just written.
     pub fn started(self) {
-        if let Some((mut starts, tenant)) = self.0 {
+        if let Some((mut starts, Some(tenant))) = self.0 {
             starts.entry(tenant).or_default().push_back(Instant::now());
         }
     }
 }
 
+/// The value of a sub-agent's running marker; a top-level run's is empty (as every marker
+/// written before children were told apart is).
+pub const CHILD_MARKER: &[u8] = b"c";
+
 impl Embedded {
-    /// Counts `tenant`'s running messages and recent starts against `admission`; on
-    /// success the returned guard is held until the message is written.
+    /// Counts `tenant`'s running messages and recent starts against `admission`, for a
+    /// sub-agent's message (`child`) its running sub-agents' messages; on success the
+    /// returned guard is held until the message is written.
     pub(super) fn admit(
         &self,
         tenant: &Tenant,
         admission: Admission,
+        child: bool,
     ) -> Result<Result<Admitted<'_>, Refusal>, StoreError> {
         if admission == Admission::default() {
             return Ok(Ok(Admitted(None)));
@@ -52,6 +59,17 @@ impl Embedded {
             .starts
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        if child {
+            if admission.max_children > 0 {
+                let running = self.running_of(tenant, true)?;
+                if running >= u64::from(admission.max_children) {
+                    return Ok(Err(Refusal::Children { running }));
+                }
+            }
+            // Held, so two children never pass the limit together; not a start the
+            // tenant's per-minute limit counts.
+            return Ok(Ok(Admitted(Some((starts, None)))));
+        }
         let now = Instant::now();
         let recent = starts.entry(tenant.clone()).or_default();
         while recent
@@ -63,11 +81,7 @@ impl Embedded {
         let started = recent.len() as u64;
         let oldest = recent.front().copied();
         if admission.max_running > 0 {
-            let running = self
-                .t()?
-                .running
-                .scan_prefix(keys::tenant_prefix(tenant, 0))
-                .count() as u64;
+            let running = self.running_of(tenant, false)?;
             if running >= u64::from(admission.max_running) {
                 return Ok(Err(Refusal::Running { running }));
             }
@@ -79,6 +93,23 @@ impl Embedded {
                 retry_after: MINUTE.saturating_sub(waited),
             }));
         }
-        Ok(Ok(Admitted(Some((starts, tenant.clone())))))
+        Ok(Ok(Admitted(Some((starts, Some(tenant.clone()))))))
+    }
+
+    /// How many of `tenant`'s messages run now: its sub-agents' (`children`) or its
+    /// top-level ones.
+    fn running_of(&self, tenant: &Tenant, children: bool) -> Result<u64, StoreError> {
+        let mut count = 0;
+        for entry in self
+            .t()?
+            .running
+            .scan_prefix(keys::tenant_prefix(tenant, 0))
+        {
+            let (_, marker) = entry?;
+            if (marker.as_ref() == CHILD_MARKER) == children {
+                count += 1;
+            }
+        }
+        Ok(count)
     }
 }

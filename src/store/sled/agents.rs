@@ -199,6 +199,9 @@ impl crate::store::Agents for Embedded {
         record: &AgentRecord,
         first: Option<&AgentVersionRecord>,
     ) -> Result<Result<(), AgentRefusal>, StoreError> {
+        if let Some(field) = record.field_with_nul() {
+            return Ok(Err(AgentRefusal::HoldsNul(field)));
+        }
         let created = self.insert_agent(tenant, record, first);
         self.written(created).await
     }

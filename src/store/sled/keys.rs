@@ -89,7 +89,7 @@ pub fn named(tenant: &Tenant, key: &str) -> Vec<u8> {
 /// The tenant a key starts with, and the rest of the key.
 pub fn split_tenant(key: &[u8]) -> Option<(Tenant, &[u8])> {
     let split = key.iter().position(|b| *b == 0)?;
-    let tenant = Tenant::parse(std::str::from_utf8(&key[..split]).ok()?)?;
+    let tenant = Tenant::from_stored(std::str::from_utf8(&key[..split]).ok()?)?;
     Some((tenant, key.get(split + 1..)?))
 }
 

@@ -38,6 +38,15 @@ fn agent_key(tenant: &Tenant, message: &Message) -> Option<Vec<u8>> {
     Some(keys::agent_message(tenant, &pin.agent_id, message.id))
 }
 
+/// The running marker of `message`: admission tells sub-agents' runs apart by it.
+fn running_marker(message: &Message) -> &'static [u8] {
+    if message.parent.is_some() {
+        super::admission::CHILD_MARKER
+    } else {
+        &[]
+    }
+}
+
 fn transaction_error(err: TransactionError<StoreError>) -> StoreError {
     match err {
         TransactionError::Abort(err) => err,
@@ -103,7 +112,7 @@ impl Embedded {
                 return Ok(Inserted::KeyTaken(decode("idempotency", &existing)?));
             }
         }
-        let admitted = match self.admit(tenant, admission)? {
+        let admitted = match self.admit(tenant, admission, message.parent.is_some())? {
             Ok(admitted) => admitted,
             Err(refusal) => return Ok(Inserted::Refused(refusal)),
         };
@@ -147,7 +156,8 @@ impl Embedded {
             if let Some((key, value)) = &conversation {
                 t.conversations.insert(key.as_slice(), value.as_slice())?;
             }
-            t.running.insert(message_key.as_slice(), &[] as &[u8])?;
+            t.running
+                .insert(message_key.as_slice(), running_marker(message))?;
             t.messages
                 .insert(message_key.as_slice(), message_value.as_slice())?;
             t.conversation_messages
@@ -175,7 +185,7 @@ impl Embedded {
             }
             messages.insert(message_key.as_slice(), message_value.as_slice())?;
             index.insert(index_key.as_slice(), message.id.as_bytes().as_slice())?;
-            running.insert(message_key.as_slice(), &[] as &[u8])?;
+            running.insert(message_key.as_slice(), running_marker(message))?;
             Ok::<_, ConflictableTransactionError<StoreError>>(Inserted::Yes)
         });
         let inserted = result.map_err(transaction_error)?;

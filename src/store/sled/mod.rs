@@ -573,4 +573,19 @@ mod conformance_tests {
     async fn agents_are_kept_per_tenant() {
         conformance::agents_are_kept_per_tenant(&on_disk()).await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn tenant_limits_admit_exactly() {
+        conformance::tenant_limits_admit_exactly(&on_disk()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn children_are_counted_apart_from_top_level_runs() {
+        conformance::children_are_counted_apart_from_top_level_runs(&on_disk()).await;
+    }
+
+    #[tokio::test]
+    async fn nul_in_an_agents_fields_is_refused_naming_it() {
+        conformance::nul_in_an_agents_fields_is_refused_naming_it(&on_disk()).await;
+    }
 }
