@@ -124,7 +124,10 @@ pub async fn open_store(config: &Config) -> Result<Store, AppError> {
 async fn open_bus(config: &Config, store: &Store) -> Result<Arc<dyn Bus>, AppError> {
     if let Some(settings) = config.cluster.nats() {
         let place = crate::cluster::nats::describe(&settings.url);
-        let bus = Nats::connect(&settings).await?;
+        // Only the deployment's replicas hold the shared key: what they say on NATS opens
+        // for them alone.
+        let key = secret_key(config)?.derive("nats notices");
+        let bus = Nats::connect(&settings, &key).await?;
         tracing::info!(nats = %place, prefix = %settings.prefix, "live events and commands between replicas go over NATS");
         return Ok(bus);
     }
@@ -469,6 +472,8 @@ pub async fn serve(
     let bus = open_bus(&config, &store).await?;
     let relays = Arc::clone(&metrics);
     bus.observe_relays(Box::new(move |events, lag| relays.relayed(events, lag)));
+    let rejections = Arc::clone(&metrics);
+    bus.observe_rejections(Box::new(move || rejections.bus_rejected()));
     let runner = Runner::new(
         store.clone(),
         Arc::new(models),

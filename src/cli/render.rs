@@ -375,7 +375,7 @@ impl HumanView {
 
 fn started_line(started: &pb::RunStarted) -> String {
     let mut line = format!(
-        "▶ {}/{} · {} · up to {} rounds",
+        "▶ {}/{} · {} · up to {} tool rounds, then an answer",
         started.provider,
         started.model,
         json::strategy_name(started.strategy).replace('_', " "),

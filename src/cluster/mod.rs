@@ -4,12 +4,14 @@
 //! any gap and at least every second, and owners look for commands every second.
 //!
 //! Two buses: NATS ([`nats`]), whose event notices carry the committed events themselves
-//! (up to [`MAX_NOTICE_EVENTS_BYTES`]), so followers on other replicas forward them without
-//! a read; and, without NATS, the database's own notifications, which carry only
+//! (up to [`MAX_NOTICE_EVENTS_BYTES`]), sealed ([`seal`]) so that only the deployment's
+//! replicas read or write them, and followers on other replicas forward them without a
+//! read; and, without NATS, the database's own notifications, which carry only
 //! `message:last_seq` (the store's room provides that one). [`Silent`] serves a single
 //! process, whose followers hear its runs directly.
 
 pub mod nats;
+mod seal;
 mod watchers;
 
 use std::sync::Arc;
@@ -39,6 +41,9 @@ pub struct Notice {
 /// long after the last one was produced it arrived.
 pub type RelayObserver = Box<dyn Fn(usize, std::time::Duration) + Send + Sync>;
 
+/// Told of each payload on the bus that did not open with the deployment's key.
+pub type RejectObserver = Box<dyn Fn() + Send + Sync>;
+
 /// How replicas tell each other of committed events and kept commands.
 #[async_trait]
 pub trait Bus: Send + Sync {
@@ -59,6 +64,9 @@ pub trait Bus: Send + Sync {
 
     /// Tells `observe` of every notice relayed to followers here; the first call counts.
     fn observe_relays(&self, _observe: RelayObserver) {}
+
+    /// Tells `observe` of every payload dropped for not opening; the first call counts.
+    fn observe_rejections(&self, _observe: RejectObserver) {}
 }
 
 /// The bus of a single process: nobody else to tell.

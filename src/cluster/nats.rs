@@ -6,8 +6,11 @@
 //!   the message.
 //! - `{prefix}.commands.{replica_id}`: a command was kept for a run the replica holds.
 //!
-//! The connection reconnects on its own; while it is down, notices are dropped and
-//! followers read the store every second.
+//! Every payload is sealed ([`super::seal`]) under a key derived from the shared secret
+//! key and bound to its subject: other clients of the server read nothing and forge
+//! nothing, and what does not open is dropped (and counted) before any read. The
+//! connection reconnects on its own; while it is down, notices are dropped and followers
+//! read the store every second.
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -19,7 +22,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::{Bus, Notice, RelayObserver, Watch, Watchers, MAX_NOTICE_EVENTS_BYTES};
+use super::seal::{Seal, OVERHEAD};
+use super::{Bus, Notice, RejectObserver, RelayObserver, Watch, Watchers, MAX_NOTICE_EVENTS_BYTES};
 use crate::domain::{EventEnvelope, MessageId};
 
 /// How to reach NATS.
@@ -78,6 +82,9 @@ struct WireRef<'a> {
     events: &'a [EventEnvelope],
 }
 
+/// How far a wake-up's clock may stand from this replica's before it is taken for a replay.
+const WAKE_FRESH_MS: i64 = 60_000;
+
 /// The bus over one NATS connection.
 pub struct Nats {
     client: async_nats::Client,
@@ -85,14 +92,17 @@ pub struct Nats {
     watchers: Arc<Watchers>,
     woken: Arc<Notify>,
     observer: Arc<OnceLock<RelayObserver>>,
+    rejected: Arc<OnceLock<RejectObserver>>,
+    seal: Seal,
     stop: CancellationToken,
 }
 
 impl Nats {
     /// Connects (waiting up to five seconds for a first connection, then going on and
     /// retrying in the background, so a replica starts while NATS is away) and listens for
-    /// this replica's command wake-ups.
-    pub async fn connect(settings: &Settings) -> Result<Arc<Self>, NatsError> {
+    /// this replica's command wake-ups; payloads are sealed under `key`, which every
+    /// replica of the deployment derives alike from the shared secret key.
+    pub async fn connect(settings: &Settings, key: &[u8; 32]) -> Result<Arc<Self>, NatsError> {
         let place = describe(&settings.url);
         let mut options = async_nats::ConnectOptions::new()
             .name(format!("agent-runner {}", settings.replica))
@@ -121,25 +131,14 @@ impl Nats {
             watchers: Arc::default(),
             woken: Arc::default(),
             observer: Arc::default(),
+            rejected: Arc::default(),
+            seal: Seal::new(key),
             stop: CancellationToken::new(),
         });
         let commands = format!("{}.commands.{}", bus.prefix, settings.replica);
-        let subscription = bus.client.subscribe(commands).await;
+        let subscription = bus.client.subscribe(commands.clone()).await;
         match subscription {
-            Ok(mut commands) => {
-                let (woken, stop) = (Arc::clone(&bus.woken), bus.stop.clone());
-                tokio::spawn(async move {
-                    loop {
-                        tokio::select! {
-                            () = stop.cancelled() => return,
-                            next = commands.next() => match next {
-                                Some(_) => woken.notify_one(),
-                                None => return,
-                            },
-                        }
-                    }
-                });
-            }
+            Ok(subscription) => bus.listen_for_wakes(commands, subscription),
             Err(err) => {
                 tracing::warn!(nats = %place, error = %err, "cannot listen for commands on NATS; commands are looked for every second")
             }
@@ -151,6 +150,29 @@ impl Nats {
         format!("{}.events.{}", self.prefix, message)
     }
 
+    /// Wakes this replica's command loop for each wake-up that opens and is fresh; others
+    /// are dropped and counted (a forged or replayed one costs nothing).
+    fn listen_for_wakes(&self, subject: String, mut commands: async_nats::Subscriber) {
+        let (woken, stop) = (Arc::clone(&self.woken), self.stop.clone());
+        let (seal, rejected) = (self.seal.clone(), Arc::clone(&self.rejected));
+        tokio::spawn(async move {
+            loop {
+                let heard = tokio::select! {
+                    () = stop.cancelled() => return,
+                    next = commands.next() => match next {
+                        Some(heard) => heard,
+                        None => return,
+                    },
+                };
+                if is_fresh_wake(seal.open(&subject, &heard.payload).as_deref()) {
+                    woken.notify_one();
+                } else {
+                    reject(&rejected);
+                }
+            }
+        });
+    }
+
     /// Forwards what `subscription` hears to the followers of `message` until `stop`.
     fn forward(
         &self,
@@ -160,6 +182,8 @@ impl Nats {
     ) {
         let watchers = Arc::clone(&self.watchers);
         let observer = Arc::clone(&self.observer);
+        let (seal, rejected) = (self.seal.clone(), Arc::clone(&self.rejected));
+        let subject = self.events_subject(message);
         tokio::spawn(async move {
             loop {
                 let heard = tokio::select! {
@@ -167,7 +191,8 @@ impl Nats {
                     heard = subscription.next() => heard,
                 };
                 let Some(heard) = heard else { break };
-                let Ok(wire) = serde_json::from_slice::<Wire>(&heard.payload) else {
+                let Some(wire) = open_notice(&seal, &subject, &heard.payload) else {
+                    reject(&rejected);
                     continue;
                 };
                 if let (Some(observe), Some(last)) = (observer.get(), wire.events.last()) {
@@ -208,11 +233,9 @@ impl Bus for Nats {
             wire.events = &[];
             payload = serde_json::to_vec(&wire).unwrap_or_default();
         }
-        if let Err(err) = self
-            .client
-            .publish(self.events_subject(message), payload.into())
-            .await
-        {
+        let subject = self.events_subject(message);
+        let sealed = self.seal.seal(&subject, &payload);
+        if let Err(err) = self.client.publish(subject, sealed.into()).await {
             tracing::debug!(error = %err, "a notice of committed events was dropped");
         }
     }
@@ -240,7 +263,9 @@ impl Bus for Nats {
 
     async fn wake(&self, owner: &str) {
         let subject = format!("{}.commands.{}", self.prefix, owner);
-        if let Err(err) = self.client.publish(subject, Vec::new().into()).await {
+        let now = crate::domain::now().timestamp_millis().to_be_bytes();
+        let sealed = self.seal.seal(&subject, &now);
+        if let Err(err) = self.client.publish(subject, sealed.into()).await {
             tracing::debug!(error = %err, "a command wake-up was dropped");
         }
     }
@@ -251,6 +276,39 @@ impl Bus for Nats {
 
     fn observe_relays(&self, observe: RelayObserver) {
         let _ = self.observer.set(observe);
+    }
+
+    fn observe_rejections(&self, observe: RejectObserver) {
+        let _ = self.rejected.set(observe);
+    }
+}
+
+/// The notice `payload` carries, if it opens under `seal` for `subject` and reads; nothing
+/// larger than a replica of ours publishes is opened at all.
+fn open_notice(seal: &Seal, subject: &str, payload: &[u8]) -> Option<Wire> {
+    if payload.len() > MAX_NOTICE_EVENTS_BYTES + OVERHEAD {
+        return None;
+    }
+    let plain = seal.open(subject, payload)?;
+    serde_json::from_slice::<Wire>(&plain).ok()
+}
+
+/// Whether an opened wake-up carries a clock near this replica's (a replay of an old one
+/// does not).
+fn is_fresh_wake(opened: Option<&[u8]>) -> bool {
+    let Some(millis) = opened.and_then(|bytes| <[u8; 8]>::try_from(bytes).ok()) else {
+        return false;
+    };
+    let sent = i64::from_be_bytes(millis);
+    (crate::domain::now().timestamp_millis() - sent).abs() <= WAKE_FRESH_MS
+}
+
+/// Counts a payload that did not open (forged, replayed, of another deployment or of a
+/// replica of an earlier release).
+fn reject(rejected: &OnceLock<RejectObserver>) {
+    tracing::debug!("a payload on the bus did not open with this deployment's key; dropped");
+    if let Some(observe) = rejected.get() {
+        observe();
     }
 }
 

@@ -249,3 +249,34 @@ fn by_target<T>(top: MessageId, items: Vec<(Option<MessageId>, T)>) -> Vec<(Mess
     groups.sort_by_key(|(at, _)| *at != top);
     groups
 }
+
+impl Runner {
+    /// Whether a run of `definition` may wait on its caller anywhere in its tree: a tool
+    /// that asks for approval or a client tool, in it or in any sub-agent below it (as the
+    /// versions resolve now). A sub-agent that cannot be read is passed over: its call
+    /// would be a tool error, never a wait.
+    pub async fn tree_waits_on_caller(
+        &self,
+        tenant: &Tenant,
+        definition: &super::AgentDefinition,
+    ) -> bool {
+        if waits_on_caller(definition) {
+            return true;
+        }
+        pin::tree_below(&self.store, tenant, &definition.agent.sub_agents)
+            .await
+            .iter()
+            .flatten()
+            .any(waits_on_caller)
+    }
+}
+
+/// Whether calls of `definition` itself wait on the caller (approvals or client tools).
+pub fn waits_on_caller(definition: &super::AgentDefinition) -> bool {
+    definition
+        .agent
+        .tools
+        .iter()
+        .any(|tool| tool.require_approval)
+        || !definition.client_tools.is_empty()
+}

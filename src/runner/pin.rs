@@ -4,7 +4,7 @@
 //! again.
 
 use super::error::RunError;
-use super::spec::{AgentDefinition, AgentReference, RunSpec};
+use super::spec::{AgentDefinition, AgentReference, RunSpec, SubAgentRef};
 use crate::domain::{FieldError, PinnedAgent, RunOverrides, Tenant, VersionPick};
 use crate::store::{Store, StoreError};
 
@@ -41,6 +41,40 @@ pub async fn pin(store: &Store, mut spec: RunSpec) -> Result<RunSpec, RunError> 
         overrides: reference.overrides,
     });
     Ok(spec)
+}
+
+/// Most stored versions read when walking a tree of sub-agents: more than any tree
+/// `runner.max_agent_depth` and the sub-agents a config may name reach in practice, few
+/// enough that a check made at `Run` or for a card stays cheap.
+const MAX_TREE_READS: usize = 64;
+
+/// Every stored version below `sub_agents` as it resolves now, outermost first, each read
+/// once: a version that cannot be read is given as its error and not walked below.
+pub async fn tree_below(
+    store: &Store,
+    tenant: &Tenant,
+    sub_agents: &[SubAgentRef],
+) -> Vec<Result<AgentDefinition, RunError>> {
+    let mut seen = std::collections::HashSet::new();
+    let mut below: std::collections::VecDeque<SubAgentRef> = sub_agents.iter().cloned().collect();
+    let mut found = Vec::new();
+    while let Some(sub) = below.pop_front() {
+        let key = format!("{}@{:?}", sub.agent_id, sub.pick());
+        if seen.len() >= MAX_TREE_READS || !seen.insert(key) {
+            continue;
+        }
+        let reference = AgentReference {
+            agent_id: sub.agent_id.clone(),
+            pick: sub.pick(),
+            overrides: Default::default(),
+        };
+        let read = read_version(store, tenant, &reference).await;
+        if let Ok((_, definition)) = &read {
+            below.extend(definition.agent.sub_agents.iter().cloned());
+        }
+        found.push(read.map(|(_, definition)| definition));
+    }
+    found
 }
 
 /// The version `reference` names now, decoded.

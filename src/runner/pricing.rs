@@ -1,10 +1,10 @@
 //! A run with a cost budget needs a price for every model it may call, in one currency:
-//! its model, its fallbacks and its sub-agents' models. Without one the budget could not
+//! its model, its fallbacks and every model of the sub-agents below it. Without one the budget could not
 //! be held, so such a run is refused before it starts.
 
 use super::error::RunError;
 use super::pin;
-use super::spec::{AgentReference, ModelSpec, RunSpec};
+use super::spec::{ModelSpec, RunSpec};
 use crate::domain::{FieldError, Pricing};
 use crate::llm::ModelRegistry;
 use crate::store::Store;
@@ -28,14 +28,10 @@ pub async fn check_priced(
     let refuse = |reason: String| RunError::from(FieldError::new(field, reason));
     let mut priced: Vec<(String, Pricing)> = Vec::new();
     collect(models, &spec.agent.model, &mut priced)?;
-    for sub in &spec.agent.sub_agents {
-        let reference = AgentReference {
-            agent_id: sub.agent_id.clone(),
-            pick: sub.pick(),
-            overrides: Default::default(),
-        };
-        let (_, definition) = pin::read_version(store, &spec.tenant, &reference).await?;
-        collect(models, &definition.agent.model, &mut priced)?;
+    // The whole tree as it resolves now: a sub-agent's own sub-agents spend from this
+    // budget too. (A version an alias moves to later is checked when its child starts.)
+    for definition in pin::tree_below(store, &spec.tenant, &spec.agent.sub_agents).await {
+        collect(models, &definition?.agent.model, &mut priced)?;
     }
     let currency = priced
         .first()

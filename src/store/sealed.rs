@@ -54,6 +54,20 @@ impl SecretKey {
             })
     }
 
+    /// A key of its own for `purpose`, derived from this one (SHA-256 of a label, the
+    /// purpose and the key): what replicas sharing this key seal something else with, so
+    /// no ciphertext of one use can be taken for another's.
+    pub fn derive(&self, purpose: &str) -> [u8; 32] {
+        use sha2::Digest as _;
+        sha2::Sha256::new()
+            .chain_update(b"agent-runner derived key\0")
+            .chain_update(purpose.as_bytes())
+            .chain_update(b"\0")
+            .chain_update(self.0)
+            .finalize()
+            .into()
+    }
+
     /// The key as base64, as key files hold it.
     pub fn to_base64(&self) -> String {
         base64::engine::general_purpose::STANDARD.encode(self.0)

@@ -171,6 +171,7 @@ pub struct Metrics {
     replica_info: Family<ReplicaLabels, Gauge>,
     relayed_events: Counter,
     relay_lag: Histogram,
+    bus_rejected: Counter,
     /// Whether run counts and cost carry a `tenant` label.
     tenant_label: bool,
 }
@@ -201,6 +202,7 @@ impl Metrics {
             replica_info: Family::default(),
             relayed_events: Counter::default(),
             relay_lag: Histogram::new(FLUSH_BUCKETS),
+            bus_rejected: Counter::default(),
             tenant_label,
         };
         metrics.register();
@@ -284,6 +286,12 @@ impl Metrics {
             "From an event's making on its replica to its notice reaching this one",
             self.relay_lag.clone(),
         );
+        registry.register(
+            "agent_runner_bus_rejected",
+            "Payloads heard on the bus that did not open with the deployment's key (forged, \
+             replayed, or of a replica of an earlier release), dropped unread",
+            self.bus_rejected.clone(),
+        );
     }
 
     /// A notice of `events` events of another replica's run arrived `lag` after the last
@@ -291,6 +299,11 @@ impl Metrics {
     pub fn relayed(&self, events: usize, lag: Duration) {
         self.relayed_events.inc_by(events as u64);
         self.relay_lag.observe(lag.as_secs_f64());
+    }
+
+    /// A payload on the bus did not open and was dropped.
+    pub fn bus_rejected(&self) {
+        self.bus_rejected.inc();
     }
 
     /// Names the replica this process is, for dashboards that join on it.

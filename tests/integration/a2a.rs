@@ -743,7 +743,8 @@ async fn client_tool_outputs_travel_through_the_extension() {
 }
 
 /// A sub-agent's approval shows on its parent's task, naming the sub-agent's run; the
-/// decision sent to the parent's task reaches it.
+/// decision sent to the parent's task reaches it. The extension is required of the parent
+/// although only its sub-agent asks for approval.
 #[tokio::test]
 async fn a_sub_agents_approval_is_answered_through_its_parents_task() {
     let (_llm, server, mut client) = serve(vec![
@@ -786,6 +787,18 @@ async fn a_sub_agents_approval_is_answered_through_its_parents_task() {
         .await
         .unwrap();
 
+    // Only the sub-agent asks for approval: the front agent's card and its messages still
+    // need the extension, since its tree may wait on the caller.
+    let (_, front) = card(&server, "front", None).await;
+    assert_eq!(front["capabilities"]["extensions"][0]["required"], true);
+    let refused = client
+        .send_message(call(
+            send("front", user_message("n-0", "Time?", "", "")),
+            &[],
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&refused), "EXTENSION_SUPPORT_REQUIRED");
     let waiting = sent(
         &mut client,
         send("front", user_message("n-1", "Time?", "", "")),

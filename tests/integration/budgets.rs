@@ -558,6 +558,33 @@ async fn a_sub_agents_calls_count_and_its_model_needs_a_price() {
         status.message()
     );
 
+    // One level further down: the tree is checked as it resolves at `Run`, not when the
+    // unpriced grandchild would start.
+    let mut middle = time_request("unused");
+    middle.agent_mut().sub_agents = vec![pb::AgentRef {
+        agent_id: "unpriced".into(),
+        ..Default::default()
+    }];
+    library
+        .create_agent(pb::CreateAgentRequest {
+            agent_id: "middle".into(),
+            description: "Asks the unpriced agent.".into(),
+            config: middle.agent,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let status = client
+        .run(parent("middle", budget(|b| b.max_cost = "0.01".into())))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(
+        status.message().contains(BLOCKING_MODEL),
+        "{}",
+        status.message()
+    );
+
     let events = run_to_end(
         &mut client,
         parent("clock", budget(|b| b.max_tool_calls = Some(3))),

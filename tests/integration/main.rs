@@ -34,6 +34,7 @@ mod postgres;
 mod process;
 mod replicas;
 mod replicas_agents;
+mod replicas_bus;
 mod replicas_shared;
 mod resilience;
 mod run_control;

@@ -134,6 +134,12 @@ async fn a_parent_streams_its_child_in_place_and_counts_its_usage_exactly() {
         unreachable!()
     };
     assert_eq!(done.tool_call.as_ref().unwrap().observation, "Paris.");
+    let meta = done.tool_call.as_ref().unwrap().meta.clone().unwrap();
+    assert_eq!(
+        meta.usage.map(|usage| usage.total_tokens),
+        Some(7 + 3),
+        "the child's usage is on its call"
+    );
     let total = end(&events).usage.unwrap();
     assert_eq!(total.total_tokens, 10 + 5 + 7 + 3 + 20 + 6, "{total:?}");
 

@@ -16,17 +16,6 @@ use crate::runner::{AgentDefinition, AgentReference, RunError, Runner};
 use crate::store::Store;
 use crate::telemetry::{Page, Pages};
 
-/// Whether calls of `definition` wait on the caller (approvals or client tools), which
-/// only the tool-calls extension can carry.
-pub fn needs_tool_calls_extension(definition: &AgentDefinition) -> bool {
-    definition
-        .agent
-        .tools
-        .iter()
-        .any(|tool| tool.require_approval)
-        || !definition.client_tools.is_empty()
-}
-
 /// Serves the agent cards.
 pub struct CardPages {
     runner: Runner,
@@ -97,12 +86,14 @@ impl CardPages {
             Err(RunError::NotFound { .. }) => return Ok(None),
             Err(err) => return Err(err),
         };
+        let waits = self.runner.tree_waits_on_caller(tenant, &definition).await;
         Ok(Some(card_json(
             &record,
             version,
             &definition,
             &self.public_url,
             self.gate.required,
+            waits,
         )))
     }
 }
@@ -129,13 +120,16 @@ fn error(status: http::StatusCode, message: &str) -> Page {
     }
 }
 
-/// The card of version `version` of `record`, in the JSON form A2A clients read.
+/// The card of version `version` of `record`, in the JSON form A2A clients read; `keys_required`
+/// says how callers authenticate, `waits` whether its tree may wait on the caller (then
+/// the tool-calls extension is required).
 pub fn card_json(
     record: &AgentRecord,
     version: u32,
     definition: &AgentDefinition,
     public_url: &str,
     keys_required: bool,
+    waits: bool,
 ) -> Value {
     let name = if record.name.is_empty() {
         record.id.as_str()
@@ -188,7 +182,7 @@ pub fn card_json(
                     waiting calls in a data part ({\"approval_required\": [...]} or \
                     {\"tool_outputs_required\": [...]}); answer with a message to the task \
                     holding {\"decisions\": [...]} or {\"outputs\": [...]}.",
-                "required": needs_tool_calls_extension(definition),
+                "required": waits,
             }],
         },
         "securitySchemes": { scheme_name: scheme },

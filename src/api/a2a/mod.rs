@@ -214,8 +214,8 @@ impl A2aApi {
         })
     }
 
-    /// Whether the agent's version has approvals or client tools, which travel only
-    /// through the tool-calls extension.
+    /// Whether the agent's version, or any sub-agent below it, has approvals or client
+    /// tools, which travel only through the tool-calls extension.
     async fn needs_extension(&self, tenant: &Tenant, route: &Route) -> Result<bool, Status> {
         let reference = crate::runner::AgentReference {
             agent_id: route.agent_id.clone(),
@@ -227,7 +227,7 @@ impl A2aApi {
             .read_version(tenant, &reference)
             .await
             .map_err(from_error)?;
-        Ok(card::needs_tool_calls_extension(&definition))
+        Ok(self.runner.tree_waits_on_caller(tenant, &definition).await)
     }
 
     /// A message to the task it names: decisions or outputs for a waiting task; anything

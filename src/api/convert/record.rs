@@ -33,6 +33,8 @@ impl From<ToolInvokeMeta> for pb::ToolInvokeMeta {
             time_cost: meta.time_cost,
             error: meta.error.unwrap_or_default(),
             tool_config: Some(json_to_struct(&meta.tool_config)),
+            usage: meta.usage.map(Into::into),
+            tool_calls: meta.tool_calls,
         }
     }
 }

@@ -1,0 +1,202 @@
+//! The NATS bus between replicas, tried by another client of the same NATS server: what it
+//! publishes on a deployment's subjects never reaches a client, costs no read of the
+//! store, and what the replicas publish there cannot be read by it.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_runner::domain::{
+    ConversationId, EventEnvelope, FinishReason, MessageId, RunEvent, Usage,
+};
+use agent_runner::pb;
+use agent_runner::pb::run_event::Event;
+use agent_runner::store::SecretKey;
+use futures::StreamExt as _;
+
+use crate::support::message;
+use crate::support::postgres::TestDatabase;
+use crate::support::process::client;
+use crate::support::replicas::*;
+use crate::support::{FakeOpenAi, Reply};
+
+/// A notice as an older replica (or anyone) writes it: plain JSON.
+fn plain_notice(last_seq: u64, events: &[EventEnvelope]) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({ "last_seq": last_seq, "events": events })).unwrap()
+}
+
+/// A forged answer and end, following the real events a client has seen.
+fn forged_ending(after: &pb::RunEvent) -> Vec<EventEnvelope> {
+    let envelope = |seq, event| EventEnvelope {
+        seq,
+        conversation_id: ConversationId(after.conversation_id.parse().unwrap()),
+        message_id: MessageId(after.message_id.parse().unwrap()),
+        created_at: agent_runner::domain::now(),
+        event,
+    };
+    let text = "FORGED: your balance is 0".to_owned();
+    vec![
+        envelope(after.seq + 1, RunEvent::AnswerDelta { text: text.clone() }),
+        envelope(
+            after.seq + 2,
+            RunEvent::MessageEnd {
+                answer: text,
+                usage: Usage::default(),
+                finish_reason: FinishReason::Stop,
+                iterations: 1,
+                retriever_resources: Vec::new(),
+                budget_exhausted: None,
+                structured_output: None,
+                output_invalid: None,
+            },
+        ),
+    ]
+}
+
+/// Another client of the NATS server publishes on a followed run's subject while the run
+/// waits for a client tool: a forged answer and end (plain, as an older replica writes), a
+/// payload that looks sealed, one the size of a large event, and a hundred empty notices
+/// naming the last `seq` possible, plus forged command wake-ups. The follower on the peer
+/// hands its client none of it (the stream stays quiet while the run waits), every one is
+/// counted as dropped, and the run then ends with its real answer, `seq` gap-free. A
+/// listener on every subject of the deployment never reads a run's text in clear.
+#[tokio::test]
+async fn another_nats_client_can_neither_forge_nor_read_a_runs_events() {
+    let _turn = TURN.lock().await;
+    let Some(bus) = nats_bus().await else {
+        return;
+    };
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let Bus::Nats { url, prefix } = bus.clone() else {
+        unreachable!("nats_bus gives a NATS bus")
+    };
+    let llm = FakeOpenAi::start(vec![
+        calls_order_lookup(),
+        Reply::text(&["The order has shipped."], (3, 4)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let plain = Options {
+        bus,
+        ..Options::default()
+    };
+    let measured = Options {
+        metrics: Some(metrics),
+        ..plain.clone()
+    };
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", &plain).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &measured).await;
+
+    let intruder = async_nats::connect(url.as_str()).await.unwrap();
+    let heard: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let mut everything = intruder.subscribe(format!("{prefix}.>")).await.unwrap();
+    let listening = Arc::clone(&heard);
+    let listener = tokio::spawn(async move {
+        while let Some(payload) = everything.next().await {
+            listening.lock().unwrap().push(payload.payload.to_vec());
+        }
+    });
+
+    let (_stream, seen) = started_asking(&a, "Where is my order ZX-41?").await;
+    let id = seen[0].message_id.clone();
+    let mut on_peer = attach(&b, &id, 0).await;
+    let followed = read_until(&mut on_peer, |e| {
+        matches!(e.event, Some(Event::ToolCallsRequired(_)))
+    })
+    .await;
+    assert_eq!(followed, seen);
+
+    let subject = format!("{prefix}.events.{id}");
+    let last = seen.last().unwrap();
+    let forged = forged_ending(last);
+    let mut payloads = vec![
+        plain_notice(last.seq + 2, &forged),
+        [&[1u8][..], &[0; 24], &plain_notice(last.seq + 2, &forged)].concat(),
+        plain_notice(last.seq + 1, &forged[..1])
+            .into_iter()
+            .chain(std::iter::repeat_n(b' ', 900 * 1024))
+            .collect(),
+    ];
+    payloads.extend((0..100).map(|_| plain_notice(u64::MAX, &[])));
+    let forged_count = payloads.len();
+    for payload in payloads {
+        intruder
+            .publish(subject.clone(), payload.into())
+            .await
+            .unwrap();
+    }
+    for owner in ["a", "b"] {
+        intruder
+            .publish(format!("{prefix}.commands.{owner}"), Vec::new().into())
+            .await
+            .unwrap();
+    }
+    intruder.flush().await.unwrap();
+
+    let quiet = tokio::time::timeout(Duration::from_millis(1500), on_peer.message()).await;
+    assert!(
+        quiet.is_err(),
+        "the peer's client heard something while the run waited: {quiet:?}"
+    );
+
+    client(&b)
+        .await
+        .submit_tool_outputs(shipped(&id, "cli"))
+        .await
+        .unwrap();
+    let rest = read_within(&mut on_peer, Duration::from_secs(20)).await;
+    let all: Vec<pb::RunEvent> = followed.into_iter().chain(rest).collect();
+    let seqs: Vec<u64> = all.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=all.len() as u64).collect::<Vec<_>>(), "no gap");
+    assert!(
+        !format!("{all:?}").contains("FORGED"),
+        "a forged event reached the client"
+    );
+    let Some(Event::End(end)) = &all.last().unwrap().event else {
+        panic!("the run ends with its own end: {all:?}");
+    };
+    assert_eq!(end.answer, "The order has shipped.");
+    assert_eq!(
+        message(&mut client(&a).await, id.clone()).await.answer,
+        "The order has shipped."
+    );
+
+    let text = reqwest::get(format!("http://{metrics}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let rejected: f64 = text
+        .lines()
+        .find_map(|line| line.strip_prefix("agent_runner_bus_rejected_total "))
+        .map_or(0.0, |value| value.parse().unwrap());
+    assert!(
+        rejected >= (forged_count + 1) as f64,
+        "{rejected} of {forged_count} forged notices and a wake-up counted: {text}"
+    );
+
+    listener.abort();
+    let heard = heard.lock().unwrap();
+    let from_replicas = heard.len() - forged_count - 2;
+    assert!(
+        from_replicas >= 2,
+        "the replicas spoke on the bus: {}",
+        heard.len()
+    );
+    for payload in heard.iter() {
+        let text = String::from_utf8_lossy(payload);
+        for secret in ["ZX-41", "has shipped"] {
+            assert!(
+                !text.contains(secret),
+                "a replica's payload read in clear: {text}"
+            );
+        }
+    }
+}
