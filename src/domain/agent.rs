@@ -88,6 +88,20 @@ pub struct ParentLink {
     pub tool_call_id: String,
     /// 1 for a child of a top run.
     pub depth: u32,
+    /// The parent's round (its thought's position) and the call's place in it: with the
+    /// call's id and arguments they name the call, however the model numbers its ids.
+    /// `None` on children started by releases that did not record it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_at: Option<CallAt>,
+}
+
+/// Where a call sits in its run: the round's position and the call's index in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallAt {
+    /// The round (its thought's position).
+    pub position: u32,
+    /// The call's index in the round.
+    pub index: u32,
 }
 
 /// What one run of a stored agent changes of its version.

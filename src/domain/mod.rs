@@ -20,7 +20,7 @@ mod usage;
 
 pub use access::{ApiKeyRecord, TenantLimits, DEFAULT_MAX_CONCURRENT_CHILD_RUNS};
 pub use agent::{
-    AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, ParentLink, PinnedAgent,
+    AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, CallAt, ParentLink, PinnedAgent,
     RunOverrides, VersionPick,
 };
 pub use budget::{BudgetKind, OnExhausted, Raised, RunBudget, Spent, MAX_BUDGET_COST};

@@ -9,11 +9,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::RunError;
 use super::live::{ClientOutput, Decision};
-use super::run::{child_message_id, ChildRun, ChildStart, Family, Launcher};
+use super::run::{
+    child_message_id, legacy_child_message_id, ChildRun, ChildStart, Family, Launcher,
+};
 use super::spec::{AgentReference, RunSpec};
 use super::tree::Tree;
 use super::{pin, Runner};
-use crate::domain::{ConversationId, FieldError, MessageId, Tenant};
+use crate::domain::{CallAt, ConversationId, FieldError, Message, MessageId, Tenant};
 use crate::store::PageSize;
 use crate::tools::AGENT_PROVIDER;
 
@@ -24,15 +26,12 @@ impl Launcher for Runner {
         child: ChildStart,
         cancel: CancellationToken,
     ) -> Result<ChildRun, RunError> {
-        if let Some(message) = self
-            .store
-            .get_message(&child.tenant, child.message_id)
-            .await?
-        {
+        if let Some(message) = self.started_before(&child).await? {
             // Started before this run was taken over: followed, never started again.
             let events = self.attach(&child.tenant, message.id, 0).await?;
             return Ok(ChildRun {
                 found: true,
+                message_id: message.id,
                 agent_version: message.agent.map_or(0, |pin| pin.version),
                 events,
             });
@@ -45,6 +44,7 @@ impl Launcher for Runner {
             parent,
             lineage,
             message_id,
+            legacy_id: _,
             budget,
             tree,
             max_children,
@@ -67,9 +67,30 @@ impl Launcher for Runner {
         let handle = self.start(spec, cancel).await?;
         Ok(ChildRun {
             found: false,
+            message_id,
             agent_version,
             events: handle.events,
         })
+    }
+}
+
+impl Runner {
+    /// The child `child` names, when its call started it before this run was taken over:
+    /// by its id, or by the id an earlier release gave it when that run's call (id and
+    /// input) is this one and it recorded no place (so a reused call id finds nothing).
+    async fn started_before(&self, child: &ChildStart) -> Result<Option<Message>, RunError> {
+        let tenant = &child.tenant;
+        if let Some(message) = self.store.get_message(tenant, child.message_id).await? {
+            return Ok(Some(message));
+        }
+        let legacy = self.store.get_message(tenant, child.legacy_id).await?;
+        Ok(legacy.filter(|message| {
+            message.parent.as_deref().is_some_and(|link| {
+                link.message_id == child.parent.message_id
+                    && link.tool_call_id == child.parent.tool_call_id
+                    && link.call_at.is_none()
+            }) && message.query == child.input
+        }))
     }
 }
 
@@ -142,7 +163,8 @@ impl Runner {
 
     /// The conversations of the sub-agent runs that `conversation`'s messages started, and
     /// theirs in turn, deepest first: deleting a conversation deletes them too. A child's
-    /// id follows from its parent's message and call, so no index is kept.
+    /// id follows from its parent's message and call (or, from earlier releases, the call's
+    /// id), so no index is kept.
     pub(super) async fn child_conversations(
         &self,
         tenant: &Tenant,
@@ -185,13 +207,21 @@ impl Runner {
             for message in &page.items {
                 after = message.seq;
                 for thought in self.store.all_thoughts(tenant, message.id).await? {
-                    for call in thought.tool_calls {
+                    for (index, call) in thought.tool_calls.iter().enumerate() {
                         if call.provider != AGENT_PROVIDER {
                             continue;
                         }
-                        let id = child_message_id(message.id, &call.id);
-                        if let Some(child) = self.store.get_message(tenant, id).await? {
-                            children.push(child.conversation_id);
+                        let at = CallAt {
+                            position: thought.position,
+                            index: u32::try_from(index).unwrap_or(u32::MAX),
+                        };
+                        for id in [
+                            child_message_id(message.id, at, call),
+                            legacy_child_message_id(message.id, &call.id),
+                        ] {
+                            if let Some(child) = self.store.get_message(tenant, id).await? {
+                                children.push(child.conversation_id);
+                            }
                         }
                     }
                 }

@@ -273,6 +273,53 @@ async fn two_child_calls_of_one_round_run_at_once() {
     assert_eq!(observations, ["One.", "Two."]);
 }
 
+/// A model that numbers its calls per round (`call_0` every round, as local servers do),
+/// or gives two calls of one round the same id, gets a child per call: each question gets
+/// its own answer, never an earlier child's.
+#[tokio::test]
+async fn a_reused_call_id_starts_a_child_of_its_own() {
+    let (_llm, server, mut agents) = start(vec![
+        Reply::calls(&[], vec![ask("call_0", "researcher", "France?")], (5, 2)),
+        Reply::text(&["Paris."], (5, 2)),
+        Reply::calls(&[], vec![ask("call_0", "researcher", "Italy?")], (5, 2)),
+        Reply::text(&["Rome."], (5, 2)),
+        Reply::calls(
+            &[],
+            vec![
+                ask("call_0", "researcher", "Spain?"),
+                ask("call_0", "researcher", "Spain?"),
+            ],
+            (5, 2),
+        ),
+        Reply::text(&["Madrid."], (5, 2)),
+        Reply::text(&["Madrid, again."], (5, 2)),
+        Reply::text(&["Paris, Rome, Madrid."], (5, 2)),
+    ])
+    .await;
+    let mut library = server.library().await;
+    store_agent(&mut library, "researcher", "You research.", &[]).await;
+    let events = run_to_end(&mut agents, parent_request("capitals", &["researcher"])).await;
+    assert_eq!(end(&events).answer, "Paris, Rome, Madrid.");
+    let rounds = thoughts(&mut agents, events[0].message_id.clone()).await;
+    let observations = |round: usize| -> Vec<String> {
+        let mut seen: Vec<String> = rounds[round]
+            .tool_calls
+            .iter()
+            .map(|c| c.observation.clone())
+            .collect();
+        seen.sort_unstable();
+        seen
+    };
+    assert_eq!(observations(0), ["Paris."]);
+    assert_eq!(observations(1), ["Rome."], "not the first child's answer");
+    assert_eq!(observations(2), ["Madrid, again.", "Madrid."]);
+    let started: std::collections::HashSet<&str> = children(&events)
+        .iter()
+        .map(|c| c.message_id.as_str())
+        .collect();
+    assert_eq!(started.len(), 4, "a child per call");
+}
+
 #[tokio::test]
 async fn cancelling_the_parent_cancels_its_child() {
     let (_llm, server, mut agents) = start(vec![

@@ -12,11 +12,11 @@ use futures::StreamExt;
 
 use super::calls::RoundTools;
 use super::halt::{or_cancel, Halt};
-use super::launch::{child_message_id, ChildRun, ChildStart, Family};
+use super::launch::{child_message_id, legacy_child_message_id, ChildRun, ChildStart, Family};
 use super::state::Round;
 use crate::domain::{
-    CallOutcome, ChildEvent, EventEnvelope, FinishReason, MessageStatus, ParentLink, RunBudget,
-    RunEvent, ToolInvokeMeta,
+    CallAt, CallOutcome, ChildEvent, EventEnvelope, FinishReason, MessageStatus, ParentLink,
+    RunBudget, RunEvent, ToolInvokeMeta,
 };
 use crate::runner::error::RunError;
 use crate::runner::tree::{TreeHandle, TreeSlot};
@@ -98,14 +98,18 @@ impl RoundTools<'_> {
         streams: &mut SelectAll<BoxStream<'static, ChildItem>>,
     ) -> Result<(), Halt> {
         let call = round.thought.tool_calls[index].clone();
-        let (run, agent_id, tree_slot) = match self.start_child(family, &call, share).await {
+        let at = CallAt {
+            position: round.thought.position,
+            index: u32::try_from(index).unwrap_or(u32::MAX),
+        };
+        let (run, agent_id, tree_slot) = match self.start_child(family, at, &call, share).await {
             Ok(started) => started,
             Err(invocation) => return self.record(round, index, invocation).await,
         };
         let carried = match run.found {
             true => {
                 self.recorder
-                    .last_child_seq(self.message.id, &call.id)
+                    .last_child_seq(self.message.id, run.message_id)
                     .await?
             }
             false => 0,
@@ -216,6 +220,7 @@ impl RoundTools<'_> {
     async fn start_child(
         &self,
         family: &Family,
+        at: CallAt,
         call: &crate::domain::ToolCallRecord,
         budget: &RunBudget,
     ) -> Result<(ChildRun, String, TreeSlot), Invocation> {
@@ -283,9 +288,11 @@ impl RoundTools<'_> {
                 message_id: self.message.id,
                 tool_call_id: call.id.clone(),
                 depth,
+                call_at: Some(at),
             },
             lineage: family.lineage.clone(),
-            message_id: child_message_id(self.message.id, &call.id),
+            message_id: child_message_id(self.message.id, at, call),
+            legacy_id: legacy_child_message_id(self.message.id, &call.id),
             budget: budget.clone(),
             tree: TreeHandle(family.tree.clone()),
             max_children: family.max_children,

@@ -1,12 +1,12 @@
 //! What a run needs to start sub-agents: the launcher (the runner is one), the run's place
 //! in its tree, and the id a call's child gets, so an owner taking the run over finds the
-//! child instead of starting it again.
+//! child instead of starting it again (and never another call's child).
 
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::{MessageId, ParentLink, RunBudget, Tenant};
+use crate::domain::{CallAt, MessageId, ParentLink, RunBudget, Tenant, ToolCallRecord};
 use crate::runner::error::RunError;
 use crate::runner::live::EventStream;
 use crate::runner::spec::SubAgentRef;
@@ -28,6 +28,9 @@ pub struct ChildStart {
     pub lineage: Vec<String>,
     /// The child's message id, derived from this run's message and the call.
     pub message_id: MessageId,
+    /// The id a release that derived it from the call's id alone gave the child: a run
+    /// it started and this one took over finds its child there.
+    pub legacy_id: MessageId,
     /// This run's budget left for the child: its own is held within it.
     pub budget: RunBudget,
     /// The tree the child joins.
@@ -41,6 +44,8 @@ pub struct ChildRun {
     /// Whether it had started before (this run was taken over): its events this run
     /// already carried are not carried again.
     pub found: bool,
+    /// Its message.
+    pub message_id: MessageId,
     /// The version that runs.
     pub agent_version: u32,
     /// Its events from the first.
@@ -83,11 +88,26 @@ pub struct Family {
     pub max_children: u32,
 }
 
-/// The message id of the child a call starts: the same for the same run and call, so an
-/// owner that takes the run over finds the child instead of starting it again.
-pub fn child_message_id(parent: MessageId, call_id: &str) -> MessageId {
+/// The message id of the child a call starts: the same for the same run, round, place in
+/// the round, call id and arguments, so an owner that takes the run over finds the child
+/// instead of starting it again, while a model that numbers its calls per round (`call_0`
+/// every round, as local servers do) or repeats an id within one round gets a child per
+/// call.
+pub fn child_message_id(parent: MessageId, at: CallAt, call: &ToolCallRecord) -> MessageId {
+    digest_id(&format!(
+        "child:{parent}:{}:{}:{}:{}",
+        at.position, at.index, call.id, call.arguments
+    ))
+}
+
+/// The id releases that derived it from the parent and the call's id alone gave a child.
+pub fn legacy_child_message_id(parent: MessageId, call_id: &str) -> MessageId {
+    digest_id(&format!("child:{parent}:{call_id}"))
+}
+
+fn digest_id(text: &str) -> MessageId {
     use sha2::Digest as _;
-    let digest = sha2::Sha256::digest(format!("child:{parent}:{call_id}"));
+    let digest = sha2::Sha256::digest(text);
     let mut bytes = [0u8; 16];
     bytes.copy_from_slice(&digest[..16]);
     MessageId(uuid::Builder::from_custom_bytes(bytes).into_uuid())
@@ -97,20 +117,38 @@ pub fn child_message_id(parent: MessageId, call_id: &str) -> MessageId {
 mod tests {
     use super::*;
 
+    fn call(id: &str, arguments: &str) -> ToolCallRecord {
+        ToolCallRecord {
+            id: id.into(),
+            name: "researcher".into(),
+            provider: "agent".into(),
+            arguments: arguments.into(),
+            observation: None,
+            meta: None,
+        }
+    }
+
     #[test]
     fn a_child_id_is_the_same_for_the_same_call_only() {
         let parent = MessageId::new();
+        let at = |position, index| CallAt { position, index };
+        let first = call("call_0", r#"{"input": "a"}"#);
         assert_eq!(
-            child_message_id(parent, "c1"),
-            child_message_id(parent, "c1")
+            child_message_id(parent, at(1, 0), &first),
+            child_message_id(parent, at(1, 0), &first)
         );
-        assert_ne!(
-            child_message_id(parent, "c1"),
-            child_message_id(parent, "c2")
-        );
-        assert_ne!(
-            child_message_id(parent, "c1"),
-            child_message_id(MessageId::new(), "c1")
+        for other in [
+            child_message_id(parent, at(2, 0), &first),
+            child_message_id(parent, at(1, 1), &first),
+            child_message_id(parent, at(1, 0), &call("call_0", r#"{"input": "b"}"#)),
+            child_message_id(parent, at(1, 0), &call("call_1", r#"{"input": "a"}"#)),
+            child_message_id(MessageId::new(), at(1, 0), &first),
+        ] {
+            assert_ne!(child_message_id(parent, at(1, 0), &first), other);
+        }
+        assert_eq!(
+            legacy_child_message_id(parent, "c1"),
+            legacy_child_message_id(parent, "c1")
         );
     }
 }

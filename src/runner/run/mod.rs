@@ -33,7 +33,9 @@ use futures::FutureExt;
 use rust_decimal::prelude::ToPrimitive;
 use tokio_util::sync::CancellationToken;
 
-pub use launch::{child_message_id, ChildRun, ChildStart, Family, Launcher};
+pub use launch::{
+    child_message_id, legacy_child_message_id, ChildRun, ChildStart, Family, Launcher,
+};
 pub use recorder::Recorder;
 use resume::Resume;
 pub use resume::{rebuild, Resumption};

@@ -44,12 +44,12 @@ impl Recorder {
         self.store.lease_left()
     }
 
-    /// The last `seq` of the child of call `call_id` that `message`'s stored events carry
-    /// (0: none): where a run taken over goes on following that child.
+    /// The last `seq` of child run `child_id` that `message`'s stored events carry (0:
+    /// none): where a run taken over goes on following that child.
     pub async fn last_child_seq(
         &self,
         message: MessageId,
-        call_id: &str,
+        child_id: MessageId,
     ) -> Result<u64, StoreError> {
         self.emitter.settle().await;
         let events = self.store.list_events(&self.tenant, message, 0).await?;
@@ -59,7 +59,7 @@ impl Recorder {
                 let RunEvent::Child(child) = &event.event else {
                     return None;
                 };
-                (child.tool_call_id == call_id).then_some(child.event.seq)
+                (child.event.message_id == child_id).then_some(child.event.seq)
             })
             .max()
             .unwrap_or(0))

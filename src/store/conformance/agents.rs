@@ -241,6 +241,7 @@ pub async fn an_agents_messages_are_listed_newest_first(harness: &dyn Harness) {
                     message_id: crate::domain::MessageId::new(),
                     tool_call_id: "c1".into(),
                     depth: 1,
+                    call_at: None,
                 }));
             }
             let start = Conversation {

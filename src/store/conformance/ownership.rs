@@ -135,6 +135,7 @@ async fn admitted_below(
             message_id,
             tool_call_id: "call".into(),
             depth: 1,
+            call_at: None,
         })
     });
     store
