@@ -260,9 +260,16 @@ impl Runner {
         message_id: MessageId,
         delivery: Delivery,
     ) -> Result<(), RunError> {
-        match self.live.get(tenant, message_id) {
-            Some(run) => run.mailbox.deliver(delivery),
-            None => self.deliver_elsewhere(tenant, message_id, delivery).await,
+        let Some(run) = self.live.get(tenant, message_id) else {
+            return self.deliver_elsewhere(tenant, message_id, delivery).await;
+        };
+        match run.mailbox.deliver(delivery.clone()) {
+            // A run being handed over stopped waiting here: the answer is kept for the
+            // process that goes on with it, as for a run held elsewhere.
+            Err(RunError::NotWaiting { .. }) if self.draining.is_cancelled() => {
+                self.deliver_elsewhere(tenant, message_id, delivery).await
+            }
+            delivered => delivered,
         }
     }
 

@@ -119,35 +119,61 @@ impl Runner {
         Ok(message.status)
     }
 
-    /// Takes the commands kept for the runs this replica holds and hands each to its run;
+    /// Takes the commands kept for the runs in progress here and hands each to its run;
     /// returns how many it took. Not while runs taken over are being started: their
     /// commands would find no run here yet, and be lost.
     pub async fn take_commands(&self) -> Result<usize, RunError> {
         let _taking = self.taking.lock().await;
-        let taken = self.store.take_commands().await?;
+        let taken = self.store.take_commands(&self.live.ids()).await?;
         let count = taken.len();
-        self.dispatch(taken);
+        self.dispatch(taken).await;
         Ok(count)
     }
 
-    /// Hands each command taken to its run here.
-    pub(super) fn dispatch(&self, taken: Vec<crate::store::TakenCommand>) {
+    /// Hands each command taken to its run here. An answer its run can no longer take
+    /// because the run is being handed over is kept again, for the next owner: an answer
+    /// a caller was told was kept is never dropped.
+    pub(super) async fn dispatch(&self, taken: Vec<crate::store::TakenCommand>) {
         for taken in taken {
-            let Some(run) = self.live.get(&taken.tenant, taken.message) else {
-                continue;
-            };
-            let delivery = match taken.command {
-                RunCommand::Cancel => {
+            let run = self.live.get(&taken.tenant, taken.message);
+            let delivery = match (&run, taken.command) {
+                (Some(run), RunCommand::Cancel) => {
                     run.cancel.cancel();
                     continue;
                 }
-                RunCommand::Outputs(outputs) => Delivery::Outputs(outputs),
-                RunCommand::Decisions(decisions) => Delivery::Decisions(decisions),
+                (None, RunCommand::Cancel) => continue,
+                (_, RunCommand::Outputs(outputs)) => Delivery::Outputs(outputs),
+                (_, RunCommand::Decisions(decisions)) => Delivery::Decisions(decisions),
             };
             // Checked when it was kept; a run that stopped waiting since refuses it.
-            if let Err(err) = run.mailbox.deliver(delivery) {
+            let refused = match &run {
+                Some(run) => run.mailbox.deliver(delivery.clone()).err(),
+                None => Some(not_waiting(delivery.awaited())),
+            };
+            let Some(err) = refused else { continue };
+            if self.draining.is_cancelled() {
+                self.keep_for_next_owner(&taken.tenant, taken.message, delivery)
+                    .await;
+            } else {
                 tracing::info!(error = %err, message_id = %taken.message, "a delivery from another replica came too late");
             }
+        }
+    }
+
+    /// Keeps `delivery` again for whichever process goes on with the run of `message`
+    /// (this one is handing it over).
+    pub(super) async fn keep_for_next_owner(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+        delivery: Delivery,
+    ) {
+        let command = match delivery {
+            Delivery::Outputs(outputs) => RunCommand::Outputs(outputs),
+            Delivery::Decisions(decisions) => RunCommand::Decisions(decisions),
+        };
+        if let Err(err) = self.store.send_command(tenant, message, &command).await {
+            tracing::error!(error = %err, message_id = %message, "an answer for a run being handed over could not be kept for its next owner");
         }
     }
 

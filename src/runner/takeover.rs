@@ -36,9 +36,11 @@ impl Runner {
         }
         // Commands kept while the runs had no owner are now this replica's: a cancel
         // among them wins over resuming its run.
+        let mut runs = self.live.ids();
+        runs.extend(swept.adopted.iter().map(|adopted| adopted.message));
         let (theirs, others): (Vec<_>, Vec<_>) = self
             .store
-            .take_commands()
+            .take_commands(&runs)
             .await?
             .into_iter()
             .partition(|taken| {
@@ -69,7 +71,7 @@ impl Runner {
                 }
             }
         }
-        self.dispatch(others);
+        self.dispatch(others).await;
         Ok(adoptions)
     }
 

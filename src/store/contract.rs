@@ -545,9 +545,11 @@ pub trait Commands: Send + Sync {
         command: &RunCommand,
     ) -> Result<Option<String>, StoreError>;
 
-    /// Takes (and removes) the commands for the running messages this replica owns, in
-    /// the order they were kept.
-    async fn take_commands(&self) -> Result<Vec<TakenCommand>, StoreError>;
+    /// Takes (and removes) the commands for those of `runs` that are running messages this
+    /// replica owns, in the order they were kept: the runs that can take them now. Commands
+    /// for other runs stay, so one kept for a run this replica is handing over waits for
+    /// its next owner instead of being taken by a process that no longer runs it.
+    async fn take_commands(&self, runs: &[MessageId]) -> Result<Vec<TakenCommand>, StoreError>;
 }
 
 /// Stored agents, their versions and aliases. Every write is durable when it returns and

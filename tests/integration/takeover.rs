@@ -544,6 +544,70 @@ async fn a_stopping_owner_hands_a_waiting_run_over_at_once() {
     assert_eq!(end.answer, "Order A1 has shipped.");
 }
 
+/// Outputs a caller sends while the run's owner is stopping (SIGTERM; it keeps serving
+/// while another of its runs drains): answered OK, they are never taken by the stopping
+/// process, which no longer runs the waiting run, but kept for the peer that goes on with
+/// it, which finishes the run with them and asks nothing again.
+#[tokio::test]
+async fn outputs_sent_while_the_owner_stops_reach_the_peer_that_goes_on() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![
+        calls_order_lookup(),
+        slow(30, 100),
+        Reply::calls(&["Order A1 has shipped."], Vec::new(), (2, 2)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let patient = Options {
+        client_tool_timeout_secs: Some(30),
+        ..Options::default()
+    };
+    let mut a = replica_on(dir.path(), &llm, &database, &key, "a", &patient).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &patient).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_waiting, seen) = started_asking(&a, "Where is order A1?").await;
+    let id = seen[0].message_id.clone();
+    let (_draining, _) = started(&a, "count").await;
+    let mut on_b = attach(&b, &id, 0).await;
+    let followed = read_until(&mut on_b, |e| {
+        matches!(e.event, Some(Event::ToolCallsRequired(_)))
+    })
+    .await;
+    assert_eq!(followed.len(), seen.len());
+
+    signal(&a, "TERM");
+    // Once the run is handed over, and while its owner still drains the other run.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    client(&b)
+        .await
+        .submit_tool_outputs(shipped(&id, "cli"))
+        .await
+        .expect("the answer is kept");
+    let answered = Instant::now();
+    let rest = read_within(&mut on_b, Duration::from_secs(20)).await;
+    let Some(Event::End(end)) = &rest.last().unwrap().event else {
+        panic!("the run ends normally: {rest:?}");
+    };
+    assert_eq!(end.answer, "Order A1 has shipped.");
+    assert!(
+        answered.elapsed() < Duration::from_secs(15),
+        "finished {:?} after the answer: it waited for another",
+        answered.elapsed()
+    );
+    let asked_again = rest
+        .iter()
+        .filter(|e| matches!(e.event, Some(Event::ToolCallsRequired(_))))
+        .count();
+    assert_eq!(asked_again, 0, "no second ask: {rest:?}");
+    let exited =
+        crate::support::process::wait_for_exit(&mut a.child, Duration::from_secs(10)).await;
+    assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
+}
+
 /// A run started with `cancel_on_disconnect` whose owner dies lost its client's stream
 /// with it: the peer that takes it over ends it `CANCELLED` without calling the model.
 #[tokio::test]

@@ -71,6 +71,11 @@ impl LiveRuns {
             .cloned()
     }
 
+    /// The messages of every run in progress here.
+    pub fn ids(&self) -> Vec<MessageId> {
+        self.lock().keys().copied().collect()
+    }
+
     /// A subscription to the live events of `id`, if it runs.
     pub fn subscribe(&self, tenant: &Tenant, id: MessageId) -> Option<Subscription> {
         self.get(tenant, id).map(|run| run.subscribe())

@@ -65,6 +65,19 @@ impl Recorder {
             .unwrap_or(0))
     }
 
+    /// Keeps `command` for the run of `message` in the store, for whichever process goes on
+    /// with it: an answer that reached this run as it was handed over.
+    pub async fn keep_for_next_owner(
+        &self,
+        message: MessageId,
+        command: &crate::domain::RunCommand,
+    ) -> Result<(), StoreError> {
+        self.store
+            .send_command(&self.tenant, message, command)
+            .await
+            .map(|_| ())
+    }
+
     /// The `seq` the next event gets.
     pub fn next_seq(&self) -> u64 {
         self.emitter.next_seq()

@@ -411,11 +411,28 @@ impl RoundTools<'_> {
         })
     }
 
+    /// Keeps `delivery` in the store for the process that goes on with this run.
+    async fn keep_for_next_owner(&mut self, delivery: Delivery) {
+        let command = match delivery {
+            Delivery::Outputs(outputs) => crate::domain::RunCommand::Outputs(outputs),
+            Delivery::Decisions(decisions) => crate::domain::RunCommand::Decisions(decisions),
+        };
+        let message = self.message.id;
+        if let Err(err) = self.recorder.keep_for_next_owner(message, &command).await {
+            tracing::error!(error = %err, "an answer that came as the run was handed over could not be kept for its next owner");
+        }
+    }
+
     /// The one wait of a run on the outside: posts the calls in the mailbox, marks the
     /// message waiting, announces the calls, and waits for the delivery until the run is
     /// cancelled or the wait's limit passes.
     async fn wait(&mut self, wait: Wait) -> Result<Delivery, Halt> {
         let mut expected = self.mailbox.expect(wait.awaited, wait.ids);
+        // Answered before the wait began (a run taken over, whose caller answered while it
+        // changed hands): nothing is asked again.
+        if let Some(Some(delivery)) = expected.delivered().now_or_never() {
+            return Ok(delivery);
+        }
         self.set_status(wait.status)?;
         self.recorder.announce(wait.announcement);
         let limit = wait.limit.saturating_sub(std::mem::take(&mut self.waited));
@@ -427,6 +444,13 @@ impl RoundTools<'_> {
             _ = tokio::time::sleep(limit) => Err(wait.on_timeout),
             delivery = expected.delivered() => delivery.ok_or(Halt::Cancelled),
         };
+        if matches!(outcome, Err(Halt::HandedOver)) {
+            // An answer that came as the run was handed over goes with it: the caller was
+            // told it was taken.
+            if let Some(Some(delivery)) = expected.delivered().now_or_never() {
+                self.keep_for_next_owner(delivery).await;
+            }
+        }
         drop(expected);
         let delivery = outcome?;
         self.set_status(MessageStatus::Running)?;

@@ -31,8 +31,10 @@ pub async fn a_burst_under_another_fence_writes_nothing(harness: &dyn Harness) {
         .is_empty());
 }
 
-/// A command for a running message is kept and taken once, in order with others; none is
-/// kept for a message that ended; whether a conversation has a running message is known.
+/// A command for a running message is kept and taken once, in order with others, and only
+/// by a taker that names the run (one handing the run over leaves it for the next owner);
+/// none is kept for a message that ended; whether a conversation has a running message is
+/// known.
 pub async fn commands_reach_running_runs_once(harness: &dyn Harness) {
     let store = harness.fresh().await;
     let opening = conversation(&tenant());
@@ -45,7 +47,11 @@ pub async fn commands_reach_running_runs_once(harness: &dyn Harness) {
             .unwrap();
         assert_eq!(owner, Some(store.fence().owner), "the run's owner is named");
     }
-    let taken = store.take_commands().await.unwrap();
+    assert!(
+        store.take_commands(&[]).await.unwrap().is_empty(),
+        "left for a taker that runs it"
+    );
+    let taken = store.take_commands(&[running.id]).await.unwrap();
     let commands: Vec<_> = taken
         .iter()
         .map(|t| (t.message, t.command.clone()))
@@ -58,7 +64,7 @@ pub async fn commands_reach_running_runs_once(harness: &dyn Harness) {
         ]
     );
     assert!(
-        store.take_commands().await.unwrap().is_empty(),
+        store.take_commands(&[running.id]).await.unwrap().is_empty(),
         "taken once"
     );
 
@@ -72,7 +78,7 @@ pub async fn commands_reach_running_runs_once(harness: &dyn Harness) {
             .unwrap(),
         None
     );
-    assert!(store.take_commands().await.unwrap().is_empty());
+    assert!(store.take_commands(&[ended.id]).await.unwrap().is_empty());
 }
 
 /// The registry's counters move with every change of a key or a provider, and not when a

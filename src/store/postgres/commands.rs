@@ -46,13 +46,19 @@ impl crate::store::Commands for Postgres {
         Ok(Some(owner))
     }
 
-    async fn take_commands(&self) -> Result<Vec<TakenCommand>, StoreError> {
+    async fn take_commands(&self, runs: &[MessageId]) -> Result<Vec<TakenCommand>, StoreError> {
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let runs: Vec<Uuid> = runs.iter().map(|id| id.0).collect();
         let mut rows: Vec<(i64, String, Uuid, String)> = sqlx::query_as(
             "DELETE FROM run_commands c USING messages m \
              WHERE m.tenant = c.tenant AND m.id = c.message_id AND m.running AND m.owner = $1 \
+             AND c.message_id = ANY($2) \
              RETURNING c.id, c.tenant, c.message_id, c.command",
         )
         .bind(&self.identity.id)
+        .bind(&runs)
         .fetch_all(&self.pool)
         .await
         .map_err(|err| self.failed(err))?;

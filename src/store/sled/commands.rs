@@ -47,16 +47,22 @@ impl Embedded {
         Ok(Some(crate::store::Fence::local().owner))
     }
 
-    fn take_kept(&self) -> Result<Vec<TakenCommand>, StoreError> {
+    fn take_kept(&self, runs: &[MessageId]) -> Result<Vec<TakenCommand>, StoreError> {
         let t = self.t()?;
         let mut taken = Vec::new();
         for entry in t.commands.iter() {
             let (key, value) = entry?;
-            t.commands.remove(&key)?;
             let Ok(kept) = serde_json::from_slice::<Kept>(&value) else {
+                t.commands.remove(&key)?;
                 continue;
             };
-            if self.running(&kept.tenant, kept.message)? {
+            let running = self.running(&kept.tenant, kept.message)?;
+            if running && !runs.contains(&kept.message) {
+                // Its run is not here to take it (being handed over): it waits.
+                continue;
+            }
+            t.commands.remove(&key)?;
+            if running {
                 taken.push(TakenCommand {
                     tenant: kept.tenant,
                     message: kept.message,
@@ -103,12 +109,12 @@ impl crate::store::Commands for Embedded {
         self.written(kept).await
     }
 
-    async fn take_commands(&self) -> Result<Vec<TakenCommand>, StoreError> {
+    async fn take_commands(&self, runs: &[MessageId]) -> Result<Vec<TakenCommand>, StoreError> {
         // Looked at every second: nothing to take writes nothing.
         if self.t()?.commands.is_empty() {
             return Ok(Vec::new());
         }
-        let taken = self.take_kept();
+        let taken = self.take_kept(runs);
         self.written(taken).await
     }
 }

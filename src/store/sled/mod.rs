@@ -574,6 +574,11 @@ mod conformance_tests {
         conformance::agents_are_kept_per_tenant(&on_disk()).await;
     }
 
+    #[tokio::test]
+    async fn commands_reach_running_runs_once() {
+        conformance::commands_reach_running_runs_once(&on_disk()).await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn tenant_limits_admit_exactly() {
         conformance::tenant_limits_admit_exactly(&on_disk()).await;
