@@ -27,8 +27,10 @@ impl Launcher for Runner {
         cancel: CancellationToken,
     ) -> Result<ChildRun, RunError> {
         if let Some(message) = self.started_before(&child).await? {
-            // Started before this run was taken over: followed, never started again.
+            // Started before this run was taken over: followed, never started again, and
+            // cancelled with this run wherever it runs now.
             let events = self.attach(&child.tenant, message.id, 0).await?;
+            self.cancel_with(cancel, child.tenant.clone(), message.id);
             return Ok(ChildRun {
                 found: true,
                 message_id: message.id,
@@ -75,6 +77,21 @@ impl Launcher for Runner {
 }
 
 impl Runner {
+    /// Cancels the run of `message` (here or on whichever replica holds it) once `cancel`
+    /// fires: how a run taken over keeps its children under its own cancellation.
+    fn cancel_with(&self, cancel: CancellationToken, tenant: Tenant, message: MessageId) {
+        let runner = self.clone();
+        self.tracker.spawn(async move {
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                () = runner.shutdown.cancelled() => return,
+            }
+            if let Err(err) = runner.cancel(&tenant, message).await {
+                tracing::debug!(error = %err, child = %message, "a sub-agent's run was not cancelled with its parent");
+            }
+        });
+    }
+
     /// The child `child` names, when its call started it before this run was taken over:
     /// by its id, or by the id an earlier release gave it when that run's call (id and
     /// input) is this one and it recorded no place (so a reused call id finds nothing).

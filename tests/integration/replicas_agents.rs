@@ -16,6 +16,120 @@ use crate::support::process::{channel, client};
 use crate::support::replicas::*;
 use crate::support::{message, run_request, FakeOpenAi, Reply, RunRequestExt, ScriptedCall};
 
+/// A parent and its child, taken over together after their owner's `kill -9`: a cancel
+/// of the parent on its new owner reaches the child it found (and follows by attaching)
+/// within a second, as it reaches a child it started itself.
+#[tokio::test]
+async fn a_cancel_after_a_takeover_reaches_the_children_found() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let Some(bus) = nats_bus().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![
+        Reply::calls(
+            &[],
+            vec![ScriptedCall::new(
+                "c1",
+                "researcher",
+                &[r#"{"input": "capital of France?"}"#],
+            )],
+            (5, 2),
+        ),
+        Reply::Stall(vec!["Pa"]),
+        Reply::Stall(vec!["Still thinking"]),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = agent_runner::store::SecretKey::generate();
+    let options = Options {
+        bus,
+        ..Options::default()
+    };
+    let mut a = replica_on(dir.path(), &llm, &database, &key, "a", &options).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &options).await;
+    let mut library = AgentRegistryClient::new(channel(&a).await);
+    let mut researcher = run_request("unused", &[]);
+    researcher.agent_mut().instruction = "You research.".into();
+    library
+        .create_agent(pb::CreateAgentRequest {
+            agent_id: "researcher".into(),
+            config: researcher.agent.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut parent = run_request("What is the capital of France?", &[]);
+    parent.agent_mut().sub_agents = vec![pb::AgentRef {
+        agent_id: "researcher".into(),
+        ..Default::default()
+    }];
+    let mut stream = client(&a).await.run(parent).await.unwrap().into_inner();
+    let (mut parent_id, mut child_id) = (String::new(), String::new());
+    while let Some(event) = stream.message().await.unwrap() {
+        parent_id.clone_from(&event.message_id);
+        if let Some(Event::Child(child)) = &event.event {
+            child_id.clone_from(&child.message_id);
+            if child
+                .event
+                .as_ref()
+                .is_some_and(|e| matches!(e.event, Some(Event::Delta(_))))
+            {
+                break;
+            }
+        }
+    }
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    // The child, taken over, is writing again and its parent follows it.
+    let mut followed = attach(&b, &parent_id, 0).await;
+    let restarted_child = |e: &pb::RunEvent| {
+        matches!(&e.event, Some(Event::Child(child))
+            if child.event.as_ref().is_some_and(|inner| inner.seq > 3
+                && matches!(inner.event, Some(Event::Delta(_)))))
+    };
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        read_until(&mut followed, restarted_child),
+    )
+    .await
+    .expect("the child goes on on b");
+
+    let mut agents = client(&b).await;
+    agents
+        .cancel(pb::CancelRequest {
+            message_id: parent_id.clone(),
+        })
+        .await
+        .unwrap();
+    let cancelled = std::time::Instant::now();
+    let mut status = 0;
+    while cancelled.elapsed() < Duration::from_secs(3) {
+        status = message(&mut agents, child_id.clone()).await.status;
+        if status == pb::MessageStatus::Cancelled as i32 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        status,
+        pb::MessageStatus::Cancelled as i32,
+        "the child found after the takeover is cancelled with its parent"
+    );
+    assert!(
+        cancelled.elapsed() < Duration::from_secs(1),
+        "the child stopped {:?} after the cancel",
+        cancelled.elapsed()
+    );
+    assert_eq!(
+        message(&mut agents, parent_id).await.status,
+        pb::MessageStatus::Cancelled as i32
+    );
+}
+
 #[tokio::test]
 async fn a_parent_taken_over_follows_its_child_instead_of_starting_another() {
     let _turn = TURN.lock().await;

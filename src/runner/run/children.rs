@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use futures::stream::{BoxStream, SelectAll};
 use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
 
 use super::calls::RoundTools;
 use super::halt::{or_cancel, Halt};
@@ -37,6 +38,24 @@ struct Following {
     wait: Option<MessageStatus>,
     /// Its place in the tree, given back when its events end.
     slot: Option<TreeSlot>,
+    /// Stops it when this run stops following it before its end.
+    _stop: StopOnDrop,
+}
+
+/// Cancels a child's token when dropped, unless the process is handing its runs over (then
+/// the child goes on, and whoever takes this run over follows it again). A child that
+/// ended is not affected.
+struct StopOnDrop {
+    child: CancellationToken,
+    draining: CancellationToken,
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if !self.draining.is_cancelled() {
+            self.child.cancel();
+        }
+    }
 }
 
 /// A followed child's item: one of its events, or the end of them (`None`).
@@ -102,7 +121,14 @@ impl RoundTools<'_> {
             position: round.thought.position,
             index: u32::try_from(index).unwrap_or(u32::MAX),
         };
-        let (run, agent_id, tree_slot) = match self.start_child(family, at, &call, share).await {
+        let stop = StopOnDrop {
+            child: self.cancel.child_token(),
+            draining: self.draining.clone(),
+        };
+        let started = self
+            .start_child(family, at, &call, share, stop.child.clone())
+            .await;
+        let (run, agent_id, tree_slot) = match started {
             Ok(started) => started,
             Err(invocation) => return self.record(round, index, invocation).await,
         };
@@ -125,6 +151,7 @@ impl RoundTools<'_> {
             tool_calls: 0,
             wait: None,
             slot: Some(tree_slot),
+            _stop: stop,
         });
         let events = run
             .events
@@ -223,6 +250,7 @@ impl RoundTools<'_> {
         at: CallAt,
         call: &crate::domain::ToolCallRecord,
         budget: &RunBudget,
+        cancel: CancellationToken,
     ) -> Result<(ChildRun, String, TreeSlot), Invocation> {
         let started = Instant::now();
         let refuse = |code: &str, text: String| {
@@ -297,11 +325,7 @@ impl RoundTools<'_> {
             tree: TreeHandle(family.tree.clone()),
             max_children: family.max_children,
         };
-        match family
-            .launcher
-            .start_child(start, self.cancel.child_token())
-            .await
-        {
+        match family.launcher.start_child(start, cancel).await {
             Ok(run) => Ok((run, agent.agent_id.clone(), tree_slot)),
             Err(RunError::LimitExceeded { limit, detail, .. }) => {
                 Err(refuse("sub_agent_limit", format!("{limit}: {detail}")))
