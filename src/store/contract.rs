@@ -102,12 +102,16 @@ pub enum Record {
     /// The message as it stands; a terminal status ends its run.
     Message(Message),
     /// LLM tokens the run used, added to its tenant's count for `day` (e.g. `20261123`).
-    /// Applied at most once: a caller that commits a burst again drops it first.
+    /// With `once`, counted only by the commit that writes that event (the run's end) for
+    /// the first time: a burst committed again after a failure that may have landed counts
+    /// its tokens exactly once.
     TenantTokens {
         /// The UTC day.
         day: u32,
         /// Tokens to add.
         tokens: u64,
+        /// The event of the same burst (message and `seq`) the count goes with.
+        once: Option<(MessageId, u64)>,
     },
 }
 

@@ -195,7 +195,8 @@ async fn health_turns(
 /// PostgreSQL lost mid-run: the run announces nothing more, tries its commit for the write
 /// timeout, then its stream ends UNAVAILABLE; health turns NOT_SERVING and `Run` is refused
 /// as UNAVAILABLE. Once the database is back, health and `Run` recover within 2 s, the
-/// lost run's end lands (FAILED, `store_error`), and every event announced before is there.
+/// lost run's end lands (FAILED, `store_error`), every event announced before is there,
+/// and every run's tokens are counted toward the tenant's day exactly once.
 #[tokio::test]
 async fn a_lost_database_stops_announcing_and_recovers_with_every_announced_event() {
     use crate::support::postgres::{server_of, Proxy};
@@ -290,7 +291,35 @@ async fn a_lost_database_stops_announcing_and_recovers_with_every_announced_even
         lost = message(&mut agents, received[0].message_id.clone()).await;
     }
     assert_eq!(lost.status, pb::MessageStatus::Failed as i32);
-    assert_eq!(lost.error.unwrap().code, "store_error");
+    assert_eq!(lost.error.clone().unwrap().code, "store_error");
+
+    // Each run's tokens count once toward the tenant's day, the lost run's too, whose end
+    // commit was tried again until the database came back.
+    use sqlx::Connection as _;
+    let mut usage = 0;
+    for id in [
+        &before[0].message_id,
+        &received[0].message_id,
+        &after[0].message_id,
+    ] {
+        let read = message(&mut agents, id.clone()).await;
+        usage += read.usage.map_or(0, |u| u.total_tokens);
+    }
+    assert!(
+        lost.usage.is_some_and(|u| u.total_tokens > 0),
+        "the lost run used tokens"
+    );
+    let mut db = sqlx::PgConnection::connect(&database.url()).await.unwrap();
+    let (counted,): (i64,) =
+        sqlx::query_as("SELECT coalesce(sum(tokens), 0)::bigint FROM tenant_usage")
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
+    assert_eq!(
+        counted,
+        i64::try_from(usage).unwrap(),
+        "tokens counted once"
+    );
 }
 
 /// A caller whose deadline passes while its run's message is being written (here: held

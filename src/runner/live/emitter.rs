@@ -372,7 +372,7 @@ impl Publisher {
     }
 
     /// Commits `pending` (records and events) and broadcasts its events; on failure it
-    /// stays pending, save its tokens, which a failed write may have counted already.
+    /// stays pending.
     async fn publish(&self, pending: &mut Burst) -> Result<(), StoreError> {
         if pending.is_empty() {
             return Ok(());
@@ -383,12 +383,9 @@ impl Publisher {
             fence,
             ..
         } = &self.destination;
-        if let Err(err) = store.commit(tenant, fence, pending).await {
-            pending
-                .records
-                .retain(|record| !matches!(record, Record::TenantTokens { .. }));
-            return Err(err);
-        }
+        // On failure everything stays pending, tokens included: they count only with the
+        // first commit that writes their event, whichever try lands.
+        store.commit(tenant, fence, pending).await?;
         pending.records.clear();
         if let Some(first) = pending.events.first() {
             self.destination

@@ -593,7 +593,8 @@ impl RunTask {
             .tokens
             .total_tokens
             .saturating_sub(self.state.child_tokens());
-        self.recorder.count_tokens(super::quota::today(), tokens);
+        self.recorder
+            .count_tokens(self.message.id, super::quota::today(), tokens);
         // The run's place under its tenant's limit frees as its message stops running,
         // with the end's commit: a client that starts its next run on seeing the end finds
         // it free.

@@ -161,10 +161,15 @@ impl Recorder {
     }
 
     /// Adds the run's LLM tokens to what its tenant used today, for `limits.tokens_per_day`,
-    /// with the records of the run's end.
-    pub fn count_tokens(&self, day: u32, tokens: u64) {
+    /// with the records of the run's end, whose event (`message`'s next) it goes with: the
+    /// count lands once, however often that commit is tried.
+    pub fn count_tokens(&self, message: MessageId, day: u32, tokens: u64) {
         if tokens > 0 {
-            self.emitter.record(Record::TenantTokens { day, tokens });
+            self.emitter.record(Record::TenantTokens {
+                day,
+                tokens,
+                once: Some((message, self.next_seq())),
+            });
         }
     }
 

@@ -52,6 +52,7 @@ pub async fn run_all(harness: &dyn Harness) {
     pages_follow_order_limits_and_bytes(harness).await;
     one_idempotency_key_starts_one_run(harness).await;
     concurrent_writers_to_one_message_all_land(harness).await;
+    tokens_with_their_event_count_once(harness).await;
     a_burst_reads_back_with_its_records(harness).await;
     large_values_read_back_whole(harness).await;
     deletion_removes_everything_of_a_conversation(harness).await;
@@ -391,6 +392,7 @@ pub async fn concurrent_writers_to_one_message_all_land(harness: &dyn Harness) {
                     Record::TenantTokens {
                         day: 20_261_125,
                         tokens: 10,
+                        once: None,
                     },
                 ];
                 commit(&store, records, Vec::new()).await;
@@ -407,6 +409,35 @@ pub async fn concurrent_writers_to_one_message_all_land(harness: &dyn Harness) {
     assert_eq!(
         store.tenant_tokens(&tenant(), 20_261_125).await.unwrap(),
         160
+    );
+}
+
+/// A run's end burst committed again (its first commit failed as far as the run knows,
+/// but may have landed) counts the run's tokens once: they go with the end event, and only
+/// the commit that first writes it counts them; a burst whose event is new counts.
+pub async fn tokens_with_their_event_count_once(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let opening = conversation(&tenant());
+    let message = start(&store, opening.id, Some(&opening)).await;
+    let end = envelope(&message, 1, delta("done"));
+    let tokens = |seq| Record::TenantTokens {
+        day: 20_261_126,
+        tokens: 270,
+        once: Some((message.id, seq)),
+    };
+    for _ in 0..3 {
+        commit(&store, vec![tokens(1)], vec![end.clone()]).await;
+    }
+    assert_eq!(
+        store.tenant_tokens(&tenant(), 20_261_126).await.unwrap(),
+        270,
+        "counted once however often the burst is committed"
+    );
+    let next = envelope(&message, 2, delta("more"));
+    commit(&store, vec![tokens(2)], vec![next]).await;
+    assert_eq!(
+        store.tenant_tokens(&tenant(), 20_261_126).await.unwrap(),
+        540
     );
 }
 
@@ -662,6 +693,7 @@ pub async fn a_reopened_store_holds_everything(harness: &dyn Harness) {
         vec![Record::TenantTokens {
             day: 20_261_125,
             tokens: 42,
+            once: None,
         }],
         vec![envelope(&running, 1, delta("half"))],
     )

@@ -3,7 +3,6 @@
 //! commit (and its WAL flush) serves many runs; a lone run's burst goes at once. A few
 //! committers take turns, so one group is written while another waits for its flush.
 
-use std::collections::BTreeMap;
 use std::sync::Weak;
 use std::time::Instant;
 
@@ -47,8 +46,19 @@ struct Rows {
     fences: (Vec<String>, Vec<Uuid>, Vec<String>, Vec<i64>),
     thoughts: (Vec<String>, Vec<Uuid>, Vec<i32>, Vec<String>),
     messages: (Vec<String>, Vec<Uuid>, Vec<String>, Vec<bool>),
-    tokens: BTreeMap<(String, i32), i64>,
+    tokens: TokenRows,
     events: (Vec<String>, Vec<Uuid>, Vec<i64>, Vec<String>),
+}
+
+/// Token counts, one per record: its tenant, day and tokens, and the event it goes with
+/// (message and `seq`; none: always counted).
+#[derive(Default, Clone)]
+struct TokenRows {
+    tenants: Vec<String>,
+    days: Vec<i32>,
+    tokens: Vec<i64>,
+    messages: Vec<Option<Uuid>>,
+    seqs: Vec<i64>,
 }
 
 impl Rows {
@@ -56,9 +66,18 @@ impl Rows {
         extend4(&mut self.fences, other.fences);
         extend4(&mut self.thoughts, other.thoughts);
         extend4(&mut self.messages, other.messages);
-        for (key, tokens) in other.tokens {
-            *self.tokens.entry(key).or_default() += tokens;
-        }
+        let TokenRows {
+            tenants,
+            days,
+            tokens,
+            messages,
+            seqs,
+        } = other.tokens;
+        self.tokens.tenants.extend(tenants);
+        self.tokens.days.extend(days);
+        self.tokens.tokens.extend(tokens);
+        self.tokens.messages.extend(messages);
+        self.tokens.seqs.extend(seqs);
         extend4(&mut self.events, other.events);
     }
 }
@@ -109,9 +128,17 @@ pub fn job(
                     .push(serde_json::to_string(message).map_err(|e| codec("messages", e))?);
                 rows.messages.3.push(!message.status.is_terminal());
             }
-            Record::TenantTokens { day, tokens } => {
-                let key = (name.clone(), i32::try_from(*day).unwrap_or(i32::MAX));
-                *rows.tokens.entry(key).or_default() += i64::try_from(*tokens).unwrap_or(i64::MAX);
+            Record::TenantTokens { day, tokens, once } => {
+                let counts = &mut rows.tokens;
+                counts.tenants.push(name.clone());
+                counts.days.push(i32::try_from(*day).unwrap_or(i32::MAX));
+                counts
+                    .tokens
+                    .push(i64::try_from(*tokens).unwrap_or(i64::MAX));
+                counts.messages.push(once.map(|(message, _)| message.0));
+                counts
+                    .seqs
+                    .push(once.map_or(0, |(_, seq)| i64::try_from(seq).unwrap_or(i64::MAX)));
             }
         }
     }
@@ -213,9 +240,6 @@ impl Postgres {
         self.check_writable()?;
         let notice = self.notice_of(|| last_seqs(&rows.events.1, &rows.events.2));
         let messages = last_of_each(&rows.messages);
-        let tenants: Vec<&str> = rows.tokens.keys().map(|(t, _)| t.as_str()).collect();
-        let days: Vec<i32> = rows.tokens.keys().map(|(_, d)| *d).collect();
-        let tokens: Vec<i64> = rows.tokens.values().copied().collect();
         // A shard of the count at random: concurrent commits rarely share a row.
         let shard = i16::from(fastrand::u8(..USAGE_SHARDS));
         let (held,): (bool,) = sqlx::query_as(WRITE)
@@ -235,12 +259,14 @@ impl Postgres {
             .bind(&rows.events.1)
             .bind(&rows.events.2)
             .bind(&rows.events.3)
-            .bind(&tenants)
-            .bind(&days)
-            .bind(&tokens)
+            .bind(&rows.tokens.tenants)
+            .bind(&rows.tokens.days)
+            .bind(&rows.tokens.tokens)
             .bind(shard)
             .bind(super::listen::EVENTS)
             .bind(notice.as_deref())
+            .bind(&rows.tokens.messages)
+            .bind(&rows.tokens.seqs)
             .fetch_one(&self.pool)
             .await
             .map_err(|err| self.failed(err))?;
@@ -277,10 +303,16 @@ messages_written AS ( \
 events_written AS ( \
     INSERT INTO events (tenant, message_id, seq, record) \
     SELECT e.* FROM UNNEST($13::text[], $14::uuid[], $15::bigint[], $16::text[]) AS e, held WHERE held.ok \
-    ON CONFLICT (tenant, message_id, seq) DO NOTHING), \
+    ON CONFLICT (tenant, message_id, seq) DO NOTHING \
+    RETURNING tenant, message_id, seq), \
 tokens_counted AS ( \
     INSERT INTO tenant_usage (tenant, day, tokens, shard) \
-    SELECT k.*, $20 FROM UNNEST($17::text[], $18::int[], $19::bigint[]) AS k, held WHERE held.ok \
+    SELECT k.tenant, k.day, sum(k.tokens), $20 \
+    FROM UNNEST($17::text[], $18::int[], $19::bigint[], $23::uuid[], $24::bigint[]) \
+        AS k(tenant, day, tokens, message_id, seq), held \
+    WHERE held.ok AND (k.message_id IS NULL OR EXISTS (SELECT 1 FROM events_written w \
+        WHERE w.tenant = k.tenant AND w.message_id = k.message_id AND w.seq = k.seq)) \
+    GROUP BY k.tenant, k.day \
     ON CONFLICT (tenant, day, shard) DO UPDATE SET tokens = tenant_usage.tokens + EXCLUDED.tokens), \
 notified AS ( \
     SELECT pg_notify($21, $22) FROM held WHERE held.ok AND $22::text IS NOT NULL) \

@@ -157,6 +157,7 @@ conformance_on_postgres!(
     pages_follow_order_limits_and_bytes,
     one_idempotency_key_starts_one_run,
     concurrent_writers_to_one_message_all_land,
+    tokens_with_their_event_count_once,
     a_burst_reads_back_with_its_records,
     large_values_read_back_whole,
     deletion_removes_everything_of_a_conversation,

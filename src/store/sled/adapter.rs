@@ -29,8 +29,16 @@ impl Embedded {
             match record {
                 Record::Thought(thought) => self.put_thought(tenant, thought)?,
                 Record::Message(message) => self.update_message(tenant, message)?,
-                Record::TenantTokens { day, tokens } => {
-                    self.add_tenant_tokens(tenant, *day, *tokens)?;
+                Record::TenantTokens { day, tokens, once } => {
+                    // Counted by the commit that first writes its event: a burst applied
+                    // before (its flush failed) and committed again counts once.
+                    let counted = match once {
+                        Some((message, seq)) => self.has_event(tenant, *message, *seq)?,
+                        None => false,
+                    };
+                    if !counted {
+                        self.add_tenant_tokens(tenant, *day, *tokens)?;
+                    }
                 }
             }
         }

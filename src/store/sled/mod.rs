@@ -515,6 +515,11 @@ mod conformance_tests {
     }
 
     #[tokio::test]
+    async fn tokens_with_their_event_count_once() {
+        conformance::tokens_with_their_event_count_once(&on_disk()).await;
+    }
+
+    #[tokio::test]
     async fn a_burst_reads_back_with_its_records() {
         conformance::a_burst_reads_back_with_its_records(&on_disk()).await;
     }

@@ -376,6 +376,31 @@ impl Embedded {
     }
 
     /// A message's events with `seq > after_seq`, in order.
+    /// Whether event `seq` of `message` is stored; reads only the message's last batch
+    /// (events are kept in `seq` order).
+    pub(super) fn has_event(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+        seq: u64,
+    ) -> Result<bool, StoreError> {
+        let t = self.t()?;
+        let last = t
+            .events
+            .scan_prefix(keys::message_children(tenant, message))
+            .next_back();
+        let Some(entry) = last else {
+            return Ok(false);
+        };
+        let (key, value) = entry?;
+        let batch: StoredBatch = decode(
+            "events",
+            &pieces::join(&t.pieces, Owner::Events, &key, value)?,
+        )?;
+        let (events, _) = batch.into_envelopes();
+        Ok(events.last().is_some_and(|event| event.seq >= seq))
+    }
+
     pub fn list_events(
         &self,
         tenant: &Tenant,
