@@ -77,6 +77,7 @@ fn tenant_limits(limits: pb::TenantLimits) -> Result<TenantLimits, Status> {
         max_run_seconds,
         max_run_tool_calls,
         max_concurrent_child_runs,
+        max_follow_streams,
     } = limits;
     let max_run_cost = amount("limits.max_run_cost", &max_run_cost)?.unwrap_or_default();
     Ok(TenantLimits {
@@ -88,6 +89,7 @@ fn tenant_limits(limits: pb::TenantLimits) -> Result<TenantLimits, Status> {
         max_run_seconds,
         max_run_tool_calls,
         max_concurrent_child_runs,
+        max_follow_streams,
     })
 }
 
@@ -121,6 +123,7 @@ fn api_key(record: ApiKeyRecord) -> pb::ApiKey {
             max_run_seconds: limits.max_run_seconds,
             max_run_tool_calls: limits.max_run_tool_calls,
             max_concurrent_child_runs: limits.max_concurrent_child_runs,
+            max_follow_streams: limits.max_follow_streams,
         }),
     }
 }

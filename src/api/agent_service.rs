@@ -77,7 +77,7 @@ impl AgentService for AgentApi {
         &self,
         request: Request<pb::AttachRequest>,
     ) -> Result<Response<RunStream>, Status> {
-        let tenant = tenant_of(&request)?;
+        let caller = caller_of(&request)?;
         let pb::AttachRequest {
             message_id,
             after_seq,
@@ -85,7 +85,12 @@ impl AgentService for AgentApi {
         let id: MessageId = parse_id("message_id", &message_id)?;
         let events = self
             .runner
-            .attach(&tenant, id, after_seq)
+            .attach_for_client(
+                &caller.tenant,
+                id,
+                after_seq,
+                caller.limits.max_follow_streams,
+            )
             .await
             .map_err(from_error)?;
         Ok(Response::new(Box::pin(RunEventStream::new(events, None))))

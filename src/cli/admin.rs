@@ -68,6 +68,7 @@ pub async fn keys(
             max_run_seconds,
             max_run_tool_calls,
             max_concurrent_child_runs,
+            max_follow_streams,
         } => {
             let created = client
                 .create_api_key(with_token(
@@ -83,6 +84,7 @@ pub async fn keys(
                             max_run_seconds,
                             max_run_tool_calls,
                             max_concurrent_child_runs,
+                            max_follow_streams,
                         }),
                     },
                     &bearer,
@@ -141,6 +143,7 @@ fn optional_limits(limits: &pb::TenantLimits) -> String {
             "max_concurrent_child_runs",
             limits.max_concurrent_child_runs.to_string(),
         ),
+        ("max_follow_streams", limits.max_follow_streams.to_string()),
     ] {
         if !value.is_empty() && value != "0" {
             text.push_str(&format!(" {name}={value}"));

@@ -249,6 +249,10 @@ pub enum KeysCommand {
         /// server's limit].
         #[arg(long, default_value_t = 0)]
         max_concurrent_child_runs: u32,
+        /// Streams following runs open at once on one replica [default: the server's
+        /// limit].
+        #[arg(long, default_value_t = 0)]
+        max_follow_streams: u32,
     },
     /// List a tenant's keys, one per line, id first; never the secrets.
     List {

@@ -44,6 +44,9 @@ pub type RelayObserver = Box<dyn Fn(usize, std::time::Duration) + Send + Sync>;
 /// Told of each payload on the bus that did not open with the deployment's key.
 pub type RejectObserver = Box<dyn Fn() + Send + Sync>;
 
+/// Reads a followed message's last committed `seq` (`None`: it cannot be read now).
+pub type Poll = Arc<dyn Fn() -> futures::future::BoxFuture<'static, Option<u64>> + Send + Sync>;
+
 /// How replicas tell each other of committed events and kept commands.
 #[async_trait]
 pub trait Bus: Send + Sync {
@@ -53,8 +56,11 @@ pub trait Bus: Send + Sync {
 
     /// Notices for `message` from now on, until the returned watch is dropped. For the
     /// message's first follower here, returns once the subscription is in place, so a
-    /// follower that reads the store after it misses nothing in between.
-    async fn watch(&self, message: MessageId) -> Watch;
+    /// follower that reads the store after it misses nothing in between. While the message
+    /// has followers here, `poll` is asked once a second for its last committed `seq`, and
+    /// a notice is sent when it moved: one read per followed message per replica, however
+    /// many follow it, covers what the bus lost.
+    async fn watch(&self, message: MessageId, poll: Poll) -> Watch;
 
     /// Wakes replica `owner`: a command was kept for a run it holds.
     async fn wake(&self, owner: &str);
@@ -79,7 +85,7 @@ pub struct Silent {
 impl Bus for Silent {
     async fn announce(&self, _message: MessageId, _events: &[EventEnvelope]) {}
 
-    async fn watch(&self, _message: MessageId) -> Watch {
+    async fn watch(&self, _message: MessageId, _poll: Poll) -> Watch {
         Watch::never()
     }
 

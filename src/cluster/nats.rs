@@ -240,13 +240,17 @@ impl Bus for Nats {
         }
     }
 
-    async fn watch(&self, message: MessageId) -> Watch {
+    async fn watch(&self, message: MessageId, poll: super::Poll) -> Watch {
         let mut first = None;
-        let watch = self.watchers.watch(message, || {
-            let stop = CancellationToken::new();
-            first = Some(stop.clone());
-            Some(stop)
-        });
+        let watch = self.watchers.watch(
+            message,
+            || {
+                let stop = CancellationToken::new();
+                first = Some(stop.clone());
+                Some(stop)
+            },
+            poll,
+        );
         if let Some(stop) = first {
             match self.client.subscribe(self.events_subject(message)).await {
                 Ok(subscription) => {

@@ -701,6 +701,9 @@ impl Config {
             self.limits.max_concurrent_child_runs =
                 crate::domain::DEFAULT_MAX_CONCURRENT_CHILD_RUNS;
         }
+        if self.limits.max_follow_streams == 0 {
+            self.limits.max_follow_streams = crate::domain::DEFAULT_MAX_FOLLOW_STREAMS;
+        }
         if self.runner.max_agent_depth > 10 {
             return Err(invalid("runner.max_agent_depth", "must be at most 10"));
         }

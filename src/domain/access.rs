@@ -36,7 +36,14 @@ pub struct TenantLimits {
     /// default is [`DEFAULT_MAX_CONCURRENT_CHILD_RUNS`]).
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub max_concurrent_child_runs: u32,
+    /// Streams following runs (`Attach`, A2A `SubscribeToTask`) open at once on one
+    /// replica (the server's default is [`DEFAULT_MAX_FOLLOW_STREAMS`]).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub max_follow_streams: u32,
 }
+
+/// The server's `[limits] max_follow_streams` when the configuration sets none.
+pub const DEFAULT_MAX_FOLLOW_STREAMS: u32 = 1_000;
 
 /// The server's `[limits] max_concurrent_child_runs` when the configuration sets none: a
 /// tree's runs take no tenant slot, so this is what bounds a tenant's trees together.
@@ -71,6 +78,7 @@ impl TenantLimits {
                 self.max_concurrent_child_runs,
                 defaults.max_concurrent_child_runs,
             ),
+            max_follow_streams: pick32(self.max_follow_streams, defaults.max_follow_streams),
         }
     }
 }

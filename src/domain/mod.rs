@@ -18,7 +18,9 @@ pub mod redact;
 mod thought;
 mod usage;
 
-pub use access::{ApiKeyRecord, TenantLimits, DEFAULT_MAX_CONCURRENT_CHILD_RUNS};
+pub use access::{
+    ApiKeyRecord, TenantLimits, DEFAULT_MAX_CONCURRENT_CHILD_RUNS, DEFAULT_MAX_FOLLOW_STREAMS,
+};
 pub use agent::{
     AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, CallAt, ParentLink, PinnedAgent,
     RunOverrides, VersionPick,

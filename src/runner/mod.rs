@@ -92,6 +92,8 @@ pub struct Runner {
     /// Held while commands are taken, and while runs taken over are started, so no
     /// command for a run taken over is taken before the run is here to get it.
     taking: Arc<tokio::sync::Mutex<()>>,
+    /// The streams clients hold open following runs, per tenant.
+    follow_streams: Arc<live::FollowStreams>,
 }
 
 // Runs are started, followed and stopped here; everything else a run does happens in its
@@ -117,6 +119,7 @@ impl Runner {
             metrics: Arc::default(),
             bus: Arc::new(crate::cluster::Silent::default()),
             taking: Arc::default(),
+            follow_streams: Arc::default(),
         }
     }
 
@@ -191,7 +194,11 @@ impl Runner {
         // Heard of before the store is read: nothing committed in between is missed.
         let watch = match live {
             Some(_) => crate::cluster::Watch::never(),
-            None => self.bus.watch(message_id).await,
+            None => {
+                self.bus
+                    .watch(message_id, self.last_seq_of(tenant, message_id))
+                    .await
+            }
         };
         Ok(live::follow(
             self.store.clone(),
@@ -202,6 +209,35 @@ impl Runner {
             watch,
             known,
         ))
+    }
+
+    /// Reads the last committed `seq` of `message`: what the bus's shared poll asks for
+    /// the messages followed here.
+    fn last_seq_of(&self, tenant: &Tenant, message: MessageId) -> crate::cluster::Poll {
+        let (store, tenant) = (self.store.clone(), tenant.clone());
+        Arc::new(move || {
+            let (store, tenant) = (store.clone(), tenant.clone());
+            Box::pin(async move {
+                match store.last_event(&tenant, message).await {
+                    Ok(last) => Some(last.map_or(0, |event| event.seq)),
+                    Err(_) => None,
+                }
+            })
+        })
+    }
+
+    /// [`Self::attach`] for a client's stream, counted against the tenant's
+    /// `max_follow_streams` (0: no limit) while it is open.
+    pub async fn attach_for_client(
+        &self,
+        tenant: &Tenant,
+        message_id: MessageId,
+        after_seq: u64,
+        max_streams: u32,
+    ) -> Result<EventStream, RunError> {
+        let slot = self.follow_streams.open(tenant, max_streams)?;
+        let events = self.attach(tenant, message_id, after_seq).await?;
+        Ok(slot.holding(events))
     }
 
     /// Deletes a conversation and everything recorded for it. A conversation with a

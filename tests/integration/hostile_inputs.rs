@@ -388,3 +388,64 @@ async fn a_round_of_large_observations_fits_every_event_and_page() {
         "the model reads the whole answer"
     );
 }
+
+/// Streams following runs are capped per tenant (`limits.max_follow_streams`): past it an
+/// `Attach` is `RESOURCE_EXHAUSTED` naming the limit, and a stream its client closes gives
+/// its place back.
+#[tokio::test]
+async fn follow_streams_per_tenant_are_capped() {
+    let llm = FakeOpenAi::start(vec![Reply::calls(
+        &[],
+        vec![ScriptedCall::new("k1", "lookup", &[r#"{"id": "A1"}"#])],
+        (1, 1),
+    )])
+    .await;
+    let server = TestServer::start_edited(&llm.base_url(), |config| {
+        config.limits.max_follow_streams = 2;
+        config.runner.client_tool_timeout_secs = 60;
+    })
+    .await;
+    let mut client = server.agents().await;
+    let mut request = run_request("look it up", &[]);
+    request.client_tools.push(pb::ClientTool {
+        name: "lookup".into(),
+        description: "Looks an order up".into(),
+        parameters_schema: None,
+        require_approval: false,
+    });
+    let mut run = client.run(request).await.unwrap().into_inner();
+    let first = run.message().await.unwrap().unwrap();
+    let attach = || {
+        let mut client = client.clone();
+        let message_id = first.message_id.clone();
+        async move {
+            client
+                .attach(pb::AttachRequest {
+                    message_id,
+                    after_seq: 0,
+                })
+                .await
+        }
+    };
+    let one = attach().await.unwrap();
+    let _two = attach().await.unwrap();
+    let refused = attach().await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert!(
+        refused.message().starts_with("limits.max_follow_streams"),
+        "{}",
+        refused.message()
+    );
+    drop(one);
+    let mut again = None;
+    for _ in 0..50 {
+        match attach().await {
+            Ok(stream) => {
+                again = Some(stream);
+                break;
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    }
+    assert!(again.is_some(), "a closed stream gives its place back");
+}

@@ -200,3 +200,92 @@ async fn another_nats_client_can_neither_forge_nor_read_a_runs_events() {
         }
     }
 }
+
+/// Transactions the test database committed so far.
+async fn committed(database: &TestDatabase) -> i64 {
+    use sqlx::Connection as _;
+    let mut db = sqlx::PgConnection::connect(&database.url()).await.unwrap();
+    let (count,): (i64,) = sqlx::query_as(
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
+    )
+    .fetch_one(&mut db)
+    .await
+    .unwrap();
+    count
+}
+
+/// Transactions the test database committed per second, over `span`.
+async fn transactions_per_second(database: &TestDatabase, span: Duration) -> f64 {
+    // The statistics are flushed about once a second: read past a flush at each end.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let before = committed(database).await;
+    tokio::time::sleep(span).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let after = committed(database).await;
+    (after - before) as f64 / (span + Duration::from_millis(1100)).as_secs_f64()
+}
+
+/// A quiet run followed by 200 streams on a peer costs the database about what it costs
+/// with none: the followers of a message share one read a second on their replica, instead
+/// of each reading every second (≈ 400 transactions a second here before). The followers
+/// still see the run go on, and end, when it does.
+#[tokio::test]
+async fn quiet_followers_on_a_peer_share_one_read_of_the_database() {
+    const FOLLOWERS: usize = 200;
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![
+        calls_order_lookup(),
+        Reply::text(&["The order has shipped."], (3, 4)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let patient = Options {
+        client_tool_timeout_secs: Some(60),
+        ..Options::default()
+    };
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", &patient).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &patient).await;
+    let (_stream, seen) = started_asking(&a, "Where is my order?").await;
+    let id = seen[0].message_id.clone();
+
+    let quiet = transactions_per_second(&database, Duration::from_secs(3)).await;
+    let peer = crate::support::process::channel(&b).await;
+    let mut streams = Vec::new();
+    for _ in 0..FOLLOWERS {
+        let mut attach = pb::agent_service_client::AgentServiceClient::new(peer.clone());
+        let stream = attach
+            .attach(pb::AttachRequest {
+                message_id: id.clone(),
+                after_seq: seen.len() as u64,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        streams.push(stream);
+    }
+    let followed = transactions_per_second(&database, Duration::from_secs(3)).await;
+    assert!(
+        followed - quiet < 25.0,
+        "{FOLLOWERS} quiet followers took {followed:.0} transactions/s against {quiet:.0} without"
+    );
+
+    client(&a)
+        .await
+        .submit_tool_outputs(shipped(&id, "cli"))
+        .await
+        .unwrap();
+    for mut stream in streams {
+        let rest = read_within(&mut stream, Duration::from_secs(20)).await;
+        assert!(
+            matches!(
+                rest.last().and_then(|e| e.event.as_ref()),
+                Some(Event::End(_))
+            ),
+            "{rest:?}"
+        );
+    }
+}

@@ -512,7 +512,8 @@ impl A2aService for A2aApi {
         request: Request<a2a::SubscribeToTaskRequest>,
     ) -> Result<Response<TaskStream>, Status> {
         route::check_version(request.metadata())?;
-        let tenant = tenant_of(&request)?;
+        let caller = caller_of(&request)?;
+        let tenant = caller.tenant.clone();
         let a2a::SubscribeToTaskRequest {
             tenant: routing,
             id,
@@ -528,7 +529,7 @@ impl A2aService for A2aApi {
         let first = self.task_now(&tenant, &message, None).await?;
         let events = self
             .runner
-            .attach(&tenant, message.id, 0)
+            .attach_for_client(&tenant, message.id, 0, caller.limits.max_follow_streams)
             .await
             .map_err(from_error)?;
         let ids = TaskIds {

@@ -73,8 +73,13 @@ pub fn follow(
 }
 
 /// How often the store is read for the events of a run another replica holds when no
-/// notice comes: the floor that makes a lost or slow bus cost latency, never an event.
+/// notice comes and nothing polls for the follower: the floor that makes a lost or slow
+/// bus cost latency, never an event.
 const POLL_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How often a follower reads on its own when the bus polls the store for it (once a
+/// second per followed message, for all its followers here): a safety net only.
+const SAFETY_POLL_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How long a follower asks again a store that is unavailable before its stream fails.
 const REFILL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
@@ -149,7 +154,8 @@ impl Follower {
     /// Waits for more of a run this process does not hold: one that runs on another
     /// replica, or ended. Notices from the bus hand on their events when they follow the
     /// last one handed out; any other notice (a gap, a notice without events, a lag) reads
-    /// the store. Without a notice, the store is read every [`POLL_EVERY`]. A message that
+    /// the store. Without a notice, the store is read every [`POLL_EVERY`], or every
+    /// [`SAFETY_POLL_EVERY`] where the bus polls for all of a message's followers. A message that
     /// ended without an end event (written by an earlier version) ends the stream with
     /// what it has.
     async fn await_elsewhere(&mut self) {
@@ -159,9 +165,13 @@ impl Follower {
                 return;
             }
         }
+        let every = match self.watch.is_polled() {
+            true => SAFETY_POLL_EVERY,
+            false => POLL_EVERY,
+        };
         let heard = tokio::select! {
             heard = self.watch.next() => heard,
-            () = tokio::time::sleep(POLL_EVERY) => None,
+            () = tokio::time::sleep(every) => None,
         };
         match heard {
             Some(Ok(notice)) if notice.last_seq <= self.last => {}

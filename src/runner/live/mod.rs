@@ -8,8 +8,10 @@ mod emitter;
 mod follower;
 mod mailbox;
 mod registry;
+mod streams;
 
 pub use emitter::{Destination, Emitter, Outbox};
 pub use follower::{follow, EventStream, Known};
 pub use mailbox::{not_waiting, Awaited, ClientOutput, Decision, Delivery, Mailbox};
 pub use registry::{LiveRun, LiveRuns, Registration, Subscription};
+pub use streams::FollowStreams;

@@ -53,9 +53,9 @@ impl Bus for Notifications {
     /// The commit already notified.
     async fn announce(&self, _message: MessageId, _events: &[EventEnvelope]) {}
 
-    async fn watch(&self, message: MessageId) -> Watch {
+    async fn watch(&self, message: MessageId, poll: crate::cluster::Poll) -> Watch {
         // One connection listens for every run: nothing to subscribe per message.
-        self.watchers.watch(message, || None)
+        self.watchers.watch(message, || None, poll)
     }
 
     /// The command's commit already notified.
