@@ -16,41 +16,26 @@ use crate::support::process::{channel, client};
 use crate::support::replicas::*;
 use crate::support::{message, run_request, FakeOpenAi, Reply, RunRequestExt, ScriptedCall};
 
-/// A parent and its child, taken over together after their owner's `kill -9`: a cancel
-/// of the parent on its new owner reaches the child it found (and follows by attaching)
-/// within a second, as it reaches a child it started itself.
-#[tokio::test]
-async fn a_cancel_after_a_takeover_reaches_the_children_found() {
-    let _turn = TURN.lock().await;
-    let Some(database) = TestDatabase::create().await else {
-        return;
-    };
-    let Some(bus) = nats_bus().await else {
-        return;
-    };
-    let llm = FakeOpenAi::start(vec![
-        Reply::calls(
-            &[],
-            vec![ScriptedCall::new(
-                "c1",
-                "researcher",
-                &[r#"{"input": "capital of France?"}"#],
-            )],
-            (5, 2),
-        ),
-        Reply::Stall(vec!["Pa"]),
-        Reply::Stall(vec!["Still thinking"]),
-    ])
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    let key = agent_runner::store::SecretKey::generate();
-    let options = Options {
-        bus,
-        ..Options::default()
-    };
-    let mut a = replica_on(dir.path(), &llm, &database, &key, "a", &options).await;
-    let b = replica_on(dir.path(), &llm, &database, &key, "b", &options).await;
-    let mut library = AgentRegistryClient::new(channel(&a).await);
+/// The model's first turn of a parent that asks the stored `researcher` (call `c1`).
+fn asks_the_researcher() -> Reply {
+    Reply::calls(
+        &[],
+        vec![ScriptedCall::new(
+            "c1",
+            "researcher",
+            &[r#"{"input": "capital of France?"}"#],
+        )],
+        (5, 2),
+    )
+}
+
+/// Stores the `researcher` agent through `service`, starts there a parent run that may
+/// call it, and reads the parent's stream until the child has written: returns the
+/// stream and the parent's and the child's message ids.
+async fn parent_with_its_child_writing(
+    service: &crate::support::process::Service,
+) -> (tonic::Streaming<pb::RunEvent>, String, String) {
+    let mut library = AgentRegistryClient::new(channel(service).await);
     let mut researcher = run_request("unused", &[]);
     researcher.agent_mut().instruction = "You research.".into();
     library
@@ -66,7 +51,12 @@ async fn a_cancel_after_a_takeover_reaches_the_children_found() {
         agent_id: "researcher".into(),
         ..Default::default()
     }];
-    let mut stream = client(&a).await.run(parent).await.unwrap().into_inner();
+    let mut stream = client(service)
+        .await
+        .run(parent)
+        .await
+        .unwrap()
+        .into_inner();
     let (mut parent_id, mut child_id) = (String::new(), String::new());
     while let Some(event) = stream.message().await.unwrap() {
         parent_id.clone_from(&event.message_id);
@@ -81,6 +71,36 @@ async fn a_cancel_after_a_takeover_reaches_the_children_found() {
             }
         }
     }
+    (stream, parent_id, child_id)
+}
+
+/// A parent and its child, taken over together after their owner's `kill -9`: a cancel
+/// of the parent on its new owner reaches the child it found (and follows by attaching)
+/// within a second, as it reaches a child it started itself.
+#[tokio::test]
+async fn a_cancel_after_a_takeover_reaches_the_children_found() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let Some(bus) = nats_bus().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![
+        asks_the_researcher(),
+        Reply::Stall(vec!["Pa"]),
+        Reply::Stall(vec!["Still thinking"]),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = agent_runner::store::SecretKey::generate();
+    let options = Options {
+        bus,
+        ..Options::default()
+    };
+    let mut a = replica_on(dir.path(), &llm, &database, &key, "a", &options).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &options).await;
+    let (_stream, parent_id, child_id) = parent_with_its_child_writing(&a).await;
     a.child.kill().unwrap();
     a.child.wait().unwrap();
 
@@ -140,15 +160,7 @@ async fn a_parent_taken_over_follows_its_child_instead_of_starting_another() {
         return;
     };
     let llm = FakeOpenAi::start(vec![
-        Reply::calls(
-            &[],
-            vec![ScriptedCall::new(
-                "c1",
-                "researcher",
-                &[r#"{"input": "capital of France?"}"#],
-            )],
-            (5, 2),
-        ),
+        asks_the_researcher(),
         Reply::Stall(vec!["Pa"]),
         Reply::text(&["Paris."], (7, 3)),
         Reply::text(&["Done."], (5, 2)),
@@ -162,33 +174,7 @@ async fn a_parent_taken_over_follows_its_child_instead_of_starting_another() {
     };
     let mut a = replica_on(dir.path(), &llm, &database, &key, "a", &options).await;
     let b = replica_on(dir.path(), &llm, &database, &key, "b", &options).await;
-    let mut library = AgentRegistryClient::new(channel(&a).await);
-    let mut researcher = run_request("unused", &[]);
-    researcher.agent_mut().instruction = "You research.".into();
-    library
-        .create_agent(pb::CreateAgentRequest {
-            agent_id: "researcher".into(),
-            config: researcher.agent.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-
-    let mut parent = run_request("What is the capital of France?", &[]);
-    parent.agent_mut().sub_agents = vec![pb::AgentRef {
-        agent_id: "researcher".into(),
-        ..Default::default()
-    }];
-    let mut stream = client(&a).await.run(parent).await.unwrap().into_inner();
-    let mut parent_id = String::new();
-    while let Some(event) = stream.message().await.unwrap() {
-        parent_id.clone_from(&event.message_id);
-        let child_delta = matches!(&event.event, Some(Event::Child(child))
-            if child.event.as_ref().is_some_and(|e| matches!(e.event, Some(Event::Delta(_)))));
-        if child_delta {
-            break;
-        }
-    }
+    let (_stream, parent_id, _child_id) = parent_with_its_child_writing(&a).await;
     a.child.kill().unwrap();
     a.child.wait().unwrap();
 

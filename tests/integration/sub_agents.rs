@@ -607,12 +607,32 @@ async fn first_round_observations(
     observations
 }
 
+/// A server with `edit` made to its configuration, the `researcher` agent stored, and a
+/// parent's run that may call it (asking `go`) run to its end on `replies`.
+async fn researcher_run(
+    replies: Vec<Reply>,
+    edit: impl FnOnce(&mut agent_runner::config::Config),
+) -> (
+    FakeOpenAi,
+    TestServer,
+    AgentServiceClient<Channel>,
+    Vec<pb::RunEvent>,
+) {
+    let llm = FakeOpenAi::start(replies).await;
+    let server = TestServer::start_edited(&llm.base_url(), edit).await;
+    let mut library = server.library().await;
+    store_agent(&mut library, "researcher", "You research.", &[]).await;
+    let mut agents = server.agents().await;
+    let events = run_to_end(&mut agents, parent_request("go", &["researcher"])).await;
+    (llm, server, agents, events)
+}
+
 /// A tree holds at most `runner.max_tree_runs` runs alive, its top run included: calls
 /// past it start nothing and are the tool error `sub_agent_limit`, naming the setting, at
 /// once (never a wait the tree could deadlock on); the others run and the parent answers.
 #[tokio::test]
 async fn calls_past_the_trees_bound_are_a_tool_error_not_a_wait() {
-    let llm = FakeOpenAi::start(vec![
+    let replies = vec![
         Reply::calls(
             &[],
             vec![
@@ -632,14 +652,11 @@ async fn calls_past_the_trees_bound_are_a_tool_error_not_a_wait() {
             text: vec!["Found."],
         },
         Reply::text(&["Two of four."], (5, 2)),
-    ])
+    ];
+    let (llm, _server, mut agents, events) = researcher_run(replies, |config| {
+        config.runner.max_tree_runs = 3;
+    })
     .await;
-    let server =
-        TestServer::start_edited(&llm.base_url(), |config| config.runner.max_tree_runs = 3).await;
-    let mut library = server.library().await;
-    store_agent(&mut library, "researcher", "You research.", &[]).await;
-    let mut agents = server.agents().await;
-    let events = run_to_end(&mut agents, parent_request("go", &["researcher"])).await;
     assert_eq!(end(&events).answer, "Two of four.");
     let started: std::collections::HashSet<&str> = children(&events)
         .iter()
@@ -663,7 +680,7 @@ async fn calls_past_the_trees_bound_are_a_tool_error_not_a_wait() {
 /// one at a time, the second child starts only once the first has ended.
 #[tokio::test]
 async fn a_rounds_children_run_under_the_tool_concurrency() {
-    let llm = FakeOpenAi::start(vec![
+    let replies = vec![
         Reply::calls(
             &[],
             vec![
@@ -681,15 +698,11 @@ async fn a_rounds_children_run_under_the_tool_concurrency() {
             text: vec!["Two."],
         },
         Reply::text(&["Both."], (5, 2)),
-    ])
+    ];
+    let (llm, _server, mut agents, events) = researcher_run(replies, |config| {
+        config.runner.tool_concurrency = 1;
+    })
     .await;
-    let server =
-        TestServer::start_edited(&llm.base_url(), |config| config.runner.tool_concurrency = 1)
-            .await;
-    let mut library = server.library().await;
-    store_agent(&mut library, "researcher", "You research.", &[]).await;
-    let mut agents = server.agents().await;
-    let events = run_to_end(&mut agents, parent_request("go", &["researcher"])).await;
     assert_eq!(end(&events).answer, "Both.");
     let arrivals = llm.arrivals();
     let apart = arrivals[2].duration_since(arrivals[1]);
@@ -707,7 +720,7 @@ async fn a_rounds_children_run_under_the_tool_concurrency() {
 /// trees: a call past it is the tool error `sub_agent_limit`, naming the limit.
 #[tokio::test]
 async fn the_tenants_child_limit_refuses_a_child_past_it() {
-    let llm = FakeOpenAi::start(vec![
+    let replies = vec![
         Reply::calls(
             &[],
             vec![
@@ -721,16 +734,11 @@ async fn the_tenants_child_limit_refuses_a_child_past_it() {
             text: vec!["One."],
         },
         Reply::text(&["Half."], (5, 2)),
-    ])
-    .await;
-    let server = TestServer::start_edited(&llm.base_url(), |config| {
+    ];
+    let (_llm, _server, mut agents, events) = researcher_run(replies, |config| {
         config.limits.max_concurrent_child_runs = 1;
     })
     .await;
-    let mut library = server.library().await;
-    store_agent(&mut library, "researcher", "You research.", &[]).await;
-    let mut agents = server.agents().await;
-    let events = run_to_end(&mut agents, parent_request("go", &["researcher"])).await;
     assert_eq!(end(&events).answer, "Half.");
     assert_eq!(
         first_round_observations(&mut agents, &events).await,
