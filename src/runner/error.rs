@@ -80,10 +80,10 @@ pub enum RunError {
         retry_after: Option<std::time::Duration>,
     },
     /// The store's last flush failed (a full disk, say): a run could announce nothing.
-    #[error("the store cannot write (is the disk full?); no run starts until it can, and health is NOT_SERVING meanwhile")]
+    #[error("the store cannot write (the database cannot be reached, or its disk is full); no run starts until it can, and health is NOT_SERVING meanwhile")]
     StoreUnwritable,
     /// A run ended without its last events stored: the store cannot write.
-    #[error("the run's last events could not be recorded (the store cannot write); GetMessage shows how it ended")]
+    #[error("the run's last events could not be recorded: the store cannot write (the database cannot be reached, or its disk is full); GetMessage shows how it ended")]
     EventsLost,
     /// The process serving the stream stopped and handed its run over to another.
     #[error("this replica is stopping and handed the run over; Attach again with the last seq received to follow it")]

@@ -376,3 +376,122 @@ async fn a_caller_gone_while_its_run_is_written_leaves_a_cancelled_run_not_a_stu
     assert_eq!(stored.status, pb::MessageStatus::Cancelled as i32);
     assert!(llm.requests().len() <= 1);
 }
+
+/// Reads `stream` to its end; returns the status it ended with, if it failed.
+async fn ending_of(stream: &mut tonic::Streaming<pb::RunEvent>) -> Option<tonic::Status> {
+    loop {
+        match stream.message().await {
+            Ok(Some(_)) => {}
+            Ok(None) => return None,
+            Err(status) => return Some(status),
+        }
+    }
+}
+
+/// PostgreSQL falls silent mid-run (the link stays open and answers nothing, as a network
+/// that drops packets without a reset): within `write_timeout_secs` + 5 s (here 2 + 5; 6.1 s
+/// measured, where the code before waited out 30 s of patient reads, with no deadline on a
+/// commit) both the run's stream and a follower's end `UNAVAILABLE`, saying the database
+/// cannot be reached; a new `Run` is refused the same way; once the database answers
+/// again, every event sent is stored.
+#[tokio::test]
+async fn a_silent_database_ends_every_stream_unavailable_in_time() {
+    use crate::support::postgres::{server_of, Proxy};
+    use std::time::{Duration, Instant};
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let proxy = Proxy::start(server_of(&database.url())).await;
+    let url = proxy.url_through(&database.url());
+    let llm = FakeOpenAi::start(vec![Reply::Slow {
+        text: vec!["tick "; 100],
+        delay_ms: 50,
+    }])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let service = spawn_service_edited(dir.path(), &llm, None, |config| {
+        on_postgres(config, dir.path(), &url, Some(&key)).replacen(
+            "write_timeout_secs = 1\n",
+            "write_timeout_secs = 2\nstatement_timeout_ms = 1000\n",
+            1,
+        )
+    })
+    .await;
+    let mut agents = client(&service).await;
+    let mut stream = agents
+        .run(run_request("during", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let received = read_until_delta(&mut stream).await;
+    let id = received[0].message_id.clone();
+    let mut follower = agents
+        .attach(pb::AttachRequest {
+            message_id: id.clone(),
+            after_seq: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+
+    proxy.stall();
+    let silent = Instant::now();
+    for (name, stream) in [("Run", &mut stream), ("Attach", &mut follower)] {
+        let ended = tokio::time::timeout(Duration::from_secs(20), ending_of(stream))
+            .await
+            .unwrap_or_else(|_| panic!("the {name} stream still open 20 s after"));
+        let status = ended.unwrap_or_else(|| panic!("the {name} stream ends with a status"));
+        assert_eq!(
+            status.code(),
+            tonic::Code::Unavailable,
+            "{name}: {status:?}"
+        );
+        assert!(
+            status.message().contains("the database cannot be reached"),
+            "{name}: {}",
+            status.message()
+        );
+    }
+    let took = silent.elapsed();
+    assert!(
+        took <= Duration::from_secs(7),
+        "streams ended {took:?} after"
+    );
+    let mut refusing = client(&service).await;
+    let mut request = tonic::Request::new(run_request("while silent", &[]));
+    request.set_timeout(Duration::from_secs(10));
+    let refused = refusing.run(request).await.expect_err("no run starts");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert!(
+        refused.message().contains("the database cannot be reached"),
+        "{}",
+        refused.message()
+    );
+    proxy.restore();
+    let mut replay = Vec::new();
+    for _ in 0..100 {
+        let attached = agents
+            .attach(pb::AttachRequest {
+                message_id: id.clone(),
+                after_seq: 0,
+            })
+            .await;
+        if let Ok(stream) = attached {
+            let mut stream = stream.into_inner();
+            replay.clear();
+            while let Ok(Some(event)) = stream.message().await {
+                replay.push(event);
+            }
+            if replay.len() >= received.len() {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        &replay[..received.len()],
+        &received[..],
+        "every event sent is stored"
+    );
+}

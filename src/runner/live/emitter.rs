@@ -321,6 +321,9 @@ impl Publisher {
                     Outgoing::Settle(done) => settles.push(done),
                 }
             }
+            // A failure counts from when the commit was tried: one the database never
+            // answered took its deadline already.
+            let attempted = Instant::now();
             let published = self.publish(&mut pending).await;
             self.failing.store(published.is_err(), Ordering::SeqCst);
             match published {
@@ -333,7 +336,7 @@ impl Publisher {
                     pending = Burst::default();
                 }
                 Err(err) => {
-                    let since = *failing.get_or_insert_with(Instant::now);
+                    let since = *failing.get_or_insert(attempted);
                     let waiting = err.category() == Category::Unavailable
                         && since.elapsed() < self.destination.write_timeout;
                     if !waiting && !self.failed.swap(true, Ordering::SeqCst) {

@@ -87,6 +87,10 @@ const REFILL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
 /// How often it asks meanwhile.
 const REFILL_AGAIN: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// How long one read may wait for its answer: a database that fell silent (no reset)
+/// would otherwise hold the read for as long as the connection lives.
+const READ_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
 struct Follower {
     /// Notices of a run held by another replica (taken before the store is read).
     watch: Watch,
@@ -224,13 +228,16 @@ impl Follower {
 
     /// The message as stored, asked [`patiently`].
     async fn read_message(&self) -> Result<Option<crate::domain::Message>, StoreError> {
-        patiently(|| self.store.get_message(&self.tenant, self.message)).await
+        patiently(&self.store, || {
+            self.store.get_message(&self.tenant, self.message)
+        })
+        .await
     }
 
     /// Queues every committed event after the last one handed out, asked [`patiently`].
     async fn refill(&mut self) {
         let (store, tenant, message, last) = (&self.store, &self.tenant, self.message, self.last);
-        match patiently(|| store.list_events(tenant, message, last)).await {
+        match patiently(store, || store.list_events(tenant, message, last)).await {
             Ok(stored) => self.pending = stored.into(),
             Err(err) => {
                 tracing::error!(error = %err, "cannot replay stored events");
@@ -242,21 +249,35 @@ impl Follower {
 
 /// What `read` gives, asking a store that is unavailable for a moment (its connections all
 /// busy, say) again for up to [`REFILL_PATIENCE`]: a busy store costs a follower latency,
-/// not its stream.
-async fn patiently<T, Fut>(mut read: impl FnMut() -> Fut) -> Result<T, StoreError>
+/// not its stream. Once `store` says it cannot write (its database lost, not busy), a
+/// failed read is not asked again: the follower's client is told at once, in words,
+/// instead of waiting out [`REFILL_PATIENCE`]. No read waits past [`READ_DEADLINE`].
+async fn patiently<T, Fut>(store: &Store, mut read: impl FnMut() -> Fut) -> Result<T, StoreError>
 where
     Fut: std::future::Future<Output = Result<T, StoreError>>,
 {
     let started = tokio::time::Instant::now();
     loop {
-        match read().await {
+        let answered = match tokio::time::timeout(READ_DEADLINE, read()).await {
+            Ok(answered) => answered,
+            Err(_) => Err(crate::store::StoreError::Backend {
+                category: crate::store::Category::Unavailable,
+                message: format!(
+                    "the database cannot be reached: no answer within {} s",
+                    READ_DEADLINE.as_secs()
+                ),
+            }),
+        };
+        let lost = !*store.writable().borrow();
+        match answered {
             Err(err)
                 if err.category() == crate::store::Category::Unavailable
-                    && started.elapsed() < REFILL_PATIENCE =>
+                    && started.elapsed() < REFILL_PATIENCE
+                    && !lost =>
             {
                 tokio::time::sleep(REFILL_AGAIN).await;
             }
-            read => return read,
+            answered => return answered,
         }
     }
 }

@@ -488,7 +488,8 @@ impl RunTask {
     /// keeps them with the message: later turns then read no more history than fits, and
     /// count none of it again.
     async fn keep_history_tokens(&mut self) {
-        if self.agent.model.info.context_window.is_none() {
+        // Nothing more of a run whose records cannot be stored will be: no read of them.
+        if self.agent.model.info.context_window.is_none() || self.recorder.events_failed() {
             return;
         }
         let message = PastMessage::from(&self.message);

@@ -242,7 +242,7 @@ impl Postgres {
         let messages = last_of_each(&rows.messages);
         // A shard of the count at random: concurrent commits rarely share a row.
         let shard = i16::from(fastrand::u8(..USAGE_SHARDS));
-        let (held,): (bool,) = sqlx::query_as(WRITE)
+        let statement = sqlx::query_as(WRITE)
             .bind(&rows.fences.0)
             .bind(&rows.fences.1)
             .bind(&rows.fences.2)
@@ -267,9 +267,12 @@ impl Postgres {
             .bind(notice.as_deref())
             .bind(&rows.tokens.messages)
             .bind(&rows.tokens.seqs)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|err| self.failed(err))?;
+            .fetch_one(&self.pool);
+        let answered = tokio::time::timeout(self.commit_deadline, statement).await;
+        let Ok(answered) = answered else {
+            return Err(self.unanswered());
+        };
+        let (held,): (bool,) = answered.map_err(|err| self.failed(err))?;
         if !held {
             return Err(StoreError::Fenced);
         }

@@ -64,10 +64,15 @@ fn database_category(code: Option<&str>) -> Category {
 
 /// The store error for a failure.
 pub fn from_sqlx(err: sqlx::Error) -> StoreError {
-    StoreError::Backend {
-        category: category(&err),
-        message: text(&err),
-    }
+    let category = category(&err);
+    let message = match category {
+        // Said in the words a client of a run reads when its stream ends for it.
+        Category::Unavailable => format!("the database cannot be reached: {}", text(&err)),
+        Category::Conflict | Category::NotFound | Category::Corrupt | Category::Internal => {
+            text(&err)
+        }
+    };
+    StoreError::Backend { category, message }
 }
 
 /// A record that cannot be encoded or decoded.

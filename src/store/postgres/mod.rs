@@ -103,6 +103,10 @@ pub struct Postgres {
     committer: tokio::sync::mpsc::UnboundedSender<committer::Job>,
     /// Where it is, for messages.
     place: String,
+    /// How long a commit waits for the database's answer, on this side: a link that went
+    /// silent (no reset) would otherwise hold the commit, and every run behind it, for as
+    /// long as the operating system keeps the connection.
+    commit_deadline: Duration,
 }
 
 impl Postgres {
@@ -170,6 +174,8 @@ impl Postgres {
             notifications: OnceLock::new(),
             committer: committer::start(backend.clone(), committer::committers(settings.pool_size)),
             place,
+            // The server's own timeout, with a margin for the round trip.
+            commit_deadline: settings.statement_timeout + Duration::from_secs(1),
         });
         replicas::renew(Arc::downgrade(&backend));
         if settings.notify {
@@ -223,6 +229,18 @@ impl Postgres {
             self.writable.send_replace(false);
         }
         err
+    }
+
+    /// A commit the database did not answer within [`Self::commit_deadline`]: the store is
+    /// marked unwritable (health turns `NOT_SERVING`, new runs are refused) until a commit
+    /// lands. It may still land; a burst committed again writes its records once.
+    fn unanswered(&self) -> StoreError {
+        self.writable.send_replace(false);
+        unavailable(&format!(
+            "the database cannot be reached: no answer from {} within {} s",
+            self.place,
+            self.commit_deadline.as_secs()
+        ))
     }
 
     /// Commits `tx`, durably; a success marks the store writable and is timed.

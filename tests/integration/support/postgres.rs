@@ -111,14 +111,39 @@ impl Drop for TestDatabase {
 }
 
 /// A TCP proxy in front of PostgreSQL that a test can cut (every connection dropped, new
-/// ones refused) and restore: the database going away and coming back, without stopping
-/// the server other tests use.
+/// ones refused), stall (every connection kept open and silent, as a link that stopped
+/// answering without a reset) and restore: the database going away and coming back,
+/// without stopping the server other tests use.
 pub struct Proxy {
     /// Where clients connect.
     pub addr: std::net::SocketAddr,
     open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
     cut: tokio::sync::watch::Sender<u64>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// Copies `from` to `to`, holding what it read while `stalled`.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        let read = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(read) => read,
+        };
+        while stalled.load(Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        if to.write_all(&buffer[..read]).await.is_err() {
+            return;
+        }
+    }
 }
 
 impl Proxy {
@@ -128,23 +153,29 @@ impl Proxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let stalled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (cut, cuts) = tokio::sync::watch::channel(0u64);
         let accepting = std::sync::Arc::clone(&open);
+        let stalling = std::sync::Arc::clone(&stalled);
         let task = tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
+            while let Ok((client, _)) = listener.accept().await {
                 if !accepting.load(Ordering::SeqCst) {
                     continue;
                 }
                 let upstream = upstream.clone();
                 let mut cuts = cuts.clone();
+                let stalled = std::sync::Arc::clone(&stalling);
                 // Only cuts after this connection opened end it.
                 cuts.borrow_and_update();
                 tokio::spawn(async move {
-                    let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await else {
+                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
                         return;
                     };
+                    let (from_client, to_client) = client.into_split();
+                    let (from_server, to_server) = server.into_split();
                     tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        () = pump(from_client, to_server, std::sync::Arc::clone(&stalled)) => {}
+                        () = pump(from_server, to_client, stalled) => {}
                         _ = cuts.changed() => {}
                     }
                 });
@@ -153,6 +184,7 @@ impl Proxy {
         Self {
             addr,
             open,
+            stalled,
             cut,
             task,
         }
@@ -164,9 +196,17 @@ impl Proxy {
         self.cut.send_modify(|n| *n += 1);
     }
 
+    /// Keeps every connection open but forwards nothing: the database falls silent.
+    pub fn stall(&self) {
+        self.stalled
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Lets connections through again.
     pub fn restore(&self) {
         self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.stalled
+            .store(false, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// `url` (of the proxied server) pointed at the proxy.
