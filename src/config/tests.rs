@@ -1,0 +1,114 @@
+//! The configuration's parsing and validation: each refusal names its setting.
+
+use super::*;
+
+#[test]
+fn an_empty_file_is_the_embedded_default() {
+    let config = Config::from_toml("")
+        .unwrap()
+        .with_default_provider()
+        .validated()
+        .unwrap();
+    assert_eq!(config.server.listen, default_listen());
+    assert_eq!(config.server.data_dir, PathBuf::from("./data"));
+    assert!(config.providers.contains_key("openai"));
+}
+
+#[test]
+fn providers_and_models_parse_with_prices_and_features() {
+    let config = Config::from_toml(
+        r#"
+        [runner]
+        tool_timeout_secs = 5
+
+        [providers.local]
+        base_url = "http://127.0.0.1:8000/v1"
+        strict_models = true
+
+        [[providers.local.models]]
+        name = "qwen"
+        context_window = 32768
+        features = ["tool-call", "stream-tool-call"]
+        input_price = "0.5"
+        output_price = 1.5
+        "#,
+    )
+    .unwrap()
+    .validated()
+    .unwrap();
+    let local = &config.providers["local"];
+    assert_eq!(local.models[0].context_window, Some(32768));
+    assert_eq!(local.models[0].output_price.to_string(), "1.5");
+    assert_eq!(config.runner.tool_timeout_secs, 5);
+}
+
+#[test]
+fn a_reachable_address_needs_auth_or_an_explicit_waiver() {
+    let reachable = "[server]\nlisten = \"0.0.0.0:50051\"\n";
+    let err = Config::from_toml(reachable)
+        .unwrap()
+        .validated()
+        .unwrap_err();
+    assert!(matches!(err, ConfigError::Unprotected { .. }), "{err}");
+    assert!(err.to_string().contains("--insecure-no-auth"));
+    for waiver in ["[auth]\nrequired = true", "[auth]\ninsecure_no_auth = true"] {
+        let text = format!("{reachable}{waiver}");
+        assert!(Config::from_toml(&text).unwrap().validated().is_ok());
+    }
+    let loopback = Config::from_toml("[server]\nlisten = \"[::1]:1\"").unwrap();
+    assert!(loopback.validated().is_ok());
+}
+
+#[test]
+fn a_metrics_listener_serving_agent_cards_follows_the_same_rule() {
+    let cards = "[server]\nmetrics_listen = \"0.0.0.0:9090\"\n[a2a]\nenabled = true\n";
+    let err = Config::from_toml(cards).unwrap().validated().unwrap_err();
+    assert!(
+        matches!(err, ConfigError::Unprotected { listen } if listen.port() == 9090),
+        "{err}"
+    );
+    for waiver in ["[auth]\nrequired = true", "[auth]\ninsecure_no_auth = true"] {
+        let text = format!("{cards}{waiver}");
+        assert!(Config::from_toml(&text).unwrap().validated().is_ok());
+    }
+    // Metrics alone carry no tenant's data: any address may serve them.
+    let metrics_only = "[server]\nmetrics_listen = \"0.0.0.0:9090\"\n";
+    assert!(Config::from_toml(metrics_only).unwrap().validated().is_ok());
+}
+
+#[test]
+fn tls_files_come_in_pairs() {
+    let err = Config::from_toml("[tls]\ncert = \"c.pem\"")
+        .unwrap()
+        .validated()
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid configuration: tls.key is needed with tls.cert"
+    );
+    let err = Config::from_toml("[tls]\nclient_ca = \"ca.pem\"")
+        .unwrap()
+        .validated()
+        .unwrap_err();
+    assert!(err
+        .to_string()
+        .starts_with("invalid configuration: tls.client_ca"));
+}
+
+#[test]
+fn unknown_keys_and_bad_urls_are_rejected() {
+    assert!(Config::from_toml("[server]\nlisten_on = 1").is_err());
+    assert!(Config::from_toml("[limits]\nruns_per_minut = 1").is_err());
+    let limits = Config::from_toml("[limits]\nruns_per_minute = 7")
+        .unwrap()
+        .limits;
+    assert_eq!((limits.runs_per_minute, limits.tokens_per_day), (7, 0));
+    let err = Config::from_toml("[providers.x]\nbase_url = \"ftp://h\"")
+        .unwrap()
+        .validated()
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid configuration: providers.x.base_url must be an http:// or https:// URL"
+    );
+}
