@@ -67,16 +67,7 @@ async fn followed_identically(bus: &Bus) {
     }
 
     // Over NATS the peer's followers were handed the events by notices, not reads.
-    let text = reqwest::get(format!("http://{metrics}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let relayed: f64 = text
-        .lines()
-        .find_map(|line| line.strip_prefix("agent_runner_relayed_events_total "))
-        .map_or(0.0, |value| value.parse().unwrap());
+    let (relayed, text) = counter(metrics, "agent_runner_relayed_events").await;
     match bus {
         Bus::Nats { .. } => assert!(relayed >= 20.0 * 24.0, "relayed {relayed}: {text}"),
         Bus::Database => assert_eq!(relayed, 0.0, "notifications carry no events"),

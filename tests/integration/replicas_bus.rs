@@ -167,16 +167,7 @@ async fn another_nats_client_can_neither_forge_nor_read_a_runs_events() {
         "The order has shipped."
     );
 
-    let text = reqwest::get(format!("http://{metrics}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let rejected: f64 = text
-        .lines()
-        .find_map(|line| line.strip_prefix("agent_runner_bus_rejected_total "))
-        .map_or(0.0, |value| value.parse().unwrap());
+    let (rejected, text) = counter(metrics, "agent_runner_bus_rejected").await;
     assert!(
         rejected >= (forged_count + 1) as f64,
         "{rejected} of {forged_count} forged notices and a wake-up counted: {text}"

@@ -200,8 +200,7 @@ impl RoundTools<'_> {
                 event,
             }))
         });
-        let waits: Vec<Option<MessageStatus>> = following.iter().map(|f| f.wait).collect();
-        self.show_waiting(&waits)?;
+        self.show_waiting(following)?;
         if let Some(carried) = carried {
             self.recorder.announce(carried);
         }
@@ -213,10 +212,11 @@ impl RoundTools<'_> {
 
     /// Shows on this run's message what its children wait for: approval when any waits
     /// for one, else tool outputs when any waits for those, else running.
-    fn show_waiting(&mut self, waits: &[Option<MessageStatus>]) -> Result<(), Halt> {
-        let status = if waits.contains(&Some(MessageStatus::WaitingApproval)) {
+    fn show_waiting(&mut self, following: &[Following]) -> Result<(), Halt> {
+        let waits = |status| following.iter().any(|child| child.wait == Some(status));
+        let status = if waits(MessageStatus::WaitingApproval) {
             MessageStatus::WaitingApproval
-        } else if waits.contains(&Some(MessageStatus::WaitingToolOutputs)) {
+        } else if waits(MessageStatus::WaitingToolOutputs) {
             MessageStatus::WaitingToolOutputs
         } else {
             MessageStatus::Running

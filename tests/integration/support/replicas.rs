@@ -377,3 +377,20 @@ pub async fn started(
     let seen = super::read_until_delta(&mut stream).await;
     (stream, seen)
 }
+
+/// The counter `name` (without `_total`) that the replica whose metrics listener is
+/// `metrics` serves, 0 when absent; with the whole page, for a failure's message.
+pub async fn counter(metrics: std::net::SocketAddr, name: &str) -> (f64, String) {
+    let text = reqwest::get(format!("http://{metrics}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let prefix = format!("{name}_total ");
+    let value = text
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .map_or(0.0, |value| value.parse().unwrap());
+    (value, text)
+}
