@@ -8,6 +8,7 @@ use super::{prepare, run, Launch, RunError, Runner};
 use crate::domain::{
     EventEnvelope, Message, MessageStatus, RunCommand, RunEvent, RunFailure, TenantLimits,
 };
+use crate::domain::{MessageId, Tenant};
 use crate::store::{Adopted, Adoption, Burst, Record};
 use crate::telemetry::TraceParent;
 
@@ -25,31 +26,65 @@ impl Runner {
     /// here from its last durable round; one that cannot (its agent names what no longer
     /// exists, say) ends as failed, saying why.
     pub async fn adopt_orphans(&self, adoption: Adoption) -> Result<Adoptions, RunError> {
-        let _taking = self.taking.lock().await;
+        let taking = self.taking.lock().await;
         let swept = self.store.take_orphans(adoption).await?;
         let mut adoptions = Adoptions {
-            interrupted: swept.interrupted,
+            interrupted: swept.interrupted.len(),
             resumed: 0,
         };
-        if swept.adopted.is_empty() {
-            return Ok(adoptions);
+        self.resume_adopted(swept.adopted, &mut adoptions).await?;
+        drop(taking);
+        self.stop_children_of(&swept.interrupted).await;
+        Ok(adoptions)
+    }
+
+    /// Cancels the running children of runs a sweep ended, wherever they run: their
+    /// parent's task, which would have cancelled them, is gone, and nobody reads them.
+    async fn stop_children_of(&self, ended: &[(Tenant, MessageId)]) {
+        for (tenant, parent) in ended {
+            let children = match self.store.running_children(tenant, *parent).await {
+                Ok(children) => children,
+                Err(err) => {
+                    tracing::warn!(error = %err, message_id = %parent, "the children of a run that lost its owner could not be found to stop them");
+                    continue;
+                }
+            };
+            for child in children {
+                // Spawned: a cancel waits for its run to end, and the sweep goes on meanwhile.
+                let (runner, tenant) = (self.clone(), tenant.clone());
+                self.tracker.spawn(async move {
+                    if let Err(err) = runner.cancel(&tenant, child).await {
+                        tracing::warn!(error = %err, child = %child, "a child of a run that lost its owner was not cancelled");
+                    }
+                });
+            }
+        }
+    }
+
+    /// Resumes the runs a sweep took over here, each with the commands kept for it.
+    async fn resume_adopted(
+        &self,
+        adopted: Vec<Adopted>,
+        adoptions: &mut Adoptions,
+    ) -> Result<(), RunError> {
+        if adopted.is_empty() {
+            return Ok(());
         }
         // Commands kept while the runs had no owner are now this replica's: a cancel
         // among them wins over resuming its run.
         let mut runs = self.live.ids();
-        runs.extend(swept.adopted.iter().map(|adopted| adopted.message));
+        runs.extend(adopted.iter().map(|adopted| adopted.message));
         let (theirs, others): (Vec<_>, Vec<_>) = self
             .store
             .take_commands(&runs)
             .await?
             .into_iter()
             .partition(|taken| {
-                swept
-                    .adopted
+                adopted
                     .iter()
                     .any(|a| a.message == taken.message && a.tenant == taken.tenant)
             });
-        for adopted in swept.adopted {
+        for adopted in adopted {
             let kept: Vec<&RunCommand> = theirs
                 .iter()
                 .filter(|taken| taken.message == adopted.message)
@@ -72,7 +107,17 @@ impl Runner {
             }
         }
         self.dispatch(others).await;
-        Ok(adoptions)
+        Ok(())
+    }
+
+    /// Whether `message` is a sub-agent's run whose parent has ended: nobody reads it, so it
+    /// is not resumed but cancelled.
+    async fn parent_has_ended(&self, tenant: &Tenant, message: &Message) -> Result<bool, RunError> {
+        let Some(link) = message.parent.as_deref() else {
+            return Ok(false);
+        };
+        let parent = self.store.get_message(tenant, link.message_id).await?;
+        Ok(parent.is_none_or(|parent| parent.status.is_terminal()))
     }
 
     /// Ends a run taken over that cannot go on, under its new fence, so it does not stay
@@ -150,7 +195,7 @@ impl Runner {
         let cancel = self.run_token();
         let stored = stored.ok_or(RunError::NotResumable)?;
         let spec = resumed_spec(tenant, &message, stored, &cancel);
-        if cancelled {
+        if cancelled || self.parent_has_ended(&spec.tenant, &message).await? {
             cancel.cancel();
         }
         let agent = prepare::prepare_resumed(

@@ -88,8 +88,9 @@ pub struct Adopted {
 /// What one sweep did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Swept {
-    /// Runs it ended interrupted.
-    pub interrupted: usize,
+    /// Runs it ended interrupted: the runner stops their children, which nothing else
+    /// would (their parent's task is gone).
+    pub interrupted: Vec<(Tenant, MessageId)>,
     /// Runs it took over, to resume.
     pub adopted: Vec<Adopted>,
 }
@@ -312,6 +313,14 @@ pub trait Conversations: Send + Sync {
         tenant: &Tenant,
         conversation: ConversationId,
     ) -> Result<bool, StoreError>;
+
+    /// The sub-agent runs of `parent` still running (on any replica): how the children of a
+    /// run ended without its task (by a sweep) are found to be stopped.
+    async fn running_children(
+        &self,
+        tenant: &Tenant,
+        parent: MessageId,
+    ) -> Result<Vec<MessageId>, StoreError>;
 
     /// Deletes a conversation with everything of its messages; returns their ids, or
     /// `None` when there is no such conversation.

@@ -35,6 +35,28 @@ fn asks_the_researcher() -> Reply {
 async fn parent_with_its_child_writing(
     service: &crate::support::process::Service,
 ) -> (tonic::Streaming<pb::RunEvent>, String, String) {
+    let (mut stream, parent_id) = parent_of_the_researcher(service).await;
+    let mut child_id = String::new();
+    while let Some(event) = stream.message().await.unwrap() {
+        if let Some(Event::Child(child)) = &event.event {
+            child_id.clone_from(&child.message_id);
+            if child
+                .event
+                .as_ref()
+                .is_some_and(|e| matches!(e.event, Some(Event::Delta(_))))
+            {
+                break;
+            }
+        }
+    }
+    (stream, parent_id, child_id)
+}
+
+/// Stores the `researcher` agent through `service` and starts there a parent run that may
+/// call it: returns its stream (its first event read) and its message id.
+async fn parent_of_the_researcher(
+    service: &crate::support::process::Service,
+) -> (tonic::Streaming<pb::RunEvent>, String) {
     let mut library = AgentRegistryClient::new(channel(service).await);
     let mut researcher = run_request("unused", &[]);
     researcher.agent_mut().instruction = "You research.".into();
@@ -57,21 +79,8 @@ async fn parent_with_its_child_writing(
         .await
         .unwrap()
         .into_inner();
-    let (mut parent_id, mut child_id) = (String::new(), String::new());
-    while let Some(event) = stream.message().await.unwrap() {
-        parent_id.clone_from(&event.message_id);
-        if let Some(Event::Child(child)) = &event.event {
-            child_id.clone_from(&child.message_id);
-            if child
-                .event
-                .as_ref()
-                .is_some_and(|e| matches!(e.event, Some(Event::Delta(_))))
-            {
-                break;
-            }
-        }
-    }
-    (stream, parent_id, child_id)
+    let first = stream.message().await.unwrap().expect("the run starts");
+    (stream, first.message_id)
 }
 
 /// A parent and its child, taken over together after their owner's `kill -9`: a cancel
@@ -147,6 +156,100 @@ async fn a_cancel_after_a_takeover_reaches_the_children_found() {
     assert_eq!(
         message(&mut agents, parent_id).await.status,
         pb::MessageStatus::Cancelled as i32
+    );
+}
+
+/// A parent ended by a sweep (taken over as often as it may be, then its owner lost again)
+/// has no task left to stop its child: the child, taken over on a live replica, is
+/// cancelled there within a second of its parent's end, never answered to nobody.
+#[tokio::test]
+async fn a_child_whose_parent_ended_owner_lost_is_cancelled() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let Some(bus) = nats_bus().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![
+        Reply::Stall(vec!["Thinking"]),
+        asks_the_researcher(),
+        Reply::Stall(vec!["Pa"]),
+        Reply::text(&["Paris."], (7, 3)),
+        Reply::text(&["Done."], (5, 2)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = agent_runner::store::SecretKey::generate();
+    let options = Options {
+        bus,
+        max_takeovers: Some(1),
+        ..Options::default()
+    };
+    let mut a = replica_on(dir.path(), &llm, &database, &key, "a", &options).await;
+    let mut b = replica_on(dir.path(), &llm, &database, &key, "b", &options).await;
+    let (mut stream, parent_id) = parent_of_the_researcher(&a).await;
+    read_until(&mut stream, |e| matches!(e.event, Some(Event::Delta(_)))).await;
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    // Taken over once on b, the parent starts its child there.
+    let mut followed = attach(&b, &parent_id, 0).await;
+    let child_writes = |e: &pb::RunEvent| {
+        matches!(&e.event, Some(Event::Child(child))
+            if child.event.as_ref().is_some_and(|inner| matches!(inner.event, Some(Event::Delta(_)))))
+    };
+    let written = tokio::time::timeout(
+        Duration::from_secs(30),
+        read_until(&mut followed, child_writes),
+    )
+    .await
+    .expect("the parent starts its child on b");
+    let Some(Event::Child(child)) = &written.last().unwrap().event else {
+        unreachable!()
+    };
+    let child_id = child.message_id.clone();
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+
+    // c ends the parent (its takeovers spent) and takes the child over (it has none).
+    let c = replica_on(dir.path(), &llm, &database, &key, "c", &options).await;
+    let mut agents = client(&c).await;
+    let waited = std::time::Instant::now();
+    let mut parent_ended = None;
+    let (parent, child) = loop {
+        let parent = message(&mut agents, parent_id.clone()).await;
+        if parent.status == pb::MessageStatus::Interrupted as i32 && parent_ended.is_none() {
+            parent_ended = Some(std::time::Instant::now());
+        }
+        let child = message(&mut agents, child_id.clone()).await;
+        let terminal = ![
+            pb::MessageStatus::Running,
+            pb::MessageStatus::WaitingToolOutputs,
+        ]
+        .map(|s| s as i32)
+        .contains(&child.status);
+        if terminal || waited.elapsed() > Duration::from_secs(30) {
+            break (parent, child);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(parent.status, pb::MessageStatus::Interrupted as i32);
+    assert_eq!(parent.error.unwrap().code, "owner_lost");
+    assert_eq!(
+        child.status,
+        pb::MessageStatus::Cancelled as i32,
+        "the child of an ended parent is stopped, not answered: {child:?}"
+    );
+    let after = parent_ended.expect("the parent ended").elapsed();
+    assert!(
+        after < Duration::from_secs(1),
+        "the child stopped {after:?} after its parent"
+    );
+    assert_eq!(
+        llm.requests().len(),
+        3,
+        "the child asked the model nothing more"
     );
 }
 

@@ -18,7 +18,8 @@ pub use lifecycle::{a_store_that_cannot_write_says_unavailable, retired_events_l
 pub use ownership::{
     a_burst_under_another_fence_writes_nothing, children_are_counted_apart_from_top_level_runs,
     commands_reach_running_runs_once, orphans_are_taken_over_until_their_limit,
-    registry_changes_are_counted, tenant_limits_admit_exactly,
+    registry_changes_are_counted, running_children_are_found_by_their_parent,
+    tenant_limits_admit_exactly,
 };
 
 use std::collections::BTreeMap;
@@ -66,6 +67,7 @@ pub async fn run_all(harness: &dyn Harness) {
     tenant_limits_admit_exactly(harness).await;
     children_are_counted_apart_from_top_level_runs(harness).await;
     orphans_are_taken_over_until_their_limit(harness).await;
+    running_children_are_found_by_their_parent(harness).await;
     versions_are_numbered_without_gaps(harness).await;
     alias_moves_compare_and_set(harness).await;
     agents_are_kept_per_tenant(harness).await;
@@ -741,7 +743,8 @@ pub async fn a_reopened_store_holds_everything(harness: &dyn Harness) {
             .take_orphans(Adoption::INTERRUPT)
             .await
             .unwrap()
-            .interrupted,
+            .interrupted
+            .len(),
         1
     );
     let interrupted = store

@@ -3,7 +3,7 @@
 
 use super::{api_key, conversation, delta, envelope, finish, provider, start, tenant};
 use super::{spec, Burst, Fence, Harness, NewMessage, Store, StoreError};
-use crate::domain::{MessageStatus, RunCommand, RunEvent, Tenant};
+use crate::domain::{Message, MessageStatus, RunCommand, RunEvent, Tenant};
 use crate::store::Admission;
 use crate::store::{Adoption, Inserted, Refusal, Swept, OWNER_LOST};
 
@@ -134,6 +134,17 @@ async fn admitted_below(
     admission: Admission,
     parent: Option<crate::domain::MessageId>,
 ) -> Inserted {
+    started_below(store, tenant, admission, parent).await.0
+}
+
+/// Starts a run of `tenant` (a child of `parent`, when given) in a new conversation:
+/// whether it was admitted, and its message.
+async fn started_below(
+    store: &Store,
+    tenant: &Tenant,
+    admission: Admission,
+    parent: Option<crate::domain::MessageId>,
+) -> (Inserted, Message) {
     let opening = crate::store::test_records::conversation(tenant);
     let mut message = crate::store::test_records::running_message(opening.id, 0);
     message.parent = parent.map(|message_id| {
@@ -144,7 +155,7 @@ async fn admitted_below(
             call_at: None,
         })
     });
-    store
+    let inserted = store
         .insert_message(NewMessage {
             tenant,
             conversation: Some(&opening),
@@ -154,7 +165,32 @@ async fn admitted_below(
             admission,
         })
         .await
-        .expect("a message is written or refused")
+        .expect("a message is written or refused");
+    (inserted, message)
+}
+
+/// A run's running children are found by their parent, on any replica: ended children,
+/// another run's children and another tenant's are not.
+pub async fn running_children_are_found_by_their_parent(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let admission = Admission::default();
+    let (_, parent) = started_below(&store, &tenant(), admission, None).await;
+    let (_, other) = started_below(&store, &tenant(), admission, None).await;
+    let (_, running) = started_below(&store, &tenant(), admission, Some(parent.id)).await;
+    let (_, mut ended) = started_below(&store, &tenant(), admission, Some(parent.id)).await;
+    let (_, _theirs) = started_below(&store, &tenant(), admission, Some(other.id)).await;
+    let acme = Tenant::parse("acme").unwrap();
+    let (_, _elsewhere) = started_below(&store, &acme, admission, Some(parent.id)).await;
+    super::finish(&store, &mut ended, "done").await;
+    assert_eq!(
+        store.running_children(&tenant(), parent.id).await.unwrap(),
+        vec![running.id]
+    );
+    assert_eq!(
+        store.running_children(&tenant(), running.id).await.unwrap(),
+        Vec::new(),
+        "a run without children has none"
+    );
 }
 
 /// A tenant's running messages and starts in the last minute are counted as a message is
@@ -283,7 +319,7 @@ pub async fn orphans_are_taken_over_until_their_limit(harness: &dyn Harness) {
         store.commit(&tenant(), &fence, &burst).await.unwrap();
         store = harness.reopen(store).await;
         let swept = store.take_orphans(adoption).await.unwrap();
-        assert_eq!(swept.interrupted, 0);
+        assert!(swept.interrupted.is_empty());
         assert_eq!(swept.adopted.len(), 1, "{swept:?}");
         let adopted = &swept.adopted[0];
         assert_eq!((&adopted.tenant, adopted.message), (&tenant(), message.id));
@@ -311,7 +347,8 @@ pub async fn orphans_are_taken_over_until_their_limit(harness: &dyn Harness) {
     }
     store = harness.reopen(store).await;
     let swept = store.take_orphans(adoption).await.unwrap();
-    assert_eq!((swept.interrupted, swept.adopted.len()), (1, 0));
+    assert_eq!(swept.interrupted, vec![(tenant(), message.id)]);
+    assert!(swept.adopted.is_empty());
     let ended = store
         .get_message(&tenant(), message.id)
         .await

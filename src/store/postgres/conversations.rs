@@ -378,6 +378,22 @@ impl crate::store::Conversations for Postgres {
         Ok(Some(ids.into_iter().map(MessageId).collect()))
     }
 
+    async fn running_children(
+        &self,
+        tenant: &Tenant,
+        parent: MessageId,
+    ) -> Result<Vec<MessageId>, StoreError> {
+        let rows: Vec<(Uuid,)> = sqlx::query_as(
+            "SELECT id FROM messages WHERE tenant = $1 AND running AND parent_id = $2",
+        )
+        .bind(tenant.as_str())
+        .bind(parent.0)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|err| self.failed(err))?;
+        Ok(rows.into_iter().map(|(id,)| MessageId(id)).collect())
+    }
+
     /// With one process per database, every running message is one a previous process
     /// left.
     async fn running_in(

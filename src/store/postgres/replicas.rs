@@ -177,6 +177,14 @@ pub fn release(pool: PgPool, me: &Identity) {
     }
 }
 
+/// The tenant of a stored running message, which was valid when it was written.
+fn stored_tenant(stored: &str) -> Result<Tenant, StoreError> {
+    Tenant::from_stored(stored).ok_or_else(|| StoreError::Backend {
+        category: Category::Corrupt,
+        message: "a running message names a tenant that is not valid".to_owned(),
+    })
+}
+
 impl Postgres {
     /// Ends the runs no live replica owns (see [`crate::store::Conversations::take_orphans`]),
     /// a batch at a time; rows another sweeper holds are skipped, so replicas sweeping at
@@ -263,7 +271,7 @@ impl Postgres {
         .await
         .map_err(failed)?;
         let count = rows.len();
-        let (mut ended, mut adopted) = (0, Vec::new());
+        let (mut ended, mut adopted) = (Vec::new(), Vec::new());
         for (tenant, id, record) in rows {
             let mut message: Message =
                 serde_json::from_str(&record).map_err(|err| error::codec("messages", err))?;
@@ -276,12 +284,7 @@ impl Postgres {
                 Fate::Adopt => {
                     let handed_over = crate::store::adopt(&mut message);
                     let epoch = self.adopt(&mut tx, &tenant, &message).await?;
-                    let tenant =
-                        Tenant::from_stored(&tenant).ok_or_else(|| StoreError::Backend {
-                            category: Category::Corrupt,
-                            message: "a running message names a tenant that is not valid"
-                                .to_owned(),
-                        })?;
+                    let tenant = stored_tenant(&tenant)?;
                     adopted.push(Adopted {
                         tenant,
                         message: message.id,
@@ -304,13 +307,16 @@ impl Postgres {
                     let last = u64::try_from(last.unwrap_or(0)).unwrap_or(0);
                     let end = crate::store::end_orphan(&mut message, code, &why, last);
                     self.write_end(&mut tx, &tenant, &message, &end).await?;
-                    ended += 1;
+                    ended.push((stored_tenant(&tenant)?, crate::domain::MessageId(id)));
                 }
             }
         }
         self.finish(tx, started).await?;
-        if ended > 0 {
-            tracing::warn!(count = ended, "runs whose replica is gone were interrupted");
+        if !ended.is_empty() {
+            tracing::warn!(
+                count = ended.len(),
+                "runs whose replica is gone were interrupted"
+            );
         }
         if !adopted.is_empty() {
             tracing::warn!(
@@ -318,7 +324,7 @@ impl Postgres {
                 "runs whose replica is gone were taken over, to resume here"
             );
         }
-        swept.interrupted += ended;
+        swept.interrupted.extend(ended);
         swept.adopted.extend(adopted);
         Ok(count)
     }

@@ -171,6 +171,7 @@ conformance_on_postgres!(
     tenant_limits_admit_exactly,
     children_are_counted_apart_from_top_level_runs,
     orphans_are_taken_over_until_their_limit,
+    running_children_are_found_by_their_parent,
     versions_are_numbered_without_gaps,
     alias_moves_compare_and_set,
     agents_are_kept_per_tenant,

@@ -194,6 +194,14 @@ impl crate::store::Conversations for Embedded {
         self.running_in(tenant, conversation)
     }
 
+    async fn running_children(
+        &self,
+        tenant: &Tenant,
+        parent: MessageId,
+    ) -> Result<Vec<MessageId>, StoreError> {
+        self.running_children(tenant, parent)
+    }
+
     /// One process opens the database, so only what an earlier process left is orphaned,
     /// and only the first call finds anything.
     async fn take_orphans(

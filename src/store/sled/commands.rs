@@ -95,6 +95,40 @@ impl Embedded {
         }
         Ok(false)
     }
+
+    /// The running sub-agent runs of `parent`: read through the running markers of
+    /// children, which are few.
+    pub(super) fn running_children(
+        &self,
+        tenant: &Tenant,
+        parent: MessageId,
+    ) -> Result<Vec<MessageId>, StoreError> {
+        let mut children = Vec::new();
+        for entry in self
+            .t()?
+            .running
+            .scan_prefix(keys::tenant_prefix(tenant, 0))
+        {
+            let (key, marker) = entry?;
+            if marker.as_ref() != super::admission::CHILD_MARKER {
+                continue;
+            }
+            let Some((_, id)) = keys::parse_message(&key) else {
+                continue;
+            };
+            let Some(message) = self.get_message(tenant, id)? else {
+                continue;
+            };
+            let of_parent = message
+                .parent
+                .as_deref()
+                .is_some_and(|link| link.message_id == parent);
+            if of_parent && !message.status.is_terminal() {
+                children.push(id);
+            }
+        }
+        Ok(children)
+    }
 }
 
 #[async_trait]

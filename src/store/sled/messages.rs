@@ -594,7 +594,7 @@ impl Embedded {
                             let end = crate::store::end_orphan(&mut message, code, &why, last_seq);
                             self.update_message(&tenant, &message)?;
                             self.put_events(&tenant, std::slice::from_ref(&end))?;
-                            swept.interrupted += 1;
+                            swept.interrupted.push((tenant, id));
                         }
                     }
                 }
@@ -662,7 +662,8 @@ mod tests {
             store
                 .take_unfinished(crate::store::Adoption::INTERRUPT)
                 .unwrap()
-                .interrupted,
+                .interrupted
+                .len(),
             1
         );
 
@@ -697,7 +698,8 @@ mod tests {
             store
                 .take_unfinished(crate::store::Adoption::INTERRUPT)
                 .unwrap()
-                .interrupted,
+                .interrupted
+                .len(),
             0
         );
 
@@ -774,7 +776,8 @@ mod tests {
             store
                 .take_unfinished(crate::store::Adoption::INTERRUPT)
                 .unwrap()
-                .interrupted,
+                .interrupted
+                .len(),
             0
         );
         assert!(store.t().unwrap().running.is_empty());

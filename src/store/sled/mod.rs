@@ -595,6 +595,11 @@ mod conformance_tests {
     }
 
     #[tokio::test]
+    async fn running_children_are_found_by_their_parent() {
+        conformance::running_children_are_found_by_their_parent(&on_disk()).await;
+    }
+
+    #[tokio::test]
     async fn nul_in_an_agents_fields_is_refused_naming_it() {
         conformance::nul_in_an_agents_fields_is_refused_naming_it(&on_disk()).await;
     }

@@ -77,6 +77,8 @@ pub struct Options {
     pub a2a: bool,
     /// `[runner] client_tool_timeout_secs`, when not the tests' 2 s.
     pub client_tool_timeout_secs: Option<u64>,
+    /// `[cluster] max_takeovers`, when not the default.
+    pub max_takeovers: Option<u32>,
 }
 
 /// The admin token of replicas started with [`Options::auth`].
@@ -110,12 +112,15 @@ pub async fn replica_on(
     }
     auth.push_str("[runner]\n");
     std::fs::create_dir_all(&dir).unwrap();
-    let nats = match &options.bus {
+    let mut nats = match &options.bus {
         Bus::Database => String::new(),
         Bus::Nats { url, prefix } => {
             format!("nats_url = \"{url}\"\nsubject_prefix = \"{prefix}\"\n")
         }
     };
+    if let Some(max) = options.max_takeovers {
+        nats.push_str(&format!("max_takeovers = {max}\n"));
+    }
     spawn_service_edited(&dir, llm, None, |config| {
         on_postgres(config, &dir, &database.url(), Some(key))
             .replacen(
