@@ -44,8 +44,20 @@ pub type RelayObserver = Box<dyn Fn(usize, std::time::Duration) + Send + Sync>;
 /// Told of each payload on the bus that did not open with the deployment's key.
 pub type RejectObserver = Box<dyn Fn() + Send + Sync>;
 
-/// Reads a followed message's last committed `seq` (`None`: it cannot be read now).
-pub type Poll = Arc<dyn Fn() -> futures::future::BoxFuture<'static, Option<u64>> + Send + Sync>;
+/// Reads a followed message from the store for all of its followers on this replica, so
+/// that a notice without its events, or one that was lost, costs one read here, not one per
+/// follower.
+#[async_trait]
+pub trait Source: Send + Sync {
+    /// Its last committed `seq` (`None`: it cannot be read now).
+    async fn last_seq(&self) -> Option<u64>;
+
+    /// Its committed events after `seq`, in order (`None`: they cannot be read now).
+    async fn events_after(&self, seq: u64) -> Option<Vec<EventEnvelope>>;
+}
+
+/// A followed message's [`Source`], as the runner gives it to the bus.
+pub type Poll = Arc<dyn Source>;
 
 /// How replicas tell each other of committed events and kept commands.
 #[async_trait]
@@ -57,9 +69,10 @@ pub trait Bus: Send + Sync {
     /// Notices for `message` from now on, until the returned watch is dropped. For the
     /// message's first follower here, returns once the subscription is in place, so a
     /// follower that reads the store after it misses nothing in between. While the message
-    /// has followers here, `poll` is asked once a second for its last committed `seq`, and
-    /// a notice is sent when it moved: one read per followed message per replica, however
-    /// many follow it, covers what the bus lost.
+    /// has followers here, `poll` is asked once a second for its last committed `seq`; when
+    /// it moved past what the followers were handed, or a notice came without its events,
+    /// the events are read once through `poll` and handed to every follower: one read per
+    /// followed message per replica, however many follow it.
     async fn watch(&self, message: MessageId, poll: Poll) -> Watch;
 
     /// Wakes replica `owner`: a command was kept for a run it holds.

@@ -1,17 +1,20 @@
 //! The followers of each message on this replica, sharing one subscription per message:
 //! a bus subscribes when the first follower of a message arrives and lets go when the
-//! last one leaves. They share one poll of the store as well: once a second the message's
-//! last committed `seq` is read, and a notice sent when it moved, so a lost notice costs a
-//! second and a quiet followed run one read a second, whatever the number of followers.
+//! last one leaves. They share the message's reads of the store as well: once a second its
+//! last committed `seq` is read, and when that moved past what the followers were handed,
+//! or a notice came without its events (a burst too large to carry, or the database's
+//! notifications, which carry none) or after a gap, the missing events are read once and
+//! handed to every follower. A lost notice costs a second, a quiet followed run one read a
+//! second, and a commit at most one read, whatever the number of followers.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::{Notice, Notices, Poll};
-use crate::domain::MessageId;
+use crate::domain::{EventEnvelope, MessageId};
 
 /// Notices a follower may fall behind by before it reads the store instead.
 const BACKLOG: usize = 64;
@@ -28,16 +31,23 @@ pub struct Watchers {
 struct Followed {
     notices: broadcast::Sender<Arc<Notice>>,
     followers: usize,
+    /// The last `seq` handed to the followers in a notice with its events; `None` until the
+    /// message's last `seq` was first read (its followers read what came before themselves).
+    handed: Option<u64>,
+    /// The last `seq` known committed, when more than `handed`: the filler reads up to it.
+    wanted: u64,
+    /// Wakes the message's filler.
+    wake: Arc<Notify>,
     /// Stops the bus's subscription for the message once no follower is left.
     unsubscribe: Option<CancellationToken>,
-    /// Stops the message's shared poll once no follower is left.
-    stop_polling: CancellationToken,
+    /// Stops the message's filler once no follower is left.
+    stop_filling: CancellationToken,
 }
 
 impl Watchers {
     /// A watch of `message`. For the message's first follower, `subscribe` is called so
     /// the bus subscribes for it (the token it may return is cancelled when the last
-    /// follower leaves), and `poll` starts being asked for the message's last `seq`.
+    /// follower leaves), and the message's filler starts reading through `poll`.
     pub fn watch(
         self: &Arc<Self>,
         message: MessageId,
@@ -48,14 +58,23 @@ impl Watchers {
         let entry = followed.entry(message).or_insert_with(|| Followed {
             notices: broadcast::channel(BACKLOG).0,
             followers: 0,
+            handed: None,
+            wanted: 0,
+            wake: Arc::new(Notify::new()),
             unsubscribe: None,
-            stop_polling: CancellationToken::new(),
+            stop_filling: CancellationToken::new(),
         });
         entry.followers += 1;
         let notices = entry.notices.subscribe();
         if entry.followers == 1 {
             entry.unsubscribe = subscribe();
-            self.start_polling(message, poll, entry.stop_polling.clone());
+            let filler = Filler {
+                watchers: Arc::downgrade(self),
+                message,
+                poll,
+                wake: Arc::clone(&entry.wake),
+            };
+            tokio::spawn(filler.run(entry.stop_filling.clone()));
         }
         Watch {
             notices: Some(notices),
@@ -63,53 +82,110 @@ impl Watchers {
         }
     }
 
-    /// Reads the last `seq` of `message` every [`POLL_EVERY`] until `stop`, telling its
-    /// followers when it moved.
-    fn start_polling(self: &Arc<Self>, message: MessageId, poll: Poll, stop: CancellationToken) {
-        let watchers = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut last = 0;
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    () = tokio::time::sleep(POLL_EVERY) => {}
-                }
-                let Some(seq) = poll().await else { continue };
-                if seq <= last {
-                    continue;
-                }
-                last = seq;
-                let Some(watchers) = watchers.upgrade() else {
-                    return;
-                };
-                let notice = Notice {
-                    last_seq: seq,
-                    events: Vec::new(),
-                };
-                watchers.notify(message, notice);
-            }
-        });
+    /// Hands `notice` to the followers of `message` when it carries the events that follow
+    /// what they were handed; otherwise (no events, a gap) has them read once for all of
+    /// them. A notice of what they were handed already is dropped. Returns whether the
+    /// message has followers here.
+    pub fn notify(&self, message: MessageId, notice: Notice) -> bool {
+        let mut followed = self.lock();
+        let Some(entry) = followed.get_mut(&message) else {
+            return false;
+        };
+        let Some(handed) = entry.handed else {
+            // Not yet read: the followers tell a gap themselves.
+            let _ = entry.notices.send(Arc::new(notice));
+            return true;
+        };
+        if notice.last_seq <= handed {
+            return true;
+        }
+        if notice
+            .events
+            .first()
+            .is_some_and(|first| first.seq == handed + 1)
+        {
+            entry.handed = Some(notice.last_seq);
+            let _ = entry.notices.send(Arc::new(notice));
+        } else {
+            entry.wanted = entry.wanted.max(notice.last_seq);
+            entry.wake.notify_one();
+        }
+        true
     }
 
-    /// Hands `notice` to the followers of `message`; returns whether it has any.
-    pub fn notify(&self, message: MessageId, notice: Notice) -> bool {
-        match self.lock().get(&message) {
-            Some(followed) => {
-                let _ = followed.notices.send(Arc::new(notice));
-                true
+    /// Has every followed message read once (a notice named more messages than it could
+    /// carry).
+    pub fn notify_all(&self) {
+        for entry in self.lock().values_mut() {
+            match entry.handed {
+                Some(handed) => {
+                    entry.wanted = entry.wanted.max(handed + 1);
+                    entry.wake.notify_one();
+                }
+                None => {
+                    let _ = entry.notices.send(Arc::new(Notice {
+                        last_seq: u64::MAX,
+                        events: Vec::new(),
+                    }));
+                }
             }
-            None => false,
         }
     }
 
-    /// Tells every follower to read the store (a notice named more messages than it
-    /// could carry).
-    pub fn notify_all(&self) {
-        for followed in self.lock().values() {
-            let _ = followed.notices.send(Arc::new(Notice {
-                last_seq: u64::MAX,
-                events: Vec::new(),
-            }));
+    /// Records that `message`'s last committed `seq` is `seq`: the first reading is where
+    /// handing on starts; a later one past what was handed is read for the followers.
+    /// Returns whether there is something to read.
+    fn saw(&self, message: MessageId, seq: u64) -> bool {
+        let mut followed = self.lock();
+        let Some(entry) = followed.get_mut(&message) else {
+            return false;
+        };
+        match entry.handed {
+            None => {
+                entry.handed = Some(seq);
+                entry.wanted > seq
+            }
+            Some(handed) => {
+                entry.wanted = entry.wanted.max(seq);
+                entry.wanted > handed
+            }
+        }
+    }
+
+    /// What the filler of `message` should read, if anything: after which `seq`, up to
+    /// which. Taken, so a notice that comes during the read asks for another.
+    fn take_wanted(&self, message: MessageId) -> Option<(u64, u64)> {
+        let mut followed = self.lock();
+        let entry = followed.get_mut(&message)?;
+        let handed = entry.handed?;
+        let wanted = std::mem::take(&mut entry.wanted);
+        (wanted > handed).then_some((handed, wanted))
+    }
+
+    /// Hands `events`, read for the followers of `message`, on to them, less any that a
+    /// notice handed meanwhile; keeps `wanted` wanted when the read came short of it (the
+    /// next poll reads again).
+    fn hand_read(&self, message: MessageId, wanted: u64, events: Vec<EventEnvelope>) {
+        let mut followed = self.lock();
+        let Some(entry) = followed.get_mut(&message) else {
+            return;
+        };
+        let Some(handed) = entry.handed else {
+            return;
+        };
+        let events: Vec<_> = events.into_iter().filter(|e| e.seq > handed).collect();
+        if let (Some(first), Some(last)) = (events.first(), events.last()) {
+            if first.seq == handed + 1 {
+                let last = last.seq;
+                entry.handed = Some(last);
+                let _ = entry.notices.send(Arc::new(Notice {
+                    last_seq: last,
+                    events,
+                }));
+            }
+        }
+        if entry.handed.is_some_and(|handed| handed < wanted) {
+            entry.wanted = entry.wanted.max(wanted);
         }
     }
 
@@ -124,7 +200,7 @@ impl Watchers {
             return false;
         }
         if let Some(entry) = followed.remove(&message) {
-            entry.stop_polling.cancel();
+            entry.stop_filling.cancel();
             if let Some(unsubscribe) = entry.unsubscribe {
                 unsubscribe.cancel();
             }
@@ -134,6 +210,52 @@ impl Watchers {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<MessageId, Followed>> {
         self.followed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Reads a followed message for all its followers here: its last `seq` once a second, its
+/// events when they were not handed on.
+struct Filler {
+    watchers: Weak<Watchers>,
+    message: MessageId,
+    poll: Poll,
+    wake: Arc<Notify>,
+}
+
+impl Filler {
+    /// Polls and fills until `stop` (the message's last follower left).
+    async fn run(self, stop: CancellationToken) {
+        let mut next_poll = tokio::time::Instant::now();
+        loop {
+            let polled = tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep_until(next_poll) => true,
+                () = self.wake.notified() => false,
+            };
+            let Some(watchers) = self.watchers.upgrade() else {
+                return;
+            };
+            if polled {
+                next_poll = tokio::time::Instant::now() + POLL_EVERY;
+                let Some(seq) = self.poll.last_seq().await else {
+                    continue;
+                };
+                if !watchers.saw(self.message, seq) {
+                    continue;
+                }
+            }
+            self.fill(&watchers).await;
+        }
+    }
+
+    /// Reads what the followers were not handed, once, and hands it to all of them.
+    async fn fill(&self, watchers: &Watchers) {
+        let Some((after, wanted)) = watchers.take_wanted(self.message) else {
+            return;
+        };
+        // A read that fails is made again at the next poll, which finds the `seq` moved.
+        let events = self.poll.events_after(after).await.unwrap_or_default();
+        watchers.hand_read(self.message, wanted, events);
     }
 }
 
@@ -179,5 +301,153 @@ impl Drop for Watch {
                 watchers.leave(message);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::cluster::Source;
+    use crate::domain::{ConversationId, RunEvent};
+
+    /// A message whose committed events are `committed`, counting the reads of them.
+    #[derive(Default)]
+    struct Scripted {
+        committed: Mutex<Vec<EventEnvelope>>,
+        reads: AtomicUsize,
+    }
+
+    impl Scripted {
+        fn commit(&self, message: MessageId, seq: u64) -> EventEnvelope {
+            let event = EventEnvelope {
+                seq,
+                conversation_id: ConversationId::new(),
+                message_id: message,
+                created_at: crate::domain::now(),
+                event: RunEvent::AnswerDelta {
+                    text: format!("piece {seq}"),
+                },
+            };
+            self.committed.lock().unwrap().push(event.clone());
+            event
+        }
+    }
+
+    #[async_trait]
+    impl Source for Scripted {
+        async fn last_seq(&self) -> Option<u64> {
+            Some(self.committed.lock().unwrap().last().map_or(0, |e| e.seq))
+        }
+
+        async fn events_after(&self, seq: u64) -> Option<Vec<EventEnvelope>> {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            let committed = self.committed.lock().unwrap();
+            Some(committed.iter().filter(|e| e.seq > seq).cloned().collect())
+        }
+    }
+
+    /// Watches of one message, after the first poll read where it stands.
+    async fn followed(
+        source: &Arc<Scripted>,
+        message: MessageId,
+        count: usize,
+    ) -> (Arc<Watchers>, Vec<Watch>) {
+        let watchers = Arc::new(Watchers::default());
+        let poll: Poll = source.clone();
+        let watches: Vec<Watch> = (0..count)
+            .map(|_| watchers.watch(message, || None, Arc::clone(&poll)))
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        (watchers, watches)
+    }
+
+    async fn next_notice(watch: &mut Watch) -> Arc<Notice> {
+        let next = tokio::time::timeout(Duration::from_secs(2), watch.next()).await;
+        next.expect("a notice comes").unwrap().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_notice_without_its_events_is_read_once_for_every_follower() {
+        let source = Arc::new(Scripted::default());
+        let message = MessageId::new();
+        source.commit(message, 1);
+        let (registry, mut watches) = followed(&source, message, 10).await;
+        source.commit(message, 2);
+        source.commit(message, 3);
+        registry.notify(
+            message,
+            Notice {
+                last_seq: 3,
+                events: Vec::new(),
+            },
+        );
+        for watch in &mut watches {
+            let notice = next_notice(watch).await;
+            let seqs: Vec<u64> = notice.events.iter().map(|e| e.seq).collect();
+            assert_eq!((notice.last_seq, seqs), (3, vec![2, 3]));
+        }
+        assert_eq!(source.reads.load(Ordering::SeqCst), 1, "one read for ten");
+    }
+
+    #[tokio::test]
+    async fn carried_events_are_handed_on_and_replays_dropped_without_a_read() {
+        let source = Arc::new(Scripted::default());
+        let message = MessageId::new();
+        let (registry, mut watches) = followed(&source, message, 3).await;
+        let first = source.commit(message, 1);
+        let carried = Notice {
+            last_seq: 1,
+            events: vec![first],
+        };
+        registry.notify(message, carried.clone());
+        registry.notify(message, carried.clone());
+        registry.notify(
+            message,
+            Notice {
+                last_seq: 1,
+                events: Vec::new(),
+            },
+        );
+        for watch in &mut watches {
+            assert_eq!(*next_notice(watch).await, carried);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for watch in &mut watches {
+            let more = tokio::time::timeout(Duration::from_millis(50), watch.next()).await;
+            assert!(more.is_err(), "the replays reach nobody");
+        }
+        assert_eq!(source.reads.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_gap_is_read_once_from_what_was_handed() {
+        let source = Arc::new(Scripted::default());
+        let message = MessageId::new();
+        let (registry, mut watches) = followed(&source, message, 4).await;
+        source.commit(message, 1);
+        let second = source.commit(message, 2);
+        // The notice of seq 1 was lost.
+        registry.notify(
+            message,
+            Notice {
+                last_seq: 2,
+                events: vec![second],
+            },
+        );
+        for watch in &mut watches {
+            let seqs: Vec<u64> = next_notice(watch)
+                .await
+                .events
+                .iter()
+                .map(|e| e.seq)
+                .collect();
+            assert_eq!(seqs, vec![1, 2]);
+        }
+        assert_eq!(source.reads.load(Ordering::SeqCst), 1);
     }
 }

@@ -211,19 +211,14 @@ impl Runner {
         ))
     }
 
-    /// Reads the last committed `seq` of `message`: what the bus's shared poll asks for
-    /// the messages followed here.
+    /// Reads `message` from the store for all its followers here: what the bus's shared
+    /// poll and fill ask for.
     fn last_seq_of(&self, tenant: &Tenant, message: MessageId) -> crate::cluster::Poll {
-        let (store, tenant) = (self.store.clone(), tenant.clone());
-        Arc::new(move || {
-            let (store, tenant) = (store.clone(), tenant.clone());
-            Box::pin(async move {
-                match store.last_event(&tenant, message).await {
-                    Ok(last) => Some(last.map_or(0, |event| event.seq)),
-                    Err(_) => None,
-                }
-            })
-        })
+        Arc::new(live::StoredMessage::new(
+            self.store.clone(),
+            tenant.clone(),
+            message,
+        ))
     }
 
     /// [`Self::attach`] for a client's stream, counted against the tenant's

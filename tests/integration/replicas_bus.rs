@@ -280,3 +280,71 @@ async fn quiet_followers_on_a_peer_share_one_read_of_the_database() {
         );
     }
 }
+
+/// 100 followers on a peer of a run that streams, on the database's notifications (which
+/// carry no events): each commit is read once on the peer for all of them, instead of once
+/// by each (≈ 100 reads a commit before). Every follower still gets every event, in order.
+#[tokio::test]
+async fn followers_on_a_peer_share_one_read_per_commit() {
+    const FOLLOWERS: usize = 100;
+    const PIECES: usize = 30;
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![calls_order_lookup(), slow(PIECES, 60)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let patient = Options {
+        client_tool_timeout_secs: Some(60),
+        ..Options::default()
+    };
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", &patient).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &patient).await;
+    let (_stream, seen) = started_asking(&a, "Where is my order?").await;
+    let id = seen[0].message_id.clone();
+    let peer = crate::support::process::channel(&b).await;
+    let mut streams = Vec::new();
+    for _ in 0..FOLLOWERS {
+        let mut attach = pb::agent_service_client::AgentServiceClient::new(peer.clone());
+        let request = pb::AttachRequest {
+            message_id: id.clone(),
+            after_seq: seen.len() as u64,
+        };
+        streams.push(attach.attach(request).await.unwrap().into_inner());
+    }
+    // The statistics are flushed about once a second: read past a flush at each end.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let before = committed(&database).await;
+    client(&a)
+        .await
+        .submit_tool_outputs(shipped(&id, "cli"))
+        .await
+        .unwrap();
+    let mut carried = Vec::new();
+    for mut stream in streams {
+        let rest = read_within(&mut stream, Duration::from_secs(30)).await;
+        carried.push(rest.iter().map(|e| e.seq).collect::<Vec<_>>());
+    }
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let spent = committed(&database).await - before;
+    let first = seen.len() as u64 + 1;
+    let last = *carried[0].last().unwrap();
+    assert!(
+        last >= first + PIECES as u64 / 2,
+        "the answer streamed in pieces: {carried:?}"
+    );
+    for seqs in &carried {
+        assert_eq!(
+            *seqs,
+            (first..=last).collect::<Vec<_>>(),
+            "every event, in order"
+        );
+    }
+    let commits = last - first + 1;
+    println!("{FOLLOWERS} followers, {commits} events: {spent} transactions");
+    assert!(
+        spent < 6 * commits as i64 + 40,
+        "{FOLLOWERS} followers of {commits} events took {spent} transactions"
+    );
+}

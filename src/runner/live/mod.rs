@@ -8,10 +8,12 @@ mod emitter;
 mod follower;
 mod mailbox;
 mod registry;
+mod stored;
 mod streams;
 
 pub use emitter::{Destination, Emitter, Outbox};
 pub use follower::{follow, EventStream, Known};
 pub use mailbox::{not_waiting, Awaited, ClientOutput, Decision, Delivery, Mailbox};
 pub use registry::{LiveRun, LiveRuns, Registration, Subscription};
+pub use stored::StoredMessage;
 pub use streams::FollowStreams;
