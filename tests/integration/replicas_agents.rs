@@ -652,3 +652,170 @@ async fn a_run_taken_over_keeps_its_wall_clock() {
         "the peer gave the run its whole budget again: {took:?}"
     );
 }
+
+/// The database falls silent under two replicas (their links stay open and answer
+/// nothing): the followers on the peer, an `Attach` and an A2A `SubscribeToTask` of runs
+/// held by the other replica, end `UNAVAILABLE` saying the database cannot be reached,
+/// within `write_timeout_secs` + 5 s (here 2 + 5), as the owner's own streams do.
+#[tokio::test]
+async fn a_silent_database_ends_followers_on_a_peer_in_time() {
+    use crate::support::postgres::{server_of, Proxy};
+    use agent_runner::a2a_pb as a2a;
+    use agent_runner::a2a_pb::a2a_service_client::A2aServiceClient;
+
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let Some(bus) = nats_bus().await else {
+        return;
+    };
+    let proxy = Proxy::start(server_of(&database.url())).await;
+    let llm = FakeOpenAi::start(vec![slow(200, 50), slow(200, 50)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = agent_runner::store::SecretKey::generate();
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    };
+    let on = |metrics| Options {
+        bus: bus.clone(),
+        metrics: Some(metrics),
+        a2a: true,
+        database_url: Some(proxy.url_through(&database.url())),
+        edit: Some(|config: String| {
+            config.replacen(
+                "write_timeout_secs = 1\n",
+                "write_timeout_secs = 2\nstatement_timeout_ms = 1000\n",
+                1,
+            )
+        }),
+        ..Options::default()
+    };
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", &on(free())).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &on(free())).await;
+    let mut request = run_request("unused", &[]);
+    request.agent_mut().instruction = "Count.".into();
+    AgentRegistryClient::new(channel(&a).await)
+        .create_agent(pb::CreateAgentRequest {
+            agent_id: "counter".into(),
+            config: request.agent,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut run = client(&a)
+        .await
+        .run(run_request("Count.", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = run.message().await.unwrap().unwrap();
+    let mut attached = attach(&b, &first.message_id, 0).await;
+    read_until(&mut attached, |e| matches!(e.event, Some(Event::Delta(_)))).await;
+
+    fn call<T>(message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request
+            .metadata_mut()
+            .insert("a2a-version", "1.0".parse().unwrap());
+        request
+    }
+    let send = a2a::SendMessageRequest {
+        tenant: "counter".into(),
+        message: Some(a2a::Message {
+            message_id: "r-1".into(),
+            role: a2a::Role::User.into(),
+            parts: vec![a2a::Part {
+                content: Some(a2a::part::Content::Text("Count slowly.".into())),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        configuration: Some(a2a::SendMessageConfiguration {
+            return_immediately: true,
+            ..Default::default()
+        }),
+        metadata: None,
+    };
+    let started = A2aServiceClient::new(channel(&a).await)
+        .send_message(call(send))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(a2a::send_message_response::Payload::Task(task)) = started.payload else {
+        panic!("a task was expected");
+    };
+    let mut subscribed = A2aServiceClient::new(channel(&b).await)
+        .subscribe_to_task(call(a2a::SubscribeToTaskRequest {
+            tenant: "counter".into(),
+            id: task.id.clone(),
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    loop {
+        let response = subscribed.message().await.unwrap().unwrap();
+        if matches!(
+            response.payload,
+            Some(a2a::stream_response::Payload::ArtifactUpdate(_))
+        ) {
+            break;
+        }
+    }
+
+    proxy.stall();
+    let silent = std::time::Instant::now();
+    let attach_ended = async {
+        loop {
+            match attached.message().await {
+                Ok(Some(_)) => {}
+                Ok(None) => return None,
+                Err(status) => return Some(status),
+            }
+        }
+    };
+    let attach_ended = tokio::time::timeout(Duration::from_secs(20), attach_ended)
+        .await
+        .expect("the peer's Attach still open 20 s after");
+    let attach_took = silent.elapsed();
+    let subscription_ended = async {
+        loop {
+            match subscribed.message().await {
+                Ok(Some(_)) => {}
+                Ok(None) => return None,
+                Err(status) => return Some(status),
+            }
+        }
+    };
+    let subscription_ended = tokio::time::timeout(Duration::from_secs(20), subscription_ended)
+        .await
+        .expect("the peer's SubscribeToTask still open 20 s after");
+    let subscription_took = silent.elapsed();
+    println!(
+        "peer Attach ended after {attach_took:?}, SubscribeToTask after {subscription_took:?}"
+    );
+    for (name, status) in [
+        ("Attach", attach_ended),
+        ("SubscribeToTask", subscription_ended),
+    ] {
+        let status = status.unwrap_or_else(|| panic!("{name} ends with a status"));
+        assert_eq!(
+            status.code(),
+            tonic::Code::Unavailable,
+            "{name}: {status:?}"
+        );
+        assert!(
+            status.message().contains("the database cannot be reached"),
+            "{name}: {}",
+            status.message()
+        );
+    }
+    assert!(
+        subscription_took <= Duration::from_secs(7),
+        "the peer's streams ended {attach_took:?} and {subscription_took:?} after"
+    );
+    proxy.restore();
+}

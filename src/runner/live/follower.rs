@@ -51,6 +51,7 @@ pub fn follow(
     let live = live.map(|Subscription { events }| events);
     let follower = Follower {
         watch,
+        writable: store.writable(),
         status_checked: known == Known::SeenRunning,
         store,
         tenant,
@@ -94,6 +95,9 @@ const READ_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 struct Follower {
     /// Notices of a run held by another replica (taken before the store is read).
     watch: Watch,
+    /// Whether the store can write: when it turns unable (its database lost), a follower
+    /// of a run held elsewhere reads at once, so its client hears of it in time.
+    writable: tokio::sync::watch::Receiver<bool>,
     /// Whether the store was asked if the run ended, since the follower began.
     status_checked: bool,
     store: Store,
@@ -176,6 +180,7 @@ impl Follower {
         let heard = tokio::select! {
             heard = self.watch.next() => heard,
             () = tokio::time::sleep(every) => None,
+            () = store_lost(&mut self.writable) => None,
         };
         match heard {
             Some(Ok(notice)) if notice.last_seq <= self.last => {}
@@ -243,6 +248,19 @@ impl Follower {
                 tracing::error!(error = %err, "cannot replay stored events");
                 self.lost = Some(err.into());
             }
+        }
+    }
+}
+
+/// Resolves when the store turns unable to write; never, while it stays able or once its
+/// sender is gone.
+async fn store_lost(writable: &mut tokio::sync::watch::Receiver<bool>) {
+    loop {
+        if writable.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        if !*writable.borrow_and_update() {
+            return;
         }
     }
 }

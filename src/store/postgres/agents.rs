@@ -185,13 +185,16 @@ impl crate::store::Agents for Postgres {
         record: &AgentRecord,
         first: Option<&AgentVersionRecord>,
     ) -> Result<Result<(), AgentRefusal>, StoreError> {
-        if let Some(field) = record.field_with_nul() {
-            return Ok(Err(AgentRefusal::HoldsNul(field)));
-        }
-        let started = Instant::now();
-        let mut tx = self.begin().await?;
-        let done = self.insert_agent(&mut tx, tenant, record, first).await?;
-        self.settle(tx, started, done).await
+        self.bounded(async move {
+            if let Some(field) = record.field_with_nul() {
+                return Ok(Err(AgentRefusal::HoldsNul(field)));
+            }
+            let started = Instant::now();
+            let mut tx = self.begin().await?;
+            let done = self.insert_agent(&mut tx, tenant, record, first).await?;
+            self.settle(tx, started, done).await
+        })
+        .await
     }
 
     async fn get_agent(
@@ -243,29 +246,35 @@ impl crate::store::Agents for Postgres {
         id: &str,
         change: &AgentChange,
     ) -> Result<Result<AgentRecord, AgentRefusal>, StoreError> {
-        let started = Instant::now();
-        let mut tx = self.begin().await?;
-        let done = self.change_locked(&mut tx, tenant, id, change).await?;
-        self.settle(tx, started, done).await
+        self.bounded(async move {
+            let started = Instant::now();
+            let mut tx = self.begin().await?;
+            let done = self.change_locked(&mut tx, tenant, id, change).await?;
+            self.settle(tx, started, done).await
+        })
+        .await
     }
 
     async fn delete_agent(&self, tenant: &Tenant, id: &str) -> Result<bool, StoreError> {
-        let started = Instant::now();
-        let mut tx = self.begin().await?;
-        let done = sqlx::query("DELETE FROM agents WHERE tenant = $1 AND id = $2")
-            .bind(tenant.as_str())
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .map_err(|err| self.failed(err))?;
-        sqlx::query("DELETE FROM agent_versions WHERE tenant = $1 AND agent_id = $2")
-            .bind(tenant.as_str())
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .map_err(|err| self.failed(err))?;
-        self.finish(tx, started).await?;
-        Ok(done.rows_affected() > 0)
+        self.bounded(async move {
+            let started = Instant::now();
+            let mut tx = self.begin().await?;
+            let done = sqlx::query("DELETE FROM agents WHERE tenant = $1 AND id = $2")
+                .bind(tenant.as_str())
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(|err| self.failed(err))?;
+            sqlx::query("DELETE FROM agent_versions WHERE tenant = $1 AND agent_id = $2")
+                .bind(tenant.as_str())
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(|err| self.failed(err))?;
+            self.finish(tx, started).await?;
+            Ok(done.rows_affected() > 0)
+        })
+        .await
     }
 
     async fn add_version(
@@ -274,10 +283,13 @@ impl crate::store::Agents for Postgres {
         id: &str,
         config: &serde_json::Value,
     ) -> Result<Result<AgentVersionRecord, AgentRefusal>, StoreError> {
-        let started = Instant::now();
-        let mut tx = self.begin().await?;
-        let done = self.append_locked(&mut tx, tenant, id, config).await?;
-        self.settle(tx, started, done).await
+        self.bounded(async move {
+            let started = Instant::now();
+            let mut tx = self.begin().await?;
+            let done = self.append_locked(&mut tx, tenant, id, config).await?;
+            self.settle(tx, started, done).await
+        })
+        .await
     }
 
     async fn get_version(

@@ -19,64 +19,73 @@ impl crate::store::Commands for Postgres {
         message: MessageId,
         command: &RunCommand,
     ) -> Result<Option<String>, StoreError> {
-        let text = serde_json::to_string(command).map_err(|err| codec("run_commands", err))?;
-        let started = std::time::Instant::now();
-        let mut tx = self.begin().await?;
-        let failed = |err| self.failed(err);
-        let owner: Option<(String,)> = sqlx::query_as(
-            "SELECT owner FROM messages WHERE tenant = $1 AND id = $2 AND running FOR SHARE",
-        )
-        .bind(tenant.as_str())
-        .bind(message.0)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(failed)?;
-        let Some((owner,)) = owner else {
-            return Ok(None);
-        };
-        sqlx::query("INSERT INTO run_commands (tenant, message_id, command) VALUES ($1, $2, $3)")
+        self.bounded(async move {
+            let text = serde_json::to_string(command).map_err(|err| codec("run_commands", err))?;
+            let started = std::time::Instant::now();
+            let mut tx = self.begin().await?;
+            let failed = |err| self.failed(err);
+            let owner: Option<(String,)> = sqlx::query_as(
+                "SELECT owner FROM messages WHERE tenant = $1 AND id = $2 AND running FOR SHARE",
+            )
+            .bind(tenant.as_str())
+            .bind(message.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(failed)?;
+            let Some((owner,)) = owner else {
+                return Ok(None);
+            };
+            sqlx::query(
+                "INSERT INTO run_commands (tenant, message_id, command) VALUES ($1, $2, $3)",
+            )
             .bind(tenant.as_str())
             .bind(message.0)
             .bind(text)
             .execute(&mut *tx)
             .await
             .map_err(failed)?;
-        self.notify_owner(&mut tx, &owner).await?;
-        self.finish(tx, started).await?;
-        Ok(Some(owner))
+            self.notify_owner(&mut tx, &owner).await?;
+            self.finish(tx, started).await?;
+            Ok(Some(owner))
+        })
+        .await
     }
 
     async fn take_commands(&self, runs: &[MessageId]) -> Result<Vec<TakenCommand>, StoreError> {
-        if runs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let runs: Vec<Uuid> = runs.iter().map(|id| id.0).collect();
-        let mut rows: Vec<(i64, String, Uuid, String)> = sqlx::query_as(
-            "DELETE FROM run_commands c USING messages m \
-             WHERE m.tenant = c.tenant AND m.id = c.message_id AND m.running AND m.owner = $1 \
-             AND c.message_id = ANY($2) \
-             RETURNING c.id, c.tenant, c.message_id, c.command",
-        )
-        .bind(&self.identity.id)
-        .bind(&runs)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|err| self.failed(err))?;
-        rows.sort_by_key(|(id, ..)| *id);
-        rows.into_iter()
-            .map(|(_, tenant, message, text)| {
-                let tenant = Tenant::from_stored(&tenant).ok_or_else(|| StoreError::Backend {
-                    category: crate::store::Category::Corrupt,
-                    message: "a command names a tenant that is not valid".to_owned(),
-                })?;
-                Ok(TakenCommand {
-                    tenant,
-                    message: MessageId(message),
-                    command: serde_json::from_str(&text)
-                        .map_err(|err| codec("run_commands", err))?,
+        self.bounded(async move {
+            if runs.is_empty() {
+                return Ok(Vec::new());
+            }
+            let runs: Vec<Uuid> = runs.iter().map(|id| id.0).collect();
+            let mut rows: Vec<(i64, String, Uuid, String)> = sqlx::query_as(
+                "DELETE FROM run_commands c USING messages m \
+                 WHERE m.tenant = c.tenant AND m.id = c.message_id AND m.running AND m.owner = $1 \
+                 AND c.message_id = ANY($2) \
+                 RETURNING c.id, c.tenant, c.message_id, c.command",
+            )
+            .bind(&self.identity.id)
+            .bind(&runs)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|err| self.failed(err))?;
+            rows.sort_by_key(|(id, ..)| *id);
+            rows.into_iter()
+                .map(|(_, tenant, message, text)| {
+                    let tenant =
+                        Tenant::from_stored(&tenant).ok_or_else(|| StoreError::Backend {
+                            category: crate::store::Category::Corrupt,
+                            message: "a command names a tenant that is not valid".to_owned(),
+                        })?;
+                    Ok(TakenCommand {
+                        tenant,
+                        message: MessageId(message),
+                        command: serde_json::from_str(&text)
+                            .map_err(|err| codec("run_commands", err))?,
+                    })
                 })
-            })
-            .collect()
+                .collect()
+        })
+        .await
     }
 }
 

@@ -270,7 +270,7 @@ impl Postgres {
             .fetch_one(&self.pool);
         let answered = tokio::time::timeout(self.commit_deadline, statement).await;
         let Ok(answered) = answered else {
-            return Err(self.unanswered());
+            return Err(self.unanswered(self.commit_deadline));
         };
         let (held,): (bool,) = answered.map_err(|err| self.failed(err))?;
         if !held {

@@ -98,107 +98,110 @@ impl crate::store::Conversations for Postgres {
     /// burst commits synchronously after it, which makes it durable too. The place is taken
     /// under a transaction-scoped advisory lock on the conversation.
     async fn insert_message(&self, new: NewMessage<'_>) -> Result<Inserted, StoreError> {
-        let NewMessage {
-            tenant,
-            conversation,
-            message,
-            spec,
-            idempotency,
-            admission,
-        } = new;
-        let mut tx = self
-            .begin_with("BEGIN; SET LOCAL synchronous_commit = off")
-            .await?;
-        let failed = |err| self.failed(err);
-        if let Some((key, record)) = idempotency {
-            let taken = sqlx::query(
-                "INSERT INTO idempotency_keys (tenant, key, message_id, fingerprint) \
-                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+        self.bounded(async move {
+            let NewMessage {
+                tenant,
+                conversation,
+                message,
+                spec,
+                idempotency,
+                admission,
+            } = new;
+            let mut tx = self
+                .begin_with("BEGIN; SET LOCAL synchronous_commit = off")
+                .await?;
+            let failed = |err| self.failed(err);
+            if let Some((key, record)) = idempotency {
+                let taken = sqlx::query(
+                    "INSERT INTO idempotency_keys (tenant, key, message_id, fingerprint) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                )
+                .bind(tenant.as_str())
+                .bind(key)
+                .bind(record.message_id.0)
+                .bind(&record.fingerprint)
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?;
+                if taken.rows_affected() == 0 {
+                    drop(tx);
+                    let winner = self.get_idempotency_now(tenant, key).await?;
+                    return Ok(Inserted::KeyTaken(winner));
+                }
+            }
+            if let Some(refusal) = self
+                .admit(&mut tx, tenant, admission, message.parent.is_some())
+                .await?
+            {
+                return Ok(Inserted::Refused(refusal));
+            }
+            // A new conversation is written, then the conversation's lock taken, in one round
+            // trip; the place is read in the next statement, after the lock.
+            let record = conversation
+                .map(|conversation| encode("conversations", conversation))
+                .transpose()?;
+            sqlx::query(
+                "WITH opened AS ( \
+                     INSERT INTO conversations (tenant, id, record) \
+                     SELECT $1, $2, $3 WHERE $3::text IS NOT NULL ON CONFLICT DO NOTHING) \
+                 SELECT pg_advisory_xact_lock(hashtextextended($4, 0))",
             )
             .bind(tenant.as_str())
-            .bind(key)
-            .bind(record.message_id.0)
-            .bind(&record.fingerprint)
+            .bind(conversation.map_or(message.conversation_id.0, |conversation| conversation.id.0))
+            .bind(record)
+            .bind(format!(
+                "{}\u{1}{}",
+                tenant.as_str(),
+                message.conversation_id.0
+            ))
             .execute(&mut *tx)
             .await
             .map_err(failed)?;
-            if taken.rows_affected() == 0 {
-                drop(tx);
-                let winner = self.get_idempotency_now(tenant, key).await?;
-                return Ok(Inserted::KeyTaken(winner));
-            }
-        }
-        if let Some(refusal) = self
-            .admit(&mut tx, tenant, admission, message.parent.is_some())
-            .await?
-        {
-            return Ok(Inserted::Refused(refusal));
-        }
-        // A new conversation is written, then the conversation's lock taken, in one round
-        // trip; the place is read in the next statement, after the lock.
-        let record = conversation
-            .map(|conversation| encode("conversations", conversation))
-            .transpose()?;
-        sqlx::query(
-            "WITH opened AS ( \
-                 INSERT INTO conversations (tenant, id, record) \
-                 SELECT $1, $2, $3 WHERE $3::text IS NOT NULL ON CONFLICT DO NOTHING) \
-             SELECT pg_advisory_xact_lock(hashtextextended($4, 0))",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.map_or(message.conversation_id.0, |conversation| conversation.id.0))
-        .bind(record)
-        .bind(format!(
-            "{}\u{1}{}",
-            tenant.as_str(),
-            message.conversation_id.0
-        ))
-        .execute(&mut *tx)
+            let newest: Option<(i64, i64)> = sqlx::query_as(
+                "SELECT seq, ordinal FROM messages WHERE tenant = $1 AND conversation_id = $2 \
+                 ORDER BY seq DESC LIMIT 1",
+            )
+            .bind(tenant.as_str())
+            .bind(message.conversation_id.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(failed)?;
+            let (seq, ordinal) = match newest {
+                None => (1, 1),
+                // An ordinal of 0 is unknown (messages of earlier versions), and stays so.
+                Some((seq, 0)) => (seq + 1, 0),
+                Some((seq, ordinal)) => (seq + 1, ordinal + 1),
+            };
+            message.seq = u64::try_from(seq).unwrap_or_default();
+            message.ordinal = u64::try_from(ordinal).unwrap_or_default();
+            sqlx::query(
+                "INSERT INTO messages (tenant, id, conversation_id, seq, ordinal, running, record, spec, owner, epoch, agent_id, parent_id) \
+                 VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $10, $11)",
+            )
+            .bind(tenant.as_str())
+            .bind(message.id.0)
+            .bind(message.conversation_id.0)
+            .bind(seq)
+            .bind(ordinal)
+            .bind(encode("messages", &*message)?)
+            .bind(encode("specs", spec)?)
+            .bind(&self.identity.id)
+            .bind(FIRST_EPOCH)
+            .bind(
+                message
+                    .agent
+                    .as_ref()
+                    .filter(|_| message.parent.is_none())
+                    .map(|pin| pin.agent_id.clone()),
+            )
+            .bind(message.parent.as_ref().map(|parent| parent.message_id.0))
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+            tx.commit().await.map_err(failed)?;
+            Ok(Inserted::Yes)
+        })
         .await
-        .map_err(failed)?;
-        let newest: Option<(i64, i64)> = sqlx::query_as(
-            "SELECT seq, ordinal FROM messages WHERE tenant = $1 AND conversation_id = $2 \
-             ORDER BY seq DESC LIMIT 1",
-        )
-        .bind(tenant.as_str())
-        .bind(message.conversation_id.0)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(failed)?;
-        let (seq, ordinal) = match newest {
-            None => (1, 1),
-            // An ordinal of 0 is unknown (messages of earlier versions), and stays so.
-            Some((seq, 0)) => (seq + 1, 0),
-            Some((seq, ordinal)) => (seq + 1, ordinal + 1),
-        };
-        message.seq = u64::try_from(seq).unwrap_or_default();
-        message.ordinal = u64::try_from(ordinal).unwrap_or_default();
-        sqlx::query(
-            "INSERT INTO messages (tenant, id, conversation_id, seq, ordinal, running, record, spec, owner, epoch, agent_id, parent_id) \
-             VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $10, $11)",
-        )
-        .bind(tenant.as_str())
-        .bind(message.id.0)
-        .bind(message.conversation_id.0)
-        .bind(seq)
-        .bind(ordinal)
-        .bind(encode("messages", &*message)?)
-        .bind(encode("specs", spec)?)
-        .bind(&self.identity.id)
-        .bind(FIRST_EPOCH)
-        .bind(
-            message
-                .agent
-                .as_ref()
-                .filter(|_| message.parent.is_none())
-                .map(|pin| pin.agent_id.clone()),
-        )
-        .bind(message.parent.as_ref().map(|parent| parent.message_id.0))
-        .execute(&mut *tx)
-        .await
-        .map_err(failed)?;
-        tx.commit().await.map_err(failed)?;
-        Ok(Inserted::Yes)
     }
 
     async fn get_message(
@@ -339,43 +342,46 @@ impl crate::store::Conversations for Postgres {
         tenant: &Tenant,
         id: ConversationId,
     ) -> Result<Option<Vec<MessageId>>, StoreError> {
-        let mut tx = self.begin().await?;
-        let failed = |err| self.failed(err);
-        let gone = sqlx::query("DELETE FROM conversations WHERE tenant = $1 AND id = $2")
+        self.bounded(async move {
+            let mut tx = self.begin().await?;
+            let failed = |err| self.failed(err);
+            let gone = sqlx::query("DELETE FROM conversations WHERE tenant = $1 AND id = $2")
+                .bind(tenant.as_str())
+                .bind(id.0)
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?;
+            if gone.rows_affected() == 0 {
+                return Ok(None);
+            }
+            let rows = sqlx::query(
+                "DELETE FROM messages WHERE tenant = $1 AND conversation_id = $2 RETURNING id, seq",
+            )
             .bind(tenant.as_str())
             .bind(id.0)
-            .execute(&mut *tx)
+            .fetch_all(&mut *tx)
             .await
             .map_err(failed)?;
-        if gone.rows_affected() == 0 {
-            return Ok(None);
-        }
-        let rows = sqlx::query(
-            "DELETE FROM messages WHERE tenant = $1 AND conversation_id = $2 RETURNING id, seq",
-        )
-        .bind(tenant.as_str())
-        .bind(id.0)
-        .fetch_all(&mut *tx)
+            let mut deleted: Vec<(i64, Uuid)> = rows
+                .iter()
+                .map(|row| (row.get::<i64, _>("seq"), row.get::<Uuid, _>("id")))
+                .collect();
+            deleted.sort_unstable();
+            let ids: Vec<Uuid> = deleted.iter().map(|(_, id)| *id).collect();
+            for table in ["thoughts", "events", "files", "idempotency_keys"] {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DELETE FROM {table} WHERE tenant = $1 AND message_id = ANY($2)"
+                )))
+                .bind(tenant.as_str())
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?;
+            }
+            self.finish(tx, std::time::Instant::now()).await?;
+            Ok(Some(ids.into_iter().map(MessageId).collect()))
+        })
         .await
-        .map_err(failed)?;
-        let mut deleted: Vec<(i64, Uuid)> = rows
-            .iter()
-            .map(|row| (row.get::<i64, _>("seq"), row.get::<Uuid, _>("id")))
-            .collect();
-        deleted.sort_unstable();
-        let ids: Vec<Uuid> = deleted.iter().map(|(_, id)| *id).collect();
-        for table in ["thoughts", "events", "files", "idempotency_keys"] {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "DELETE FROM {table} WHERE tenant = $1 AND message_id = ANY($2)"
-            )))
-            .bind(tenant.as_str())
-            .bind(&ids)
-            .execute(&mut *tx)
-            .await
-            .map_err(failed)?;
-        }
-        self.finish(tx, std::time::Instant::now()).await?;
-        Ok(Some(ids.into_iter().map(MessageId).collect()))
     }
 
     async fn running_children(
@@ -421,7 +427,8 @@ impl crate::store::Conversations for Postgres {
     }
 
     async fn take_orphans(&self, adoption: Adoption) -> Result<Swept, StoreError> {
-        self.sweep_orphans(adoption).await
+        self.bounded(async move { self.sweep_orphans(adoption).await })
+            .await
     }
 }
 

@@ -231,16 +231,31 @@ impl Postgres {
         err
     }
 
-    /// A commit the database did not answer within [`Self::commit_deadline`]: the store is
+    /// A commit the database did not answer within `waited`: the store is
     /// marked unwritable (health turns `NOT_SERVING`, new runs are refused) until a commit
     /// lands. It may still land; a burst committed again writes its records once.
-    fn unanswered(&self) -> StoreError {
+    fn unanswered(&self, waited: Duration) -> StoreError {
         self.writable.send_replace(false);
         unavailable(&format!(
             "the database cannot be reached: no answer from {} within {} s",
             self.place,
-            self.commit_deadline.as_secs()
+            waited.as_secs()
         ))
+    }
+
+    /// `work` (a transaction and its statements), given up once it has waited past what a
+    /// pool wait and two statements may take: a database that fell silent (no reset)
+    /// would otherwise hold it for as long as the connection lives. Past the deadline it is
+    /// [`Self::unanswered`].
+    async fn bounded<T>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let deadline = self.pool.options().get_acquire_timeout() + 2 * self.commit_deadline;
+        match tokio::time::timeout(deadline, work).await {
+            Ok(done) => done,
+            Err(_) => Err(self.unanswered(deadline)),
+        }
     }
 
     /// Commits `tx`, durably; a success marks the store writable and is timed.

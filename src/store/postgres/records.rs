@@ -69,21 +69,24 @@ impl crate::store::Records for Postgres {
         record: &FileRecord,
         bytes: Option<&[u8]>,
     ) -> Result<(), StoreError> {
-        let started = Instant::now();
-        let mut tx = self.begin().await?;
-        sqlx::query(
-            "INSERT INTO files (tenant, id, message_id, record, data) VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (tenant, id) DO UPDATE SET record = EXCLUDED.record, data = EXCLUDED.data",
-        )
-        .bind(tenant.as_str())
-        .bind(record.id.0)
-        .bind(record.message_id.0)
-        .bind(encode("files", record)?)
-        .bind(bytes)
-        .execute(&mut *tx)
+        self.bounded(async move {
+            let started = Instant::now();
+            let mut tx = self.begin().await?;
+            sqlx::query(
+                "INSERT INTO files (tenant, id, message_id, record, data) VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (tenant, id) DO UPDATE SET record = EXCLUDED.record, data = EXCLUDED.data",
+            )
+            .bind(tenant.as_str())
+            .bind(record.id.0)
+            .bind(record.message_id.0)
+            .bind(encode("files", record)?)
+            .bind(bytes)
+            .execute(&mut *tx)
+            .await
+            .map_err(|err| self.failed(err))?;
+            self.finish(tx, started).await
+        })
         .await
-        .map_err(|err| self.failed(err))?;
-        self.finish(tx, started).await
     }
 
     async fn get_file(
@@ -173,28 +176,31 @@ impl crate::store::EventLog for Postgres {
         before: chrono::DateTime<chrono::Utc>,
         limit: usize,
     ) -> Result<usize, StoreError> {
-        let started = std::time::Instant::now();
-        let mut tx = self.begin().await?;
-        let retired = sqlx::query(
-            "WITH picked AS ( \
-                 SELECT tenant, id FROM messages \
-                 WHERE ended_at < $1 AND NOT events_retired \
-                 ORDER BY ended_at LIMIT $2 FOR UPDATE SKIP LOCKED \
-             ), gone AS ( \
-                 DELETE FROM events e USING picked p \
-                 WHERE e.tenant = p.tenant AND e.message_id = p.id AND e.seq < ( \
-                     SELECT max(l.seq) FROM events l \
-                     WHERE l.tenant = p.tenant AND l.message_id = p.id) \
-             ) \
-             UPDATE messages m SET events_retired = true FROM picked p \
-             WHERE m.tenant = p.tenant AND m.id = p.id",
-        )
-        .bind(before)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .execute(&mut *tx)
+        self.bounded(async move {
+            let started = std::time::Instant::now();
+            let mut tx = self.begin().await?;
+            let retired = sqlx::query(
+                "WITH picked AS ( \
+                     SELECT tenant, id FROM messages \
+                     WHERE ended_at < $1 AND NOT events_retired \
+                     ORDER BY ended_at LIMIT $2 FOR UPDATE SKIP LOCKED \
+                 ), gone AS ( \
+                     DELETE FROM events e USING picked p \
+                     WHERE e.tenant = p.tenant AND e.message_id = p.id AND e.seq < ( \
+                         SELECT max(l.seq) FROM events l \
+                         WHERE l.tenant = p.tenant AND l.message_id = p.id) \
+                 ) \
+                 UPDATE messages m SET events_retired = true FROM picked p \
+                 WHERE m.tenant = p.tenant AND m.id = p.id",
+            )
+            .bind(before)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .execute(&mut *tx)
+            .await
+            .map_err(|err| self.failed(err))?;
+            self.finish(tx, started).await?;
+            Ok(usize::try_from(retired.rows_affected()).unwrap_or(usize::MAX))
+        })
         .await
-        .map_err(|err| self.failed(err))?;
-        self.finish(tx, started).await?;
-        Ok(usize::try_from(retired.rows_affected()).unwrap_or(usize::MAX))
     }
 }

@@ -24,11 +24,11 @@ impl Postgres {
     /// Moves the counter `sequence` after a change it counts (the change committed first,
     /// so whoever sees the counter move reads the change).
     async fn changed(&self, sequence: &str) -> Result<(), StoreError> {
-        sqlx::query("SELECT nextval($1::regclass)")
+        let moved = sqlx::query("SELECT nextval($1::regclass)")
             .bind(sequence)
-            .execute(&self.pool)
-            .await
-            .map_err(|err| self.failed(err))?;
+            .execute(&self.pool);
+        self.bounded(async move { moved.await.map_err(|err| self.failed(err)) })
+            .await?;
         Ok(())
     }
 
@@ -37,14 +37,17 @@ impl Postgres {
         &self,
         query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> Result<u64, StoreError> {
-        let started = Instant::now();
-        let mut tx = self.begin().await?;
-        let done = query
-            .execute(&mut *tx)
-            .await
-            .map_err(|err| self.failed(err))?;
-        self.finish(tx, started).await?;
-        Ok(done.rows_affected())
+        self.bounded(async move {
+            let started = Instant::now();
+            let mut tx = self.begin().await?;
+            let done = query
+                .execute(&mut *tx)
+                .await
+                .map_err(|err| self.failed(err))?;
+            self.finish(tx, started).await?;
+            Ok(done.rows_affected())
+        })
+        .await
     }
 }
 

@@ -79,6 +79,10 @@ pub struct Options {
     pub client_tool_timeout_secs: Option<u64>,
     /// `[cluster] max_takeovers`, when not the default.
     pub max_takeovers: Option<u32>,
+    /// The database's URL, when not the test database's own (through a proxy, say).
+    pub database_url: Option<String>,
+    /// Further edits of the configuration file.
+    pub edit: Option<fn(String) -> String>,
 }
 
 /// The admin token of replicas started with [`Options::auth`].
@@ -121,8 +125,13 @@ pub async fn replica_on(
     if let Some(max) = options.max_takeovers {
         nats.push_str(&format!("max_takeovers = {max}\n"));
     }
+    let url = options
+        .database_url
+        .clone()
+        .unwrap_or_else(|| database.url());
+    let edit = options.edit.unwrap_or(|config| config);
     spawn_service_edited(&dir, llm, None, |config| {
-        on_postgres(config, &dir, &database.url(), Some(key))
+        edit(on_postgres(config, &dir, &url, Some(key)))
             .replacen(
                 "[cluster]\n",
                 &format!("[cluster]\nreplica_id = \"{id}\"\n{nats}"),
