@@ -887,3 +887,88 @@ async fn deleting_a_conversation_deletes_its_sub_agents_runs() {
     let left = server.store.find_bytes(b"zebra-42").await.unwrap();
     assert!(left.is_empty(), "the child's records are gone: {left:?}");
 }
+
+/// What the model answers in the 32 × 32 fan-out: a run offered `researcher` or `leaf`
+/// calls it 32 times, then answers once the results are in; a leaf answers after a while.
+fn fan_out(body: &serde_json::Value) -> Option<Reply> {
+    let offered = |name: &str| {
+        body["tools"]
+            .as_array()
+            .is_some_and(|tools| tools.iter().any(|tool| tool["function"]["name"] == name))
+    };
+    let answered = body["messages"]
+        .as_array()
+        .is_some_and(|messages| messages.iter().any(|m| m["role"] == "tool"));
+    let callee = match (offered("researcher"), offered("leaf")) {
+        _ if answered => return Some(Reply::text(&["Summed up."], (5, 2))),
+        (true, _) => "researcher",
+        (false, true) => "leaf",
+        (false, false) => {
+            return Some(Reply::Late {
+                delay_ms: 200,
+                text: vec!["A fact."],
+            })
+        }
+    };
+    let calls = (0..32)
+        .map(|i| {
+            let id: &'static str = Box::leak(format!("call_{i}").into_boxed_str());
+            let input: &'static str = Box::leak(format!("part {i}").into_boxed_str());
+            ask(id, callee, input)
+        })
+        .collect();
+    Some(Reply::calls(&[], calls, (5, 2)))
+}
+
+/// The measured case: 32 sub-agent calls a round, two levels deep, for a tenant allowed one
+/// run at a time, with the default bounds. The tree never holds more than
+/// `runner.max_tree_runs` (32) runs alive, nor starts more than `max_tree_runs_total`
+/// (256); calls past them are tool errors, and the top run still answers.
+#[tokio::test]
+async fn a_32_by_32_fan_out_stays_within_the_trees_bounds() {
+    let llm = FakeOpenAi::start(Vec::new()).await;
+    llm.route(fan_out);
+    let server = TestServer::start_edited(&llm.base_url(), |config| {
+        config.limits.max_concurrent_runs = 1;
+    })
+    .await;
+    let mut library = server.library().await;
+    store_agent(&mut library, "leaf", "You know one fact.", &[]).await;
+    store_agent(&mut library, "researcher", "You research.", &["leaf"]).await;
+    let metrics = format!("http://{}/metrics", server.metrics_addr);
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let watching = {
+        let peak = std::sync::Arc::clone(&peak);
+        tokio::spawn(async move {
+            loop {
+                let text = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
+                let active = text
+                    .lines()
+                    .find_map(|line| line.strip_prefix("agent_runner_runs_active "))
+                    .and_then(|value| value.trim().parse::<u64>().ok())
+                    .unwrap_or(0);
+                peak.fetch_max(active, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let mut agents = server.agents().await;
+    let events = tokio::time::timeout(
+        Duration::from_secs(120),
+        run_to_end(&mut agents, parent_request("go", &["researcher"])),
+    )
+    .await
+    .expect("the tree ends in time");
+    watching.abort();
+    assert_eq!(end(&events).answer, "Summed up.");
+    let peak = peak.load(std::sync::atomic::Ordering::SeqCst);
+    let leaves = llm
+        .requests()
+        .iter()
+        .filter(|body| body["tools"].as_array().is_none_or(Vec::is_empty))
+        .count();
+    println!("32 x 32 fan-out: at most {peak} runs alive, {leaves} leaves asked");
+    assert!(peak <= 32, "{peak} runs of the tree alive at once");
+    assert!(peak >= 16, "the tree ran wide: {peak}");
+    assert!(leaves <= 256, "{leaves} leaves: more than the tree's total");
+}

@@ -126,6 +126,8 @@ struct Script {
     replies: VecDeque<Reply>,
     /// Answered once the script is used up, for models that never stop.
     repeat: Option<Reply>,
+    /// Chooses the reply from the request itself, before the script is asked.
+    route: Option<fn(&Value) -> Option<Reply>>,
     requests: Vec<Value>,
     /// When each request arrived.
     arrivals: Vec<std::time::Instant>,
@@ -171,6 +173,12 @@ impl FakeOpenAi {
     /// Answer every request after the script with `reply`.
     pub fn repeat(&self, reply: Reply) {
         self.script.lock().unwrap().repeat = Some(reply);
+    }
+
+    /// Answer each request `route` has a reply for with that reply, whatever its order of
+    /// arrival (runs at once: a parent and its children, say).
+    pub fn route(&self, route: fn(&Value) -> Option<Reply>) {
+        self.script.lock().unwrap().route = Some(route);
     }
 
     /// Refuse `"content": null` beside tool calls the way llama.cpp's server does.
@@ -221,7 +229,10 @@ async fn completions(
         if script.reject_null_content && has_null_content_beside_tool_calls(&body) {
             return error_response(500, "Internal Server Error");
         }
-        let reply = script.replies.pop_front().or_else(|| script.repeat.clone());
+        let routed = script.route.and_then(|route| route(&body));
+        let reply = routed
+            .or_else(|| script.replies.pop_front())
+            .or_else(|| script.repeat.clone());
         (reply, Arc::clone(&script.closed_stalls))
     };
     let model = body["model"].as_str().unwrap_or("model").to_owned();
