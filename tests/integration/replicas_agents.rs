@@ -253,6 +253,70 @@ async fn a_child_whose_parent_ended_owner_lost_is_cancelled() {
     );
 }
 
+/// A rolling upgrade: a parent and its child started by the previous release (whose child
+/// ids derive from the parent and the call id alone, with no place recorded) and taken over
+/// by this one, after the old replica's `kill -9`: the resumed parent finds that child by
+/// its old id and follows it, never starting a second one. Needs the previous release's
+/// binary in `AGENT_RUNNER_PREVIOUS_RELEASE` (built from the tag before this one); skipped
+/// without it, saying so.
+#[tokio::test]
+async fn children_the_previous_release_started_are_found_after_a_takeover() {
+    let Ok(previous) = std::env::var("AGENT_RUNNER_PREVIOUS_RELEASE") else {
+        eprintln!("skipped: AGENT_RUNNER_PREVIOUS_RELEASE names no previous release's binary");
+        return;
+    };
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![
+        asks_the_researcher(),
+        Reply::Stall(vec!["Pa"]),
+        Reply::text(&["Paris."], (7, 3)),
+        Reply::text(&["Done."], (5, 2)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = agent_runner::store::SecretKey::generate();
+    let old = Options {
+        binary: Some(previous),
+        ..Options::default()
+    };
+    let mut a = replica_on(dir.path(), &llm, &database, &key, "a", &old).await;
+    let (_stream, parent_id, child_id) = parent_with_its_child_writing(&a).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &Options::default()).await;
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    let mut followed = attach(&b, &parent_id, 0).await;
+    let events = read_within(&mut followed, Duration::from_secs(40)).await;
+    let Some(Event::End(end)) = &events.last().unwrap().event else {
+        panic!("the parent ends normally: {events:?}");
+    };
+    assert_eq!(end.answer, "Done.");
+    let children: std::collections::BTreeSet<&str> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(Event::Child(child)) => Some(child.message_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        children.into_iter().collect::<Vec<_>>(),
+        [child_id.as_str()],
+        "the old child followed, never a second"
+    );
+    assert_eq!(
+        llm.requests().len(),
+        4,
+        "the child's cut round is made again, once"
+    );
+    let mut peer = client(&b).await;
+    let child = message(&mut peer, child_id).await;
+    assert_eq!(child.status, pb::MessageStatus::Completed as i32);
+    assert_eq!(child.answer, "Paris.");
+}
+
 #[tokio::test]
 async fn a_parent_taken_over_follows_its_child_instead_of_starting_another() {
     let _turn = TURN.lock().await;

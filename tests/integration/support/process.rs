@@ -62,6 +62,18 @@ pub async fn spawn_service_edited(
     nofile: Option<u64>,
     edit: impl FnOnce(String) -> String,
 ) -> Service {
+    let binary = env!("CARGO_BIN_EXE_agent-runner");
+    spawn_binary_edited(binary, dir, llm, nofile, edit).await
+}
+
+/// [`spawn_service_edited`] of the service built as `binary` (a previous release's, say).
+pub async fn spawn_binary_edited(
+    binary: &str,
+    dir: &Path,
+    llm: &FakeOpenAi,
+    nofile: Option<u64>,
+    edit: impl FnOnce(String) -> String,
+) -> Service {
     let config = dir.join("config.toml");
     std::fs::write(
         &config,
@@ -71,7 +83,6 @@ pub async fn spawn_service_edited(
     let config = config.display().to_string();
     let addr = free_port();
     let log = dir.join(format!("service-{}.log", addr.port()));
-    let binary = env!("CARGO_BIN_EXE_agent-runner");
     let mut command = match nofile {
         Some(limit) => {
             let mut shell = Command::new("bash");

@@ -8,7 +8,7 @@ use agent_runner::pb;
 use agent_runner::store::SecretKey;
 
 use super::postgres::{on_postgres, TestDatabase};
-use super::process::{client, spawn_service_edited, Service};
+use super::process::{client, spawn_binary_edited, Service};
 use super::{read_rest, FakeOpenAi, Reply};
 
 /// One multi-process test at a time.
@@ -83,6 +83,8 @@ pub struct Options {
     pub database_url: Option<String>,
     /// Further edits of the configuration file.
     pub edit: Option<fn(String) -> String>,
+    /// The service's binary, when not this build's (a previous release's, say).
+    pub binary: Option<String>,
 }
 
 /// The admin token of replicas started with [`Options::auth`].
@@ -130,7 +132,11 @@ pub async fn replica_on(
         .clone()
         .unwrap_or_else(|| database.url());
     let edit = options.edit.unwrap_or(|config| config);
-    spawn_service_edited(&dir, llm, None, |config| {
+    let binary = options
+        .binary
+        .clone()
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_agent-runner").to_owned());
+    spawn_binary_edited(&binary, &dir, llm, None, |config| {
         edit(on_postgres(config, &dir, &url, Some(key)))
             .replacen(
                 "[cluster]\n",
