@@ -32,8 +32,11 @@ struct Followed {
     notices: broadcast::Sender<Arc<Notice>>,
     followers: usize,
     /// The last `seq` handed to the followers in a notice with its events; `None` until the
-    /// message's last `seq` was first read (its followers read what came before themselves).
+    /// first such notice or the first poll (its followers read what came before themselves).
     handed: Option<u64>,
+    /// When a notice of the message last came: the store is polled only after a second
+    /// without one.
+    heard: tokio::time::Instant,
     /// The last `seq` known committed, when more than `handed`: the filler reads up to it.
     wanted: u64,
     /// Wakes the message's filler.
@@ -59,6 +62,7 @@ impl Watchers {
             notices: broadcast::channel(BACKLOG).0,
             followers: 0,
             handed: None,
+            heard: tokio::time::Instant::now(),
             wanted: 0,
             wake: Arc::new(Notify::new()),
             unsubscribe: None,
@@ -91,8 +95,13 @@ impl Watchers {
         let Some(entry) = followed.get_mut(&message) else {
             return false;
         };
+        entry.heard = tokio::time::Instant::now();
         let Some(handed) = entry.handed else {
-            // Not yet read: the followers tell a gap themselves.
+            // Nothing handed yet: the followers tell a gap themselves, and what this notice
+            // carries is where handing on starts.
+            if !notice.events.is_empty() {
+                entry.handed = Some(notice.last_seq);
+            }
             let _ = entry.notices.send(Arc::new(notice));
             return true;
         };
@@ -130,6 +139,13 @@ impl Watchers {
                 }
             }
         }
+    }
+
+    /// When the store should next be polled for `message`: a second after its last notice.
+    fn next_poll(&self, message: MessageId) -> Option<tokio::time::Instant> {
+        self.lock()
+            .get(&message)
+            .map(|entry| entry.heard + POLL_EVERY)
     }
 
     /// Records that `message`'s last committed `seq` is `seq`: the first reading is where
@@ -223,9 +239,11 @@ struct Filler {
 }
 
 impl Filler {
-    /// Polls and fills until `stop` (the message's last follower left).
+    /// Polls and fills until `stop` (the message's last follower left). The store is polled
+    /// a second after the message's last notice (or the last poll): while notices come, a
+    /// lost one shows as a gap in the next, and only silence needs a read to notice.
     async fn run(self, stop: CancellationToken) {
-        let mut next_poll = tokio::time::Instant::now();
+        let mut next_poll = tokio::time::Instant::now() + POLL_EVERY;
         loop {
             let polled = tokio::select! {
                 () = stop.cancelled() => return,
@@ -236,7 +254,13 @@ impl Filler {
                 return;
             };
             if polled {
-                next_poll = tokio::time::Instant::now() + POLL_EVERY;
+                let due = watchers.next_poll(self.message).unwrap_or(next_poll);
+                let now = tokio::time::Instant::now();
+                next_poll = due.max(now + POLL_EVERY);
+                if due > now {
+                    next_poll = due;
+                    continue;
+                }
                 let Some(seq) = self.poll.last_seq().await else {
                     continue;
                 };
@@ -320,6 +344,7 @@ mod tests {
     struct Scripted {
         committed: Mutex<Vec<EventEnvelope>>,
         reads: AtomicUsize,
+        polls: AtomicUsize,
     }
 
     impl Scripted {
@@ -341,6 +366,7 @@ mod tests {
     #[async_trait]
     impl Source for Scripted {
         async fn last_seq(&self) -> Option<u64> {
+            self.polls.fetch_add(1, Ordering::SeqCst);
             Some(self.committed.lock().unwrap().last().map_or(0, |e| e.seq))
         }
 
@@ -351,8 +377,8 @@ mod tests {
         }
     }
 
-    /// Watches of one message, after the first poll read where it stands.
-    async fn followed(
+    /// Watches of one message.
+    fn followed(
         source: &Arc<Scripted>,
         message: MessageId,
         count: usize,
@@ -362,12 +388,25 @@ mod tests {
         let watches: Vec<Watch> = (0..count)
             .map(|_| watchers.watch(message, || None, Arc::clone(&poll)))
             .collect();
-        tokio::time::sleep(Duration::from_millis(50)).await;
         (watchers, watches)
     }
 
+    /// Commits `seq` and announces it with its event.
+    fn carried(source: &Scripted, watchers: &Watchers, message: MessageId, seq: u64) -> Notice {
+        let notice = Notice {
+            last_seq: seq,
+            events: vec![source.commit(message, seq)],
+        };
+        watchers.notify(message, notice.clone());
+        notice
+    }
+
+    fn seqs(notice: &Notice) -> Vec<u64> {
+        notice.events.iter().map(|e| e.seq).collect()
+    }
+
     async fn next_notice(watch: &mut Watch) -> Arc<Notice> {
-        let next = tokio::time::timeout(Duration::from_secs(2), watch.next()).await;
+        let next = tokio::time::timeout(Duration::from_secs(3), watch.next()).await;
         next.expect("a notice comes").unwrap().unwrap()
     }
 
@@ -375,21 +414,19 @@ mod tests {
     async fn a_notice_without_its_events_is_read_once_for_every_follower() {
         let source = Arc::new(Scripted::default());
         let message = MessageId::new();
-        source.commit(message, 1);
-        let (registry, mut watches) = followed(&source, message, 10).await;
+        let (registry, mut watches) = followed(&source, message, 10);
+        carried(&source, &registry, message, 1);
         source.commit(message, 2);
         source.commit(message, 3);
-        registry.notify(
-            message,
-            Notice {
-                last_seq: 3,
-                events: Vec::new(),
-            },
-        );
+        let eventless = Notice {
+            last_seq: 3,
+            events: Vec::new(),
+        };
+        registry.notify(message, eventless);
         for watch in &mut watches {
+            assert_eq!(next_notice(watch).await.last_seq, 1);
             let notice = next_notice(watch).await;
-            let seqs: Vec<u64> = notice.events.iter().map(|e| e.seq).collect();
-            assert_eq!((notice.last_seq, seqs), (3, vec![2, 3]));
+            assert_eq!((notice.last_seq, seqs(&notice)), (3, vec![2, 3]));
         }
         assert_eq!(source.reads.load(Ordering::SeqCst), 1, "one read for ten");
     }
@@ -398,27 +435,19 @@ mod tests {
     async fn carried_events_are_handed_on_and_replays_dropped_without_a_read() {
         let source = Arc::new(Scripted::default());
         let message = MessageId::new();
-        let (registry, mut watches) = followed(&source, message, 3).await;
-        let first = source.commit(message, 1);
-        let carried = Notice {
+        let (registry, mut watches) = followed(&source, message, 3);
+        let first = carried(&source, &registry, message, 1);
+        registry.notify(message, first.clone());
+        let eventless = Notice {
             last_seq: 1,
-            events: vec![first],
+            events: Vec::new(),
         };
-        registry.notify(message, carried.clone());
-        registry.notify(message, carried.clone());
-        registry.notify(
-            message,
-            Notice {
-                last_seq: 1,
-                events: Vec::new(),
-            },
-        );
+        registry.notify(message, eventless);
         for watch in &mut watches {
-            assert_eq!(*next_notice(watch).await, carried);
+            assert_eq!(*next_notice(watch).await, first);
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
         for watch in &mut watches {
-            let more = tokio::time::timeout(Duration::from_millis(50), watch.next()).await;
+            let more = tokio::time::timeout(Duration::from_millis(100), watch.next()).await;
             assert!(more.is_err(), "the replays reach nobody");
         }
         assert_eq!(source.reads.load(Ordering::SeqCst), 0);
@@ -428,25 +457,41 @@ mod tests {
     async fn a_gap_is_read_once_from_what_was_handed() {
         let source = Arc::new(Scripted::default());
         let message = MessageId::new();
-        let (registry, mut watches) = followed(&source, message, 4).await;
-        source.commit(message, 1);
-        let second = source.commit(message, 2);
-        // The notice of seq 1 was lost.
-        registry.notify(
-            message,
-            Notice {
-                last_seq: 2,
-                events: vec![second],
-            },
-        );
+        let (registry, mut watches) = followed(&source, message, 4);
+        carried(&source, &registry, message, 1);
+        // The notice of seq 2 is lost.
+        source.commit(message, 2);
+        carried(&source, &registry, message, 3);
         for watch in &mut watches {
-            let seqs: Vec<u64> = next_notice(watch)
-                .await
-                .events
-                .iter()
-                .map(|e| e.seq)
-                .collect();
-            assert_eq!(seqs, vec![1, 2]);
+            assert_eq!(next_notice(watch).await.last_seq, 1);
+            assert_eq!(seqs(&*next_notice(watch).await), vec![2, 3]);
+        }
+        assert_eq!(source.reads.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn the_store_is_polled_only_after_a_second_without_notices() {
+        let source = Arc::new(Scripted::default());
+        let message = MessageId::new();
+        let (registry, mut watches) = followed(&source, message, 2);
+        for seq in 1..=15 {
+            carried(&source, &registry, message, seq);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for watch in &mut watches {
+            for seq in 1..=15 {
+                assert_eq!(next_notice(watch).await.last_seq, seq);
+            }
+        }
+        assert_eq!(
+            source.polls.load(Ordering::SeqCst),
+            0,
+            "notices came all along"
+        );
+        // Then silence, and the notice of the next event is lost: a poll finds it.
+        source.commit(message, 16);
+        for watch in &mut watches {
+            assert_eq!(seqs(&*next_notice(watch).await), vec![16]);
         }
         assert_eq!(source.reads.load(Ordering::SeqCst), 1);
     }

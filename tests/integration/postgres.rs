@@ -377,17 +377,6 @@ async fn a_caller_gone_while_its_run_is_written_leaves_a_cancelled_run_not_a_stu
     assert!(llm.requests().len() <= 1);
 }
 
-/// Reads `stream` to its end; returns the status it ended with, if it failed.
-async fn ending_of(stream: &mut tonic::Streaming<pb::RunEvent>) -> Option<tonic::Status> {
-    loop {
-        match stream.message().await {
-            Ok(Some(_)) => {}
-            Ok(None) => return None,
-            Err(status) => return Some(status),
-        }
-    }
-}
-
 /// PostgreSQL falls silent mid-run (the link stays open and answers nothing, as a network
 /// that drops packets without a reset): within `write_timeout_secs` + 5 s (here 2 + 5; 6.1 s
 /// measured, where the code before waited out 30 s of patient reads, with no deadline on a
@@ -438,9 +427,12 @@ async fn a_silent_database_ends_every_stream_unavailable_in_time() {
     proxy.stall();
     let silent = Instant::now();
     for (name, stream) in [("Run", &mut stream), ("Attach", &mut follower)] {
-        let ended = tokio::time::timeout(Duration::from_secs(20), ending_of(stream))
-            .await
-            .unwrap_or_else(|_| panic!("the {name} stream still open 20 s after"));
+        let ended = tokio::time::timeout(
+            Duration::from_secs(20),
+            crate::support::replicas::ending_of(stream),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("the {name} stream still open 20 s after"));
         let status = ended.unwrap_or_else(|| panic!("the {name} stream ends with a status"));
         assert_eq!(
             status.code(),

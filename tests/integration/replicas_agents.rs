@@ -29,6 +29,65 @@ fn asks_the_researcher() -> Reply {
     )
 }
 
+/// An unused free port on loopback, for a replica's metrics listener.
+fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// `message` with the A2A version header every call carries.
+fn a2a_call<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request
+        .metadata_mut()
+        .insert("a2a-version", "1.0".parse().unwrap());
+    request
+}
+
+/// Stores the `counter` agent through `service` and starts an A2A task of it there,
+/// returned at once: its id.
+async fn counting_task(service: &crate::support::process::Service) -> String {
+    use agent_runner::a2a_pb as a2a;
+    let mut request = run_request("unused", &[]);
+    request.agent_mut().instruction = "Count.".into();
+    AgentRegistryClient::new(channel(service).await)
+        .create_agent(pb::CreateAgentRequest {
+            agent_id: "counter".into(),
+            config: request.agent,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let send = a2a::SendMessageRequest {
+        tenant: "counter".into(),
+        message: Some(a2a::Message {
+            message_id: "r-1".into(),
+            role: a2a::Role::User.into(),
+            parts: vec![a2a::Part {
+                content: Some(a2a::part::Content::Text("Count slowly.".into())),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        configuration: Some(a2a::SendMessageConfiguration {
+            return_immediately: true,
+            ..Default::default()
+        }),
+        metadata: None,
+    };
+    let started = a2a::a2a_service_client::A2aServiceClient::new(channel(service).await)
+        .send_message(a2a_call(send))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(a2a::send_message_response::Payload::Task(task)) = started.payload else {
+        panic!("a task was expected");
+    };
+    task.id
+}
+
 /// Stores the `researcher` agent through `service`, starts there a parent run that may
 /// call it, and reads the parent's stream until the child has written: returns the
 /// stream and the parent's and the child's message ids.
@@ -545,64 +604,21 @@ async fn an_a2a_task_is_reached_from_any_replica() {
     let llm = FakeOpenAi::start(vec![slow(20, 150)]).await;
     let dir = tempfile::tempdir().unwrap();
     let key = agent_runner::store::SecretKey::generate();
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-    };
     let on = |metrics| Options {
         bus: bus.clone(),
         metrics: Some(metrics),
         a2a: true,
         ..Options::default()
     };
-    let a = replica_on(dir.path(), &llm, &database, &key, "a", &on(free())).await;
-    let b = replica_on(dir.path(), &llm, &database, &key, "b", &on(free())).await;
-    let mut request = run_request("unused", &[]);
-    request.agent_mut().instruction = "Count.".into();
-    AgentRegistryClient::new(channel(&a).await)
-        .create_agent(pb::CreateAgentRequest {
-            agent_id: "counter".into(),
-            config: request.agent,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    fn call<T>(message: T) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
-        request
-            .metadata_mut()
-            .insert("a2a-version", "1.0".parse().unwrap());
-        request
-    }
-    let send = a2a::SendMessageRequest {
-        tenant: "counter".into(),
-        message: Some(a2a::Message {
-            message_id: "r-1".into(),
-            role: a2a::Role::User.into(),
-            parts: vec![a2a::Part {
-                content: Some(a2a::part::Content::Text("Count slowly.".into())),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        configuration: Some(a2a::SendMessageConfiguration {
-            return_immediately: true,
-            ..Default::default()
-        }),
-        metadata: None,
-    };
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", &on(free_addr())).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &on(free_addr())).await;
+    let task_id = counting_task(&a).await;
     let mut on_a = A2aServiceClient::new(channel(&a).await);
     let mut on_b = A2aServiceClient::new(channel(&b).await);
-    let started = on_a.send_message(call(send)).await.unwrap().into_inner();
-    let Some(a2a::send_message_response::Payload::Task(task)) = started.payload else {
-        panic!("a task was expected");
-    };
     let mut followed = on_b
-        .subscribe_to_task(call(a2a::SubscribeToTaskRequest {
+        .subscribe_to_task(a2a_call(a2a::SubscribeToTaskRequest {
             tenant: "counter".into(),
-            id: task.id.clone(),
+            id: task_id.clone(),
         }))
         .await
         .unwrap()
@@ -618,9 +634,9 @@ async fn an_a2a_task_is_reached_from_any_replica() {
         }
     }
     let cancelled = on_b
-        .cancel_task(call(a2a::CancelTaskRequest {
+        .cancel_task(a2a_call(a2a::CancelTaskRequest {
             tenant: "counter".into(),
-            id: task.id.clone(),
+            id: task_id.clone(),
             metadata: None,
         }))
         .await
@@ -642,9 +658,9 @@ async fn an_a2a_task_is_reached_from_any_replica() {
         a2a::TaskState::Canceled as i32
     );
     let read = on_a
-        .get_task(call(a2a::GetTaskRequest {
+        .get_task(a2a_call(a2a::GetTaskRequest {
             tenant: "counter".into(),
-            id: task.id.clone(),
+            id: task_id.clone(),
             history_length: None,
         }))
         .await
@@ -738,12 +754,6 @@ async fn a_silent_database_ends_followers_on_a_peer_in_time() {
     let llm = FakeOpenAi::start(vec![slow(200, 50), slow(200, 50)]).await;
     let dir = tempfile::tempdir().unwrap();
     let key = agent_runner::store::SecretKey::generate();
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-    };
     let on = |metrics| Options {
         bus: bus.clone(),
         metrics: Some(metrics),
@@ -758,18 +768,8 @@ async fn a_silent_database_ends_followers_on_a_peer_in_time() {
         }),
         ..Options::default()
     };
-    let a = replica_on(dir.path(), &llm, &database, &key, "a", &on(free())).await;
-    let b = replica_on(dir.path(), &llm, &database, &key, "b", &on(free())).await;
-    let mut request = run_request("unused", &[]);
-    request.agent_mut().instruction = "Count.".into();
-    AgentRegistryClient::new(channel(&a).await)
-        .create_agent(pb::CreateAgentRequest {
-            agent_id: "counter".into(),
-            config: request.agent,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", &on(free_addr())).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &on(free_addr())).await;
     let mut run = client(&a)
         .await
         .run(run_request("Count.", &[]))
@@ -780,42 +780,11 @@ async fn a_silent_database_ends_followers_on_a_peer_in_time() {
     let mut attached = attach(&b, &first.message_id, 0).await;
     read_until(&mut attached, |e| matches!(e.event, Some(Event::Delta(_)))).await;
 
-    fn call<T>(message: T) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
-        request
-            .metadata_mut()
-            .insert("a2a-version", "1.0".parse().unwrap());
-        request
-    }
-    let send = a2a::SendMessageRequest {
-        tenant: "counter".into(),
-        message: Some(a2a::Message {
-            message_id: "r-1".into(),
-            role: a2a::Role::User.into(),
-            parts: vec![a2a::Part {
-                content: Some(a2a::part::Content::Text("Count slowly.".into())),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        configuration: Some(a2a::SendMessageConfiguration {
-            return_immediately: true,
-            ..Default::default()
-        }),
-        metadata: None,
-    };
-    let started = A2aServiceClient::new(channel(&a).await)
-        .send_message(call(send))
-        .await
-        .unwrap()
-        .into_inner();
-    let Some(a2a::send_message_response::Payload::Task(task)) = started.payload else {
-        panic!("a task was expected");
-    };
+    let task_id = counting_task(&a).await;
     let mut subscribed = A2aServiceClient::new(channel(&b).await)
-        .subscribe_to_task(call(a2a::SubscribeToTaskRequest {
+        .subscribe_to_task(a2a_call(a2a::SubscribeToTaskRequest {
             tenant: "counter".into(),
-            id: task.id.clone(),
+            id: task_id.clone(),
         }))
         .await
         .unwrap()
@@ -832,31 +801,14 @@ async fn a_silent_database_ends_followers_on_a_peer_in_time() {
 
     proxy.stall();
     let silent = std::time::Instant::now();
-    let attach_ended = async {
-        loop {
-            match attached.message().await {
-                Ok(Some(_)) => {}
-                Ok(None) => return None,
-                Err(status) => return Some(status),
-            }
-        }
-    };
-    let attach_ended = tokio::time::timeout(Duration::from_secs(20), attach_ended)
+    let attach_ended = tokio::time::timeout(Duration::from_secs(20), ending_of(&mut attached))
         .await
         .expect("the peer's Attach still open 20 s after");
     let attach_took = silent.elapsed();
-    let subscription_ended = async {
-        loop {
-            match subscribed.message().await {
-                Ok(Some(_)) => {}
-                Ok(None) => return None,
-                Err(status) => return Some(status),
-            }
-        }
-    };
-    let subscription_ended = tokio::time::timeout(Duration::from_secs(20), subscription_ended)
-        .await
-        .expect("the peer's SubscribeToTask still open 20 s after");
+    let subscription_ended =
+        tokio::time::timeout(Duration::from_secs(20), ending_of(&mut subscribed))
+            .await
+            .expect("the peer's SubscribeToTask still open 20 s after");
     let subscription_took = silent.elapsed();
     println!(
         "peer Attach ended after {attach_took:?}, SubscribeToTask after {subscription_took:?}"

@@ -414,3 +414,15 @@ pub async fn counter(metrics: std::net::SocketAddr, name: &str) -> (f64, String)
         .map_or(0.0, |value| value.parse().unwrap());
     (value, text)
 }
+
+/// How `stream` ends: the status it fails with, or `None` when it simply ends. Reads (and
+/// drops) its events until then.
+pub async fn ending_of<T>(stream: &mut tonic::Streaming<T>) -> Option<tonic::Status> {
+    loop {
+        match stream.message().await {
+            Ok(Some(_)) => {}
+            Ok(None) => return None,
+            Err(status) => return Some(status),
+        }
+    }
+}
