@@ -97,11 +97,10 @@ impl Watchers {
         };
         entry.heard = tokio::time::Instant::now();
         let Some(handed) = entry.handed else {
-            // Nothing handed yet: the followers tell a gap themselves, and what this notice
-            // carries is where handing on starts.
-            if !notice.events.is_empty() {
-                entry.handed = Some(notice.last_seq);
-            }
+            // Nothing handed yet: the followers read what this notice does not carry
+            // themselves, once, and past it every one of them holds what it announces:
+            // handing on starts there.
+            entry.handed = Some(notice.last_seq);
             let _ = entry.notices.send(Arc::new(notice));
             return true;
         };
@@ -494,5 +493,32 @@ mod tests {
             assert_eq!(seqs(&*next_notice(watch).await), vec![16]);
         }
         assert_eq!(source.reads.load(Ordering::SeqCst), 1);
+    }
+
+    /// The database's notifications carry no events: the first is passed on for each
+    /// follower to read what it names; every later one is read once for all of them.
+    #[tokio::test]
+    async fn notices_that_never_carry_events_are_read_once_after_the_first() {
+        let source = Arc::new(Scripted::default());
+        let message = MessageId::new();
+        let (registry, mut watches) = followed(&source, message, 5);
+        for seq in 1..=3 {
+            source.commit(message, seq);
+            let eventless = Notice {
+                last_seq: seq,
+                events: Vec::new(),
+            };
+            registry.notify(message, eventless);
+            for watch in &mut watches {
+                let notice = next_notice(watch).await;
+                let expected = if seq == 1 { Vec::new() } else { vec![seq] };
+                assert_eq!((notice.last_seq, seqs(&notice)), (seq, expected));
+            }
+        }
+        assert_eq!(
+            source.reads.load(Ordering::SeqCst),
+            2,
+            "one read a notice after the first"
+        );
     }
 }
