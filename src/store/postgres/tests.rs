@@ -152,32 +152,7 @@ macro_rules! conformance_on_postgres {
     };
 }
 
-conformance_on_postgres!(
-    concurrent_starts_take_consecutive_places,
-    pages_follow_order_limits_and_bytes,
-    one_idempotency_key_starts_one_run,
-    concurrent_writers_to_one_message_all_land,
-    tokens_with_their_event_count_once,
-    a_burst_reads_back_with_its_records,
-    large_values_read_back_whole,
-    deletion_removes_everything_of_a_conversation,
-    credentials_are_sealed,
-    a_reopened_store_holds_everything,
-    a_store_that_cannot_write_says_unavailable,
-    retired_events_leave_each_end,
-    a_burst_under_another_fence_writes_nothing,
-    commands_reach_running_runs_once,
-    registry_changes_are_counted,
-    tenant_limits_admit_exactly,
-    children_are_counted_apart_from_top_level_runs,
-    orphans_are_taken_over_until_their_limit,
-    running_children_are_found_by_their_parent,
-    versions_are_numbered_without_gaps,
-    alias_moves_compare_and_set,
-    agents_are_kept_per_tenant,
-    an_agents_messages_are_listed_newest_first,
-    nul_in_an_agents_fields_is_refused_naming_it,
-);
+conformance::every_check!(conformance_on_postgres);
 
 /// A second live process with the same replica id is refused, naming the id and the
 /// database and not the password; one with another id joins; a process with another

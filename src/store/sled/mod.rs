@@ -494,113 +494,16 @@ mod conformance_tests {
         }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn concurrent_starts_take_consecutive_places() {
-        conformance::concurrent_starts_take_consecutive_places(&on_disk()).await;
+    macro_rules! conformance_on_disk {
+        ($($check:ident),* $(,)?) => {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $check() {
+                    conformance::$check(&on_disk()).await;
+                }
+            )*
+        };
     }
 
-    #[tokio::test]
-    async fn pages_follow_order_limits_and_bytes() {
-        conformance::pages_follow_order_limits_and_bytes(&on_disk()).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn one_idempotency_key_starts_one_run() {
-        conformance::one_idempotency_key_starts_one_run(&on_disk()).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn concurrent_writers_to_one_message_all_land() {
-        conformance::concurrent_writers_to_one_message_all_land(&on_disk()).await;
-    }
-
-    #[tokio::test]
-    async fn tokens_with_their_event_count_once() {
-        conformance::tokens_with_their_event_count_once(&on_disk()).await;
-    }
-
-    #[tokio::test]
-    async fn a_burst_reads_back_with_its_records() {
-        conformance::a_burst_reads_back_with_its_records(&on_disk()).await;
-    }
-
-    #[tokio::test]
-    async fn large_values_read_back_whole() {
-        conformance::large_values_read_back_whole(&on_disk()).await;
-    }
-
-    #[tokio::test]
-    async fn deletion_removes_everything_of_a_conversation() {
-        conformance::deletion_removes_everything_of_a_conversation(&on_disk()).await;
-    }
-
-    #[tokio::test]
-    async fn credentials_are_sealed() {
-        conformance::credentials_are_sealed(&on_disk()).await;
-    }
-
-    #[tokio::test]
-    async fn a_reopened_store_holds_everything() {
-        conformance::a_reopened_store_holds_everything(&on_disk()).await;
-    }
-
-    #[tokio::test]
-    async fn a_store_that_cannot_write_says_unavailable() {
-        conformance::a_store_that_cannot_write_says_unavailable(&on_disk()).await;
-    }
-
-    #[tokio::test]
-    async fn retired_events_leave_each_end() {
-        conformance::retired_events_leave_each_end(&on_disk()).await;
-    }
-
-    #[tokio::test]
-    async fn orphans_are_taken_over_until_their_limit() {
-        conformance::orphans_are_taken_over_until_their_limit(&on_disk()).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn versions_are_numbered_without_gaps() {
-        conformance::versions_are_numbered_without_gaps(&on_disk()).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn alias_moves_compare_and_set() {
-        conformance::alias_moves_compare_and_set(&on_disk()).await;
-    }
-
-    #[tokio::test]
-    async fn an_agents_messages_are_listed_newest_first() {
-        conformance::an_agents_messages_are_listed_newest_first(&on_disk()).await;
-    }
-
-    #[tokio::test]
-    async fn agents_are_kept_per_tenant() {
-        conformance::agents_are_kept_per_tenant(&on_disk()).await;
-    }
-
-    #[tokio::test]
-    async fn commands_reach_running_runs_once() {
-        conformance::commands_reach_running_runs_once(&on_disk()).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn tenant_limits_admit_exactly() {
-        conformance::tenant_limits_admit_exactly(&on_disk()).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn children_are_counted_apart_from_top_level_runs() {
-        conformance::children_are_counted_apart_from_top_level_runs(&on_disk()).await;
-    }
-
-    #[tokio::test]
-    async fn running_children_are_found_by_their_parent() {
-        conformance::running_children_are_found_by_their_parent(&on_disk()).await;
-    }
-
-    #[tokio::test]
-    async fn nul_in_an_agents_fields_is_refused_naming_it() {
-        conformance::nul_in_an_agents_fields_is_refused_naming_it(&on_disk()).await;
-    }
+    conformance::every_check!(conformance_on_disk);
 }
