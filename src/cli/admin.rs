@@ -60,32 +60,14 @@ pub async fn keys(
         KeysCommand::Create {
             tenant,
             name,
-            max_concurrent_runs,
-            runs_per_minute,
-            tokens_per_day,
-            max_run_tokens,
-            max_run_cost,
-            max_run_seconds,
-            max_run_tool_calls,
-            max_concurrent_child_runs,
-            max_follow_streams,
+            limits,
         } => {
             let created = client
                 .create_api_key(with_token(
                     pb::CreateApiKeyRequest {
                         tenant,
                         name,
-                        limits: Some(pb::TenantLimits {
-                            max_concurrent_runs,
-                            runs_per_minute,
-                            tokens_per_day,
-                            max_run_tokens,
-                            max_run_cost,
-                            max_run_seconds,
-                            max_run_tool_calls,
-                            max_concurrent_child_runs,
-                            max_follow_streams,
-                        }),
+                        limits: Some(limits.into()),
                     },
                     &bearer,
                 ))

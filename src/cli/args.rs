@@ -224,35 +224,9 @@ pub enum KeysCommand {
         /// A name for people, e.g. `ci`.
         #[arg(long, default_value = "")]
         name: String,
-        /// Runs in progress at once with this key [default: the server's limit].
-        #[arg(long, default_value_t = 0)]
-        max_concurrent_runs: u32,
-        /// Runs started per minute with this key [default: the server's limit].
-        #[arg(long, default_value_t = 0)]
-        runs_per_minute: u32,
-        /// LLM tokens per UTC day with this key [default: the server's limit].
-        #[arg(long, default_value_t = 0)]
-        tokens_per_day: u64,
-        /// Ceiling on each run's tokens [default: the server's].
-        #[arg(long, default_value_t = 0)]
-        max_run_tokens: u64,
-        /// Ceiling on each run's cost, a decimal such as 0.50 [default: the server's].
-        #[arg(long, default_value = "")]
-        max_run_cost: String,
-        /// Ceiling on each run's running seconds [default: the server's].
-        #[arg(long, default_value_t = 0)]
-        max_run_seconds: u32,
-        /// Ceiling on each run's tool calls [default: the server's].
-        #[arg(long, default_value_t = 0)]
-        max_run_tool_calls: u32,
-        /// Sub-agents' runs in progress at once over the tenant's trees [default: the
-        /// server's limit].
-        #[arg(long, default_value_t = 0)]
-        max_concurrent_child_runs: u32,
-        /// Streams following runs open at once on one replica [default: the server's
-        /// limit].
-        #[arg(long, default_value_t = 0)]
-        max_follow_streams: u32,
+        /// The key's limits.
+        #[command(flatten)]
+        limits: KeyLimits,
     },
     /// List a tenant's keys, one per line, id first; never the secrets.
     List {
@@ -318,4 +292,65 @@ pub enum AgentsCommand {
         /// The agent.
         agent_id: String,
     },
+}
+
+/// The limits a key is created with; 0 (or empty) leaves one to the server's.
+#[derive(Debug, clap::Args)]
+pub struct KeyLimits {
+    /// Runs in progress at once with this key [default: the server's limit].
+    #[arg(long, default_value_t = 0)]
+    max_concurrent_runs: u32,
+    /// Runs started per minute with this key [default: the server's limit].
+    #[arg(long, default_value_t = 0)]
+    runs_per_minute: u32,
+    /// LLM tokens per UTC day with this key [default: the server's limit].
+    #[arg(long, default_value_t = 0)]
+    tokens_per_day: u64,
+    /// Ceiling on each run's tokens [default: the server's].
+    #[arg(long, default_value_t = 0)]
+    max_run_tokens: u64,
+    /// Ceiling on each run's cost, a decimal such as 0.50 [default: the server's].
+    #[arg(long, default_value = "")]
+    max_run_cost: String,
+    /// Ceiling on each run's running seconds [default: the server's].
+    #[arg(long, default_value_t = 0)]
+    max_run_seconds: u32,
+    /// Ceiling on each run's tool calls [default: the server's].
+    #[arg(long, default_value_t = 0)]
+    max_run_tool_calls: u32,
+    /// Sub-agents' runs in progress at once over the tenant's trees [default: the
+    /// server's limit].
+    #[arg(long, default_value_t = 0)]
+    max_concurrent_child_runs: u32,
+    /// Streams following runs open at once on one replica [default: the server's
+    /// limit].
+    #[arg(long, default_value_t = 0)]
+    max_follow_streams: u32,
+}
+
+impl From<KeyLimits> for crate::pb::TenantLimits {
+    fn from(limits: KeyLimits) -> Self {
+        let KeyLimits {
+            max_concurrent_runs,
+            runs_per_minute,
+            tokens_per_day,
+            max_run_tokens,
+            max_run_cost,
+            max_run_seconds,
+            max_run_tool_calls,
+            max_concurrent_child_runs,
+            max_follow_streams,
+        } = limits;
+        Self {
+            max_concurrent_runs,
+            runs_per_minute,
+            tokens_per_day,
+            max_run_tokens,
+            max_run_cost,
+            max_run_seconds,
+            max_run_tool_calls,
+            max_concurrent_child_runs,
+            max_follow_streams,
+        }
+    }
 }

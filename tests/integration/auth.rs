@@ -462,6 +462,53 @@ async fn the_cli_creates_lists_and_revokes_keys() {
     )
     .await;
     assert!(stdout_lines(&listed).is_empty());
+
+    // Every limit flag reaches the key.
+    let limited = agent_runner(
+        &[
+            "keys",
+            "create",
+            "--tenant",
+            "acme",
+            "--max-concurrent-runs",
+            "2",
+            "--runs-per-minute",
+            "30",
+            "--tokens-per-day",
+            "9000",
+            "--max-run-tokens",
+            "800",
+            "--max-run-cost",
+            "0.5",
+            "--max-run-seconds",
+            "60",
+            "--max-run-tool-calls",
+            "7",
+            "--max-concurrent-child-runs",
+            "4",
+            "--max-follow-streams",
+            "3",
+            "--addr",
+            &addr,
+        ],
+        &token,
+    )
+    .await;
+    assert!(limited.status.success(), "{limited:?}");
+    let listed = agent_runner(
+        &["keys", "list", "--tenant", "acme", "--addr", &addr],
+        &token,
+    )
+    .await;
+    let lines = stdout_lines(&listed);
+    assert!(
+        lines[0].ends_with(
+            "limits concurrent=2 per_minute=30 tokens_per_day=9000 max_run_tokens=800 \
+             max_run_cost=0.5 max_run_seconds=60 max_run_tool_calls=7 \
+             max_concurrent_child_runs=4 max_follow_streams=3"
+        ),
+        "{lines:?}"
+    );
 }
 
 #[tokio::test]
