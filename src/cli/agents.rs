@@ -61,40 +61,7 @@ fn read_file(path: &Path) -> anyhow::Result<AgentFile> {
 pub async fn agents(args: &ClientArgs, command: AgentsCommand) -> anyhow::Result<String> {
     let mut client = library(args).await?;
     match command {
-        AgentsCommand::Create { file } => {
-            let file = read_file(&file)?;
-            let (config, client_tools) = export(AgentDefinition {
-                agent: file.agent,
-                client_tools: file.client_tools,
-            });
-            let created = client
-                .create_agent(pb::CreateAgentRequest {
-                    agent_id: file.id.clone(),
-                    name: file.name,
-                    description: file.description,
-                    labels: file.labels,
-                    config: Some(config.clone()),
-                    client_tools: client_tools.clone(),
-                })
-                .await;
-            let version = match created {
-                Ok(agent) => agent.into_inner().latest_version,
-                Err(status) if status.code() == tonic::Code::AlreadyExists => {
-                    client
-                        .create_agent_version(pb::CreateAgentVersionRequest {
-                            agent_id: file.id.clone(),
-                            config: Some(config),
-                            client_tools,
-                        })
-                        .await
-                        .map_err(status_error)?
-                        .into_inner()
-                        .version
-                }
-                Err(status) => return Err(status_error(status)),
-            };
-            Ok(format!("{}@{version}\n", file.id))
-        }
+        AgentsCommand::Create { file } => create(&mut client, &file).await,
         AgentsCommand::List { labels } => {
             let labels = labels
                 .iter()
@@ -107,41 +74,7 @@ pub async fn agents(args: &ClientArgs, command: AgentsCommand) -> anyhow::Result
                 .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
             list(&mut client, labels).await
         }
-        AgentsCommand::Show { agent } => {
-            let (agent_id, version, alias) = parse_reference(&agent)?;
-            let record = client
-                .get_agent(pb::GetAgentRequest {
-                    agent_id: agent_id.clone(),
-                })
-                .await
-                .map_err(status_error)?
-                .into_inner();
-            let found = client
-                .get_agent_version(pb::GetAgentVersionRequest {
-                    agent_id,
-                    version,
-                    alias,
-                })
-                .await
-                .map_err(status_error)?
-                .into_inner();
-            let shown = definition(found.config, found.client_tools).map_err(status_error)?;
-            let file = AgentFile {
-                id: record.id,
-                name: record.name,
-                description: record.description,
-                labels: record.labels,
-                agent: shown.agent,
-                client_tools: shown.client_tools,
-            };
-            let mut text = serde_json::to_string_pretty(&serde_json::json!({
-                "version": found.version,
-                "aliases": record.aliases,
-                "file": file,
-            }))?;
-            text.push('\n');
-            Ok(text)
-        }
+        AgentsCommand::Show { agent } => show(&mut client, &agent).await,
         AgentsCommand::Versions { agent_id } => versions(&mut client, agent_id).await,
         AgentsCommand::Alias {
             agent_id,
@@ -173,6 +106,81 @@ pub async fn agents(args: &ClientArgs, command: AgentsCommand) -> anyhow::Result
 }
 
 type Library = crate::pb::agent_registry_client::AgentRegistryClient<super::connection::Authed>;
+
+/// Creates the agent `file` describes, or adds its config as a new version when the agent
+/// exists: prints `id@version`.
+async fn create(client: &mut Library, file: &Path) -> anyhow::Result<String> {
+    let file = read_file(file)?;
+    let (config, client_tools) = export(AgentDefinition {
+        agent: file.agent,
+        client_tools: file.client_tools,
+    });
+    let created = client
+        .create_agent(pb::CreateAgentRequest {
+            agent_id: file.id.clone(),
+            name: file.name,
+            description: file.description,
+            labels: file.labels,
+            config: Some(config.clone()),
+            client_tools: client_tools.clone(),
+        })
+        .await;
+    let version = match created {
+        Ok(agent) => agent.into_inner().latest_version,
+        Err(status) if status.code() == tonic::Code::AlreadyExists => {
+            client
+                .create_agent_version(pb::CreateAgentVersionRequest {
+                    agent_id: file.id.clone(),
+                    config: Some(config),
+                    client_tools,
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner()
+                .version
+        }
+        Err(status) => return Err(status_error(status)),
+    };
+    Ok(format!("{}@{version}\n", file.id))
+}
+
+/// The agent `agent` names (`id`, `id@version` or `id:alias`) as a file `create` takes,
+/// with its version and aliases.
+async fn show(client: &mut Library, agent: &str) -> anyhow::Result<String> {
+    let (agent_id, version, alias) = parse_reference(agent)?;
+    let record = client
+        .get_agent(pb::GetAgentRequest {
+            agent_id: agent_id.clone(),
+        })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    let found = client
+        .get_agent_version(pb::GetAgentVersionRequest {
+            agent_id,
+            version,
+            alias,
+        })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    let shown = definition(found.config, found.client_tools).map_err(status_error)?;
+    let file = AgentFile {
+        id: record.id,
+        name: record.name,
+        description: record.description,
+        labels: record.labels,
+        agent: shown.agent,
+        client_tools: shown.client_tools,
+    };
+    let mut text = serde_json::to_string_pretty(&serde_json::json!({
+        "version": found.version,
+        "aliases": record.aliases,
+        "file": file,
+    }))?;
+    text.push('\n');
+    Ok(text)
+}
 
 async fn list(client: &mut Library, labels: BTreeMap<String, String>) -> anyhow::Result<String> {
     let mut out = String::new();

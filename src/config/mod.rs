@@ -656,46 +656,10 @@ impl Config {
         if self.server.max_request_bytes < 1024 {
             return Err(invalid("server.max_request_bytes", "must be at least 1024"));
         }
-        if self.runner.tool_timeout_secs == 0 {
-            return Err(invalid("runner.tool_timeout_secs", "must be at least 1"));
-        }
-        if self.runner.tool_concurrency == 0 {
-            return Err(invalid("runner.tool_concurrency", "must be at least 1"));
-        }
         self.outbound.policy()?;
         self.cluster.validate()?;
-        if !(1024..=MAX_ANSWER_LIMIT).contains(&self.runner.max_answer_bytes) {
-            return Err(invalid(
-                "runner.max_answer_bytes",
-                &format!("must be between 1024 and {MAX_ANSWER_LIMIT}"),
-            ));
-        }
-        if !(1024..=MAX_ANSWER_LIMIT).contains(&self.runner.max_query_bytes) {
-            return Err(invalid(
-                "runner.max_query_bytes",
-                &format!("must be between 1024 and {MAX_ANSWER_LIMIT}"),
-            ));
-        }
-        if self.runner.max_instruction_bytes < 1024 {
-            return Err(invalid(
-                "runner.max_instruction_bytes",
-                "must be at least 1024",
-            ));
-        }
-        if self.runner.max_tool_calls_per_round == 0 {
-            return Err(invalid(
-                "runner.max_tool_calls_per_round",
-                "must be at least 1",
-            ));
-        }
-        if self.runner.max_tree_runs == 0 {
-            return Err(invalid("runner.max_tree_runs", "must be at least 1"));
-        }
-        if self.runner.max_tree_runs_total < self.runner.max_tree_runs {
-            return Err(invalid(
-                "runner.max_tree_runs_total",
-                "must be at least runner.max_tree_runs",
-            ));
+        if let Some((field, reason)) = runner_problem(&self.runner) {
+            return Err(invalid(field, &reason));
         }
         if self.limits.max_concurrent_child_runs == 0 {
             self.limits.max_concurrent_child_runs =
@@ -727,6 +691,50 @@ impl Config {
         }
         Ok(self)
     }
+}
+
+/// The first setting of `[runner]` out of its bounds, with why.
+fn runner_problem(runner: &RunnerConfig) -> Option<(&'static str, String)> {
+    if runner.tool_timeout_secs == 0 {
+        return Some(("runner.tool_timeout_secs", "must be at least 1".to_owned()));
+    }
+    if runner.tool_concurrency == 0 {
+        return Some(("runner.tool_concurrency", "must be at least 1".to_owned()));
+    }
+    if !(1024..=MAX_ANSWER_LIMIT).contains(&runner.max_answer_bytes) {
+        return Some((
+            "runner.max_answer_bytes",
+            format!("must be between 1024 and {MAX_ANSWER_LIMIT}"),
+        ));
+    }
+    if !(1024..=MAX_ANSWER_LIMIT).contains(&runner.max_query_bytes) {
+        return Some((
+            "runner.max_query_bytes",
+            format!("must be between 1024 and {MAX_ANSWER_LIMIT}"),
+        ));
+    }
+    if runner.max_instruction_bytes < 1024 {
+        return Some((
+            "runner.max_instruction_bytes",
+            "must be at least 1024".to_owned(),
+        ));
+    }
+    if runner.max_tool_calls_per_round == 0 {
+        return Some((
+            "runner.max_tool_calls_per_round",
+            "must be at least 1".to_owned(),
+        ));
+    }
+    if runner.max_tree_runs == 0 {
+        return Some(("runner.max_tree_runs", "must be at least 1".to_owned()));
+    }
+    if runner.max_tree_runs_total < runner.max_tree_runs {
+        return Some((
+            "runner.max_tree_runs_total",
+            "must be at least runner.max_tree_runs".to_owned(),
+        ));
+    }
+    None
 }
 
 #[cfg(test)]

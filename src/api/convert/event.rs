@@ -20,41 +20,8 @@ impl From<EventEnvelope> for pb::RunEvent {
 
 fn event(event: RunEvent) -> Event {
     match event {
-        RunEvent::Started {
-            strategy: kind,
-            provider,
-            model,
-            max_iteration,
-            history,
-            agent,
-        } => Event::Started(pb::RunStarted {
-            strategy: strategy(kind).into(),
-            provider,
-            model,
-            max_iteration,
-            history_turns: history.kept_turns,
-            history_turns_dropped: history.dropped_turns,
-            history_tokens_dropped: history.dropped_tokens,
-            agent_version: agent.as_ref().map_or(0, |pin| pin.version),
-            agent_id: agent.map(|pin| pin.agent_id).unwrap_or_default(),
-        }),
-        RunEvent::Child(child) => {
-            let crate::domain::ChildEvent {
-                tool_call_id,
-                depth,
-                agent_id,
-                agent_version,
-                event,
-            } = *child;
-            Event::Child(Box::new(pb::ChildEvent {
-                tool_call_id,
-                message_id: event.message_id.to_string(),
-                depth,
-                agent_id,
-                agent_version,
-                event: Some(Box::new(event.into())),
-            }))
-        }
+        started @ RunEvent::Started { .. } => Event::Started(run_started(started)),
+        RunEvent::Child(child) => Event::Child(Box::new(child_event(*child))),
         RunEvent::AnswerDelta { text } => Event::Delta(pb::MessageDelta { text }),
         RunEvent::Thought(thought) => Event::Thought((*thought).into()),
         RunEvent::ToolStarted {
@@ -75,13 +42,7 @@ fn event(event: RunEvent) -> Event {
             position,
             tool_call: Some(call.into()),
         }),
-        RunEvent::File(file) => Event::File(pb::MessageFile {
-            id: file.id.to_string(),
-            r#type: file.kind().to_owned(),
-            url: file.url,
-            mime_type: file.mime_type,
-            belongs_to: "assistant".to_owned(),
-        }),
+        RunEvent::File(file) => Event::File(message_file(file)),
         RunEvent::ToolCallsRequired { thought_id, calls } => {
             Event::ToolCallsRequired(pb::ToolCallsRequired {
                 thought_id: thought_id.to_string(),
@@ -94,22 +55,7 @@ fn event(event: RunEvent) -> Event {
                 tool_calls: calls.into_iter().map(Into::into).collect(),
             })
         }
-        RunEvent::Retry {
-            position,
-            attempt,
-            delay,
-            failure,
-            provider,
-            model,
-        } => Event::Retry(pb::LlmRetry {
-            attempt,
-            delay,
-            code: failure.code,
-            message: failure.message,
-            provider,
-            model,
-            position,
-        }),
+        retry @ RunEvent::Retry { .. } => Event::Retry(llm_retry(retry)),
         RunEvent::RoundRestarted {
             position,
             discard_from_seq,
@@ -137,8 +83,7 @@ fn event(event: RunEvent) -> Event {
             structured_output: structured_output.as_ref().and_then(document),
             output_invalid: output_invalid.unwrap_or_default(),
             budget_exhausted: budget_exhausted
-                .map(|kind| kind.as_str().to_owned())
-                .unwrap_or_default(),
+                .map_or_else(String::new, |kind| kind.as_str().to_owned()),
         }),
         RunEvent::Error {
             failure,
@@ -149,5 +94,85 @@ fn event(event: RunEvent) -> Event {
             iterations,
             ..failure.into()
         }),
+    }
+}
+
+/// A sub-agent's event as its parent's stream carries it.
+fn child_event(child: crate::domain::ChildEvent) -> pb::ChildEvent {
+    let crate::domain::ChildEvent {
+        tool_call_id,
+        depth,
+        agent_id,
+        agent_version,
+        event,
+    } = child;
+    pb::ChildEvent {
+        tool_call_id,
+        message_id: event.message_id.to_string(),
+        depth,
+        agent_id,
+        agent_version,
+        event: Some(Box::new(event.into())),
+    }
+}
+
+/// A file the run produced, as the answer's.
+fn message_file(file: crate::domain::FileRecord) -> pb::MessageFile {
+    pb::MessageFile {
+        id: file.id.to_string(),
+        r#type: file.kind().to_owned(),
+        url: file.url,
+        mime_type: file.mime_type,
+        belongs_to: "assistant".to_owned(),
+    }
+}
+
+/// The `started` event of a run; `Default` for any other event, which it is never given.
+fn run_started(event: RunEvent) -> pb::RunStarted {
+    let RunEvent::Started {
+        strategy: kind,
+        provider,
+        model,
+        max_iteration,
+        history,
+        agent,
+    } = event
+    else {
+        return pb::RunStarted::default();
+    };
+    pb::RunStarted {
+        strategy: strategy(kind).into(),
+        provider,
+        model,
+        max_iteration,
+        history_turns: history.kept_turns,
+        history_turns_dropped: history.dropped_turns,
+        history_tokens_dropped: history.dropped_tokens,
+        agent_version: agent.as_ref().map_or(0, |pin| pin.version),
+        agent_id: agent.map(|pin| pin.agent_id).unwrap_or_default(),
+    }
+}
+
+/// A retried model call; `Default` for any other event, which it is never given.
+fn llm_retry(event: RunEvent) -> pb::LlmRetry {
+    let RunEvent::Retry {
+        position,
+        attempt,
+        delay,
+        failure,
+        provider,
+        model,
+    } = event
+    else {
+        return pb::LlmRetry::default();
+    };
+    pb::LlmRetry {
+        attempt,
+        delay,
+        code: failure.code,
+        message: failure.message,
+        provider,
+        model,
+        position,
     }
 }
