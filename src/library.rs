@@ -315,7 +315,7 @@ impl Library {
             })?;
         serde_json::to_value(definition).map_err(|source| {
             StoreError::Codec {
-                tree: "agent_versions",
+                record: "agent_versions",
                 source,
             }
             .into()
@@ -334,7 +334,7 @@ fn under_config(text: &str) -> String {
 fn decode(config: &serde_json::Value) -> Result<AgentDefinition, LibraryError> {
     serde_json::from_value(config.clone()).map_err(|source| {
         StoreError::Codec {
-            tree: "agent_versions",
+            record: "agent_versions",
             source,
         }
         .into()

@@ -452,7 +452,7 @@ impl Runner {
             return Ok(None);
         };
         let spec = serde_json::from_value(stored).map_err(|source| StoreError::Codec {
-            tree: "specs",
+            record: "specs",
             source,
         })?;
         Ok(Some(spec))

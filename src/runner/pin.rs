@@ -101,7 +101,7 @@ pub async fn read_version(
         .await?
         .ok_or_else(|| RunError::not_found("agent version", format!("{id}@{version}")))?;
     let definition = serde_json::from_value(stored.config).map_err(|source| StoreError::Codec {
-        tree: "agent_versions",
+        record: "agent_versions",
         source,
     })?;
     Ok((version, definition))

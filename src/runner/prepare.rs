@@ -236,7 +236,7 @@ pub async fn insert_message(
     let stored =
         serde_json::to_value(StoredSpec::of(spec, message.created_at)).map_err(|source| {
             StoreError::Codec {
-                tree: "specs",
+                record: "specs",
                 source,
             }
         })?;

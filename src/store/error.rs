@@ -14,21 +14,21 @@ pub enum StoreError {
         message: String,
     },
     /// A record could not be encoded or decoded.
-    #[error("record codec error in {tree}: {source}")]
+    #[error("record codec error in {record}: {source}")]
     Codec {
-        /// The tree holding the record.
-        tree: &'static str,
+        /// The kind of record (`messages`, `thoughts`, …).
+        record: &'static str,
         /// The serde failure.
         source: serde_json::Error,
     },
-    /// Making writes durable failed.
-    #[error("flush failed: {0}")]
-    Flush(String),
+    /// Writes could not be made durable (a full disk, a stopped writer).
+    #[error("writes could not be made durable: {0}")]
+    NotDurable(String),
     /// A record was written by a newer schema than this build understands.
-    #[error("record in {tree} has schema version {found}, this build reads up to {supported}")]
+    #[error("record in {record} has schema version {found}, this build reads up to {supported}")]
     UnsupportedVersion {
-        /// The tree holding the record.
-        tree: &'static str,
+        /// The kind of record (`messages`, `thoughts`, …).
+        record: &'static str,
         /// Version found.
         found: u32,
         /// Highest version this build reads.
@@ -71,7 +71,7 @@ impl StoreError {
     pub fn category(&self) -> Category {
         match self {
             Self::Backend { category, .. } => *category,
-            Self::Flush(_) | Self::Reopening => Category::Unavailable,
+            Self::NotDurable(_) | Self::Reopening => Category::Unavailable,
             Self::Codec { .. } | Self::UnsupportedVersion { .. } | Self::Sealed(_) => {
                 Category::Corrupt
             }
@@ -105,11 +105,11 @@ mod tests {
         assert_eq!(full.kind(), ErrorKind::Unavailable);
         assert_eq!(StoreError::Reopening.kind(), ErrorKind::Unavailable);
         assert_eq!(
-            StoreError::Flush("disk full".into()).kind(),
+            StoreError::NotDurable("disk full".into()).kind(),
             ErrorKind::Unavailable
         );
         let newer = StoreError::UnsupportedVersion {
-            tree: "messages",
+            record: "messages",
             found: 9,
             supported: 1,
         };

@@ -78,7 +78,7 @@ pub fn from_sqlx(err: sqlx::Error) -> StoreError {
 /// A record that cannot be encoded or decoded.
 pub fn codec(table: &'static str, source: serde_json::Error) -> StoreError {
     StoreError::Codec {
-        tree: table,
+        record: table,
         source,
     }
 }

@@ -38,7 +38,7 @@ impl Embedded {
             command: command.clone(),
         };
         let value = serde_json::to_vec(&kept).map_err(|source| StoreError::Codec {
-            tree: "commands",
+            record: "commands",
             source,
         })?;
         // Time-ordered keys: commands come out in the order they were kept.

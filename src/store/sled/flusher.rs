@@ -170,7 +170,9 @@ impl Flusher {
         let thread = thread::Builder::new()
             .name("store-flush".to_owned())
             .spawn(move || run(&db, &queue, &thread_shared))
-            .map_err(|err| StoreError::Flush(format!("cannot start the flush thread: {err}")))?;
+            .map_err(|err| {
+                StoreError::NotDurable(format!("cannot start the flush thread: {err}"))
+            })?;
         Ok(Self {
             inner: Arc::new(Inner {
                 requests: Some(requests),
@@ -181,13 +183,13 @@ impl Flusher {
 
     /// Waits until every write made before the call is durable.
     pub async fn flush(&self) -> Result<(), StoreError> {
-        let stopped = || StoreError::Flush("the flush thread has stopped".to_owned());
+        let stopped = || StoreError::NotDurable("the flush thread has stopped".to_owned());
         let (reply, done) = oneshot::channel();
         let requests = self.inner.requests.as_ref().ok_or_else(stopped)?;
         requests.send(reply).map_err(|_| stopped())?;
         done.await
             .map_err(|_| stopped())?
-            .map_err(StoreError::Flush)
+            .map_err(StoreError::NotDurable)
     }
 }
 

@@ -287,7 +287,9 @@ impl Embedded {
         let store = self.clone();
         tokio::task::spawn_blocking(move || store.reopen(&location))
             .await
-            .map_err(|err| StoreError::Flush(format!("reopening the store failed: {err}")))??;
+            .map_err(|err| {
+                StoreError::NotDurable(format!("reopening the store failed: {err}"))
+            })??;
         self.t()?.running.insert(PROBE_KEY, &[][..])?;
         self.flush().await
     }
@@ -412,15 +414,21 @@ fn encode<T: Serialize>(tree: &'static str, record: &T) -> Result<Vec<u8>, Store
         v: SCHEMA_VERSION,
         r: record,
     })
-    .map_err(|source| StoreError::Codec { tree, source })
+    .map_err(|source| StoreError::Codec {
+        record: tree,
+        source,
+    })
 }
 
 fn decode<T: DeserializeOwned>(tree: &'static str, bytes: &[u8]) -> Result<T, StoreError> {
     let versioned: Versioned<T> =
-        serde_json::from_slice(bytes).map_err(|source| StoreError::Codec { tree, source })?;
+        serde_json::from_slice(bytes).map_err(|source| StoreError::Codec {
+            record: tree,
+            source,
+        })?;
     if versioned.v > SCHEMA_VERSION {
         return Err(StoreError::UnsupportedVersion {
-            tree,
+            record: tree,
             found: versioned.v,
             supported: SCHEMA_VERSION,
         });

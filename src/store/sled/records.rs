@@ -237,7 +237,7 @@ impl Embedded {
     pub fn put_provider(&self, tenant: &Tenant, record: &ProviderRecord) -> Result<(), StoreError> {
         let credentials =
             serde_json::to_vec(&record.credentials).map_err(|source| StoreError::Codec {
-                tree: "providers",
+                record: "providers",
                 source,
             })?;
         let stored = StoredProvider {
@@ -262,7 +262,7 @@ impl Embedded {
             let plain = self.sealer.open(&sealed)?;
             record.credentials =
                 serde_json::from_slice(&plain).map_err(|source| StoreError::Codec {
-                    tree: "providers",
+                    record: "providers",
                     source,
                 })?;
         }
