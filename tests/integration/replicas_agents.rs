@@ -88,6 +88,18 @@ async fn counting_task(service: &crate::support::process::Service) -> String {
     task.id
 }
 
+/// The model's turns when a parent's child is cut mid-answer and taken over: the parent
+/// asks the researcher, the child writes "Pa" and stalls, the child's round is made again
+/// ("Paris."), and the parent answers "Done.".
+fn child_cut_then_answered() -> Vec<Reply> {
+    vec![
+        asks_the_researcher(),
+        Reply::Stall(vec!["Pa"]),
+        Reply::text(&["Paris."], (7, 3)),
+        Reply::text(&["Done."], (5, 2)),
+    ]
+}
+
 /// Stores the `researcher` agent through `service`, starts there a parent run that may
 /// call it, and reads the parent's stream until the child has written: returns the
 /// stream and the parent's and the child's message ids.
@@ -328,13 +340,7 @@ async fn children_the_previous_release_started_are_found_after_a_takeover() {
     let Some(database) = TestDatabase::create().await else {
         return;
     };
-    let llm = FakeOpenAi::start(vec![
-        asks_the_researcher(),
-        Reply::Stall(vec!["Pa"]),
-        Reply::text(&["Paris."], (7, 3)),
-        Reply::text(&["Done."], (5, 2)),
-    ])
-    .await;
+    let llm = FakeOpenAi::start(child_cut_then_answered()).await;
     let dir = tempfile::tempdir().unwrap();
     let key = agent_runner::store::SecretKey::generate();
     let old = Options {
@@ -385,13 +391,7 @@ async fn a_parent_taken_over_follows_its_child_instead_of_starting_another() {
     let Some(bus) = nats_bus().await else {
         return;
     };
-    let llm = FakeOpenAi::start(vec![
-        asks_the_researcher(),
-        Reply::Stall(vec!["Pa"]),
-        Reply::text(&["Paris."], (7, 3)),
-        Reply::text(&["Done."], (5, 2)),
-    ])
-    .await;
+    let llm = FakeOpenAi::start(child_cut_then_answered()).await;
     let dir = tempfile::tempdir().unwrap();
     let key = agent_runner::store::SecretKey::generate();
     let options = Options {
@@ -817,17 +817,7 @@ async fn a_silent_database_ends_followers_on_a_peer_in_time() {
         ("Attach", attach_ended),
         ("SubscribeToTask", subscription_ended),
     ] {
-        let status = status.unwrap_or_else(|| panic!("{name} ends with a status"));
-        assert_eq!(
-            status.code(),
-            tonic::Code::Unavailable,
-            "{name}: {status:?}"
-        );
-        assert!(
-            status.message().contains("the database cannot be reached"),
-            "{name}: {}",
-            status.message()
-        );
+        says_the_database_cannot_be_reached(name, status);
     }
     assert!(
         subscription_took <= Duration::from_secs(7),

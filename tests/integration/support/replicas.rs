@@ -426,3 +426,19 @@ pub async fn ending_of<T>(stream: &mut tonic::Streaming<T>) -> Option<tonic::Sta
         }
     }
 }
+
+/// Asserts that the stream `name` ended `UNAVAILABLE` (`ended` is how it ended), saying
+/// the database cannot be reached.
+pub fn says_the_database_cannot_be_reached(name: &str, ended: Option<tonic::Status>) {
+    let status = ended.unwrap_or_else(|| panic!("the {name} stream ends with a status"));
+    assert_eq!(
+        status.code(),
+        tonic::Code::Unavailable,
+        "{name}: {status:?}"
+    );
+    assert!(
+        status.message().contains("the database cannot be reached"),
+        "{name}: {}",
+        status.message()
+    );
+}
