@@ -294,6 +294,26 @@ fn decode_hex(text: &str) -> Vec<u8> {
         .collect()
 }
 
+/// How often the keys' last-used times are written.
+const LAST_USED_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Writes when keys were last used, every minute until `stop` and once more then: a check
+/// stays a memory operation, and a crash loses at most a minute of last-used times.
+pub async fn keep_last_used(keys: Arc<Keys>, stop: tokio_util::sync::CancellationToken) {
+    loop {
+        let stopping = tokio::select! {
+            _ = stop.cancelled() => true,
+            _ = tokio::time::sleep(LAST_USED_EVERY) => false,
+        };
+        if let Err(err) = keys.save_last_used().await {
+            tracing::warn!(error = %err, "could not record when API keys were last used");
+        }
+        if stopping {
+            return;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,6 +29,9 @@ const PREFACE_LEN: usize = 24;
 /// A connection as the transport serves it.
 pub type Connection = Probation<Transport>;
 
+/// The stream of admitted connections the transport serves.
+pub type Incoming = ReceiverStream<io::Result<Connection>>;
+
 /// Plain TCP, or TLS over it.
 pub enum Transport {
     /// Plaintext HTTP/2.
@@ -96,7 +99,7 @@ pub fn incoming(
     tls: Option<TlsAcceptor>,
     descriptors: Descriptors,
     stop: CancellationToken,
-) -> ReceiverStream<io::Result<Connection>> {
+) -> Incoming {
     let mut admitted = net::accept(listener, limits, descriptors, stop);
     let (sender, receiver) = mpsc::channel(64);
     tokio::spawn(async move {

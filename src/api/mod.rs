@@ -11,10 +11,13 @@ pub mod agent_service;
 pub mod auth;
 pub mod convert;
 pub mod decode_status;
+mod health;
 pub mod incoming;
 pub mod status;
 pub mod stream;
 pub mod tool_registry_service;
+
+pub use health::follow_health;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -17,6 +17,7 @@ pub mod conformance;
 mod contract;
 mod error;
 mod postgres;
+mod retire;
 mod sealed;
 mod sled;
 
@@ -30,6 +31,7 @@ pub use contract::{
 };
 pub use error::{Category, StoreError};
 pub use postgres::{describe as describe_database, with_database, Settings as DatabaseSettings};
+pub use retire::retire_old_events;
 pub use sealed::SecretKey;
 
 /// What a sweep does with one run whose owner is gone.
