@@ -1,20 +1,27 @@
 //! agent-runner: a gRPC service that runs LLM agents and keeps what they did.
 //!
 //! # Layout
-//! - [`api`]: the only code that knows tonic and protobuf; thin handlers over the core.
-//! - [`runner`]: the agent loop, one driver parameterised by strategy; emits
-//!   [`domain::RunEvent`]s.
-//! - [`llm`]: chat model clients (OpenAI-compatible first) behind one trait.
-//! - [`tools`]: the tool registry, the tool engine and the built-in tools.
-//! - [`catalog`]: providers a tenant registers, persisted and live.
+//! The rooms, from the top down; a room imports only rooms below it
+//! (`docs/architecture.md` draws them).
+//! - [`app`] wires the rooms together and owns the background work; [`config`] says how.
+//! - [`cli`]: the command line's client side, over the generated client.
+//! - [`api`]: the only code that knows tonic and protobuf; thin handlers over the core,
+//!   the A2A binding among them.
+//! - [`library`]: stored agents, versions and aliases, resolved as a run starts.
 //! - [`access`]: API keys and the admin token: who may call.
-//! - [`store`]: persistence behind one contract (embedded by default); the only code that
-//!   knows a database.
+//! - [`runner`]: the agent loop, one driver parameterised by strategy, and the runs in
+//!   progress; emits [`domain::RunEvent`]s.
+//! - [`catalog`]: providers a tenant registers, persisted and live.
+//! - [`llm`]: chat model clients (OpenAI-compatible and Anthropic) behind one trait.
+//! - [`tools`]: the tool registry, the tool engine and the built-in tools.
+//! - [`store`]: persistence behind one contract both backends (embedded, PostgreSQL)
+//!   honour; the only code that knows a database.
+//! - [`cluster`]: the bus between replicas (NATS, or none) and the followers it feeds.
 //! - [`telemetry`]: Prometheus metrics and OpenTelemetry traces for operators.
+//! - [`net`]: accepting connections within bounds, for every listener.
 //! - [`domain`]: plain data shared by all of the above.
-//! - [`app`] wires them together; [`config`] says how.
 //! - `mock_llm` (feature `mock-llm`): a scripted OpenAI-compatible server for benchmarks
-//!   and tests.
+//!   and tests; `test_utils` (feature `test-utils`): scripted models and tools.
 
 pub mod access;
 pub mod api;

@@ -9,6 +9,8 @@ mod admin;
 mod agents;
 pub mod args;
 mod connection;
+#[cfg(test)]
+mod docs_check;
 mod json;
 mod render;
 mod session;

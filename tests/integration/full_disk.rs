@@ -60,7 +60,7 @@ async fn serving(channel: Channel) -> bool {
 async fn health_and_admission_recover_together_after_a_real_full_disk() {
     let dir = tempfile::tempdir().unwrap();
     let Some(_mount) = Mounted::tmpfs(&dir.path().join("disk"), 24) else {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root); the simulated full-disk test in hardening.rs still runs");
+        agent_runner::test_utils::say_skipped("cannot mount a tmpfs here (needs root); the simulated full-disk test in hardening.rs still runs");
         return;
     };
     let llm = FakeOpenAi::start(vec![]).await;

@@ -333,7 +333,9 @@ async fn a_child_whose_parent_ended_owner_lost_is_cancelled() {
 #[tokio::test]
 async fn children_the_previous_release_started_are_found_after_a_takeover() {
     let Ok(previous) = std::env::var("AGENT_RUNNER_PREVIOUS_RELEASE") else {
-        eprintln!("skipped: AGENT_RUNNER_PREVIOUS_RELEASE names no previous release's binary");
+        agent_runner::test_utils::say_skipped(
+            "AGENT_RUNNER_PREVIOUS_RELEASE names no previous release's binary",
+        );
         return;
     };
     let _turn = TURN.lock().await;

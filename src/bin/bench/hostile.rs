@@ -1,6 +1,6 @@
 //! Hostile inputs against the real service, each on a fresh process: what the service
 //! answers, and what memory (or `/metrics` size, or connection state) it is left with. The
-//! figures behind the bounds in the README's limits table.
+//! figures behind the bounds in docs/security.md's limits table.
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! do not fit), and a kept command notifies its owner; each replica listens on one
 //! connection. A notification carries no events, so a follower reads them from the
 //! store; and PostgreSQL orders notifying commits one at a time, which is what this
-//! costs (see the README's Scale out).
+//! costs (see docs/operations.md, Scale out).
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Weak};

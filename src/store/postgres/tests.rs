@@ -52,7 +52,7 @@ impl Databases {
                     std::env::var("CI").as_deref() != Ok("true"),
                     "PostgreSQL at {place} is needed in CI: {why}"
                 );
-                eprintln!("skipped: PostgreSQL at {place} cannot be reached ({why}); set AGENT_RUNNER_TEST_DATABASE_URL to run these tests");
+                crate::test_utils::say_skipped(&format!("PostgreSQL at {place} cannot be reached ({why}); set AGENT_RUNNER_TEST_DATABASE_URL to run these tests"));
                 return None;
             }
         }

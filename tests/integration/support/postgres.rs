@@ -37,7 +37,7 @@ impl TestDatabase {
                     std::env::var("CI").as_deref() != Ok("true"),
                     "PostgreSQL at {place} is needed in CI: {why}"
                 );
-                eprintln!("skipped: PostgreSQL at {place} cannot be reached ({why}); set AGENT_RUNNER_TEST_DATABASE_URL to run these tests");
+                agent_runner::test_utils::say_skipped(&format!("PostgreSQL at {place} cannot be reached ({why}); set AGENT_RUNNER_TEST_DATABASE_URL to run these tests"));
                 return None;
             }
         };

@@ -32,7 +32,9 @@ pub async fn nats_bus() -> Option<Bus> {
             std::env::var("CI").as_deref() != Ok("true"),
             "NATS at {place} is needed in CI"
         );
-        eprintln!("skipped: NATS at {place} cannot be reached; set AGENT_RUNNER_TEST_NATS_URL to run these tests");
+        agent_runner::test_utils::say_skipped(&format!(
+            "NATS at {place} cannot be reached; set AGENT_RUNNER_TEST_NATS_URL to run these tests"
+        ));
         return None;
     }
     Some(Bus::Nats {
@@ -304,7 +306,7 @@ impl OwnNats {
                 std::env::var("CI").as_deref() != Ok("true"),
                 "nats-server is needed in CI"
             );
-            eprintln!("skipped: nats-server is not installed");
+            agent_runner::test_utils::say_skipped("nats-server is not installed");
             return None;
         };
         let child = std::process::Command::new(binary)
