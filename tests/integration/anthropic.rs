@@ -57,6 +57,9 @@ fn bodies(anthropic: &FakeAnthropic) -> Vec<Value> {
     anthropic.received().into_iter().map(|r| r.body).collect()
 }
 
+/// Anthropic's Messages API answers a plain question: the request carries the headers and
+/// fields Anthropic requires, the text arrives as deltas, and the usage it reports is the
+/// run's.
 #[tokio::test]
 async fn text_streams_as_deltas_with_usage_headers_and_the_required_fields() {
     let (anthropic, _server, mut agents) = claude(vec![Turn::Stream(transcripts::TEXT)]).await;
@@ -100,6 +103,8 @@ async fn text_streams_as_deltas_with_usage_headers_and_the_required_fields() {
     assert!(body.get("tools").is_none());
 }
 
+/// A tool call on Anthropic goes back under Anthropic's own call id, and cache reads are
+/// priced at their own rate, so the cost a client sees matches the bill.
 #[tokio::test]
 async fn one_tool_round_trips_under_anthropics_call_id_and_prices_cache_reads() {
     let (anthropic, _server, mut agents) = claude(vec![
@@ -150,6 +155,8 @@ async fn one_tool_round_trips_under_anthropics_call_id_and_prices_cache_reads() 
     assert_eq!(usage.total_price, "0.004956");
 }
 
+/// Two tool calls whose deltas Anthropic interleaves are told apart: both run, and both
+/// results go back in one turn.
 #[tokio::test]
 async fn parallel_tools_with_interleaved_deltas_both_run_and_answer_in_one_turn() {
     let (anthropic, _server, mut agents) = claude(vec![
@@ -184,6 +191,8 @@ async fn parallel_tools_with_interleaved_deltas_both_run_and_answer_in_one_turn(
     assert_eq!(results[1]["content"], "391");
 }
 
+/// A tool Anthropic calls with no input at all gets `{}`, not a parse error, so tools
+/// without parameters work.
 #[tokio::test]
 async fn a_tool_called_without_input_gets_an_empty_object() {
     let (anthropic, _server, mut agents) = claude(vec![
@@ -201,6 +210,8 @@ async fn a_tool_called_without_input_gets_an_empty_object() {
     assert_eq!(second["messages"][1]["content"][0]["input"], json!({}));
 }
 
+/// Extended thinking never leaks into the answer, and goes back with its signature beside
+/// the tool call, as Anthropic requires for the next round to be accepted.
 #[tokio::test]
 async fn thinking_is_never_answer_and_goes_back_signed_with_the_tool_call() {
     let (anthropic, _server, mut agents) = claude(vec![
@@ -244,6 +255,8 @@ async fn thinking_is_never_answer_and_goes_back_signed_with_the_tool_call() {
     assert_eq!(usage.cache_read_tokens, 650);
 }
 
+/// An `error` event in the middle of Anthropic's stream ends the run with Anthropic's own
+/// text, and keeps the answer already streamed to the client.
 #[tokio::test]
 async fn an_error_event_mid_stream_ends_the_run_keeping_what_was_shown() {
     let (anthropic, _server, mut agents) =
@@ -260,6 +273,8 @@ async fn an_error_event_mid_stream_ends_the_run_keeping_what_was_shown() {
     );
 }
 
+/// Anthropic's 529 (overloaded) and 429 (rate limited) are retried, so a busy provider
+/// costs a delay, not a failed run.
 #[tokio::test]
 async fn overloaded_and_rate_limited_answers_are_retried() {
     let (anthropic, _server, mut agents) = claude(vec![
@@ -291,6 +306,8 @@ async fn overloaded_and_rate_limited_answers_are_retried() {
     assert_eq!(anthropic.received().len(), 3);
 }
 
+/// ReAct runs on Anthropic: tools are described in the prompt, `Observation` is a stop
+/// sequence, and no native tools are sent.
 #[tokio::test]
 async fn chain_of_thought_runs_on_anthropic_with_stop_sequences_and_no_native_tools() {
     let (anthropic, _server, mut agents) = claude(vec![
@@ -322,6 +339,9 @@ async fn chain_of_thought_runs_on_anthropic_with_stop_sequences_and_no_native_to
     assert!(replay.contains("Observation: 42"), "{replay}");
 }
 
+/// With no `[providers]` configured, Anthropic is reached with `ANTHROPIC_API_KEY` and
+/// `ANTHROPIC_BASE_URL` from the environment, as its own SDKs do, and the key never reaches
+/// the log.
 #[tokio::test]
 async fn with_no_configuration_anthropic_comes_from_its_environment_variables() {
     let anthropic = FakeAnthropic::start(vec![Turn::Stream(transcripts::TEXT)]).await;

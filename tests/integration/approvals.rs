@@ -60,6 +60,8 @@ async fn status(agents: &mut Agents, id: &str) -> i32 {
     message(agents, id.to_owned()).await.status
 }
 
+/// A tool call that needs approval waits, runs only once approved through
+/// `ApproveToolCalls`, and the run then completes.
 #[tokio::test]
 async fn an_approved_call_runs_after_the_wait_and_the_run_completes() {
     let (llm, _server, mut agents) = start(vec![
@@ -106,6 +108,8 @@ async fn an_approved_call_runs_after_the_wait_and_the_run_completes() {
     );
 }
 
+/// A declined call is not run and the model reads why; a decision that leaves a pending
+/// call undecided is refused, so no call is left waiting by mistake.
 #[tokio::test]
 async fn a_declined_call_tells_the_model_why_and_partial_decisions_are_refused() {
     let (llm, _server, mut agents) = start(vec![
@@ -203,6 +207,8 @@ async fn a_declined_call_tells_the_model_why_and_partial_decisions_are_refused()
     assert_eq!(unknown.code(), Code::NotFound);
 }
 
+/// A run whose approvals are not decided within the approval timeout ends with
+/// `approval_timeout` instead of holding its slot forever.
 #[tokio::test]
 async fn no_decision_in_time_ends_the_run_with_approval_timeout() {
     let llm = FakeOpenAi::start(vec![Reply::calls(
@@ -229,6 +235,8 @@ async fn no_decision_in_time_ends_the_run_with_approval_timeout() {
     assert_eq!(llm.requests().len(), 1, "the call never ran");
 }
 
+/// A client that attaches while a run waits for approval sees what it waits for, and then
+/// the rest of the run.
 #[tokio::test]
 async fn attach_during_the_wait_shows_the_pending_approval_and_follows_the_rest() {
     let (_llm, _server, mut agents) = start(vec![
@@ -264,6 +272,7 @@ async fn attach_during_the_wait_shows_the_pending_approval_and_follows_the_rest(
     assert_eq!(end_of(&rest).answer, "It is 42.");
 }
 
+/// A client tool that needs approval is only handed to the caller once approved.
 #[tokio::test]
 async fn a_client_tool_that_needs_approval_is_decided_before_it_goes_to_the_caller() {
     let (_llm, _server, mut agents) = start(vec![

@@ -100,6 +100,8 @@ fn code_of<T: std::fmt::Debug>(result: Result<T, Status>) -> (Code, String) {
     (status.code(), status.message().to_owned())
 }
 
+/// With keys required, a call without a key, with a wrong one or with a revoked one is
+/// `UNAUTHENTICATED`, while health probes still answer.
 #[tokio::test]
 async fn required_auth_turns_away_missing_bad_and_revoked_keys_but_not_probes() {
     let llm = FakeOpenAi::start(vec![Reply::text(&["hello"], (3, 1))]).await;
@@ -200,6 +202,7 @@ async fn required_auth_turns_away_missing_bad_and_revoked_keys_but_not_probes() 
     assert_eq!(health.status, 1, "SERVING");
 }
 
+/// `AdminService` answers only the admin token; a tenant's key cannot create keys.
 #[tokio::test]
 async fn admin_calls_need_the_admin_token_and_a_tenant_key_is_not_one() {
     let llm = FakeOpenAi::start(vec![]).await;
@@ -291,6 +294,8 @@ async fn admin_calls_need_the_admin_token_and_a_tenant_key_is_not_one() {
     assert!(text.contains("AGENT_RUNNER_ADMIN_TOKEN"), "{text}");
 }
 
+/// A tenant's key reaches only that tenant's records: naming another tenant in
+/// `x-tenant-id` is `PERMISSION_DENIED`, and another tenant's records are `NOT_FOUND`.
 #[tokio::test]
 async fn a_key_reaches_only_its_own_tenant() {
     let llm = FakeOpenAi::start(vec![Reply::text(&["for acme"], (3, 1))]).await;
@@ -371,6 +376,7 @@ async fn a_key_reaches_only_its_own_tenant() {
         .unwrap();
 }
 
+/// Server reflection answers by default, for grpcurl, and can be turned off.
 #[tokio::test]
 async fn reflection_is_open_by_default_and_can_be_closed() {
     use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
@@ -407,6 +413,8 @@ fn stdout_lines(output: &Output) -> Vec<String> {
         .collect()
 }
 
+/// The CLI's `keys` commands create, list and revoke keys against a real server, and a
+/// revoked key stops working.
 #[tokio::test]
 async fn the_cli_creates_lists_and_revokes_keys() {
     let llm = FakeOpenAi::start(vec![Reply::text(&["hi"], (3, 1))]).await;
@@ -511,6 +519,8 @@ async fn the_cli_creates_lists_and_revokes_keys() {
     );
 }
 
+/// The service refuses to start on a reachable address (`0.0.0.0`) without authentication
+/// unless `--insecure-no-auth` says it is meant, and opens nothing before it refuses.
 #[tokio::test]
 async fn without_auth_the_service_refuses_a_reachable_address() {
     let dir = tempfile::tempdir().unwrap();
@@ -559,6 +569,7 @@ async fn reaches_service(channel: Channel) -> bool {
         .is_err_and(|status| status.code() == Code::NotFound)
 }
 
+/// With TLS configured, clients that trust the CA are served and a plaintext client is not.
 #[tokio::test]
 async fn tls_serves_clients_that_trust_its_ca_and_refuses_plaintext() {
     let llm = FakeOpenAi::start(vec![Reply::text(&["over tls"], (3, 1))]).await;
@@ -595,6 +606,8 @@ async fn tls_serves_clients_that_trust_its_ca_and_refuses_plaintext() {
     assert!(!untrusting.status.success());
 }
 
+/// With a client CA configured, only clients presenting a certificate it signed are
+/// admitted.
 #[tokio::test]
 async fn mutual_tls_admits_only_certificates_of_the_client_ca() {
     let llm = FakeOpenAi::start(vec![]).await;
@@ -664,6 +677,8 @@ fn assert_limit(result: Result<impl std::fmt::Debug, Status>, limit: &str) -> Op
         .and_then(|retry| retry.retry_delay)
 }
 
+/// The server's default limit on concurrent runs holds per tenant: one tenant at its limit
+/// does not block another.
 #[tokio::test]
 async fn concurrent_runs_are_limited_per_tenant_by_the_server_default() {
     let slow = Reply::Slow {
@@ -705,6 +720,7 @@ async fn concurrent_runs_are_limited_per_tenant_by_the_server_default() {
     agents.run(as_tenant("acme")).await.unwrap();
 }
 
+/// A key's runs-per-minute limit is enforced, and the refusal says when to retry.
 #[tokio::test]
 async fn runs_per_minute_follow_the_key_and_say_when_to_retry() {
     let llm = FakeOpenAi::start(vec![]).await;
@@ -733,6 +749,7 @@ async fn runs_per_minute_follow_the_key_and_say_when_to_retry() {
     assert!(assert_limit(refused, "limits.runs_per_minute").is_some());
 }
 
+/// A tenant's daily token count survives a restart, so a restart does not reset the limit.
 #[tokio::test]
 async fn tokens_per_day_are_counted_across_restarts() {
     let llm = FakeOpenAi::start(vec![]).await;

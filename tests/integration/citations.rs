@@ -70,6 +70,8 @@ fn summary(resources: &[pb::RetrieverResource]) -> Vec<(u32, String, String, Str
         .collect()
 }
 
+/// Passages a knowledge base returned are cited on the round's thought and on the end, in
+/// the order the model read them.
 #[tokio::test]
 async fn retrieved_passages_are_cited_on_the_thought_and_the_end_in_reading_order() {
     let kb = knowledge_base().await;

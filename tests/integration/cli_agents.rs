@@ -29,6 +29,8 @@ name = "current_time"
     )
 }
 
+/// The CLI's `agents` commands create, alias, show and run a stored agent from a TOML file,
+/// and `show` prints what `create` reads.
 #[tokio::test]
 async fn agents_are_created_aliased_shown_and_run_from_the_command_line() {
     let llm = FakeOpenAi::start(vec![

@@ -347,6 +347,8 @@ async fn metric_labels_never_grow_with_what_callers_send() {
     assert_eq!(series(&text), after_one);
 }
 
+/// The spans exported over OTLP follow the GenAI semantic conventions and join the caller's
+/// trace from its `traceparent`.
 #[tokio::test]
 async fn spans_follow_the_genai_conventions_and_the_callers_trace() {
     let (receiver, otlp) = Receiver::start().await;

@@ -384,6 +384,8 @@ async fn children_the_previous_release_started_are_found_after_a_takeover() {
     assert_eq!(child.answer, "Paris.");
 }
 
+/// A parent run taken over by a peer finds the child it had started and follows it, instead
+/// of starting the child's work again.
 #[tokio::test]
 async fn a_parent_taken_over_follows_its_child_instead_of_starting_another() {
     let _turn = TURN.lock().await;

@@ -106,6 +106,8 @@ fn answers(n: usize) -> Vec<Reply> {
     (0..n).map(|_| Reply::text(&["Done."], (5, 2))).collect()
 }
 
+/// The stored agents' main path: an agent created, given versions and an alias, and run by
+/// reference to each.
 #[tokio::test]
 async fn an_agent_is_versioned_aliased_and_run_by_reference() {
     let (llm, server, mut agents) = start(answers(4)).await;
@@ -153,6 +155,7 @@ async fn an_agent_is_versioned_aliased_and_run_by_reference() {
     assert_eq!(started(&events).agent_version, 1, "a number pins a version");
 }
 
+/// Twenty versions created at once are numbered 1 to 20 with no gap and no repeat.
 #[tokio::test]
 async fn twenty_concurrent_version_creates_are_numbered_without_gaps() {
     let (_llm, server, _agents) = start(vec![]).await;
@@ -193,6 +196,8 @@ async fn twenty_concurrent_version_creates_are_numbered_without_gaps() {
     assert_eq!(listed, (1..=20).rev().collect::<Vec<u32>>());
 }
 
+/// Moving an alias with an expected version fails when another caller moved it first, so
+/// two deployers cannot overwrite each other unseen.
 #[tokio::test]
 async fn an_alias_moves_only_from_where_the_caller_expects() {
     let (_llm, server, _agents) = start(vec![]).await;
@@ -235,6 +240,8 @@ async fn an_alias_moves_only_from_where_the_caller_expects() {
     assert_eq!(agent.aliases, BTreeMap::from([("latest".into(), 2)]));
 }
 
+/// A run keeps the version it resolved at its start, even when its alias moves while it
+/// waits and the server restarts under it.
 #[tokio::test]
 async fn an_alias_moved_while_a_run_waits_and_the_server_restarts_never_changes_the_run() {
     let llm = FakeOpenAi::start(vec![
@@ -336,6 +343,8 @@ async fn an_alias_moved_while_a_run_waits_and_the_server_restarts_never_changes_
     server.stop().await;
 }
 
+/// Overrides given with a reference change that one run only, and are kept on its message,
+/// so what ran can be read back.
 #[tokio::test]
 async fn overrides_change_one_run_and_are_kept_on_its_message() {
     let (llm, server, mut agents) = start(answers(1)).await;
@@ -377,6 +386,8 @@ async fn overrides_change_one_run_and_are_kept_on_its_message() {
     );
 }
 
+/// A version read back with `GetAgentVersion` runs inline as `agent` with the same result,
+/// so an agent can be moved between deployments.
 #[tokio::test]
 async fn an_exported_version_runs_inline_unchanged() {
     let (llm, server, mut agents) = start(answers(1)).await;
@@ -440,6 +451,7 @@ fn as_tenant<T>(tenant: &str, message: T) -> Request<T> {
     request
 }
 
+/// A tenant cannot read, run, list or change another tenant's agents.
 #[tokio::test]
 async fn tenants_never_see_each_others_agents() {
     let (_llm, server, mut agents) = start(answers(1)).await;
@@ -495,6 +507,8 @@ async fn tenants_never_see_each_others_agents() {
     assert_eq!(mine.agents[0].latest_version, 1);
 }
 
+/// Bad agents and references are `INVALID_ARGUMENT` or `NOT_FOUND` naming the field, before
+/// anything is stored or run.
 #[tokio::test]
 async fn bad_agents_and_references_are_refused_naming_the_field() {
     let (_llm, server, mut agents) = start(vec![]).await;
@@ -617,6 +631,8 @@ async fn bad_agents_and_references_are_refused_naming_the_field() {
     assert_eq!(unknown_alias.code(), Code::NotFound);
 }
 
+/// Client tools given with a run by reference add to the version's own; one that repeats a
+/// version's client tool is refused naming it.
 #[tokio::test]
 async fn client_tools_add_to_the_versions_and_may_not_repeat_them() {
     let (_llm, server, mut agents) = start(vec![]).await;
@@ -648,6 +664,8 @@ async fn client_tools_add_to_the_versions_and_may_not_repeat_them() {
     );
 }
 
+/// Deleting an agent keeps the messages its runs wrote, still naming the agent and version
+/// they ran; a new run of it is `NOT_FOUND`.
 #[tokio::test]
 async fn a_deleted_agent_leaves_its_messages_naming_it() {
     let (_llm, server, mut agents) = start(answers(1)).await;

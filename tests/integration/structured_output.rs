@@ -55,6 +55,7 @@ fn prompt_text(request: &Value) -> String {
     request["messages"].to_string()
 }
 
+/// An answer that meets the output schema at once ends with the parsed document.
 #[tokio::test]
 async fn a_schema_met_at_once_gives_the_document() {
     for strategy in STRATEGIES {
@@ -87,6 +88,8 @@ async fn a_schema_met_at_once_gives_the_document() {
     }
 }
 
+/// An answer that misses the schema gets one repair round; met then, the run ends with the
+/// document.
 #[tokio::test]
 async fn a_schema_met_after_the_repair_round_gives_the_document() {
     for strategy in STRATEGIES {
@@ -115,6 +118,8 @@ async fn a_schema_met_after_the_repair_round_gives_the_document() {
     }
 }
 
+/// Under the text fallback, an answer that never meets the schema ends the run with the
+/// text and says the output is invalid.
 #[tokio::test]
 async fn a_schema_never_met_keeps_the_text_under_the_text_fallback() {
     for strategy in STRATEGIES {
@@ -138,6 +143,7 @@ async fn a_schema_never_met_keeps_the_text_under_the_text_fallback() {
     }
 }
 
+/// Under the error fallback, an answer that never meets the schema fails the run.
 #[tokio::test]
 async fn a_schema_never_met_fails_the_run_under_the_error_fallback() {
     for strategy in STRATEGIES {
@@ -152,6 +158,8 @@ async fn a_schema_never_met_fails_the_run_under_the_error_fallback() {
     }
 }
 
+/// A model configured with native structured output gets the schema as `response_format`,
+/// not as prompt text.
 #[tokio::test]
 async fn a_model_with_native_structured_output_gets_the_schema_as_response_format() {
     let (llm, _server, mut agents) = start(vec![answer(pb::Strategy::FunctionCalling, true)]).await;
@@ -170,6 +178,8 @@ async fn a_model_with_native_structured_output_gets_the_schema_as_response_forma
     );
 }
 
+/// An output schema that does not compile is `INVALID_ARGUMENT` naming the field, before
+/// the run starts.
 #[tokio::test]
 async fn a_schema_that_does_not_compile_is_refused_naming_the_field() {
     let (_llm, _server, mut agents) = start(vec![]).await;

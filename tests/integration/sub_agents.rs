@@ -71,6 +71,8 @@ fn end(events: &[pb::RunEvent]) -> pb::MessageEnd {
     }
 }
 
+/// A sub-agent's events stream inside its parent's, and the parent's usage counts the
+/// child's exactly once.
 #[tokio::test]
 async fn a_parent_streams_its_child_in_place_and_counts_its_usage_exactly() {
     let (llm, server, mut agents) = start(vec![
@@ -206,6 +208,8 @@ async fn a_parent_streams_its_child_in_place_and_counts_its_usage_exactly() {
     );
 }
 
+/// A child run that fails becomes a tool error its parent's model reads; the parent goes
+/// on.
 #[tokio::test]
 async fn a_child_that_fails_is_a_tool_error_the_parent_reads() {
     let (llm, server, mut agents) = start(vec![
@@ -231,6 +235,7 @@ async fn a_child_that_fails_is_a_tool_error_the_parent_reads() {
     assert!(replayed.to_string().contains("the sub-agent failed"));
 }
 
+/// Two sub-agent calls of one round run concurrently, not one after the other.
 #[tokio::test]
 async fn two_child_calls_of_one_round_run_at_once() {
     let (llm, server, mut agents) = start(vec![
@@ -320,6 +325,7 @@ async fn a_reused_call_id_starts_a_child_of_its_own() {
     assert_eq!(started.len(), 4, "a child per call");
 }
 
+/// Cancelling a parent cancels the child it is waiting on, so no child runs on unattended.
 #[tokio::test]
 async fn cancelling_the_parent_cancels_its_child() {
     let (_llm, server, mut agents) = start(vec![
@@ -375,6 +381,8 @@ async fn cancelling_the_parent_cancels_its_child() {
     );
 }
 
+/// An agent that reaches itself through other stored agents is stopped at run time instead
+/// of recursing.
 #[tokio::test]
 async fn a_cycle_through_stored_agents_is_refused_at_run_time() {
     let (llm, server, mut agents) = start(vec![
@@ -415,6 +423,7 @@ async fn a_cycle_through_stored_agents_is_refused_at_run_time() {
     );
 }
 
+/// A sub-agent call deeper than `runner.max_agent_depth` is refused as a tool error.
 #[tokio::test]
 async fn a_call_deeper_than_the_limit_is_refused() {
     let llm = FakeOpenAi::start(vec![
@@ -442,6 +451,8 @@ async fn a_call_deeper_than_the_limit_is_refused() {
     assert_eq!(llm.requests().len(), 4);
 }
 
+/// A version that names its own agent, or an agent that does not exist, as a sub-agent is
+/// refused when created.
 #[tokio::test]
 async fn a_version_may_not_name_its_own_agent_or_one_that_does_not_exist() {
     let (_llm, server, _agents) = start(vec![]).await;
@@ -482,6 +493,8 @@ async fn a_version_may_not_name_its_own_agent_or_one_that_does_not_exist() {
     );
 }
 
+/// A child's pending approval shows on its parent's stream and is answered through the
+/// parent's message.
 #[tokio::test]
 async fn a_childs_approval_shows_on_the_parent_and_is_answered_through_it() {
     let (llm, server, mut agents) = start(vec![
@@ -566,6 +579,8 @@ async fn a_childs_approval_shows_on_the_parent_and_is_answered_through_it() {
     assert_eq!(rounds[0].tool_calls[0].observation, "42");
 }
 
+/// Sub-agent runs take no slot of their tenant's concurrent-run or per-minute limits, so a
+/// parent at the limit cannot starve its own children.
 #[tokio::test]
 async fn children_take_no_slot_of_their_tenants_limit() {
     let llm = FakeOpenAi::start(vec![
@@ -820,6 +835,8 @@ async fn admission_counts_top_level_runs_not_their_children() {
     }
 }
 
+/// A sub-agent deleted after its caller's version was stored is a tool error the model
+/// reads, not a failed run.
 #[tokio::test]
 async fn a_sub_agent_deleted_since_is_a_tool_error() {
     let (llm, server, mut agents) = start(vec![
@@ -851,6 +868,7 @@ async fn a_sub_agent_deleted_since_is_a_tool_error() {
     assert_eq!(llm.requests().len(), 2, "no child started");
 }
 
+/// Deleting a conversation deletes the runs its messages' sub-agents made as well.
 #[tokio::test]
 async fn deleting_a_conversation_deletes_its_sub_agents_runs() {
     let (_llm, server, mut agents) = start(vec![

@@ -272,6 +272,8 @@ async fn a_provider_says_which_tools_may_be_called_again() {
     assert!(!add.idempotent, "a POST is not, unless declared");
 }
 
+/// Provider definitions that cannot work (a document that is not OpenAPI 3, a name already
+/// taken …) are refused naming the field, and nothing is registered for them.
 #[tokio::test]
 async fn bad_provider_definitions_are_refused() {
     let llm = FakeOpenAi::start(vec![]).await;
