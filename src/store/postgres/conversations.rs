@@ -4,7 +4,8 @@ use async_trait::async_trait;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::error::{codec, from_sqlx};
+use super::error::from_sqlx;
+use super::paged::{decode, encode, Paged};
 use super::Postgres;
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
@@ -13,32 +14,15 @@ use crate::store::{
     Admission, Adoption, Fence, Inserted, NewMessage, Page, PageSize, Refusal, StoreError, Swept,
 };
 
+/// Messages, a page at a time in their conversation.
+const MESSAGES: Paged = Paged {
+    table: "messages",
+    owner: "conversation_id",
+    order: "seq",
+};
+
 /// The epoch a run starts with on its first owner.
 const FIRST_EPOCH: i64 = 1;
-
-fn encode<T: serde::Serialize>(table: &'static str, record: &T) -> Result<String, StoreError> {
-    serde_json::to_string(record).map_err(|err| codec(table, err))
-}
-
-fn decode<T: serde::de::DeserializeOwned>(
-    table: &'static str,
-    text: &str,
-) -> Result<T, StoreError> {
-    serde_json::from_str(text).map_err(|err| codec(table, err))
-}
-
-/// How many of the records, sized in bytes, a page takes: at most `size.limit`, and none
-/// past the one that goes over `size.max_bytes`; and whether more follow.
-pub(super) fn fit(sizes: &[i64], size: PageSize) -> (usize, bool) {
-    let mut bytes = 0usize;
-    for (taken, record) in sizes.iter().enumerate() {
-        if taken >= size.limit || (taken > 0 && bytes > size.max_bytes) {
-            return (taken, true);
-        }
-        bytes += usize::try_from(*record).unwrap_or(0);
-    }
-    (sizes.len(), false)
-}
 
 impl Postgres {
     async fn read_message<T: serde::de::DeserializeOwned>(
@@ -228,42 +212,8 @@ impl crate::store::Conversations for Postgres {
         size: PageSize,
     ) -> Result<Page<Message>, StoreError> {
         let after = i64::try_from(after_seq).unwrap_or(i64::MAX);
-        let limit = i64::try_from(size.limit.saturating_add(1)).unwrap_or(i64::MAX);
-        let sizes: Vec<(i64, i32)> = sqlx::query_as(
-            "SELECT seq, octet_length(record) FROM messages \
-             WHERE tenant = $1 AND conversation_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.0)
-        .bind(after)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(from_sqlx)?;
-        let lengths: Vec<i64> = sizes.iter().map(|(_, len)| i64::from(*len)).collect();
-        let (taken, more) = fit(&lengths, size);
-        let Some(&(last, _)) = sizes.get(taken.saturating_sub(1)).filter(|_| taken > 0) else {
-            return Ok(Page {
-                items: Vec::new(),
-                more,
-            });
-        };
-        let rows: Vec<(String,)> = sqlx::query_as(
-            "SELECT record FROM messages \
-             WHERE tenant = $1 AND conversation_id = $2 AND seq > $3 AND seq <= $4 ORDER BY seq",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.0)
-        .bind(after)
-        .bind(last)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(from_sqlx)?;
-        let items = rows
-            .iter()
-            .map(|(text,)| decode("messages", text))
-            .collect::<Result<_, _>>()?;
-        Ok(Page { items, more })
+        self.read_page(&MESSAGES, tenant, conversation.0, after, size)
+            .await
     }
 
     async fn message_ids_before(
@@ -506,30 +456,5 @@ impl Postgres {
         self.get_idempotency(tenant, key)
             .await?
             .ok_or_else(|| super::unavailable("an idempotency key was taken and then released"))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_page_fits_its_limit_and_bytes() {
-        let size = PageSize {
-            limit: 3,
-            max_bytes: 100,
-        };
-        assert_eq!(fit(&[10, 10], size), (2, false));
-        assert_eq!(fit(&[10, 10, 10, 10], size), (3, true));
-        assert_eq!(
-            fit(&[60, 60, 10], size),
-            (2, true),
-            "stops once past the bytes"
-        );
-        assert_eq!(
-            fit(&[500, 10], size),
-            (1, true),
-            "a large first record alone"
-        );
     }
 }

@@ -12,6 +12,7 @@ mod committer;
 mod conversations;
 mod error;
 mod listen;
+mod paged;
 mod records;
 mod registry;
 mod replicas;

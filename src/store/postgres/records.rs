@@ -4,15 +4,18 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 
-use super::conversations::fit;
 use super::error::{codec, from_sqlx};
+use super::paged::{encode, Paged};
 use super::Postgres;
 use crate::domain::{EventEnvelope, FileId, FileRecord, MessageId, Tenant, Thought};
 use crate::store::{Burst, Fence, Page, PageSize, StoreError};
 
-fn encode<T: serde::Serialize>(table: &'static str, record: &T) -> Result<String, StoreError> {
-    serde_json::to_string(record).map_err(|err| codec(table, err))
-}
+/// Thoughts, a page at a time in their message.
+const THOUGHTS: Paged = Paged {
+    table: "thoughts",
+    owner: "message_id",
+    order: "position",
+};
 
 #[async_trait]
 impl crate::store::Records for Postgres {
@@ -24,43 +27,8 @@ impl crate::store::Records for Postgres {
         size: PageSize,
     ) -> Result<Page<Thought>, StoreError> {
         let after = after.map_or(-1, i64::from);
-        let limit = i64::try_from(size.limit.saturating_add(1)).unwrap_or(i64::MAX);
-        let sizes: Vec<(i32, i32)> = sqlx::query_as(
-            "SELECT position, octet_length(record) FROM thoughts \
-             WHERE tenant = $1 AND message_id = $2 AND position > $3 ORDER BY position LIMIT $4",
-        )
-        .bind(tenant.as_str())
-        .bind(message.0)
-        .bind(after)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(from_sqlx)?;
-        let lengths: Vec<i64> = sizes.iter().map(|(_, len)| i64::from(*len)).collect();
-        let (taken, more) = fit(&lengths, size);
-        let Some(&(last, _)) = sizes.get(taken.saturating_sub(1)).filter(|_| taken > 0) else {
-            return Ok(Page {
-                items: Vec::new(),
-                more,
-            });
-        };
-        let rows: Vec<(String,)> = sqlx::query_as(
-            "SELECT record FROM thoughts \
-             WHERE tenant = $1 AND message_id = $2 AND position > $3 AND position <= $4 \
-             ORDER BY position",
-        )
-        .bind(tenant.as_str())
-        .bind(message.0)
-        .bind(after)
-        .bind(i64::from(last))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(from_sqlx)?;
-        let items = rows
-            .iter()
-            .map(|(text,)| serde_json::from_str(text).map_err(|err| codec("thoughts", err)))
-            .collect::<Result<_, _>>()?;
-        Ok(Page { items, more })
+        self.read_page(&THOUGHTS, tenant, message.0, after, size)
+            .await
     }
 
     async fn put_file(
