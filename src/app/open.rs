@@ -8,25 +8,31 @@ use crate::api::TlsPem;
 use crate::cluster::nats::Nats;
 use crate::cluster::Bus;
 use crate::config::{Config, TlsConfig};
-use crate::store::{SecretKey, Store};
+use crate::store::{SecretKey, Store, StoreSettings};
 
 /// Opens the configured store (the shared database, else the embedded one under the data
 /// directory), sealing what an earlier version kept in plaintext. The runs a previous
 /// process left running are taken once the runner exists ([`super::serve`]).
 pub async fn open_store(config: &Config) -> Result<Store, AppError> {
-    let store = match config.store.database(&config.cluster) {
-        Some(settings) => {
+    let settings = config.store_settings();
+    match &settings {
+        StoreSettings::Shared(_) => {
             if config.server.secret_key.is_none() && config.server.secret_key_file.is_none() {
                 return Err(AppError::SharedKeyMissing);
             }
-            let key = secret_key(config)?;
-            let place = crate::store::describe_database(&settings.url);
-            let store = Store::connect(&settings, &key).await?;
-            tracing::info!(database = %place, replica = %config.cluster.id(), "records are kept in PostgreSQL");
-            store
         }
-        None => open_embedded(config)?,
-    };
+        StoreSettings::Embedded { dir, .. } => {
+            std::fs::create_dir_all(dir).map_err(|source| AppError::DataDir {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+    }
+    let store = Store::open(&settings, &secret_key(config)?).await?;
+    if let StoreSettings::Shared(database) = &settings {
+        let place = crate::store::describe_database(&database.url);
+        tracing::info!(database = %place, replica = %config.cluster.id(), "records are kept in PostgreSQL");
+    }
     recover(&store).await?;
     Ok(store)
 }
@@ -46,22 +52,6 @@ pub(super) async fn open_bus(config: &Config, store: &Store) -> Result<Arc<dyn B
     Ok(store
         .bus()
         .unwrap_or_else(|| Arc::new(crate::cluster::Silent::default())))
-}
-
-/// The embedded store under the data directory.
-fn open_embedded(config: &Config) -> Result<Store, AppError> {
-    let dir = &config.server.data_dir;
-    std::fs::create_dir_all(dir).map_err(|source| AppError::DataDir {
-        path: dir.clone(),
-        source,
-    })?;
-    let key = secret_key(config)?;
-    let store = Store::open_with_cache(
-        dir,
-        config.server.store_cache_mb.saturating_mul(1024 * 1024),
-        &key,
-    )?;
-    Ok(store)
 }
 
 /// Seals what an earlier version kept in plaintext.
@@ -86,7 +76,7 @@ fn secret_key(config: &Config) -> Result<SecretKey, AppError> {
         .server
         .secret_key_file
         .clone()
-        .unwrap_or_else(|| config.server.data_dir.join(crate::store::KEY_FILE));
+        .unwrap_or_else(|| config.server.data_dir.join(crate::config::KEY_FILE));
     if config.server.secret_key_file.is_none() && !path.exists() {
         tracing::warn!(path = %path.display(), "no secret key configured: credentials are sealed with a key made in the data directory; keep a key outside it (AGENT_RUNNER_SECRET_KEY) to protect them from a copy of the data");
     }

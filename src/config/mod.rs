@@ -63,9 +63,15 @@ fn default_metrics_max_connections() -> usize {
 fn default_handshake_timeout_secs() -> u64 {
     crate::net::DEFAULT_HANDSHAKE_TIMEOUT.as_secs()
 }
+/// The embedded database's page cache when the configuration does not say. sled's own
+/// default (1 GiB) lets the cache grow with everything written; runs mostly read back their
+/// own recent records.
 fn default_store_cache_mb() -> u64 {
-    crate::store::DEFAULT_CACHE_BYTES / (1024 * 1024)
+    16
 }
+
+/// The key file made in the data directory when no key is configured.
+pub const KEY_FILE: &str = "secret.key";
 
 /// `[server]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -501,6 +507,18 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// Where records are kept: the shared database when `[store] database_url` is set,
+    /// else the embedded one under `[server] data_dir`.
+    pub fn store_settings(&self) -> crate::store::StoreSettings {
+        match self.store.database(&self.cluster) {
+            Some(database) => crate::store::StoreSettings::Shared(database),
+            None => crate::store::StoreSettings::Embedded {
+                dir: self.server.data_dir.clone(),
+                cache_bytes: self.server.store_cache_mb.saturating_mul(1024 * 1024),
+            },
+        }
+    }
+
     /// Reads the file named by `args` (if any), applies the flags and validates.
     pub fn load(args: &ServeArgs) -> Result<Self, ConfigError> {
         let mut config = match &args.config {

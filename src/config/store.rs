@@ -58,7 +58,7 @@ impl Default for StoreConfig {
 
 impl StoreConfig {
     /// How to reach the shared database, when one is configured, as replica `cluster`.
-    pub fn database(&self, cluster: &super::ClusterConfig) -> Option<DatabaseSettings> {
+    pub(super) fn database(&self, cluster: &super::ClusterConfig) -> Option<DatabaseSettings> {
         self.database_url.as_ref().map(|url| DatabaseSettings {
             url: url.expose().to_owned(),
             replica_id: cluster.id().to_owned(),

@@ -19,9 +19,9 @@ mod error;
 mod postgres;
 mod retire;
 mod sealed;
+mod settings;
 mod sled;
 
-use std::path::Path;
 use std::sync::Arc;
 
 pub use contract::{
@@ -30,9 +30,10 @@ pub use contract::{
     RegistryChanges, StoredProvider, Swept, TakenCommand,
 };
 pub use error::{Category, StoreError};
-pub use postgres::{describe as describe_database, with_database, Settings as DatabaseSettings};
+pub use postgres::{describe as describe_database, with_database};
 pub use retire::retire_old_events;
 pub use sealed::SecretKey;
+pub use settings::{DatabaseSettings, StoreSettings};
 
 /// What a sweep does with one run whose owner is gone.
 pub(crate) enum Fate {
@@ -95,12 +96,6 @@ pub(crate) fn end_orphan(
 /// Why a message a process left running at its end is interrupted.
 pub(crate) const STOPPED: &str = "the server stopped while this message was running";
 
-/// Page cache of the embedded database when the configuration does not say.
-pub const DEFAULT_CACHE_BYTES: u64 = self::sled::DEFAULT_CACHE_BYTES;
-
-/// The key file made in the data directory when no key is configured.
-pub const KEY_FILE: &str = self::sled::KEY_FILE;
-
 /// Handle to the store; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -121,30 +116,18 @@ impl Store {
         Self { backend }
     }
 
-    /// Opens (or creates) the embedded database under `path` with the default page cache,
-    /// sealing credentials with the key file in `path` (made at first use).
-    pub fn open(path: &Path) -> Result<Self, StoreError> {
-        Ok(Self::new(Arc::new(self::sled::Embedded::open(path)?)))
-    }
-
-    /// Opens (or creates) the embedded database under `path`, keeping at most `cache_bytes`
-    /// of pages in memory and sealing credentials with `key`.
-    pub fn open_with_cache(
-        path: &Path,
-        cache_bytes: u64,
-        key: &SecretKey,
-    ) -> Result<Self, StoreError> {
-        Ok(Self::new(Arc::new(self::sled::Embedded::open_with_cache(
-            path,
-            cache_bytes,
-            key,
-        )?)))
-    }
-
-    /// Connects to the shared database `settings` name (PostgreSQL), migrating it and
-    /// checking that it was sealed with `key`; one process per database.
-    pub async fn connect(settings: &DatabaseSettings, key: &SecretKey) -> Result<Self, StoreError> {
-        Ok(Self::new(postgres::Postgres::connect(settings, key).await?))
+    /// Opens the store `settings` name, sealing credentials with `key`: the embedded
+    /// database (made under its directory at first use), or the shared one (migrated, and
+    /// checked to have been sealed with `key`; one process per replica id).
+    pub async fn open(settings: &StoreSettings, key: &SecretKey) -> Result<Self, StoreError> {
+        match settings {
+            StoreSettings::Embedded { dir, cache_bytes } => Ok(Self::new(Arc::new(
+                self::sled::Embedded::open(dir, *cache_bytes, key)?,
+            ))),
+            StoreSettings::Shared(database) => {
+                Ok(Self::new(postgres::Postgres::connect(database, key).await?))
+            }
+        }
     }
 
     /// A throw-away embedded database that lives in memory; for tests and benchmarks.

@@ -1,10 +1,10 @@
 //! A conversation keeps its turns: later runs send the earlier ones to the model.
 
+use crate::support::open_data_dir;
 use agent_runner::api::convert::json_to_struct;
 use agent_runner::llm::Tokenizer;
 use agent_runner::pb;
 use agent_runner::pb::run_event::Event;
-use agent_runner::store::Store;
 use serde_json::{json, Value};
 use tonic::Code;
 
@@ -381,7 +381,7 @@ async fn deleting_a_conversation_leaves_nothing_behind() {
     assert_eq!(status.code(), Code::NotFound);
     server.stop().await;
 
-    let store = Store::open(&dir.path().join("")).unwrap();
+    let store = open_data_dir(dir.path()).await;
     for id in [&conversation_id, &message_id] {
         let uuid: uuid::Uuid = id.parse().unwrap();
         assert_eq!(

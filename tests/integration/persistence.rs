@@ -1,10 +1,11 @@
 //! Records survive a restart, and runs a crash left behind are marked interrupted.
 
+use crate::support::open_data_dir;
 use agent_runner::domain::{
     Conversation, ConversationId, Message, MessageId, MessageStatus, StrategyKind, Tenant, Usage,
 };
 use agent_runner::pb;
-use agent_runner::store::{Burst, Fence, NewMessage, Record, Store};
+use agent_runner::store::{Burst, Fence, NewMessage, Record};
 
 use crate::support::{message, run_request, run_to_end, TestServer};
 use crate::support::{FakeOpenAi, Reply, ScriptedCall};
@@ -231,7 +232,7 @@ async fn messages_left_running_by_a_crash_become_interrupted() {
     let tenant = Tenant::default_tenant();
     let message_id = MessageId::new();
     {
-        let store = Store::open(dir.path()).unwrap();
+        let store = open_data_dir(dir.path()).await;
         let conversation = Conversation {
             id: ConversationId::new(),
             tenant: tenant.clone(),

@@ -45,10 +45,6 @@ impl From<sled::Error> for StoreError {
     }
 }
 
-/// Page cache when the configuration does not say. sled's own default (1 GiB) lets the
-/// cache grow with everything written; runs mostly read back their own recent records.
-pub const DEFAULT_CACHE_BYTES: u64 = 16 * 1024 * 1024;
-
 /// Attempts, 50 ms apart, to take a directory whose lock is still held.
 const LOCK_RETRIES: u32 = 60;
 
@@ -58,9 +54,6 @@ fn is_lock_held(err: &std::io::Error) -> bool {
 
 /// A key of the `running` tree no message uses (message keys start with a tenant).
 const PROBE_KEY: &[u8] = b"\0probe";
-
-/// The key file made in the data directory when no key is configured.
-pub const KEY_FILE: &str = "secret.key";
 
 /// Schema version written into every value.
 const SCHEMA_VERSION: u32 = 1;
@@ -192,21 +185,9 @@ impl OrderLocks {
 }
 
 impl Embedded {
-    /// Opens (or creates) the database under `path` with the default page cache, sealing
-    /// credentials with the key file in `path` (made at first use).
-    pub fn open(path: &Path) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(path).map_err(|err| StoreError::SecretKey(err.to_string()))?;
-        let key = SecretKey::load_or_create(&path.join(KEY_FILE))?;
-        Self::open_with_cache(path, DEFAULT_CACHE_BYTES, &key)
-    }
-
     /// Opens (or creates) the database under `path`, keeping at most `cache_bytes` of
     /// pages in memory.
-    pub fn open_with_cache(
-        path: &Path,
-        cache_bytes: u64,
-        key: &SecretKey,
-    ) -> Result<Self, StoreError> {
+    pub fn open(path: &Path, cache_bytes: u64, key: &SecretKey) -> Result<Self, StoreError> {
         let location = Location {
             path: path.to_owned(),
             cache_bytes,
@@ -460,6 +441,9 @@ mod conformance_tests {
     use crate::store::Store;
 
     /// Embedded stores in one temporary directory, opened again from it.
+    /// The page cache of the stores the checks open.
+    const CACHE_BYTES: u64 = 16 * 1024 * 1024;
+
     struct OnDisk {
         dir: tempfile::TempDir,
         key: SecretKey,
@@ -472,7 +456,7 @@ mod conformance_tests {
         async fn fresh(&self) -> Store {
             let path = self.dir.path().join(uuid::Uuid::new_v4().to_string());
             *self.last.lock().unwrap() = Some(path.clone());
-            let opened = Embedded::open_with_cache(&path, DEFAULT_CACHE_BYTES, &self.key);
+            let opened = Embedded::open(&path, CACHE_BYTES, &self.key);
             Store::new(Arc::new(opened.expect("a fresh store opens")))
         }
 
@@ -486,7 +470,7 @@ mod conformance_tests {
             drop(store);
             let reopened = tokio::task::spawn_blocking({
                 let key = self.key.clone();
-                move || Embedded::open_with_cache(&path, DEFAULT_CACHE_BYTES, &key)
+                move || Embedded::open(&path, CACHE_BYTES, &key)
             });
             Store::new(Arc::new(
                 reopened.await.unwrap().expect("the store opens again"),

@@ -464,3 +464,16 @@ pub async fn read_rest(stream: &mut tonic::Streaming<pb::RunEvent>) -> Vec<pb::R
     }
     events
 }
+
+/// The embedded store a server keeps under its data directory `dir`, opened as the server
+/// opens it (with the key file it made there).
+pub async fn open_data_dir(dir: &Path) -> Store {
+    let key =
+        agent_runner::store::SecretKey::load_or_create(&dir.join(agent_runner::config::KEY_FILE))
+            .unwrap();
+    let settings = agent_runner::store::StoreSettings::Embedded {
+        dir: dir.to_owned(),
+        cache_bytes: 16 * 1024 * 1024,
+    };
+    Store::open(&settings, &key).await.unwrap()
+}
