@@ -18,6 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// Default deadline for a new connection's handshake and first bytes.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -95,15 +96,24 @@ pub struct ListenerLimits {
 
 /// Accepts on `listener` until `stop`, handing on connections within `limits`: each holds a
 /// place until it is dropped. Accept errors back off instead of spinning, and an error for
-/// lack of descriptors turns `descriptors` off until one can be opened.
+/// lack of descriptors turns `descriptors` off until one can be opened. The loop (and the
+/// descriptors' recovery) run on `tasks`.
 pub fn accept(
     listener: TcpListener,
     limits: ListenerLimits,
     descriptors: Descriptors,
     stop: CancellationToken,
+    tasks: &TaskTracker,
 ) -> mpsc::Receiver<Admitted> {
     let (sender, receiver) = mpsc::channel(64);
-    tokio::spawn(accept_loop(listener, limits, descriptors, stop, sender));
+    tasks.spawn(accept_loop(
+        listener,
+        limits,
+        descriptors,
+        stop,
+        sender,
+        tasks.clone(),
+    ));
     receiver
 }
 
@@ -113,6 +123,7 @@ async fn accept_loop(
     descriptors: Descriptors,
     stop: CancellationToken,
     sender: mpsc::Sender<Admitted>,
+    tasks: TaskTracker,
 ) {
     let places = Arc::new(Semaphore::new(limits.max_connections));
     let mut backoff = FIRST_BACKOFF;
@@ -150,7 +161,7 @@ async fn accept_loop(
                         tracing::error!(error = %err, "cannot accept connections: out of descriptors; health is NOT_SERVING until descriptors free up");
                         let descriptors = descriptors.clone();
                         let stop = stop.clone();
-                        tokio::spawn(async move { descriptors.recover(&stop).await });
+                        tasks.spawn(async move { descriptors.recover(&stop).await });
                     }
                     descriptors.set(false);
                 } else {

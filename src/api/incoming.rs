@@ -18,6 +18,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
 use super::{RouterError, TlsPem};
@@ -92,17 +93,19 @@ pub fn tls_acceptor(pem: &TlsPem) -> Result<TlsAcceptor, RouterError> {
 
 /// The connections of `listener` for the transport: at most `limits.max_connections` at
 /// once, each closed unless its TLS handshake (when `tls` is set) and HTTP/2 preface are
-/// done within `limits.handshake_timeout`.
+/// done within `limits.handshake_timeout`. Accepting and handshakes run on `tasks`.
 pub fn incoming(
     listener: TcpListener,
     limits: ListenerLimits,
     tls: Option<TlsAcceptor>,
     descriptors: Descriptors,
     stop: CancellationToken,
+    tasks: &TaskTracker,
 ) -> Incoming {
-    let mut admitted = net::accept(listener, limits, descriptors, stop);
+    let mut admitted = net::accept(listener, limits, descriptors, stop, tasks);
     let (sender, receiver) = mpsc::channel(64);
-    tokio::spawn(async move {
+    let handshakes = tasks.clone();
+    tasks.spawn(async move {
         while let Some(connection) = admitted.recv().await {
             match &tls {
                 None => {
@@ -120,7 +123,7 @@ pub fn incoming(
                 Some(acceptor) => {
                     let acceptor = acceptor.clone();
                     let sender = sender.clone();
-                    tokio::spawn(async move {
+                    handshakes.spawn(async move {
                         if let Some(secured) = handshake(acceptor, connection).await {
                             let _ = sender.send(Ok(secured)).await;
                         }

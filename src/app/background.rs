@@ -113,6 +113,11 @@ impl Background {
         ));
     }
 
+    /// The tracker the API's connections are accepted on, so shutdown waits for them too.
+    pub fn tasks(&self) -> &TaskTracker {
+        &self.tasks
+    }
+
     /// A token that stops following health: shutdown turns health `NOT_SERVING` for good.
     pub fn health_token(&self) -> CancellationToken {
         self.health.clone()

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic_health::pb::health_server::{Health, HealthServer};
 
 use super::open::{open_bus, open_store, read_tls};
@@ -108,12 +109,13 @@ impl Core {
     }
 
     /// The connections the API is served on: `listener`'s, admitted within the configured
-    /// limits, over TLS when configured, until `stop`.
+    /// limits, over TLS when configured, until `stop`; accepting runs on `tasks`.
     pub fn incoming(
         &self,
         config: &Config,
         listener: TcpListener,
         stop: CancellationToken,
+        tasks: &TaskTracker,
     ) -> Result<crate::api::incoming::Incoming, AppError> {
         let tls = read_tls(&config.tls)?
             .map(|pem| crate::api::incoming::tls_acceptor(&pem))
@@ -124,6 +126,7 @@ impl Core {
             tls,
             self.descriptors.clone(),
             stop,
+            tasks,
         ))
     }
 }

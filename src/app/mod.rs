@@ -43,7 +43,12 @@ pub async fn serve(
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     let stopping = stop_serving(shutdown, &background, reporter, core.runner.clone(), grace);
     let stop_accepting = CancellationToken::new();
-    let incoming = core.incoming(&config, listener, stop_accepting.clone())?;
+    let incoming = core.incoming(
+        &config,
+        listener,
+        stop_accepting.clone(),
+        background.tasks(),
+    )?;
     let served = router
         .serve_with_incoming_shutdown(incoming, stopping)
         .await;

@@ -157,9 +157,11 @@ impl Runner {
         }
         self.draining.cancel();
         let shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(grace).await;
-            shutdown.cancel();
+        self.tracker.spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(grace) => shutdown.cancel(),
+                () = shutdown.cancelled() => {}
+            }
         });
     }
 
@@ -369,19 +371,20 @@ impl Runner {
         // reset) drops this future, not the write and the launch, which would leave a
         // message `RUNNING` that nothing drives.
         let runner = self.clone();
-        tokio::spawn(async move {
-            runner
-                .write_and_launch(spec, prepared, cancel, arrived)
-                .await
-        })
-        .await
-        .map_err(|err| {
-            if err.is_cancelled() {
-                RunError::ShuttingDown
-            } else {
-                RunError::Interrupted
-            }
-        })?
+        self.tracker
+            .spawn(async move {
+                runner
+                    .write_and_launch(spec, prepared, cancel, arrived)
+                    .await
+            })
+            .await
+            .map_err(|err| {
+                if err.is_cancelled() {
+                    RunError::ShuttingDown
+                } else {
+                    RunError::Interrupted
+                }
+            })?
     }
 
     /// Writes a new run's message and launches its task; follows the earlier run of a key
@@ -578,12 +581,13 @@ impl Runner {
             message.id,
             events,
             cancel.clone(),
+            &self.tracker,
         );
         if let Some(resumption) = &resumption {
             emitter.continue_after(resumption.last_seq);
         }
         if let Some(deadline) = spec.deadline {
-            cancel_after(cancel.clone(), deadline);
+            self.tracker.spawn(cancel_after(cancel.clone(), deadline));
         }
         let span = run::span(&spec, &agent, &message);
         let family = self.family_of(&spec);
@@ -665,12 +669,11 @@ fn check_sizes(spec: &RunSpec, settings: &RunnerSettings) -> Result<(), RunError
     Ok(())
 }
 
-/// Cancels `cancel` once `deadline` has passed, unless it fired before.
-fn cancel_after(cancel: CancellationToken, deadline: Duration) {
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = cancel.cancelled() => {}
-            _ = tokio::time::sleep(deadline) => cancel.cancel(),
-        }
-    });
+/// Cancels `cancel` once `deadline` has passed, unless it fired before (a run's token
+/// fires at shutdown too, so this never holds shutdown up).
+async fn cancel_after(cancel: CancellationToken, deadline: Duration) {
+    tokio::select! {
+        () = cancel.cancelled() => {}
+        () = tokio::time::sleep(deadline) => cancel.cancel(),
+    }
 }

@@ -11,6 +11,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::Metrics;
 use crate::net::{Descriptors, ListenerLimits};
@@ -47,12 +48,14 @@ pub async fn serve_metrics(
     pages: Option<Arc<dyn Pages>>,
     stop: CancellationToken,
 ) {
-    let mut admitted = crate::net::accept(listener, limits, descriptors, stop.clone());
+    let connections = TaskTracker::new();
+    let mut admitted =
+        crate::net::accept(listener, limits, descriptors, stop.clone(), &connections);
     while let Some(connection) = admitted.recv().await {
         let metrics = Arc::clone(&metrics);
         let pages = pages.clone();
         let stop = stop.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let service = service_fn(move |request| {
                 let metrics = Arc::clone(&metrics);
                 let pages = pages.clone();
@@ -74,6 +77,9 @@ pub async fn serve_metrics(
             }
         });
     }
+    // Each connection ends at `stop`, so this wait is short.
+    connections.close();
+    connections.wait().await;
 }
 
 async fn answer(

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::domain::{ConversationId, MessageId, Tenant};
 use crate::domain::{EventEnvelope, RunEvent};
@@ -57,14 +58,16 @@ pub struct Emitter {
 
 impl Emitter {
     /// An emitter for one message; its publisher commits bursts to `destination` and
-    /// broadcasts their events on `events`. A storage failure cancels the run through
-    /// `cancel`, since nothing it does could be announced any more.
+    /// broadcasts their events on `events`, on `tasks` (the runner's, which shutdown waits
+    /// for). A storage failure cancels the run through `cancel`, since nothing it does
+    /// could be announced any more.
     pub fn new(
         destination: Destination,
         conversation_id: ConversationId,
         message_id: MessageId,
         events: broadcast::Sender<EventEnvelope>,
         cancel: CancellationToken,
+        tasks: &TaskTracker,
     ) -> Self {
         let (batches, queue) = mpsc::unbounded_channel();
         let failed = Arc::new(AtomicBool::new(false));
@@ -78,7 +81,7 @@ impl Emitter {
             failing: Arc::clone(&failing),
             settle: Some(settle),
         };
-        tokio::spawn(publisher.run(queue));
+        tasks.spawn(publisher.run(queue));
         Self {
             conversation_id,
             message_id,
@@ -460,6 +463,7 @@ mod tests {
             MessageId::new(),
             events,
             CancellationToken::new(),
+            &TaskTracker::new(),
         );
         (emitter, received, flushes)
     }
@@ -556,6 +560,7 @@ mod tests {
             message.id,
             events,
             CancellationToken::new(),
+            &TaskTracker::new(),
         );
         (store, message, emitter, received)
     }
