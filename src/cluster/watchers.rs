@@ -430,7 +430,7 @@ mod tests {
         assert_eq!(source.reads.load(Ordering::SeqCst), 1, "one read for ten");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn carried_events_are_handed_on_and_replays_dropped_without_a_read() {
         let source = Arc::new(Scripted::default());
         let message = MessageId::new();
@@ -468,7 +468,7 @@ mod tests {
         assert_eq!(source.reads.load(Ordering::SeqCst), 1);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn the_store_is_polled_only_after_a_second_without_notices() {
         let source = Arc::new(Scripted::default());
         let message = MessageId::new();

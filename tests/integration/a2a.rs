@@ -397,6 +397,7 @@ async fn a_working_task_is_followed_and_cancelled() {
         first.payload,
         Some(a2a::stream_response::Payload::Task(_))
     ));
+    // Let the run get into its model call, so the cancel stops a run in progress.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let cancelled = client
         .cancel_task(call(

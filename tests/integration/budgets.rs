@@ -221,6 +221,7 @@ async fn waits_for_approval_do_not_count_against_the_wall_clock() {
             break;
         }
     }
+    // Time spent waiting on the caller, which the wall-clock budget must not count.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     client
         .approve_tool_calls(pb::ApproveToolCallsRequest {

@@ -73,6 +73,7 @@ async fn silent_connections_are_closed_and_capped() {
         "closed for silence, not at once: {waited:?}"
     );
 
+    // Past the handshake deadline: an established channel stays however long it idles.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         health(established).await,
@@ -104,6 +105,8 @@ async fn running_out_of_descriptors_turns_health_off_until_they_free_up() {
         silent.push(TcpStream::connect(service.addr).await.unwrap());
     }
     let cpu_before = cpu_ticks(service.child.id());
+    // Real processes and real descriptors: the service needs a moment to run out of them,
+    // and the CPU it spends meanwhile is measured over a second.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_ne!(health(channel.clone()).await, SERVING);
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -200,6 +203,7 @@ async fn over_tls_a_handshake_without_a_preface_is_closed_too() {
         "a TLS connection without a preface is closed"
     );
 
+    // Past the handshake deadline: an established TLS channel stays however long it idles.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         health(established).await,

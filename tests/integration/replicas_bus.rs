@@ -328,6 +328,7 @@ async fn followers_on_a_peer_share_one_read_per_commit() {
         let rest = read_within(&mut stream, Duration::from_secs(30)).await;
         carried.push(rest.iter().map(|e| e.seq).collect::<Vec<_>>());
     }
+    // The statistics are flushed about once a second: read past a flush.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let spent = committed(&database).await - before;
     let first = seen.len() as u64 + 1;

@@ -272,6 +272,7 @@ async fn a_call_in_flight_when_its_owner_dies_is_never_made_twice() {
         panic!("the run ends normally: {followed:?}");
     };
     assert_eq!(end.answer, "I could not confirm the order.");
+    // Time for a call made twice by mistake to reach the order service before it counts.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(orders.placed.load(Ordering::SeqCst), 1, "never made twice");
     let keys = orders.shown.lock().unwrap().clone();
@@ -568,6 +569,7 @@ async fn outputs_sent_while_the_owner_stops_reach_the_peer_that_goes_on() {
     };
     let mut a = replica_on(dir.path(), &llm, &database, &key, "a", &patient).await;
     let b = replica_on(dir.path(), &llm, &database, &key, "b", &patient).await;
+    // As above: b holds its own lease for a whole lease before it judges a peer gone.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (_waiting, seen) = started_asking(&a, "Where is order A1?").await;
     let id = seen[0].message_id.clone();

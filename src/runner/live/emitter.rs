@@ -622,6 +622,7 @@ mod tests {
                 if !events.is_empty() {
                     return events;
                 }
+                // A real store, written by its own threads: real time, polled.
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         };

@@ -345,7 +345,7 @@ mod tests {
         assert_eq!(expected.delivered().await, Some(decision));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_answer_that_came_before_its_wait_is_taken_by_the_wait_it_answers() {
         let mailbox = Mailbox::default();
         mailbox.deliver_early(Delivery::Outputs(vec![output("a")]));

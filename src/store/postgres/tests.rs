@@ -220,6 +220,7 @@ async fn a_commit_waiting_on_a_sweep_that_moved_its_run_writes_nothing() {
     let fence = store.fence();
     let writer = store.clone();
     let commit = tokio::spawn(async move { writer.commit(&tenant(), &fence, &burst).await });
+    // A real database holds the commit on a row lock: real time for it to get there.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         !commit.is_finished(),

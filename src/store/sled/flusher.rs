@@ -304,6 +304,7 @@ mod tests {
     fn a_flush_waits_for_the_other_writers_request() {
         let (send, queue) = mpsc::channel();
         let late = thread::spawn(move || {
+            // The flusher waits on a thread's channel, which paused time cannot reach.
             thread::sleep(Duration::from_millis(20));
             send.send(request()).unwrap();
             send
