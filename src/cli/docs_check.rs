@@ -83,8 +83,8 @@ fn cli_flags() -> BTreeSet<String> {
     flags
 }
 
-/// The long flags the benchmark's and the scripted model's binaries declare, read from
-/// their sources (they are binaries, not part of this library).
+/// The long flags the benchmark's and the scripted model's binaries and the performance
+/// page's script declare, read from their sources (they are not part of this library).
 fn binary_flags() -> BTreeSet<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut flags = BTreeSet::new();
@@ -103,6 +103,12 @@ fn binary_flags() -> BTreeSet<String> {
             let field = lines.find(|l| !l.trim().starts_with("#[")).unwrap_or("");
             let name = field.trim().trim_start_matches("pub ").split(':').next();
             flags.extend(name.map(|n| n.trim().replace('_', "-")));
+        }
+    }
+    let script = std::fs::read_to_string(root.join("bench/performance.py")).expect("the script");
+    for line in script.lines() {
+        if let Some(rest) = line.trim().strip_prefix("parser.add_argument(\"--") {
+            flags.extend(rest.split('"').next().map(str::to_owned));
         }
     }
     flags
