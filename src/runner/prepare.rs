@@ -181,8 +181,8 @@ fn resolve(
         })
         .transpose()?;
     let mut bound = ToolSet::bind(&tools.snapshot(&spec.tenant), &spec.agent.tools)?;
-    bound.add_client_tools(&spec.client_tools, &mut budget)?;
-    bound.add_agent_tools(agent_tools, &mut budget)?;
+    crate::tools::add_client_tools(&mut bound, &spec.client_tools, &mut budget)?;
+    crate::tools::add_agent_tools(&mut bound, agent_tools, &mut budget)?;
     let output_instruction = output
         .as_ref()
         .and_then(|output| output.instruction(strategy.kind()))

@@ -6,11 +6,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::schema::PatternBudget;
-use super::toolset::Bound;
-use super::{
-    ErasedTool, Provider, ProviderKind, ToolDescriptor, ToolError, ToolOutput, ToolSet,
-    ToolSetError,
-};
+use super::toolset::RunBy;
+use super::{ErasedTool, ToolDescriptor, ToolError, ToolOutput, ToolSet, ToolSetError};
 
 /// Name of the pseudo-provider of sub-agent tools.
 pub const AGENT_PROVIDER: &str = "agents";
@@ -53,63 +50,37 @@ fn input_schema() -> Value {
     })
 }
 
-impl ToolSet {
-    /// Adds stored agents as tools; a name another tool of the run has is refused.
-    pub fn add_agent_tools(
-        &mut self,
-        agents: &[SubAgentTool],
-        budget: &mut PatternBudget,
-    ) -> Result<(), ToolSetError> {
-        if agents.is_empty() {
-            return Ok(());
+/// Adds stored agents to `set` as tools; a name another tool of the run has is refused.
+pub fn add_agent_tools(
+    set: &mut ToolSet,
+    agents: &[SubAgentTool],
+    budget: &mut PatternBudget,
+) -> Result<(), ToolSetError> {
+    let mut tools = Vec::new();
+    for (index, agent) in agents.iter().enumerate() {
+        if set.has(&agent.name) {
+            return Err(ToolSetError::SubAgentName {
+                index,
+                reason: format!(
+                    "sub-agent {:?} has the name of another tool of the run",
+                    agent.name
+                ),
+            });
         }
-        let mut tools = Vec::new();
-        for (index, agent) in agents.iter().enumerate() {
-            if self.has(&agent.name) {
-                return Err(ToolSetError::SubAgentName {
-                    index,
-                    reason: format!(
-                        "sub-agent {:?} has the name of another tool of the run",
-                        agent.name
-                    ),
-                });
-            }
-            tools.push(Arc::new(AgentTool {
-                descriptor: ToolDescriptor {
-                    provider: AGENT_PROVIDER.to_owned(),
-                    name: agent.name.clone(),
-                    description: agent.description.clone(),
-                    parameters: input_schema(),
-                    ..ToolDescriptor::default()
-                },
-            }) as Arc<dyn ErasedTool>);
-        }
-        let provider = Provider::within(AGENT_PROVIDER, ProviderKind::Client, "", tools, budget)
-            .map_err(|err| ToolSetError::ClientSchema {
-                index: 0,
-                reason: err.to_string(),
-            })?;
-        let provider = Arc::new(provider);
-        for agent in agents {
-            if let Some(tool) = provider.tools.get(&agent.name) {
-                self.push(
-                    &agent.name,
-                    Bound {
-                        provider: Arc::clone(&provider),
-                        tool: tool.clone(),
-                        preset: Map::new(),
-                        client: false,
-                        agent: true,
-                        approval: false,
-                    },
-                );
-            }
-        }
-        Ok(())
+        let tool = Arc::new(AgentTool {
+            descriptor: ToolDescriptor {
+                provider: AGENT_PROVIDER.to_owned(),
+                name: agent.name.clone(),
+                description: agent.description.clone(),
+                parameters: input_schema(),
+                ..ToolDescriptor::default()
+            },
+        }) as Arc<dyn ErasedTool>;
+        tools.push((tool, RunBy::Loop));
     }
-
-    /// Whether the tool the model calls `name` is a sub-agent.
-    pub fn is_agent(&self, name: &str) -> bool {
-        self.bound(name).is_some_and(|bound| bound.agent)
-    }
+    set.add_stand_ins(AGENT_PROVIDER, tools, budget)
+        .map_err(|err| ToolSetError::ClientSchema {
+            index: 0,
+            reason: err.to_string(),
+        })
 }

@@ -6,14 +6,10 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::observation;
 use super::schema::PatternBudget;
-use super::toolset::{tool_config, Bound};
-use super::{
-    ErasedTool, Invocation, Provider, ProviderKind, ToolDescriptor, ToolError, ToolOutput,
-};
+use super::toolset::RunBy;
+use super::{ErasedTool, ToolDescriptor, ToolError, ToolOutput};
 use super::{ToolSet, ToolSetError};
-use crate::domain::{CallOutcome, ToolInvokeMeta};
 
 /// A tool the caller of a run executes itself.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -56,48 +52,46 @@ impl ErasedTool for ClientTool {
 /// Name of the pseudo-provider of client tools.
 pub const CLIENT_PROVIDER: &str = "client";
 
-impl ToolSet {
-    /// Adds the caller's own tools; their names must not clash with the run's other tools,
-    /// and their schemas' patterns count against the request's `budget`.
-    pub fn add_client_tools(
-        &mut self,
-        specs: &[ClientToolSpec],
-        budget: &mut PatternBudget,
-    ) -> Result<(), ToolSetError> {
-        if specs.is_empty() {
-            return Ok(());
+/// Adds the caller's own tools to `set`; their names must not clash with the run's other
+/// tools, and their schemas' patterns count against the request's `budget`.
+pub fn add_client_tools(
+    set: &mut ToolSet,
+    specs: &[ClientToolSpec],
+    budget: &mut PatternBudget,
+) -> Result<(), ToolSetError> {
+    let mut tools = Vec::new();
+    for (index, spec) in specs.iter().enumerate() {
+        let valid = !spec.name.is_empty()
+            && spec.name.len() <= 64
+            && spec
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid {
+            let reason = "must be 1 to 64 letters, digits, `_` or `-`".to_owned();
+            return Err(ToolSetError::ClientName { index, reason });
         }
-        let mut tools = Vec::new();
-        for (index, spec) in specs.iter().enumerate() {
-            let valid = !spec.name.is_empty()
-                && spec.name.len() <= 64
-                && spec
-                    .name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-            if !valid {
-                let reason = "must be 1 to 64 letters, digits, `_` or `-`".to_owned();
-                return Err(ToolSetError::ClientName { index, reason });
-            }
-            if self.has(&spec.name) || specs[..index].iter().any(|s| s.name == spec.name) {
-                let reason = format!(
-                    "tool name {:?} is already used by another tool of the run",
-                    spec.name
-                );
-                return Err(ToolSetError::ClientName { index, reason });
-            }
-            tools.push(Arc::new(ClientTool {
-                descriptor: ToolDescriptor {
-                    provider: CLIENT_PROVIDER.to_owned(),
-                    name: spec.name.clone(),
-                    description: spec.description.clone(),
-                    parameters: spec.parameters.clone(),
-                    ..ToolDescriptor::default()
-                },
-            }) as Arc<dyn ErasedTool>);
+        if set.has(&spec.name) || specs[..index].iter().any(|s| s.name == spec.name) {
+            let reason = format!(
+                "tool name {:?} is already used by another tool of the run",
+                spec.name
+            );
+            return Err(ToolSetError::ClientName { index, reason });
         }
-        let provider = Provider::within(CLIENT_PROVIDER, ProviderKind::Client, "", tools, budget)
-            .map_err(|err| {
+        let tool = Arc::new(ClientTool {
+            descriptor: ToolDescriptor {
+                provider: CLIENT_PROVIDER.to_owned(),
+                name: spec.name.clone(),
+                description: spec.description.clone(),
+                parameters: spec.parameters.clone(),
+                ..ToolDescriptor::default()
+            },
+        }) as Arc<dyn ErasedTool>;
+        let approval = spec.require_approval;
+        tools.push((tool, RunBy::Caller { approval }));
+    }
+    set.add_stand_ins(CLIENT_PROVIDER, tools, budget)
+        .map_err(|err| {
             let index = specs
                 .iter()
                 .position(|s| err.to_string().contains(&s.name))
@@ -106,68 +100,5 @@ impl ToolSet {
                 index,
                 reason: err.to_string(),
             }
-        })?;
-        let provider = Arc::new(provider);
-        for spec in specs {
-            if let Some(tool) = provider.tools.get(&spec.name) {
-                self.push(
-                    &spec.name,
-                    Bound {
-                        provider: Arc::clone(&provider),
-                        tool: tool.clone(),
-                        preset: Map::new(),
-                        client: true,
-                        agent: false,
-                        approval: spec.require_approval,
-                    },
-                );
-            }
-        }
-        Ok(())
-    }
-
-    /// Whether the caller runs the tool the model calls `name`.
-    pub fn is_client(&self, name: &str) -> bool {
-        self.bound(name).is_some_and(|bound| bound.client)
-    }
-
-    /// Checks a client tool call's arguments as any call's; the failure is the observation
-    /// the model gets instead of asking the caller.
-    pub fn check_client_call(&self, name: &str, arguments: &str) -> Result<(), Box<Invocation>> {
-        self.checked(name, arguments).map(drop)
-    }
-
-    /// The outcome of a client tool call from what the caller submitted.
-    pub fn client_result(
-        &self,
-        name: &str,
-        output: String,
-        error: Option<String>,
-        time_cost: f64,
-    ) -> Invocation {
-        let config = self.bound(name).map(tool_config).unwrap_or_default();
-        match error.filter(|e| !e.is_empty()) {
-            Some(error) => observation::failure(
-                CallOutcome::Error,
-                CLIENT_PROVIDER.to_owned(),
-                observation::invoke_error(&error),
-                time_cost,
-                config,
-            ),
-            None => Invocation {
-                provider: CLIENT_PROVIDER.to_owned(),
-                outcome: CallOutcome::Success,
-                files: Vec::new(),
-                resources: super::records::resources_in(&output),
-                observation: output,
-                meta: ToolInvokeMeta {
-                    time_cost,
-                    error: None,
-                    tool_config: config,
-                    usage: None,
-                    tool_calls: 0,
-                },
-            },
-        }
-    }
+        })
 }

@@ -31,8 +31,8 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-pub use agents::{SubAgentTool, AGENT_PROVIDER};
-pub use client::{ClientToolSpec, CLIENT_PROVIDER};
+pub use agents::{add_agent_tools, SubAgentTool, AGENT_PROVIDER};
+pub use client::{add_client_tools, ClientToolSpec, CLIENT_PROVIDER};
 pub use error::{RegistryError, ToolError};
 pub use outbound::{OutboundError, OutboundPolicy};
 pub use providers::{ProviderError, ProviderSettings};

@@ -17,6 +17,8 @@ use serde_json::{json, Map, Value};
 
 use super::observation;
 use super::registry::{Provider, RegisteredTool, ToolSnapshot};
+use super::schema::PatternBudget;
+use super::{ErasedTool, ProviderKind, RegistryError};
 use crate::domain::{CallOutcome, ErrorKind, ToolInvokeMeta};
 
 /// A tool named in a run's configuration.
@@ -106,6 +108,19 @@ pub(super) struct Bound {
     pub(super) agent: bool,
     /// Calls wait for approval before they run.
     pub(super) approval: bool,
+}
+
+/// Who runs a stand-in tool a run adds to its set: the caller (after an approval, when it
+/// needs one), or the loop (a sub-agent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RunBy {
+    /// The caller of the run.
+    Caller {
+        /// Calls wait for approval before they go to the caller.
+        approval: bool,
+    },
+    /// The agent loop, as a sub-agent run.
+    Loop,
 }
 
 /// The tools of one run, bound to their presets, by the name the model calls them.
@@ -399,6 +414,95 @@ impl ToolSet {
 
     pub(super) fn has(&self, name: &str) -> bool {
         self.by_name.contains_key(name)
+    }
+
+    /// Adds stand-ins (tools the caller or the loop runs) under the pseudo-provider
+    /// `provider`; their schemas' patterns count against `budget`.
+    pub(super) fn add_stand_ins(
+        &mut self,
+        provider: &str,
+        tools: Vec<(Arc<dyn ErasedTool>, RunBy)>,
+        budget: &mut PatternBudget,
+    ) -> Result<(), RegistryError> {
+        if tools.is_empty() {
+            return Ok(());
+        }
+        let named: Vec<(String, RunBy)> = tools
+            .iter()
+            .map(|(tool, by)| (tool.descriptor().name.clone(), *by))
+            .collect();
+        let tools = tools.into_iter().map(|(tool, _)| tool).collect();
+        let provider = Arc::new(Provider::within(
+            provider,
+            ProviderKind::Client,
+            "",
+            tools,
+            budget,
+        )?);
+        for (name, by) in named {
+            if let Some(tool) = provider.tools.get(&name) {
+                let bound = Bound {
+                    provider: Arc::clone(&provider),
+                    tool: tool.clone(),
+                    preset: Map::new(),
+                    client: matches!(by, RunBy::Caller { .. }),
+                    agent: by == RunBy::Loop,
+                    approval: by == RunBy::Caller { approval: true },
+                };
+                self.push(&name, bound);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the tool the model calls `name` is a sub-agent.
+    pub fn is_agent(&self, name: &str) -> bool {
+        self.bound(name).is_some_and(|bound| bound.agent)
+    }
+
+    /// Whether the caller runs the tool the model calls `name`.
+    pub fn is_client(&self, name: &str) -> bool {
+        self.bound(name).is_some_and(|bound| bound.client)
+    }
+
+    /// Checks a client tool call's arguments as any call's; the failure is the observation
+    /// the model gets instead of asking the caller.
+    pub fn check_client_call(&self, name: &str, arguments: &str) -> Result<(), Box<Invocation>> {
+        self.checked(name, arguments).map(drop)
+    }
+
+    /// The outcome of a client tool call from what the caller submitted.
+    pub fn client_result(
+        &self,
+        name: &str,
+        output: String,
+        error: Option<String>,
+        time_cost: f64,
+    ) -> Invocation {
+        let config = self.bound(name).map(tool_config).unwrap_or_default();
+        match error.filter(|e| !e.is_empty()) {
+            Some(error) => observation::failure(
+                CallOutcome::Error,
+                super::CLIENT_PROVIDER.to_owned(),
+                observation::invoke_error(&error),
+                time_cost,
+                config,
+            ),
+            None => Invocation {
+                provider: super::CLIENT_PROVIDER.to_owned(),
+                outcome: CallOutcome::Success,
+                files: Vec::new(),
+                resources: super::records::resources_in(&output),
+                observation: output,
+                meta: ToolInvokeMeta {
+                    time_cost,
+                    error: None,
+                    tool_config: config,
+                    usage: None,
+                    tool_calls: 0,
+                },
+            },
+        }
     }
 }
 
