@@ -16,8 +16,8 @@ use super::halt::{or_cancel, Halt};
 use super::launch::{child_message_id, legacy_child_message_id, ChildRun, ChildStart, Family};
 use super::state::Round;
 use crate::domain::{
-    CallAt, CallOutcome, ChildEvent, EventEnvelope, FinishReason, MessageStatus, ParentLink,
-    RunBudget, RunEvent, ToolInvokeMeta,
+    CallAt, CallOutcome, ChildEvent, EventEnvelope, FinishReason, MessageId, MessageStatus,
+    ParentLink, RunBudget, RunEvent, ToolInvokeMeta,
 };
 use crate::runner::error::RunError;
 use crate::runner::tree::{TreeHandle, TreeSlot};
@@ -61,87 +61,100 @@ impl Drop for StopOnDrop {
 /// A followed child's item: one of its events, or the end of them (`None`).
 type ChildItem = (usize, Option<Result<EventEnvelope, RunError>>);
 
-impl RoundTools<'_> {
+/// A round's sub-agent calls as they run: the children followed, their event streams, the
+/// calls still to start, and the share of the budget each child gets.
+pub(super) struct ChildCalls<'t, 'a> {
+    calls: &'t mut RoundTools<'a>,
+    family: &'a Family,
+    share: RunBudget,
+    pending: VecDeque<usize>,
+    following: Vec<Following>,
+    streams: SelectAll<BoxStream<'static, ChildItem>>,
+}
+
+impl<'t, 'a> ChildCalls<'t, 'a> {
     /// Runs the sub-agent calls at `indices`, at most `runner.tool_concurrency` at once as
     /// other tools are, carrying their events, and records each child's end as its call's
     /// result.
-    pub(super) async fn run_child_calls(
-        &mut self,
+    pub(super) async fn run(
+        calls: &'t mut RoundTools<'a>,
         round: &mut Round,
         indices: Vec<usize>,
     ) -> Result<(), Halt> {
-        let Some(family) = self.family else {
+        let Some(family) = calls.family else {
             return Ok(());
         };
-        let share = self.children_budget(indices.len());
-        let mut pending: VecDeque<usize> = indices.into();
-        let mut following: Vec<Following> = Vec::new();
-        let mut streams: SelectAll<BoxStream<'static, ChildItem>> = SelectAll::new();
-        let limit = self.settings.tool_concurrency.max(1);
+        let share = children_budget(calls, indices.len());
+        let mut children = Self {
+            calls,
+            family,
+            share,
+            pending: indices.into(),
+            following: Vec::new(),
+            streams: SelectAll::new(),
+        };
+        children.follow_all(round).await
+    }
+
+    /// Starts calls while there is room, and carries the children's events until every
+    /// child has ended.
+    async fn follow_all(&mut self, round: &mut Round) -> Result<(), Halt> {
+        let limit = self.calls.settings.tool_concurrency.max(1);
         loop {
-            while streams.len() < limit {
-                let Some(index) = pending.pop_front() else {
+            while self.streams.len() < limit {
+                let Some(index) = self.pending.pop_front() else {
                     break;
                 };
-                self.follow_child(family, round, index, &share, &mut following, &mut streams)
-                    .await?;
+                self.follow(round, index).await?;
             }
-            let Some((slot, item)) = or_cancel(self.cancel, streams.next()).await? else {
-                if pending.is_empty() {
+            let Some((slot, item)) = or_cancel(self.calls.cancel, self.streams.next()).await?
+            else {
+                if self.pending.is_empty() {
                     break;
                 }
                 continue;
             };
             match item {
-                Some(item) => {
-                    self.carry(family, round, &mut following, slot, item)
-                        .await?
-                }
+                Some(item) => self.carry(round, slot, item).await?,
                 // Its events ended: its place in the tree is free for the next call.
-                None => following[slot].slot = None,
+                None => self.following[slot].slot = None,
             }
         }
-        self.show_waiting(&[])?;
-        Ok(())
+        // Every child has ended: nothing is waited for any more.
+        self.show(MessageStatus::Running)
     }
 
     /// Starts (or, after a takeover, finds) the child of the call at `index` and follows
     /// its events; a call that starts nothing is recorded with why.
-    async fn follow_child(
-        &mut self,
-        family: &Family,
-        round: &mut Round,
-        index: usize,
-        share: &RunBudget,
-        following: &mut Vec<Following>,
-        streams: &mut SelectAll<BoxStream<'static, ChildItem>>,
-    ) -> Result<(), Halt> {
+    async fn follow(&mut self, round: &mut Round, index: usize) -> Result<(), Halt> {
         let call = round.thought.tool_calls[index].clone();
         let at = CallAt {
             position: round.thought.position,
             index: u32::try_from(index).unwrap_or(u32::MAX),
         };
         let stop = StopOnDrop {
-            child: self.cancel.child_token(),
-            draining: self.draining.clone(),
+            child: self.calls.cancel.child_token(),
+            draining: self.calls.draining.clone(),
         };
-        let started = self
-            .start_child(family, at, &call, share, stop.child.clone())
-            .await;
+        let parent = self.calls.message.id;
+        let child = stop.child.clone();
+        let started = start_child(self.family, &self.share, parent, at, &call, child).await;
         let (run, agent_id, tree_slot) = match started {
             Ok(started) => started,
-            Err(invocation) => return self.record(round, index, invocation).await,
+            Err(invocation) => return self.calls.record(round, index, invocation).await,
         };
         let carried = match run.found {
             true => {
-                self.recorder
-                    .last_child_seq(self.message.id, run.message_id)
+                let parent = self.calls.message.id;
+                self.calls
+                    .recorder
+                    .last_child_seq(parent, run.message_id)
                     .await?
             }
             false => 0,
         };
-        let slot = following.len();
-        following.push(Following {
+        let slot = self.following.len();
+        self.following.push(Following {
             index,
             call_id: call.id.clone(),
             agent_id,
@@ -158,7 +171,7 @@ impl RoundTools<'_> {
             .map(Some)
             .chain(futures::stream::once(async { None }))
             .map(move |item| (slot, item));
-        streams.push(events.boxed());
+        self.streams.push(events.boxed());
         Ok(())
     }
 
@@ -166,9 +179,7 @@ impl RoundTools<'_> {
     /// for, and records the call's result when the event ends the child.
     async fn carry(
         &mut self,
-        family: &Family,
         round: &mut Round,
-        following: &mut [Following],
         slot: usize,
         item: Result<EventEnvelope, RunError>,
     ) -> Result<(), Halt> {
@@ -178,11 +189,13 @@ impl RoundTools<'_> {
                 let text = observation::invoke_error(&format_args!(
                     "the sub-agent's run could not be followed: {err}"
                 ));
-                let invocation = failure(text, following[slot].started);
-                return self.record(round, following[slot].index, invocation).await;
+                let child = &self.following[slot];
+                let (index, invocation) = (child.index, failure(text, child.started));
+                return self.calls.record(round, index, invocation).await;
             }
         };
-        let child = &mut following[slot];
+        let depth = self.family.depth + 1;
+        let child = &mut self.following[slot];
         child.tool_calls = child.tool_calls.saturating_add(tool_calls_in(&event.event));
         let end = child_result(&event.event, child.started).map(|mut invocation| {
             invocation.meta.tool_calls = child.tool_calls;
@@ -194,26 +207,30 @@ impl RoundTools<'_> {
         let carried = (event.seq > child.carried).then(|| {
             RunEvent::Child(Box::new(ChildEvent {
                 tool_call_id: child.call_id.clone(),
-                depth: family.depth + 1,
+                depth,
                 agent_id: child.agent_id.clone(),
                 agent_version: child.agent_version,
                 event,
             }))
         });
-        self.show_waiting(following)?;
+        self.show_waiting()?;
         if let Some(carried) = carried {
-            self.recorder.announce(carried);
+            self.calls.recorder.announce(carried);
         }
         if let Some(invocation) = end {
-            self.record(round, index, invocation).await?;
+            self.calls.record(round, index, invocation).await?;
         }
         Ok(())
     }
 
     /// Shows on this run's message what its children wait for: approval when any waits
     /// for one, else tool outputs when any waits for those, else running.
-    fn show_waiting(&mut self, following: &[Following]) -> Result<(), Halt> {
-        let waits = |status| following.iter().any(|child| child.wait == Some(status));
+    fn show_waiting(&mut self) -> Result<(), Halt> {
+        let waits = |status| {
+            self.following
+                .iter()
+                .any(|child| child.wait == Some(status))
+        };
         let status = if waits(MessageStatus::WaitingApproval) {
             MessageStatus::WaitingApproval
         } else if waits(MessageStatus::WaitingToolOutputs) {
@@ -221,118 +238,123 @@ impl RoundTools<'_> {
         } else {
             MessageStatus::Running
         };
-        if self.message.status == status {
+        self.show(status)
+    }
+
+    /// Shows `status` on this run's message, unless it shows it already.
+    fn show(&mut self, status: MessageStatus) -> Result<(), Halt> {
+        if self.calls.message.status == status {
             return Ok(());
         }
-        self.set_status(status)
+        self.calls.set_status(status)
     }
+}
 
-    /// What is left of the run's budget for each of `children` started at once: they
-    /// share what this run has not spent (this round's calls counted as made).
-    fn children_budget(&self, children: usize) -> RunBudget {
-        if self.budget.is_unlimited() {
-            return self.budget.clone();
-        }
-        let mut spent = self.spent.clone();
-        spent.tool_calls = spent.tool_calls.saturating_add(self.made);
-        if let Some(clock) = self.clock.as_deref() {
-            spent.seconds = clock.running().as_secs_f64();
-        }
-        let ways = u32::try_from(children).unwrap_or(u32::MAX);
-        self.budget.left_for_children(&spent, ways)
+/// Starts the child `call` of `parent` asks for, holding its place in the tree, or says
+/// why it does not start.
+async fn start_child(
+    family: &Family,
+    budget: &RunBudget,
+    parent: MessageId,
+    at: CallAt,
+    call: &crate::domain::ToolCallRecord,
+    cancel: CancellationToken,
+) -> Result<(ChildRun, String, TreeSlot), Invocation> {
+    let started = Instant::now();
+    let refuse = |code: &str, text: String| {
+        failure(
+            observation::invoke_error(&format_args!("{code}: {text}")),
+            started,
+        )
+    };
+    let Some(agent) = family
+        .sub_agents
+        .iter()
+        .find(|sub| sub.agent_id == call.name)
+    else {
+        return Err(refuse(
+            "unknown_agent",
+            format!("{} is not a sub-agent of this agent", call.name),
+        ));
+    };
+    let input = serde_json::from_str::<serde_json::Value>(&call.arguments)
+        .ok()
+        .and_then(|args| {
+            args.get("input")
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        })
+        .filter(|input| !input.trim().is_empty());
+    let Some(input) = input else {
+        return Err(failure(
+            observation::invalid_arguments("`input` must be a non-empty string"),
+            started,
+        ));
+    };
+    let depth = family.depth + 1;
+    if depth > family.max_depth {
+        return Err(refuse(
+            "max_depth",
+            format!(
+                "{} would run at depth {depth}, deeper than runner.max_agent_depth ({})",
+                agent.agent_id, family.max_depth
+            ),
+        ));
     }
+    if family.lineage.contains(&agent.agent_id) {
+        return Err(refuse(
+            "agent_recursion",
+            format!(
+                "{} is already running above this call ({})",
+                agent.agent_id,
+                family.lineage.join(" → ")
+            ),
+        ));
+    }
+    let tree_slot = family
+        .tree
+        .reserve()
+        .map_err(|full| refuse("sub_agent_limit", full.to_string()))?;
+    let start = ChildStart {
+        tenant: family.tenant.clone(),
+        user: family.user.clone(),
+        agent: agent.clone(),
+        input,
+        parent: ParentLink {
+            message_id: parent,
+            tool_call_id: call.id.clone(),
+            depth,
+            call_at: Some(at),
+        },
+        lineage: family.lineage.clone(),
+        message_id: child_message_id(parent, at, call),
+        legacy_id: legacy_child_message_id(parent, &call.id),
+        budget: budget.clone(),
+        tree: TreeHandle(family.tree.clone()),
+        max_children: family.max_children,
+    };
+    match family.launcher.start_child(start, cancel).await {
+        Ok(run) => Ok((run, agent.agent_id.clone(), tree_slot)),
+        Err(RunError::LimitExceeded { limit, detail, .. }) => {
+            Err(refuse("sub_agent_limit", format!("{limit}: {detail}")))
+        }
+        Err(err) => Err(refuse("agent_unavailable", err.to_string())),
+    }
+}
 
-    /// Starts the child `call` asks for, holding its place in the tree, or says why it
-    /// does not start.
-    async fn start_child(
-        &self,
-        family: &Family,
-        at: CallAt,
-        call: &crate::domain::ToolCallRecord,
-        budget: &RunBudget,
-        cancel: CancellationToken,
-    ) -> Result<(ChildRun, String, TreeSlot), Invocation> {
-        let started = Instant::now();
-        let refuse = |code: &str, text: String| {
-            failure(
-                observation::invoke_error(&format_args!("{code}: {text}")),
-                started,
-            )
-        };
-        let Some(agent) = family
-            .sub_agents
-            .iter()
-            .find(|sub| sub.agent_id == call.name)
-        else {
-            return Err(refuse(
-                "unknown_agent",
-                format!("{} is not a sub-agent of this agent", call.name),
-            ));
-        };
-        let input = serde_json::from_str::<serde_json::Value>(&call.arguments)
-            .ok()
-            .and_then(|args| {
-                args.get("input")
-                    .and_then(|v| v.as_str())
-                    .map(str::to_owned)
-            })
-            .filter(|input| !input.trim().is_empty());
-        let Some(input) = input else {
-            return Err(failure(
-                observation::invalid_arguments("`input` must be a non-empty string"),
-                started,
-            ));
-        };
-        let depth = family.depth + 1;
-        if depth > family.max_depth {
-            return Err(refuse(
-                "max_depth",
-                format!(
-                    "{} would run at depth {depth}, deeper than runner.max_agent_depth ({})",
-                    agent.agent_id, family.max_depth
-                ),
-            ));
-        }
-        if family.lineage.contains(&agent.agent_id) {
-            return Err(refuse(
-                "agent_recursion",
-                format!(
-                    "{} is already running above this call ({})",
-                    agent.agent_id,
-                    family.lineage.join(" → ")
-                ),
-            ));
-        }
-        let tree_slot = family
-            .tree
-            .reserve()
-            .map_err(|full| refuse("sub_agent_limit", full.to_string()))?;
-        let start = ChildStart {
-            tenant: family.tenant.clone(),
-            user: family.user.clone(),
-            agent: agent.clone(),
-            input,
-            parent: ParentLink {
-                message_id: self.message.id,
-                tool_call_id: call.id.clone(),
-                depth,
-                call_at: Some(at),
-            },
-            lineage: family.lineage.clone(),
-            message_id: child_message_id(self.message.id, at, call),
-            legacy_id: legacy_child_message_id(self.message.id, &call.id),
-            budget: budget.clone(),
-            tree: TreeHandle(family.tree.clone()),
-            max_children: family.max_children,
-        };
-        match family.launcher.start_child(start, cancel).await {
-            Ok(run) => Ok((run, agent.agent_id.clone(), tree_slot)),
-            Err(RunError::LimitExceeded { limit, detail, .. }) => {
-                Err(refuse("sub_agent_limit", format!("{limit}: {detail}")))
-            }
-            Err(err) => Err(refuse("agent_unavailable", err.to_string())),
-        }
+/// What is left of the run's budget for each of `children` started at once: they share
+/// what this run has not spent (this round's calls counted as made).
+fn children_budget(calls: &RoundTools<'_>, children: usize) -> RunBudget {
+    if calls.budget.is_unlimited() {
+        return calls.budget.clone();
     }
+    let mut spent = calls.spent.clone();
+    spent.tool_calls = spent.tool_calls.saturating_add(calls.made);
+    if let Some(clock) = calls.clock.as_deref() {
+        spent.seconds = clock.running().as_secs_f64();
+    }
+    let ways = u32::try_from(children).unwrap_or(u32::MAX);
+    calls.budget.left_for_children(&spent, ways)
 }
 
 /// The tool calls a child's event starts: one for each call it announces as started, also

@@ -11,6 +11,7 @@ use tracing::{field, Instrument};
 
 use super::allowance;
 use super::calls::{tool_label, RoundTools};
+use super::children::ChildCalls;
 use super::halt::{or_cancel, Halt};
 use super::state::Round;
 use crate::domain::{BudgetKind, MessageStatus, RunEvent, ToolCallRecord};
@@ -132,7 +133,7 @@ impl RoundTools<'_> {
             .into_iter()
             .partition(|index| self.tools.is_agent(&round.thought.tool_calls[*index].name));
         self.run_server_calls(round, server).await?;
-        self.run_child_calls(round, children).await?;
+        ChildCalls::run(self, round, children).await?;
         self.run_client_calls(round, client).await?;
         self.recorder.announce_thought(&round.thought);
         Ok(())
