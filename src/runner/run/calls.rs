@@ -1,56 +1,31 @@
-//! What running a round's calls needs from its run, and how a call's result is stored
-//! and announced; shared by the server's, the caller's and the sub-agents' calls.
+//! How a call's result is stored and announced, and a wait shown on the message; shared by
+//! the server's, the caller's and the sub-agents' calls.
 
-use std::sync::Arc;
 use std::time::Duration;
-
-use tokio_util::sync::CancellationToken;
 
 use super::allowance::Clock;
 use super::halt::Halt;
-use super::launch::Family;
 use super::recorder::Recorder;
 use super::state::Round;
-use crate::domain::{Message, MessageStatus, RunBudget, Spent};
-use crate::runner::live::Mailbox;
-use crate::runner::settings::RunnerSettings;
+use crate::domain::{Message, MessageStatus};
 use crate::telemetry::Metrics;
-use crate::tools::{Invocation, ToolSet, CLIENT_PROVIDER};
+use crate::tools::{Invocation, CLIENT_PROVIDER};
 
-/// What running a round's calls needs from its run.
-pub struct RoundTools<'a> {
-    /// The run's tools.
-    pub tools: &'a Arc<ToolSet>,
-    /// Timeouts and concurrency.
-    pub settings: &'a RunnerSettings,
-    /// Stops every call at once.
-    pub cancel: &'a CancellationToken,
-    /// Fires when the process hands its runs over: a wait for the caller is a step's end.
-    pub draining: &'a CancellationToken,
+/// Where a round's call results go (written, counted, then announced), and the message
+/// whose status shows what the round waits for; the wall clock stands still while the
+/// run waits on the caller.
+pub struct CallResults<'a> {
     /// Where results are written and announced.
     pub recorder: &'a mut Recorder,
-    /// Where the caller's results arrive.
-    pub mailbox: &'a Mailbox,
     /// The message, whose status shows a wait for the caller.
     pub message: &'a mut Message,
     /// Where tool calls are counted.
     pub metrics: &'a Metrics,
-    /// How long the round's first wait had lasted under a lost owner: that much less is
-    /// left of it.
-    pub waited: Duration,
-    /// Where sub-agents start, when the agent has any.
-    pub family: Option<&'a Family>,
-    /// What the run may spend.
-    pub budget: &'a RunBudget,
-    /// What it spent before this round's calls.
-    pub spent: Spent,
     /// The wall clock, which stands still while the run waits on the caller.
     pub clock: Option<&'a mut Clock>,
-    /// Calls of this round made (or being made) so far.
-    pub made: u32,
 }
 
-impl RoundTools<'_> {
+impl CallResults<'_> {
     /// Shows `status` on the message, stored and announced with the next write.
     pub(super) fn set_status(&mut self, status: MessageStatus) -> Result<(), Halt> {
         if let Some(clock) = self.clock.as_deref_mut() {

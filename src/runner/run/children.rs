@@ -11,7 +11,7 @@ use futures::stream::{BoxStream, SelectAll};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::calls::RoundTools;
+use super::calls::CallResults;
 use super::halt::{or_cancel, Halt};
 use super::launch::{child_message_id, legacy_child_message_id, ChildRun, ChildStart, Family};
 use super::state::Round;
@@ -61,12 +61,25 @@ impl Drop for StopOnDrop {
 /// A followed child's item: one of its events, or the end of them (`None`).
 type ChildItem = (usize, Option<Result<EventEnvelope, RunError>>);
 
+/// What a round gives its sub-agent calls.
+pub(super) struct ChildRound<'a> {
+    /// Where sub-agents start.
+    pub family: &'a Family,
+    /// Stops every call at once.
+    pub cancel: &'a CancellationToken,
+    /// Fires when the process hands its runs over: children then go on without this run.
+    pub draining: &'a CancellationToken,
+    /// Children followed at once.
+    pub limit: usize,
+    /// What each child may spend.
+    pub share: RunBudget,
+}
+
 /// A round's sub-agent calls as they run: the children followed, their event streams, the
 /// calls still to start, and the share of the budget each child gets.
 pub(super) struct ChildCalls<'t, 'a> {
-    calls: &'t mut RoundTools<'a>,
-    family: &'a Family,
-    share: RunBudget,
+    results: &'t mut CallResults<'a>,
+    round: ChildRound<'a>,
     pending: VecDeque<usize>,
     following: Vec<Following>,
     streams: SelectAll<BoxStream<'static, ChildItem>>,
@@ -77,18 +90,14 @@ impl<'t, 'a> ChildCalls<'t, 'a> {
     /// other tools are, carrying their events, and records each child's end as its call's
     /// result.
     pub(super) async fn run(
-        calls: &'t mut RoundTools<'a>,
+        results: &'t mut CallResults<'a>,
+        given: ChildRound<'a>,
         round: &mut Round,
         indices: Vec<usize>,
     ) -> Result<(), Halt> {
-        let Some(family) = calls.family else {
-            return Ok(());
-        };
-        let share = children_budget(calls, indices.len());
         let mut children = Self {
-            calls,
-            family,
-            share,
+            results,
+            round: given,
             pending: indices.into(),
             following: Vec::new(),
             streams: SelectAll::new(),
@@ -99,7 +108,7 @@ impl<'t, 'a> ChildCalls<'t, 'a> {
     /// Starts calls while there is room, and carries the children's events until every
     /// child has ended.
     async fn follow_all(&mut self, round: &mut Round) -> Result<(), Halt> {
-        let limit = self.calls.settings.tool_concurrency.max(1);
+        let limit = self.round.limit;
         loop {
             while self.streams.len() < limit {
                 let Some(index) = self.pending.pop_front() else {
@@ -107,7 +116,7 @@ impl<'t, 'a> ChildCalls<'t, 'a> {
                 };
                 self.follow(round, index).await?;
             }
-            let Some((slot, item)) = or_cancel(self.calls.cancel, self.streams.next()).await?
+            let Some((slot, item)) = or_cancel(self.round.cancel, self.streams.next()).await?
             else {
                 if self.pending.is_empty() {
                     break;
@@ -133,20 +142,28 @@ impl<'t, 'a> ChildCalls<'t, 'a> {
             index: u32::try_from(index).unwrap_or(u32::MAX),
         };
         let stop = StopOnDrop {
-            child: self.calls.cancel.child_token(),
-            draining: self.calls.draining.clone(),
+            child: self.round.cancel.child_token(),
+            draining: self.round.draining.clone(),
         };
-        let parent = self.calls.message.id;
+        let parent = self.results.message.id;
         let child = stop.child.clone();
-        let started = start_child(self.family, &self.share, parent, at, &call, child).await;
+        let started = start_child(
+            self.round.family,
+            &self.round.share,
+            parent,
+            at,
+            &call,
+            child,
+        )
+        .await;
         let (run, agent_id, tree_slot) = match started {
             Ok(started) => started,
-            Err(invocation) => return self.calls.record(round, index, invocation).await,
+            Err(invocation) => return self.results.record(round, index, invocation).await,
         };
         let carried = match run.found {
             true => {
-                let parent = self.calls.message.id;
-                self.calls
+                let parent = self.results.message.id;
+                self.results
                     .recorder
                     .last_child_seq(parent, run.message_id)
                     .await?
@@ -191,10 +208,10 @@ impl<'t, 'a> ChildCalls<'t, 'a> {
                 ));
                 let child = &self.following[slot];
                 let (index, invocation) = (child.index, failure(text, child.started));
-                return self.calls.record(round, index, invocation).await;
+                return self.results.record(round, index, invocation).await;
             }
         };
-        let depth = self.family.depth + 1;
+        let depth = self.round.family.depth + 1;
         let child = &mut self.following[slot];
         child.tool_calls = child.tool_calls.saturating_add(tool_calls_in(&event.event));
         let end = child_result(&event.event, child.started).map(|mut invocation| {
@@ -215,10 +232,10 @@ impl<'t, 'a> ChildCalls<'t, 'a> {
         });
         self.show_waiting()?;
         if let Some(carried) = carried {
-            self.calls.recorder.announce(carried);
+            self.results.recorder.announce(carried);
         }
         if let Some(invocation) = end {
-            self.calls.record(round, index, invocation).await?;
+            self.results.record(round, index, invocation).await?;
         }
         Ok(())
     }
@@ -243,10 +260,10 @@ impl<'t, 'a> ChildCalls<'t, 'a> {
 
     /// Shows `status` on this run's message, unless it shows it already.
     fn show(&mut self, status: MessageStatus) -> Result<(), Halt> {
-        if self.calls.message.status == status {
+        if self.results.message.status == status {
             return Ok(());
         }
-        self.calls.set_status(status)
+        self.results.set_status(status)
     }
 }
 
@@ -340,21 +357,6 @@ async fn start_child(
         }
         Err(err) => Err(refuse("agent_unavailable", err.to_string())),
     }
-}
-
-/// What is left of the run's budget for each of `children` started at once: they share
-/// what this run has not spent (this round's calls counted as made).
-fn children_budget(calls: &RoundTools<'_>, children: usize) -> RunBudget {
-    if calls.budget.is_unlimited() {
-        return calls.budget.clone();
-    }
-    let mut spent = calls.spent.clone();
-    spent.tool_calls = spent.tool_calls.saturating_add(calls.made);
-    if let Some(clock) = calls.clock.as_deref() {
-        spent.seconds = clock.running().as_secs_f64();
-    }
-    let ways = u32::try_from(children).unwrap_or(u32::MAX);
-    calls.budget.left_for_children(&spent, ways)
 }
 
 /// The tool calls a child's event starts: one for each call it announces as started, also

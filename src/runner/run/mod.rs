@@ -41,12 +41,13 @@ use resume::Resume;
 pub use resume::{rebuild, Resumption};
 use takeover::PickUp;
 
-use self::calls::RoundTools;
+use self::calls::CallResults;
 use self::halt::Halt;
 pub use self::output::Output;
 use self::prompt::prompt_context;
 pub use self::spans::span;
 use self::state::{Round, RunState};
+use self::tools::RoundTools;
 use super::budget;
 use super::history::{self, History};
 use super::live::{Mailbox, Registration};
@@ -414,19 +415,21 @@ impl RunTask {
     fn round_tools(&mut self, waited: Duration) -> RoundTools<'_> {
         let spent = self.spent();
         RoundTools {
+            results: CallResults {
+                recorder: &mut self.recorder,
+                message: &mut self.message,
+                metrics: &self.metrics,
+                clock: self.clock.as_mut(),
+            },
             tools: &self.agent.tools,
             settings: &self.settings,
             cancel: &self.work,
             draining: &self.control.draining,
-            recorder: &mut self.recorder,
             mailbox: &self.control.mailbox,
-            message: &mut self.message,
-            metrics: &self.metrics,
             waited,
             family: self.family.as_ref(),
             budget: &self.spec.agent.budget,
             spent,
-            clock: self.clock.as_mut(),
             made: 0,
         }
     }

@@ -7,15 +7,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
+use tokio_util::sync::CancellationToken;
 use tracing::{field, Instrument};
 
 use super::allowance;
-use super::calls::{tool_label, RoundTools};
-use super::children::ChildCalls;
+use super::calls::{tool_label, CallResults};
+use super::children::{ChildCalls, ChildRound};
 use super::halt::{or_cancel, Halt};
+use super::launch::Family;
 use super::state::Round;
-use crate::domain::{BudgetKind, MessageStatus, RunEvent, ToolCallRecord};
-use crate::runner::live::{Awaited, ClientOutput, Decision, Delivery};
+use crate::domain::{BudgetKind, MessageStatus, RunBudget, RunEvent, Spent, ToolCallRecord};
+use crate::runner::live::{Awaited, ClientOutput, Decision, Delivery, Mailbox};
+use crate::runner::settings::RunnerSettings;
 use crate::tools::http_api::truncate_output;
 use crate::tools::{Invocation, ProviderKind, ToolSet};
 
@@ -36,6 +39,33 @@ struct Wait {
     limit: Duration,
     /// How the run ends when nobody answers in time.
     on_timeout: Halt,
+}
+
+/// What running a round's calls needs from its run.
+pub struct RoundTools<'a> {
+    /// Where results go, and the message that shows the round's waits.
+    pub results: CallResults<'a>,
+    /// The run's tools.
+    pub tools: &'a Arc<ToolSet>,
+    /// Timeouts and concurrency.
+    pub settings: &'a RunnerSettings,
+    /// Stops every call at once.
+    pub cancel: &'a CancellationToken,
+    /// Fires when the process hands its runs over: a wait for the caller is a step's end.
+    pub draining: &'a CancellationToken,
+    /// Where the caller's results arrive.
+    pub mailbox: &'a Mailbox,
+    /// How long the round's first wait had lasted under a lost owner: that much less is
+    /// left of it.
+    pub waited: Duration,
+    /// Where sub-agents start, when the agent has any.
+    pub family: Option<&'a Family>,
+    /// What the run may spend.
+    pub budget: &'a RunBudget,
+    /// What it spent before this round's calls.
+    pub spent: Spent,
+    /// Calls of this round made (or being made) so far.
+    pub made: u32,
 }
 
 impl RoundTools<'_> {
@@ -103,7 +133,7 @@ impl RoundTools<'_> {
             declined.iter().map(|(at, _)| *at).collect();
         let thought = &round.thought;
         for index in &indices {
-            self.recorder.announce(RunEvent::ToolStarted {
+            self.results.recorder.announce(RunEvent::ToolStarted {
                 thought_id: thought.id,
                 position: thought.position,
                 call: thought.tool_calls[*index].clone(),
@@ -117,8 +147,8 @@ impl RoundTools<'_> {
             .iter()
             .any(|index| !self.tools.is_idempotent(&thought.tool_calls[*index].name));
         if unrepeatable {
-            or_cancel(self.cancel, self.recorder.settle()).await?;
-            if self.recorder.events_failed() {
+            or_cancel(self.cancel, self.results.recorder.settle()).await?;
+            if self.results.recorder.events_failed() {
                 // Not durable, or the run is no longer this process's: nothing goes out.
                 return Err(Halt::Cancelled);
             }
@@ -127,15 +157,25 @@ impl RoundTools<'_> {
         for (index, reason) in declined {
             let name = round.thought.tool_calls[index].name.clone();
             let invocation = self.tools.declined(&name, &reason);
-            self.record(round, index, invocation).await?;
+            self.results.record(round, index, invocation).await?;
         }
         let (children, server): (Vec<usize>, Vec<usize>) = server
             .into_iter()
             .partition(|index| self.tools.is_agent(&round.thought.tool_calls[*index].name));
         self.run_server_calls(round, server).await?;
-        ChildCalls::run(self, round, children).await?;
+        if let Some(family) = self.family {
+            let share = self.children_share(children.len());
+            let limits = ChildRound {
+                family,
+                cancel: self.cancel,
+                draining: self.draining,
+                limit: self.settings.tool_concurrency.max(1),
+                share,
+            };
+            ChildCalls::run(&mut self.results, limits, round, children).await?;
+        }
         self.run_client_calls(round, client).await?;
-        self.recorder.announce_thought(&round.thought);
+        self.results.recorder.announce_thought(&round.thought);
         Ok(())
     }
 
@@ -145,7 +185,7 @@ impl RoundTools<'_> {
     async fn await_lease(&self) -> Result<(), Halt> {
         let started = tokio::time::Instant::now();
         loop {
-            let Some((left, whole)) = self.recorder.lease_left() else {
+            let Some((left, whole)) = self.results.recorder.lease_left() else {
                 return Ok(());
             };
             if left >= whole / 2 {
@@ -218,7 +258,7 @@ impl RoundTools<'_> {
         for index in indices {
             let name = round.thought.tool_calls[index].name.clone();
             let invocation = result(&name);
-            self.metrics.tool_call(
+            self.results.metrics.tool_call(
                 &invocation.provider,
                 tool_label(&invocation.provider, &name),
                 invocation.outcome,
@@ -228,7 +268,9 @@ impl RoundTools<'_> {
                 finished.push(call);
             }
         }
-        self.recorder.tools_finished(&round.thought, finished);
+        self.results
+            .recorder
+            .tools_finished(&round.thought, finished);
     }
 
     /// Waits for a decision on each call at `indices` that needs approval;
@@ -304,7 +346,7 @@ impl RoundTools<'_> {
         }
         let timeout = self.settings.tool_timeout;
         let tools = Arc::clone(self.tools);
-        let (message, position) = (self.message.id, round.thought.position);
+        let (message, position) = (self.results.message.id, round.thought.position);
         let mut results = futures::stream::iter(calls)
             .map(|(index, call)| {
                 let span = tool_span(&tools, &call);
@@ -319,9 +361,24 @@ impl RoundTools<'_> {
             while let Some(Some(more)) = results.next().now_or_never() {
                 ready.push(more);
             }
-            self.record_all(round, ready).await?;
+            self.results.record_all(round, ready).await?;
         }
         Ok(())
+    }
+
+    /// What is left of the run's budget for each of `children` started at once: they
+    /// share what this run has not spent (this round's calls counted as made).
+    fn children_share(&self, children: usize) -> RunBudget {
+        if self.budget.is_unlimited() {
+            return self.budget.clone();
+        }
+        let mut spent = self.spent.clone();
+        spent.tool_calls = spent.tool_calls.saturating_add(self.made);
+        if let Some(clock) = self.results.clock.as_deref() {
+            spent.seconds = clock.running().as_secs_f64();
+        }
+        let ways = u32::try_from(children).unwrap_or(u32::MAX);
+        self.budget.left_for_children(&spent, ways)
     }
 
     /// The call as it is run: an argument that takes a file and names a file this run
@@ -338,7 +395,12 @@ impl RoundTools<'_> {
             let Some(id) = args.get(field).and_then(serde_json::Value::as_str) else {
                 continue;
             };
-            if let Some(file) = self.recorder.file_data_url(self.message.id, id).await {
+            if let Some(file) = self
+                .results
+                .recorder
+                .file_data_url(self.results.message.id, id)
+                .await
+            {
                 args.insert(field.clone(), serde_json::Value::String(file));
             }
         }
@@ -360,7 +422,7 @@ impl RoundTools<'_> {
             let call = round.thought.tool_calls[index].clone();
             match self.tools.check_client_call(&call.name, &call.arguments) {
                 Ok(()) => waiting.push((index, call)),
-                Err(invocation) => self.record(round, index, *invocation).await?,
+                Err(invocation) => self.results.record(round, index, *invocation).await?,
             }
         }
         if waiting.is_empty() {
@@ -377,7 +439,7 @@ impl RoundTools<'_> {
                 (truncate_output(o.output, limit), Some(o.error))
             });
             let invocation = self.tools.client_result(&call.name, text, error, waited);
-            self.record(round, index, invocation).await?;
+            self.results.record(round, index, invocation).await?;
         }
         Ok(())
     }
@@ -418,8 +480,13 @@ impl RoundTools<'_> {
             Delivery::Outputs(outputs) => crate::domain::RunCommand::Outputs(outputs),
             Delivery::Decisions(decisions) => crate::domain::RunCommand::Decisions(decisions),
         };
-        let message = self.message.id;
-        if let Err(err) = self.recorder.keep_for_next_owner(message, &command).await {
+        let message = self.results.message.id;
+        if let Err(err) = self
+            .results
+            .recorder
+            .keep_for_next_owner(message, &command)
+            .await
+        {
             tracing::error!(error = %err, "an answer that came as the run was handed over could not be kept for its next owner");
         }
     }
@@ -434,8 +501,8 @@ impl RoundTools<'_> {
         if let Some(Some(delivery)) = expected.delivered().now_or_never() {
             return Ok(delivery);
         }
-        self.set_status(wait.status)?;
-        self.recorder.announce(wait.announcement);
+        self.results.set_status(wait.status)?;
+        self.results.recorder.announce(wait.announcement);
         let limit = wait.limit.saturating_sub(std::mem::take(&mut self.waited));
         let outcome = tokio::select! {
             biased;
@@ -454,7 +521,7 @@ impl RoundTools<'_> {
         }
         drop(expected);
         let delivery = outcome?;
-        self.set_status(MessageStatus::Running)?;
+        self.results.set_status(MessageStatus::Running)?;
         Ok(delivery)
     }
 }
