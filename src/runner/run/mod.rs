@@ -12,6 +12,7 @@ mod allowance;
 mod budgeted;
 mod calls;
 mod children;
+mod deltas;
 mod finish;
 mod halt;
 mod launch;
@@ -42,7 +43,9 @@ pub use resume::{rebuild, Resumption};
 use takeover::PickUp;
 
 use self::calls::CallResults;
+use self::deltas::Deltas;
 use self::halt::Halt;
+use self::model_call::ModelCall;
 pub use self::output::Output;
 use self::prompt::prompt_context;
 pub use self::spans::span;
@@ -132,8 +135,8 @@ pub struct RunTask {
     context: PromptContext,
     state: RunState,
     started: Instant,
-    /// Whether the first answer delta was sent (time to first delta is measured once).
-    first_delta_sent: bool,
+    /// The answer as it is sent, in deltas.
+    deltas: Deltas,
     /// Where a run taken over from a lost owner picks up; `None` for a run that starts.
     resume: Option<Resume>,
     /// The cut round's stored thought, whose id and place its new attempt keeps.
@@ -160,6 +163,7 @@ impl RunTask {
         metrics: Arc<Metrics>,
     ) -> Self {
         let context = prompt_context(&spec, &agent);
+        let started = Instant::now();
         let work = control.cancel.child_token();
         let clock = spec.agent.budget.seconds.map(|seconds| {
             let before = Duration::from_secs_f64(message.running_seconds.max(0.0));
@@ -175,8 +179,8 @@ impl RunTask {
             metrics,
             context,
             state: RunState::default(),
-            started: Instant::now(),
-            first_delta_sent: false,
+            started,
+            deltas: Deltas::new(started),
             resume: None,
             cut: None,
             family: None,
@@ -390,7 +394,7 @@ impl RunTask {
         tools: &[OfferedTool],
         request: ChatRequest,
     ) -> Result<RoundEnd, Halt> {
-        let step = self.call_model(&request, tools, round).await?;
+        let step = self.model_call().call(&request, tools, round).await?;
         self.decide(round, step)?;
         if round.thought.tool_calls.is_empty() {
             return Ok(RoundEnd::Answered);
@@ -408,6 +412,19 @@ impl RunTask {
         self.state.count_children(round);
         self.note_spent_out(ran)?;
         Ok(RoundEnd::Continue)
+    }
+
+    /// What a round's model call needs of the run.
+    fn model_call(&mut self) -> ModelCall<'_> {
+        ModelCall {
+            agent: &self.agent,
+            settings: &self.settings,
+            work: &self.work,
+            metrics: &self.metrics,
+            recorder: &mut self.recorder,
+            state: &mut self.state,
+            deltas: &mut self.deltas,
+        }
     }
 
     /// What running a round's calls needs of the run; `waited` is how long its first wait
@@ -455,29 +472,12 @@ impl RunTask {
         })
     }
 
-    /// Sends visible text of the round as a delta.
-    fn show(&mut self, round: &mut Round, text: &str, answer: bool) {
-        if let Some(text) = self.state.show(round, text, answer) {
-            self.announce_delta(text);
-        }
-    }
-
-    /// Sends answer text, in pieces small enough for any client however much arrived at
-    /// once.
-    fn announce_delta(&mut self, text: String) {
-        if !std::mem::replace(&mut self.first_delta_sent, true) {
-            self.metrics.first_delta(self.started.elapsed());
-        }
-        for text in split_at_boundaries(text, MAX_DELTA_BYTES) {
-            self.recorder.announce(RunEvent::AnswerDelta { text });
-        }
-    }
-
     /// Takes the model's decision: shows an answer the user has not seen, then stores and
     /// announces the thought with its calls.
     fn decide(&mut self, round: &mut Round, step: ModelStep) -> Result<(), Halt> {
         if let Some(text) = self.state.show_paragraph(&step.unshown) {
-            self.announce_delta(text);
+            self.deltas
+                .announce(text, &mut self.recorder, &self.metrics);
         }
         let tools = &self.agent.tools;
         round.decide(step, |name| {
@@ -615,28 +615,6 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)")
-}
-
-/// The most text one delta event carries.
-const MAX_DELTA_BYTES: usize = 256 * 1024;
-
-/// `text` in pieces of at most `max` bytes, cut at character boundaries.
-fn split_at_boundaries(text: String, max: usize) -> Vec<String> {
-    if text.len() <= max {
-        return vec![text];
-    }
-    let mut pieces = Vec::new();
-    let mut rest = text.as_str();
-    while !rest.is_empty() {
-        let mut cut = max.min(rest.len());
-        while !rest.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        let (piece, tail) = rest.split_at(cut.max(1).min(rest.len()));
-        pieces.push(piece.to_owned());
-        rest = tail;
-    }
-    pieces
 }
 
 fn overflow(err: budget::Overflow) -> Halt {

@@ -7,17 +7,21 @@ use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
 use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::deltas::Deltas;
 use super::halt::{or_cancel, Halt};
+use super::recorder::Recorder;
 use super::retry::{self, Attempts, Next};
 use super::spans::{chat_span, record_json};
-use super::state::{Round, Tally};
-use super::RunTask;
+use super::state::{Round, RunState, Tally};
+use super::Agent;
 use crate::domain::{RunEvent, RunFailure, TokenUsage};
 use crate::llm::{ChatChunk, ChatRequest, ChatStream, LlmError, ResolvedModel, TurnEnd};
+use crate::runner::settings::RunnerSettings;
 use crate::runner::strategy::{ModelStep, TurnReader};
-use crate::telemetry::LlmCall;
+use crate::telemetry::{LlmCall, Metrics};
 use crate::tools::OfferedTool;
 
 /// Why one attempt at a model call failed.
@@ -40,11 +44,29 @@ impl From<LlmError> for Failure {
     }
 }
 
-impl RunTask {
+/// What a round's model call needs of its run.
+pub(super) struct ModelCall<'a> {
+    /// The model, its fallbacks and the strategy that reads its turns.
+    pub agent: &'a Agent,
+    /// Whether prompts and answers go on spans.
+    pub settings: &'a RunnerSettings,
+    /// Stops the call.
+    pub work: &'a CancellationToken,
+    /// Where calls, retries and the first delta are counted.
+    pub metrics: &'a Metrics,
+    /// Where retries and deltas are announced.
+    pub recorder: &'a mut Recorder,
+    /// The run's state: usage, and the text the user has seen.
+    pub state: &'a mut RunState,
+    /// The answer as it is sent.
+    pub deltas: &'a mut Deltas,
+}
+
+impl ModelCall<'_> {
     /// Calls the model, streaming visible text as answer deltas, and returns its decision.
     /// A call that fails before the user saw any of its text is tried again as its
     /// provider's retry policy says, then by the fallback models; each retry is announced.
-    pub(super) async fn call_model(
+    pub(super) async fn call(
         &mut self,
         request: &ChatRequest,
         tools: &[OfferedTool],
@@ -70,7 +92,7 @@ impl RunTask {
                         err.code(),
                     );
                     self.announce_retry(round, attempts.made() + 1, delay, &err, model);
-                    or_cancel(&self.work, tokio::time::sleep(delay)).await?;
+                    or_cancel(self.work, tokio::time::sleep(delay)).await?;
                 }
                 Next::GiveUp => {
                     let made = attempts.made();
@@ -209,7 +231,7 @@ impl RunTask {
         };
         let limit = model.policy.queue_timeout;
         let wait = tokio::time::timeout(limit, Arc::clone(slots).acquire_owned());
-        match or_cancel(&self.work, wait).await? {
+        match or_cancel(self.work, wait).await? {
             Ok(Ok(permit)) => Ok(Some(permit)),
             // A closed semaphore limits nothing any more.
             Ok(Err(_closed)) => Ok(None),
@@ -229,13 +251,13 @@ impl RunTask {
         tally: &mut Tally,
     ) -> Result<TurnEnd, Failure> {
         let client = Arc::clone(&model.client);
-        let mut stream = or_cancel(&self.work, client.stream(request)).await??;
+        let mut stream = or_cancel(self.work, client.stream(request)).await??;
         tally.answered = true;
         let mut next = None;
         loop {
             let item = match next.take() {
                 Some(item) => item,
-                None => or_cancel(&self.work, stream.next()).await?,
+                None => or_cancel(self.work, stream.next()).await?,
             };
             match item {
                 Some(Ok(ChatChunk::Text(mut text))) => {
@@ -254,6 +276,13 @@ impl RunTask {
                     .into())
                 }
             }
+        }
+    }
+
+    /// Shows `text` the model wrote, as far as the user is to see it.
+    fn show(&mut self, round: &mut Round, text: &str, answer: bool) {
+        if let Some(text) = self.state.show(round, text, answer) {
+            self.deltas.announce(text, self.recorder, self.metrics);
         }
     }
 }
