@@ -42,6 +42,7 @@ use resume::Resume;
 pub use resume::{rebuild, Resumption};
 use takeover::PickUp;
 
+use self::budgeted::{Budgeted, Ending};
 use self::calls::CallResults;
 use self::deltas::Deltas;
 use self::halt::Halt;
@@ -57,7 +58,9 @@ use super::live::{Mailbox, Registration};
 use super::settings::RunnerSettings;
 use super::spec::{OutputFallback, RunSpec};
 use super::strategy::{ModelStep, PromptContext, Strategy};
-use crate::domain::{FinishReason, HistoryReport, Message, MessageStatus, PastMessage, RunEvent};
+use crate::domain::{
+    BudgetKind, FinishReason, HistoryReport, Message, MessageStatus, PastMessage, RunEvent,
+};
 use crate::llm::{ChatRequest, LlmError, ResolvedModel};
 use crate::telemetry::{Metrics, RunOutcome};
 use crate::tools::{OfferedTool, ToolSet};
@@ -145,10 +148,8 @@ pub struct RunTask {
     family: Option<Family>,
     /// Stops the run's work: a child of the run's token, fired also by the wall clock.
     work: CancellationToken,
-    /// The wall clock of a run with a time budget.
-    clock: Option<allowance::Clock>,
-    /// A budget the last round's calls ran out of: the run ends before another round.
-    spent_out: Option<crate::domain::BudgetKind>,
+    /// What the run may still spend, and its wall clock.
+    budgeted: Budgeted,
 }
 
 impl RunTask {
@@ -165,6 +166,7 @@ impl RunTask {
         let context = prompt_context(&spec, &agent);
         let started = Instant::now();
         let work = control.cancel.child_token();
+        let budget = spec.agent.budget.clone();
         let clock = spec.agent.budget.seconds.map(|seconds| {
             let before = Duration::from_secs_f64(message.running_seconds.max(0.0));
             allowance::Clock::new(Duration::from_secs(seconds.into()), before, work.clone())
@@ -185,8 +187,7 @@ impl RunTask {
             cut: None,
             family: None,
             work,
-            clock,
-            spent_out: None,
+            budgeted: Budgeted::new(budget, clock),
         }
     }
 
@@ -224,11 +225,12 @@ impl RunTask {
 
     /// The rounds, ended as the run's budget says when one of its budgets runs out.
     async fn rounds(&mut self) -> Result<FinishReason, Halt> {
-        if let Some(clock) = &mut self.clock {
+        if let Some(clock) = &mut self.budgeted.clock {
             clock.start();
         }
         let outcome = self.rounds_within_budget().await;
-        match self.exhaustion(&outcome) {
+        let caller_cancelled = self.control.cancel.is_cancelled();
+        match self.budgeted.exhaustion(&outcome, caller_cancelled) {
             Some(kind) => self.exhausted(kind).await,
             None => outcome,
         }
@@ -256,7 +258,7 @@ impl RunTask {
         let mut repairing = false;
         for position in first.. {
             self.check_draining()?;
-            if let Some(kind) = self.spent_out.take() {
+            if let Some(kind) = self.budgeted.take_spent_out() {
                 return Err(Halt::Exhausted(kind));
             }
             // A repair round offers no tools: it only corrects the answer.
@@ -366,7 +368,10 @@ impl RunTask {
         min_completion: u64,
     ) -> Result<RoundEnd, Halt> {
         let request = self.request(tools)?;
-        let request = self.afford(request, min_completion)?;
+        let spent = self.budgeted.spent(&self.state);
+        let request = self
+            .budgeted
+            .afford(request, min_completion, &spent, &self.agent)?;
         let mut round = self.state.begin_round(self.message.id, position);
         if let Some(cut) = self.cut.take().filter(|cut| cut.position == position) {
             // The cut round is made again in its own place: one thought per position.
@@ -410,8 +415,47 @@ impl RunTask {
         self.check_draining()?;
         let ran = self.round_tools(Duration::ZERO).run(round).await;
         self.state.count_children(round);
-        self.note_spent_out(ran)?;
+        self.budgeted.note_spent_out(ran)?;
         Ok(RoundEnd::Continue)
+    }
+
+    /// Keeps the running time with the message after each round, so an owner that takes
+    /// the run over goes on counting from it.
+    fn keep_running_time(&mut self) {
+        if let Some(seconds) = self.budgeted.running_seconds() {
+            self.message.running_seconds = seconds;
+            self.recorder.message(&self.message);
+        }
+    }
+
+    /// Ends the run whose `kind` budget ran out as its budget says.
+    async fn exhausted(&mut self, kind: BudgetKind) -> Result<FinishReason, Halt> {
+        tracing::info!(budget = kind.as_str(), "a budget of the run ran out");
+        self.metrics.budget_exhausted(kind);
+        self.message.budget_exhausted = Some(kind);
+        match self.budgeted.ending(kind) {
+            Ending::Stop => Ok(FinishReason::BudgetExhausted),
+            Ending::Fail(halt) => Err(halt),
+            Ending::FinalAnswer => {
+                self.final_answer().await?;
+                Ok(FinishReason::BudgetExhausted)
+            }
+        }
+    }
+
+    /// One more round without tools, for an answer from what the run found so far; skipped
+    /// when what is left cannot pay its prompt and 256 completion tokens.
+    async fn final_answer(&mut self) -> Result<(), Halt> {
+        let position = self.state.iterations() + 1;
+        let outcome = self
+            .round(position, true, &[], allowance::MIN_FINAL_COMPLETION)
+            .await;
+        let caller_cancelled = self.control.cancel.is_cancelled();
+        match outcome {
+            Ok(_) | Err(Halt::Exhausted(_)) => Ok(()),
+            Err(Halt::Cancelled) if self.budgeted.stopped_by_clock(caller_cancelled) => Ok(()),
+            Err(halt) => Err(halt),
+        }
     }
 
     /// What a round's model call needs of the run.
@@ -430,13 +474,13 @@ impl RunTask {
     /// What running a round's calls needs of the run; `waited` is how long its first wait
     /// already lasted under a lost owner.
     fn round_tools(&mut self, waited: Duration) -> RoundTools<'_> {
-        let spent = self.spent();
+        let spent = self.budgeted.spent(&self.state);
         RoundTools {
             results: CallResults {
                 recorder: &mut self.recorder,
                 message: &mut self.message,
                 metrics: &self.metrics,
-                clock: self.clock.as_mut(),
+                clock: self.budgeted.clock.as_mut(),
             },
             tools: &self.agent.tools,
             settings: &self.settings,
@@ -572,8 +616,8 @@ impl RunTask {
         if let Some(round) = self.state.unfinished() {
             self.recorder.save_thought(&round.thought);
         }
-        if let Some(clock) = &self.clock {
-            self.message.running_seconds = clock.running().as_secs_f64();
+        if let Some(seconds) = self.budgeted.running_seconds() {
+            self.message.running_seconds = seconds;
         }
         let event = finish::conclude(
             &mut self.message,

@@ -117,7 +117,7 @@ impl RunTask {
             Err(Halt::Exhausted(kind)) => {
                 // The round is whole: its calls past the budget have their results.
                 self.state.close_round(round);
-                self.spent_out = Some(kind);
+                self.budgeted.note_spent_out(Err(Halt::Exhausted(kind)))?;
                 Ok(PickUp::At(position + 1))
             }
             Err(halt) => {
