@@ -12,6 +12,7 @@
 //! [`crate::tools`] and persists through [`Store`]'s record API.
 
 mod budget;
+mod commands;
 mod error;
 mod family;
 mod history;
@@ -294,13 +295,13 @@ impl Runner {
         delivery: Delivery,
     ) -> Result<(), RunError> {
         let Some(run) = self.live.get(tenant, message_id) else {
-            return self.deliver_elsewhere(tenant, message_id, delivery).await;
+            return self.elsewhere().deliver(tenant, message_id, delivery).await;
         };
         match run.mailbox.deliver(delivery.clone()) {
             // A run being handed over stopped waiting here: the answer is kept for the
             // process that goes on with it, as for a run held elsewhere.
             Err(RunError::NotWaiting { .. }) if self.draining.is_cancelled() => {
-                self.deliver_elsewhere(tenant, message_id, delivery).await
+                self.elsewhere().deliver(tenant, message_id, delivery).await
             }
             delivered => delivered,
         }
@@ -314,7 +315,7 @@ impl Runner {
         message_id: MessageId,
     ) -> Result<MessageStatus, RunError> {
         let Some(run) = self.live.get(tenant, message_id) else {
-            return self.cancel_elsewhere(tenant, message_id).await;
+            return self.elsewhere().cancel(tenant, message_id).await;
         };
         let mut events = run.events.subscribe();
         run.cancel.cancel();
@@ -328,7 +329,38 @@ impl Runner {
             ) {}
         };
         let _ = tokio::time::timeout(CANCEL_WAIT, ended).await;
-        self.stored_status(tenant, message_id).await
+        self.elsewhere().stored_status(tenant, message_id).await
+    }
+
+    /// Takes the commands kept for the runs in progress here and hands each to its run;
+    /// returns how many it took.
+    pub async fn take_commands(&self) -> Result<usize, RunError> {
+        self.commands().take().await
+    }
+
+    /// Takes commands whenever a peer wakes this replica for one, and every second in
+    /// case a wake-up was lost, until `stop`.
+    pub async fn follow_commands(&self, stop: CancellationToken) {
+        self.commands().follow(stop).await;
+    }
+
+    /// Runs this replica does not hold.
+    fn elsewhere(&self) -> remote::Elsewhere<'_> {
+        remote::Elsewhere {
+            store: &self.store,
+            bus: self.bus.as_ref(),
+        }
+    }
+
+    /// The commands other replicas keep for the runs held here.
+    fn commands(&self) -> commands::Commands<'_> {
+        commands::Commands {
+            store: &self.store,
+            bus: self.bus.as_ref(),
+            live: &self.live,
+            taking: &self.taking,
+            draining: &self.draining,
+        }
     }
 }
 

@@ -106,7 +106,7 @@ impl Runner {
                 }
             }
         }
-        self.dispatch(others).await;
+        self.commands().dispatch(others).await;
         Ok(())
     }
 
