@@ -3,20 +3,14 @@
 //! parent's slot covers the tree); it counts against the tenant's
 //! `max_concurrent_child_runs` and its tree's bounds instead.
 
-use std::sync::Arc;
-
 use tokio_util::sync::CancellationToken;
 
 use super::error::RunError;
-use super::live::{ClientOutput, Decision};
-use super::run::{
-    child_message_id, legacy_child_message_id, ChildRun, ChildStart, Family, Launcher,
-};
+use super::run::{child_message_id, legacy_child_message_id, ChildRun, ChildStart, Launcher};
 use super::spec::{AgentReference, RunSpec};
-use super::tree::Tree;
 use super::{pin, Runner};
 use crate::domain::{CallAt, ConversationId, FieldError, Message, MessageId, Tenant};
-use crate::store::PageSize;
+use crate::store::{PageSize, Store};
 use crate::tools::AGENT_PROVIDER;
 
 #[async_trait::async_trait]
@@ -26,11 +20,11 @@ impl Launcher for Runner {
         child: ChildStart,
         cancel: CancellationToken,
     ) -> Result<ChildRun, RunError> {
-        if let Some(message) = self.started_before(&child).await? {
+        if let Some(message) = started_before(&self.store, &child).await? {
             // Started before this run was taken over: followed, never started again, and
             // cancelled with this run wherever it runs now.
             let events = self.attach(&child.tenant, message.id, 0).await?;
-            self.cancel_with(cancel, child.tenant.clone(), message.id);
+            cancel_with(self, cancel, child.tenant.clone(), message.id);
             return Ok(ChildRun {
                 found: true,
                 message_id: message.id,
@@ -76,211 +70,146 @@ impl Launcher for Runner {
     }
 }
 
-impl Runner {
-    /// Cancels the run of `message` (here or on whichever replica holds it) once `cancel`
-    /// fires: how a run taken over keeps its children under its own cancellation.
-    fn cancel_with(&self, cancel: CancellationToken, tenant: Tenant, message: MessageId) {
-        let runner = self.clone();
-        self.tracker.spawn(async move {
-            tokio::select! {
-                () = cancel.cancelled() => {}
-                () = runner.shutdown.cancelled() => return,
-            }
-            if let Err(err) = runner.cancel(&tenant, message).await {
-                tracing::debug!(error = %err, child = %message, "a sub-agent's run was not cancelled with its parent");
-            }
-        });
-    }
-
-    /// The child `child` names, when its call started it before this run was taken over:
-    /// by its id, or by the id an earlier release gave it when that run's call (id and
-    /// input) is this one and it recorded no place (so a reused call id finds nothing).
-    async fn started_before(&self, child: &ChildStart) -> Result<Option<Message>, RunError> {
-        let tenant = &child.tenant;
-        if let Some(message) = self.store.get_message(tenant, child.message_id).await? {
-            return Ok(Some(message));
+/// Cancels the run of `message` (here or on whichever replica holds it) once `cancel`
+/// fires: how a run taken over keeps its children under its own cancellation.
+fn cancel_with(runner: &Runner, cancel: CancellationToken, tenant: Tenant, message: MessageId) {
+    let runner = runner.clone();
+    runner.tracker.clone().spawn(async move {
+        tokio::select! {
+            () = cancel.cancelled() => {}
+            () = runner.shutdown.cancelled() => return,
         }
-        let legacy = self.store.get_message(tenant, child.legacy_id).await?;
-        Ok(legacy.filter(|message| {
-            message.parent.as_deref().is_some_and(|link| {
-                link.message_id == child.parent.message_id
-                    && link.tool_call_id == child.parent.tool_call_id
-                    && link.call_at.is_none()
-            }) && message.query == child.input
-        }))
-    }
+        if let Err(err) = runner.cancel(&tenant, message).await {
+            tracing::debug!(error = %err, child = %message, "a sub-agent's run was not cancelled with its parent");
+        }
+    });
 }
 
-impl Runner {
-    /// What a run of `spec` needs to call its sub-agents; `None` when it names none.
-    pub(super) fn family_of(&self, spec: &RunSpec) -> Option<Family> {
-        if spec.agent.sub_agents.is_empty() {
-            return None;
-        }
-        let mut lineage = spec.lineage.clone();
-        if let Some(pinned) = &spec.pinned {
-            lineage.push(pinned.agent_id.clone());
-        }
-        Some(Family {
-            launcher: Arc::new(self.clone()),
-            sub_agents: spec.agent.sub_agents.clone(),
-            depth: spec.parent.as_ref().map_or(0, |parent| parent.depth),
-            lineage,
-            max_depth: self.settings.max_agent_depth,
-            tenant: spec.tenant.clone(),
-            user: spec.user.clone(),
-            tree: spec.tree.as_ref().map_or_else(
-                || {
-                    Tree::new(
-                        self.settings.max_tree_runs,
-                        self.settings.max_tree_runs_total,
-                    )
-                },
-                |tree| Arc::clone(&tree.0),
-            ),
-            max_children: spec.limits.max_concurrent_child_runs,
-        })
+/// The child `child` names, when its call started it before this run was taken over:
+/// by its id, or by the id an earlier release gave it when that run's call (id and
+/// input) is this one and it recorded no place (so a reused call id finds nothing).
+async fn started_before(store: &Store, child: &ChildStart) -> Result<Option<Message>, RunError> {
+    let tenant = &child.tenant;
+    if let Some(message) = store.get_message(tenant, child.message_id).await? {
+        return Ok(Some(message));
     }
+    let legacy = store.get_message(tenant, child.legacy_id).await?;
+    Ok(legacy.filter(|message| {
+        message.parent.as_deref().is_some_and(|link| {
+            link.message_id == child.parent.message_id
+                && link.tool_call_id == child.parent.tool_call_id
+                && link.call_at.is_none()
+        }) && message.query == child.input
+    }))
 }
 
 /// How far up a sub-agent's run is followed to its top run at most: deeper than any
 /// `runner.max_agent_depth` allows.
 const MAX_ANCESTRY: usize = 16;
 
-impl Runner {
-    /// Delivers decisions given on `top`, each to the run it names: `top`'s own, or a
-    /// sub-agent's run below it (as its `child` events name it).
-    pub async fn approve_routed(
-        &self,
-        tenant: &Tenant,
-        top: MessageId,
-        decisions: Vec<(Option<MessageId>, Decision)>,
-    ) -> Result<(), RunError> {
-        for (target, group) in by_target(top, decisions) {
-            self.check_below(tenant, top, target).await?;
-            self.approve_tool_calls(tenant, target, group).await?;
+/// The conversations of the sub-agent runs that `conversation`'s messages started, and
+/// theirs in turn, deepest first: deleting a conversation deletes them too. A child's
+/// id follows from its parent's message and call (or, from earlier releases, the call's
+/// id), so no index is kept.
+pub(super) async fn child_conversations(
+    store: &Store,
+    tenant: &Tenant,
+    conversation: ConversationId,
+) -> Result<Vec<ConversationId>, RunError> {
+    let mut found = Vec::new();
+    let mut pending = vec![(conversation, 0usize)];
+    while let Some((at, depth)) = pending.pop() {
+        if depth >= MAX_ANCESTRY {
+            continue;
         }
-        Ok(())
-    }
-
-    /// Delivers outputs given on `top`, each to the run it names (see
-    /// [`Self::approve_routed`]).
-    pub async fn submit_routed(
-        &self,
-        tenant: &Tenant,
-        top: MessageId,
-        outputs: Vec<(Option<MessageId>, ClientOutput)>,
-    ) -> Result<(), RunError> {
-        for (target, group) in by_target(top, outputs) {
-            self.check_below(tenant, top, target).await?;
-            self.submit_tool_outputs(tenant, target, group).await?;
-        }
-        Ok(())
-    }
-
-    /// The conversations of the sub-agent runs that `conversation`'s messages started, and
-    /// theirs in turn, deepest first: deleting a conversation deletes them too. A child's
-    /// id follows from its parent's message and call (or, from earlier releases, the call's
-    /// id), so no index is kept.
-    pub(super) async fn child_conversations(
-        &self,
-        tenant: &Tenant,
-        conversation: ConversationId,
-    ) -> Result<Vec<ConversationId>, RunError> {
-        let mut found = Vec::new();
-        let mut pending = vec![(conversation, 0usize)];
-        while let Some((at, depth)) = pending.pop() {
-            if depth >= MAX_ANCESTRY {
-                continue;
-            }
-            for child in self.children_of(tenant, at).await? {
-                if !found.contains(&child) {
-                    found.push(child);
-                    pending.push((child, depth + 1));
-                }
+        for child in children_of(store, tenant, at).await? {
+            if !found.contains(&child) {
+                found.push(child);
+                pending.push((child, depth + 1));
             }
         }
-        found.reverse();
-        Ok(found)
     }
+    found.reverse();
+    Ok(found)
+}
 
-    /// The conversations of the children `conversation`'s messages started.
-    async fn children_of(
-        &self,
-        tenant: &Tenant,
-        conversation: ConversationId,
-    ) -> Result<Vec<ConversationId>, RunError> {
-        let size = PageSize {
-            limit: 256,
-            max_bytes: 8 * 1024 * 1024,
-        };
-        let mut children = Vec::new();
-        let mut after = 0;
-        loop {
-            let page = self
-                .store
-                .list_messages(tenant, conversation, after, size)
-                .await?;
-            for message in &page.items {
-                after = message.seq;
-                for thought in self.store.all_thoughts(tenant, message.id).await? {
-                    for (index, call) in thought.tool_calls.iter().enumerate() {
-                        if call.provider != AGENT_PROVIDER {
-                            continue;
-                        }
-                        let at = CallAt {
-                            position: thought.position,
-                            index: u32::try_from(index).unwrap_or(u32::MAX),
-                        };
-                        for id in [
-                            child_message_id(message.id, at, call),
-                            legacy_child_message_id(message.id, &call.id),
-                        ] {
-                            if let Some(child) = self.store.get_message(tenant, id).await? {
-                                children.push(child.conversation_id);
-                            }
+/// The conversations of the children `conversation`'s messages started.
+async fn children_of(
+    store: &Store,
+    tenant: &Tenant,
+    conversation: ConversationId,
+) -> Result<Vec<ConversationId>, RunError> {
+    let size = PageSize {
+        limit: 256,
+        max_bytes: 8 * 1024 * 1024,
+    };
+    let mut children = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = store
+            .list_messages(tenant, conversation, after, size)
+            .await?;
+        for message in &page.items {
+            after = message.seq;
+            for thought in store.all_thoughts(tenant, message.id).await? {
+                for (index, call) in thought.tool_calls.iter().enumerate() {
+                    if call.provider != AGENT_PROVIDER {
+                        continue;
+                    }
+                    let at = CallAt {
+                        position: thought.position,
+                        index: u32::try_from(index).unwrap_or(u32::MAX),
+                    };
+                    for id in [
+                        child_message_id(message.id, at, call),
+                        legacy_child_message_id(message.id, &call.id),
+                    ] {
+                        if let Some(child) = store.get_message(tenant, id).await? {
+                            children.push(child.conversation_id);
                         }
                     }
                 }
             }
-            if !page.more {
-                return Ok(children);
-            }
         }
-    }
-
-    /// Refuses `target` unless it is `top` or a sub-agent's run below it.
-    async fn check_below(
-        &self,
-        tenant: &Tenant,
-        top: MessageId,
-        target: MessageId,
-    ) -> Result<(), RunError> {
-        let mut at = target;
-        for _ in 0..MAX_ANCESTRY {
-            if at == top {
-                return Ok(());
-            }
-            let parent = self
-                .store
-                .get_message(tenant, at)
-                .await?
-                .and_then(|message| message.parent);
-            match parent {
-                Some(parent) => at = parent.message_id,
-                None => break,
-            }
+        if !page.more {
+            return Ok(children);
         }
-        Err(FieldError::new(
-            "message_id",
-            format!("{target} is not a sub-agent run of message {top}"),
-        )
-        .into())
     }
 }
 
+/// Refuses `target` unless it is `top` or a sub-agent's run below it.
+pub(super) async fn check_below(
+    store: &Store,
+    tenant: &Tenant,
+    top: MessageId,
+    target: MessageId,
+) -> Result<(), RunError> {
+    let mut at = target;
+    for _ in 0..MAX_ANCESTRY {
+        if at == top {
+            return Ok(());
+        }
+        let parent = store
+            .get_message(tenant, at)
+            .await?
+            .and_then(|message| message.parent);
+        match parent {
+            Some(parent) => at = parent.message_id,
+            None => break,
+        }
+    }
+    Err(FieldError::new(
+        "message_id",
+        format!("{target} is not a sub-agent run of message {top}"),
+    )
+    .into())
+}
+
 /// Items grouped by the run they go to (`None` is `top`), `top`'s first, in order.
-fn by_target<T>(top: MessageId, items: Vec<(Option<MessageId>, T)>) -> Vec<(MessageId, Vec<T>)> {
+pub(super) fn by_target<T>(
+    top: MessageId,
+    items: Vec<(Option<MessageId>, T)>,
+) -> Vec<(MessageId, Vec<T>)> {
     let mut groups: Vec<(MessageId, Vec<T>)> = Vec::new();
     for (target, item) in items {
         let target = target.unwrap_or(top);
@@ -297,25 +226,23 @@ fn by_target<T>(top: MessageId, items: Vec<(Option<MessageId>, T)>) -> Vec<(Mess
     groups
 }
 
-impl Runner {
-    /// Whether a run of `definition` may wait on its caller anywhere in its tree: a tool
-    /// that asks for approval or a client tool, in it or in any sub-agent below it (as the
-    /// versions resolve now). A sub-agent that cannot be read is passed over: its call
-    /// would be a tool error, never a wait.
-    pub async fn tree_waits_on_caller(
-        &self,
-        tenant: &Tenant,
-        definition: &super::AgentDefinition,
-    ) -> bool {
-        if waits_on_caller(definition) {
-            return true;
-        }
-        pin::tree_below(&self.store, tenant, &definition.agent.sub_agents)
-            .await
-            .iter()
-            .flatten()
-            .any(waits_on_caller)
+/// Whether a run of `definition` may wait on its caller anywhere in its tree: a tool
+/// that asks for approval or a client tool, in it or in any sub-agent below it (as the
+/// versions resolve now). A sub-agent that cannot be read is passed over: its call
+/// would be a tool error, never a wait.
+pub(super) async fn tree_waits_on_caller(
+    store: &Store,
+    tenant: &Tenant,
+    definition: &super::AgentDefinition,
+) -> bool {
+    if waits_on_caller(definition) {
+        return true;
     }
+    pin::tree_below(store, tenant, &definition.agent.sub_agents)
+        .await
+        .iter()
+        .flatten()
+        .any(waits_on_caller)
 }
 
 /// Whether calls of `definition` itself wait on the caller (approvals or client tools).

@@ -253,7 +253,7 @@ impl Runner {
             return Err(RunError::ConversationBusy { id: id.to_string() });
         }
         // The sub-agents' runs go with the runs that started them, deepest first.
-        let children = self.child_conversations(tenant, id).await?;
+        let children = family::child_conversations(&self.store, tenant, id).await?;
         for child in &children {
             if self.store.running_in(tenant, *child).await? {
                 return Err(RunError::ConversationBusy { id: id.to_string() });
@@ -286,6 +286,47 @@ impl Runner {
     ) -> Result<(), RunError> {
         self.deliver(tenant, message_id, Delivery::Decisions(decisions))
             .await
+    }
+
+    /// Delivers decisions given on `top`, each to the run it names: `top`'s own, or a
+    /// sub-agent's run below it (as its `child` events name it).
+    pub async fn approve_routed(
+        &self,
+        tenant: &Tenant,
+        top: MessageId,
+        decisions: Vec<(Option<MessageId>, Decision)>,
+    ) -> Result<(), RunError> {
+        for (target, group) in family::by_target(top, decisions) {
+            family::check_below(&self.store, tenant, top, target).await?;
+            self.approve_tool_calls(tenant, target, group).await?;
+        }
+        Ok(())
+    }
+
+    /// Delivers outputs given on `top`, each to the run it names (see
+    /// [`Self::approve_routed`]).
+    pub async fn submit_routed(
+        &self,
+        tenant: &Tenant,
+        top: MessageId,
+        outputs: Vec<(Option<MessageId>, ClientOutput)>,
+    ) -> Result<(), RunError> {
+        for (target, group) in family::by_target(top, outputs) {
+            family::check_below(&self.store, tenant, top, target).await?;
+            self.submit_tool_outputs(tenant, target, group).await?;
+        }
+        Ok(())
+    }
+
+    /// Whether a run of `definition` may wait on its caller anywhere in its tree: a tool
+    /// that asks for approval or a client tool, in it or in any sub-agent below it (as the
+    /// versions resolve now).
+    pub async fn tree_waits_on_caller(
+        &self,
+        tenant: &Tenant,
+        definition: &AgentDefinition,
+    ) -> bool {
+        family::tree_waits_on_caller(&self.store, tenant, definition).await
     }
 
     async fn deliver(
@@ -622,7 +663,8 @@ impl Runner {
             self.tracker.spawn(cancel_after(cancel.clone(), deadline));
         }
         let span = run::span(&spec, &agent, &message);
-        let family = self.family_of(&spec);
+        let family = (!spec.agent.sub_agents.is_empty())
+            .then(|| run::Family::of(&spec, Arc::new(self.clone()), &self.settings));
         let task = RunTask::new(
             spec,
             message,

@@ -9,7 +9,8 @@ use tokio_util::sync::CancellationToken;
 use crate::domain::{CallAt, MessageId, ParentLink, RunBudget, Tenant, ToolCallRecord};
 use crate::runner::error::RunError;
 use crate::runner::live::EventStream;
-use crate::runner::spec::SubAgentRef;
+use crate::runner::settings::RunnerSettings;
+use crate::runner::spec::{RunSpec, SubAgentRef};
 use crate::runner::tree::{Tree, TreeHandle};
 
 /// A sub-agent run to start for a call.
@@ -86,6 +87,31 @@ pub struct Family {
     pub tree: Arc<Tree>,
     /// The tenant's `max_concurrent_child_runs` (0: the server's default).
     pub max_children: u32,
+}
+
+impl Family {
+    /// What a run of `spec` needs to call its sub-agents, started by `launcher`, in a tree
+    /// bounded by `settings` unless it is a child in a tree already.
+    pub fn of(spec: &RunSpec, launcher: Arc<dyn Launcher>, settings: &RunnerSettings) -> Self {
+        let mut lineage = spec.lineage.clone();
+        if let Some(pinned) = &spec.pinned {
+            lineage.push(pinned.agent_id.clone());
+        }
+        Family {
+            launcher,
+            sub_agents: spec.agent.sub_agents.clone(),
+            depth: spec.parent.as_ref().map_or(0, |parent| parent.depth),
+            lineage,
+            max_depth: settings.max_agent_depth,
+            tenant: spec.tenant.clone(),
+            user: spec.user.clone(),
+            tree: spec.tree.as_ref().map_or_else(
+                || Tree::new(settings.max_tree_runs, settings.max_tree_runs_total),
+                |tree| Arc::clone(&tree.0),
+            ),
+            max_children: spec.limits.max_concurrent_child_runs,
+        }
+    }
 }
 
 /// The message id of the child a call starts: the same for the same run, round, place in
