@@ -40,7 +40,7 @@ pub use launch::{
 pub use recorder::Recorder;
 use resume::Resume;
 pub use resume::{rebuild, Resumption};
-use takeover::PickUp;
+use takeover::{Leftover, PickUp};
 
 use self::budgeted::{Budgeted, Ending};
 use self::calls::CallResults;
@@ -455,6 +455,94 @@ impl RunTask {
             Ok(_) | Err(Halt::Exhausted(_)) => Ok(()),
             Err(Halt::Cancelled) if self.budgeted.stopped_by_clock(caller_cancelled) => Ok(()),
             Err(halt) => Err(halt),
+        }
+    }
+
+    /// The task goes on from `resumption` (the records a lost owner made durable) instead
+    /// of starting: its events continue the stored `seq`.
+    pub fn resuming(mut self, resumption: Resumption) -> Self {
+        self.state = resumption.state;
+        self.resume = Some(resumption.resume);
+        self
+    }
+
+    /// Leaves the run, still running, for another process to go on with: what it emitted
+    /// is committed with the message marked handed over, and nothing ends it; its
+    /// followers here are told to attach again.
+    async fn release(mut self) -> Registration {
+        self.recorder.settle_if_failing().await;
+        self.message.handed_over = true;
+        self.message.updated_at = crate::domain::now();
+        self.recorder.message(&self.message);
+        self.recorder.close().await;
+        self.metrics.run_handed_over();
+        tracing::info!("the run is handed over: another process goes on with it");
+        self.control.registration
+    }
+
+    /// Picks the run up: fits its history as its start did, counts the cut call, announces
+    /// the restart, and finishes a round whose model call had finished.
+    async fn pick_up(
+        &mut self,
+        resume: Resume,
+        offered: &[OfferedTool],
+        max_rounds: u32,
+    ) -> Result<PickUp, Halt> {
+        let strategy = &self.agent.strategy;
+        let rounds = self.state.rounds();
+        budget::fit(&mut self.context, &self.agent.model.info, |c| {
+            strategy.build_request(c, rounds, offered)
+        })
+        .map_err(overflow)?;
+        let rounds = self.state.rounds();
+        let cut = takeover::cut_call_usage(
+            &self.agent,
+            &self.context,
+            rounds,
+            &resume,
+            offered,
+            max_rounds,
+        );
+        if let Some(usage) = cut {
+            self.state.add_cut_usage(&usage);
+        }
+        let own_seq = self.recorder.next_seq();
+        self.recorder
+            .announce(takeover::restarted(&resume, own_seq));
+        tracing::info!(
+            position = resume.position(),
+            "a run whose owner was lost goes on here"
+        );
+        self.cut = resume.cut;
+        let mut round = match takeover::leftover(resume.decided, resume.next_position, max_rounds) {
+            Leftover::GoOnAt(position) => return Ok(PickUp::At(position)),
+            Leftover::Close(round) => {
+                self.state.close_round(*round);
+                return Ok(PickUp::Ended(FinishReason::MaxIterations));
+            }
+            Leftover::Finish(round) => *round,
+        };
+        let position = round.thought.position;
+        let finished = self
+            .round_tools(resume.waited)
+            .run_resumed(&mut round, &resume.started)
+            .await;
+        self.state.count_children(&round);
+        match finished {
+            Ok(()) => {
+                self.state.close_round(round);
+                Ok(PickUp::At(position + 1))
+            }
+            Err(Halt::Exhausted(kind)) => {
+                // The round is whole: its calls past the budget have their results.
+                self.state.close_round(round);
+                self.budgeted.note_spent_out(Err(Halt::Exhausted(kind)))?;
+                Ok(PickUp::At(position + 1))
+            }
+            Err(halt) => {
+                self.state.interrupt(round);
+                Err(halt)
+            }
         }
     }
 

@@ -1,12 +1,13 @@
 //! A run taken over from a lost owner: the new owner tells the client which round is made
 //! again (and which text is void), finishes a round whose decision was durable, and goes
-//! on with the loop as any run does.
+//! on with the loop as any run does. What to do is decided here, without I/O; the run's
+//! task does it (`RunTask::pick_up`).
 
-use super::halt::Halt;
-use super::resume::{Resume, Resumption};
-use super::{overflow, RunTask};
-use crate::domain::{FinishReason, RunEvent};
-use crate::runner::budget;
+use super::resume::Resume;
+use super::state::Round;
+use super::Agent;
+use crate::domain::{FinishReason, RunEvent, TokenUsage, Usage};
+use crate::runner::strategy::{PromptContext, RoundRecord};
 use crate::tools::OfferedTool;
 
 /// Why a run was taken over, as `round_restarted` says it: its owner was lost.
@@ -23,107 +24,131 @@ pub enum PickUp {
     Ended(FinishReason),
 }
 
-impl RunTask {
-    /// Counts the model call the lost owner was making when it was cut (its prompt, and
-    /// the text it had shown) as estimated usage: the round made again is counted in full
-    /// besides.
-    fn count_cut_call(&mut self, resume: &Resume, offered: &[OfferedTool], max_rounds: u32) {
-        if resume.void_text.is_empty() {
-            return;
+/// What is left to do of the round the lost owner had decided, if any.
+pub(super) enum Leftover {
+    /// Nothing: the loop goes on at this round.
+    GoOnAt(u32),
+    /// A decided round at the last position: it is closed as it is, and the run ends
+    /// having reached its rounds' limit.
+    Close(Box<Round>),
+    /// A decided round whose calls are made (those not made yet) before the loop goes on.
+    Finish(Box<Round>),
+}
+
+/// What is left of `resume`'s rounds when the run may make `max_rounds` rounds.
+pub(super) fn leftover(decided: Option<Round>, next_position: u32, max_rounds: u32) -> Leftover {
+    match decided {
+        None => Leftover::GoOnAt(next_position),
+        Some(round) if round.thought.position >= max_rounds => Leftover::Close(Box::new(round)),
+        Some(round) => Leftover::Finish(Box::new(round)),
+    }
+}
+
+/// The event that tells the run's followers which round is made again, and from which
+/// `seq` the lost owner's events are void (`own_seq`, the next this owner sends, when none
+/// are).
+pub(super) fn restarted(resume: &Resume, own_seq: u64) -> RunEvent {
+    RunEvent::RoundRestarted {
+        position: resume.position(),
+        discard_from_seq: resume.void_from.unwrap_or(own_seq),
+        reason: match resume.handed_over {
+            true => HANDED_OVER,
+            false => OWNER_LOST,
         }
-        let last = resume.next_position >= max_rounds;
-        let tools: &[OfferedTool] = if last { &[] } else { offered };
-        let strategy = &self.agent.strategy;
-        let request = strategy.build_request(&self.context, self.state.rounds(), tools);
-        let tokenizer = self.agent.model.info.tokenizer;
-        let tokens = crate::domain::TokenUsage::estimated(
-            tokenizer.count_request(&request) as u64,
-            tokenizer.count_text(&resume.void_text) as u64,
+        .to_owned(),
+    }
+}
+
+/// The model call the lost owner was making when it was cut (its prompt, and the text it
+/// had shown), as estimated usage: the round made again is counted in full besides.
+/// `None` when it had shown nothing.
+pub(super) fn cut_call_usage(
+    agent: &Agent,
+    context: &PromptContext,
+    rounds: &[RoundRecord],
+    resume: &Resume,
+    offered: &[OfferedTool],
+    max_rounds: u32,
+) -> Option<Usage> {
+    if resume.void_text.is_empty() {
+        return None;
+    }
+    let last = resume.next_position >= max_rounds;
+    let tools: &[OfferedTool] = if last { &[] } else { offered };
+    let request = agent.strategy.build_request(context, rounds, tools);
+    let tokenizer = agent.model.info.tokenizer;
+    let tokens = TokenUsage::estimated(
+        tokenizer.count_request(&request) as u64,
+        tokenizer.count_text(&resume.void_text) as u64,
+    );
+    Some(agent.model.info.pricing.usage(tokens, 0.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+    use crate::domain::MessageId;
+    use crate::runner::run::state::RunState;
+
+    fn resume(decided: Option<Round>, void_from: Option<u64>, handed_over: bool) -> Resume {
+        Resume {
+            decided,
+            cut: None,
+            next_position: 3,
+            void_from,
+            void_text: String::new(),
+            started: HashSet::new(),
+            handed_over,
+            waited: std::time::Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn a_decided_round_is_finished_unless_it_was_the_last() {
+        let message = MessageId::new();
+        let decided = || RunState::default().begin_round(message, 2);
+        assert!(matches!(leftover(None, 3, 5), Leftover::GoOnAt(3)));
+        assert!(matches!(
+            leftover(Some(decided()), 3, 5),
+            Leftover::Finish(round) if round.thought.position == 2
+        ));
+        assert!(
+            matches!(leftover(Some(decided()), 3, 2), Leftover::Close(_)),
+            "a decided last round ends the run at its limit"
         );
-        let usage = self.agent.model.info.pricing.usage(tokens, 0.0);
-        self.state.add_cut_usage(&usage);
     }
 
-    /// Leaves the run, still running, for another process to go on with: what it emitted
-    /// is committed with the message marked handed over, and nothing ends it; its
-    /// followers here are told to attach again.
-    pub(super) async fn release(mut self) -> crate::runner::live::Registration {
-        self.recorder.settle_if_failing().await;
-        self.message.handed_over = true;
-        self.message.updated_at = crate::domain::now();
-        self.recorder.message(&self.message);
-        self.recorder.close().await;
-        self.metrics.run_handed_over();
-        tracing::info!("the run is handed over: another process goes on with it");
-        self.control.registration
-    }
-
-    /// The task goes on from `resumption` (the records a lost owner made durable) instead
-    /// of starting: its events continue the stored `seq`.
-    pub fn resuming(mut self, resumption: Resumption) -> Self {
-        self.state = resumption.state;
-        self.resume = Some(resumption.resume);
-        self
-    }
-
-    /// Picks the run up: fits its history as its start did, announces the restart, and
-    /// finishes a round whose model call had finished.
-    pub(super) async fn pick_up(
-        &mut self,
-        resume: Resume,
-        offered: &[OfferedTool],
-        max_rounds: u32,
-    ) -> Result<PickUp, Halt> {
-        let strategy = &self.agent.strategy;
-        let rounds = self.state.rounds();
-        budget::fit(&mut self.context, &self.agent.model.info, |c| {
-            strategy.build_request(c, rounds, offered)
-        })
-        .map_err(overflow)?;
-        self.count_cut_call(&resume, offered, max_rounds);
-        let own_seq = self.recorder.next_seq();
-        self.recorder.announce(RunEvent::RoundRestarted {
-            position: resume.position(),
-            discard_from_seq: resume.void_from.unwrap_or(own_seq),
-            reason: match resume.handed_over {
-                true => HANDED_OVER,
-                false => OWNER_LOST,
-            }
-            .to_owned(),
-        });
-        tracing::info!(
-            position = resume.position(),
-            "a run whose owner was lost goes on here"
-        );
-        self.cut = resume.cut;
-        let Some(mut round) = resume.decided else {
-            return Ok(PickUp::At(resume.next_position));
+    #[test]
+    fn the_restart_names_the_round_the_void_text_and_why() {
+        let lost = restarted(&resume(None, Some(5), false), 9);
+        let RunEvent::RoundRestarted {
+            position,
+            discard_from_seq,
+            reason,
+        } = lost
+        else {
+            panic!("a restart: {lost:?}");
         };
-        let position = round.thought.position;
-        if position >= max_rounds {
-            self.state.close_round(round);
-            return Ok(PickUp::Ended(FinishReason::MaxIterations));
-        }
-        let finished = self
-            .round_tools(resume.waited)
-            .run_resumed(&mut round, &resume.started)
-            .await;
-        self.state.count_children(&round);
-        match finished {
-            Ok(()) => {
-                self.state.close_round(round);
-                Ok(PickUp::At(position + 1))
-            }
-            Err(Halt::Exhausted(kind)) => {
-                // The round is whole: its calls past the budget have their results.
-                self.state.close_round(round);
-                self.budgeted.note_spent_out(Err(Halt::Exhausted(kind)))?;
-                Ok(PickUp::At(position + 1))
-            }
-            Err(halt) => {
-                self.state.interrupt(round);
-                Err(halt)
-            }
-        }
+        assert_eq!(
+            (position, discard_from_seq, reason.as_str()),
+            (3, 5, OWNER_LOST)
+        );
+        let decided = RunState::default().begin_round(MessageId::new(), 2);
+        let handed = restarted(&resume(Some(decided), None, true), 9);
+        let RunEvent::RoundRestarted {
+            position,
+            discard_from_seq,
+            reason,
+        } = handed
+        else {
+            panic!("a restart: {handed:?}");
+        };
+        assert_eq!(
+            (position, discard_from_seq, reason.as_str()),
+            (2, 9, HANDED_OVER),
+            "nothing void: the discard starts at this owner's next event"
+        );
     }
 }
