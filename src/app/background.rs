@@ -12,8 +12,8 @@ use tokio_util::task::TaskTracker;
 use tonic_health::server::HealthReporter;
 
 use super::core::Core;
+use super::error::AppError;
 use super::replica::start_replica;
-use super::AppError;
 use crate::access::Keys;
 use crate::catalog::Catalog;
 use crate::config::Config;

@@ -9,8 +9,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic_health::pb::health_server::{Health, HealthServer};
 
+use super::error::AppError;
+use super::extensions::Extensions;
 use super::open::{open_bus, open_store, read_tls};
-use super::{AppError, Extensions};
 use crate::access::{AdminToken, Keys};
 use crate::api::{AdminGate, ApiRouter, Gate};
 use crate::catalog::Catalog;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::AppError;
+use super::error::AppError;
 use crate::api::TlsPem;
 use crate::cluster::nats::Nats;
 use crate::cluster::Bus;

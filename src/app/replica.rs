@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::AppError;
+use super::error::AppError;
 use crate::config::Config;
 use crate::runner::Runner;
 use crate::store::Adoption;

@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
+use super::error::RunError;
 use super::live::{not_waiting, Delivery, LiveRuns};
-use super::RunError;
 use crate::cluster::Bus;
 use crate::domain::{MessageId, RunCommand, Tenant};
 use crate::store::Store;

@@ -56,6 +56,7 @@ use crate::telemetry::Metrics;
 use crate::tools::ToolRegistry;
 use live::{Delivery, Emitter, LiveRun, LiveRuns, Mailbox};
 use prepare::Prepared;
+use remote::CANCEL_WAIT;
 use run::{Control, Recorder, RunTask};
 
 /// A started (or, for an idempotent retry, already running) run: its ids and its events.
@@ -67,9 +68,6 @@ pub struct RunHandle {
     /// Events in `seq` order from the first; closes after the last one.
     pub events: EventStream,
 }
-
-/// How long `Cancel` waits for a run to record its end before answering.
-const CANCEL_WAIT: Duration = Duration::from_secs(10);
 
 /// Starts runs, tracks them until they end, and lets callers follow or stop them.
 #[derive(Clone)]

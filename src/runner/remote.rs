@@ -5,11 +5,14 @@
 
 use std::time::Duration;
 
+use super::error::RunError;
 use super::live::{not_waiting, Awaited, Delivery};
-use super::{RunError, CANCEL_WAIT};
 use crate::cluster::Bus;
 use crate::domain::{MessageId, MessageStatus, RunCommand, RunEvent, Tenant};
 use crate::store::Store;
+
+/// How long `Cancel` waits for a run to record its end before answering.
+pub(super) const CANCEL_WAIT: Duration = Duration::from_secs(10);
 
 /// How often a cancel sent to another replica's run looks whether the run has ended.
 const ENDED_EVERY: Duration = Duration::from_millis(50);

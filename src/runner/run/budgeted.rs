@@ -2,10 +2,10 @@
 //! ends when a budget runs out (a normal end, a last round for a final answer, or an
 //! error, as the budget says). Decisions only: the run does what they say.
 
+use super::agent::Agent;
 use super::allowance::{completion_room, exhausted_text, worst_price, Clock};
 use super::halt::Halt;
 use super::state::RunState;
-use super::Agent;
 use crate::domain::{BudgetKind, FinishReason, OnExhausted, RunBudget, Spent};
 use crate::llm::ChatRequest;
 use crate::runner::budget::{lower_max_tokens, reserved_answer_tokens};

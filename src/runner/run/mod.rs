@@ -8,6 +8,7 @@
 //! leaves the live registry when the task is dropped. What the run knows lives in
 //! [`state`], free of I/O; writing and announcing go through [`recorder`].
 
+mod agent;
 mod allowance;
 mod budgeted;
 mod calls;
@@ -42,6 +43,7 @@ use resume::Resume;
 pub use resume::{rebuild, Resumption};
 use takeover::{Leftover, PickUp};
 
+pub use self::agent::Agent;
 use self::budgeted::{Budgeted, Ending};
 use self::calls::CallResults;
 use self::deltas::Deltas;
@@ -53,33 +55,17 @@ pub use self::spans::span;
 use self::state::{Round, RunState};
 use self::tools::RoundTools;
 use super::budget;
-use super::history::{self, History};
+use super::history;
 use super::live::{Mailbox, Registration};
 use super::settings::RunnerSettings;
 use super::spec::{OutputFallback, RunSpec};
-use super::strategy::{ModelStep, PromptContext, Strategy};
+use super::strategy::{ModelStep, PromptContext};
 use crate::domain::{
     BudgetKind, FinishReason, HistoryReport, Message, MessageStatus, PastMessage, RunEvent,
 };
-use crate::llm::{ChatRequest, LlmError, ResolvedModel};
+use crate::llm::{ChatRequest, LlmError};
 use crate::telemetry::{Metrics, RunOutcome};
-use crate::tools::{OfferedTool, ToolSet};
-
-/// The agent a run drives, resolved before its message was written.
-pub struct Agent {
-    /// The model and its client.
-    pub model: ResolvedModel,
-    /// Models tried in order when `model` fails after its retries.
-    pub fallbacks: Vec<ResolvedModel>,
-    /// How prompts are built and turns read.
-    pub strategy: Box<dyn Strategy>,
-    /// The tools the model may call.
-    pub tools: Arc<ToolSet>,
-    /// Earlier turns of the conversation, oldest first, and what was left out unread.
-    pub history: History,
-    /// The schema the final answer must meet, if any.
-    pub output: Option<Output>,
-}
+use crate::tools::OfferedTool;
 
 /// How a run is stopped and reached from outside while it is in progress.
 pub struct Control {
@@ -94,25 +80,6 @@ pub struct Control {
     pub mailbox: Mailbox,
     /// Keeps the run in the live registry until the task ends.
     pub registration: Registration,
-}
-
-impl Agent {
-    /// The models a call may go to, in order: the primary, then the fallbacks.
-    fn candidates(&self) -> impl Iterator<Item = &ResolvedModel> {
-        std::iter::once(&self.model).chain(&self.fallbacks)
-    }
-
-    /// Candidate `index` (0 is the primary; past the end, the last fallback).
-    fn candidate(&self, index: usize) -> &ResolvedModel {
-        match index.checked_sub(1) {
-            None => &self.model,
-            Some(fallback) => self
-                .fallbacks
-                .get(fallback)
-                .or(self.fallbacks.last())
-                .unwrap_or(&self.model),
-        }
-    }
 }
 
 /// How a round ended.

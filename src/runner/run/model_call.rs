@@ -10,13 +10,13 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::agent::Agent;
 use super::deltas::Deltas;
 use super::halt::{or_cancel, Halt};
 use super::recorder::Recorder;
 use super::retry::{self, Attempts, Next};
 use super::spans::{chat_span, record_json};
 use super::state::{Round, RunState, Tally};
-use super::Agent;
 use crate::domain::{RunEvent, RunFailure, TokenUsage};
 use crate::llm::{ChatChunk, ChatRequest, ChatStream, LlmError, ResolvedModel, TurnEnd};
 use crate::runner::settings::RunnerSettings;

@@ -2,7 +2,7 @@
 //! instruction (with what a structured answer must look like), the history, the query and
 //! the images a model can see.
 
-use super::Agent;
+use super::agent::Agent;
 use crate::llm::{ContentPart, Feature, ResolvedModel};
 use crate::runner::spec::{InputImage, RunSpec};
 use crate::runner::strategy::PromptContext;

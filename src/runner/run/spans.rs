@@ -3,7 +3,7 @@
 
 use tracing::field;
 
-use super::Agent;
+use super::agent::Agent;
 use crate::domain::Message;
 use crate::llm::ResolvedModel;
 use crate::runner::spec::RunSpec;

@@ -3,9 +3,9 @@
 //! on with the loop as any run does. What to do is decided here, without I/O; the run's
 //! task does it (`RunTask::pick_up`).
 
+use super::agent::Agent;
 use super::resume::Resume;
 use super::state::Round;
-use super::Agent;
 use crate::domain::{FinishReason, RunEvent, TokenUsage, Usage};
 use crate::runner::strategy::{PromptContext, RoundRecord};
 use crate::tools::OfferedTool;
