@@ -41,6 +41,35 @@ pub fn declined(reason: &str) -> String {
     }
 }
 
+/// A call that succeeded with `output`: its text is the observation, and its passages
+/// (or, when it names none, those its text holds) the evidence.
+pub fn success(
+    provider: String,
+    output: super::ToolOutput,
+    time_cost: f64,
+    tool_config: Map<String, Value>,
+) -> Invocation {
+    let resources = if output.resources.is_empty() {
+        super::records::resources_in(&output.text)
+    } else {
+        output.resources
+    };
+    Invocation {
+        provider,
+        outcome: CallOutcome::Success,
+        files: output.files,
+        resources,
+        meta: ToolInvokeMeta {
+            time_cost,
+            error: None,
+            tool_config,
+            usage: None,
+            tool_calls: 0,
+        },
+        observation: output.text,
+    }
+}
+
 /// A failed call: the text is both the observation and `meta.error`.
 pub fn failure(
     outcome: CallOutcome,

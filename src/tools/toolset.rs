@@ -333,24 +333,7 @@ impl ToolSet {
         let result = tokio::time::timeout(timeout, bound.tool.tool.call(args)).await;
         let time_cost = started.elapsed().as_secs_f64();
         match result {
-            Ok(Ok(output)) => Invocation {
-                provider,
-                files: output.files,
-                resources: if output.resources.is_empty() {
-                    super::records::resources_in(&output.text)
-                } else {
-                    output.resources
-                },
-                outcome: CallOutcome::Success,
-                observation: output.text,
-                meta: ToolInvokeMeta {
-                    time_cost,
-                    error: None,
-                    tool_config: config,
-                    usage: None,
-                    tool_calls: 0,
-                },
-            },
+            Ok(Ok(output)) => observation::success(provider, output, time_cost, config),
             Ok(Err(super::ToolError::InvalidArguments(reason))) => observation::failure(
                 CallOutcome::InvalidArguments,
                 provider,
@@ -488,20 +471,12 @@ impl ToolSet {
                 time_cost,
                 config,
             ),
-            None => Invocation {
-                provider: super::CLIENT_PROVIDER.to_owned(),
-                outcome: CallOutcome::Success,
-                files: Vec::new(),
-                resources: super::records::resources_in(&output),
-                observation: output,
-                meta: ToolInvokeMeta {
-                    time_cost,
-                    error: None,
-                    tool_config: config,
-                    usage: None,
-                    tool_calls: 0,
-                },
-            },
+            None => observation::success(
+                super::CLIENT_PROVIDER.to_owned(),
+                output.into(),
+                time_cost,
+                config,
+            ),
         }
     }
 }
