@@ -135,6 +135,21 @@ pub enum RunEvent {
 }
 
 impl RunEvent {
+    /// The end of a run that completed with `answer`: for tests of whatever reads events.
+    #[cfg(any(test, feature = "test-utils"))]
+    pub fn completed(answer: &str) -> Self {
+        RunEvent::MessageEnd {
+            answer: answer.into(),
+            usage: super::Usage::default(),
+            finish_reason: FinishReason::Stop,
+            iterations: 1,
+            retriever_resources: Vec::new(),
+            budget_exhausted: None,
+            structured_output: None,
+            output_invalid: None,
+        }
+    }
+
     /// Whether this is the last event of a run.
     pub fn is_terminal(&self) -> bool {
         matches!(self, RunEvent::MessageEnd { .. } | RunEvent::Error { .. })

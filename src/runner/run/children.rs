@@ -474,16 +474,7 @@ mod tests {
             conversation_id: crate::domain::ConversationId::new(),
             message_id: MessageId::new(),
             created_at: crate::domain::now(),
-            event: RunEvent::MessageEnd {
-                answer: answer.to_owned(),
-                usage: Usage::default(),
-                finish_reason: FinishReason::Stop,
-                iterations: 1,
-                retriever_resources: Vec::new(),
-                budget_exhausted: None,
-                structured_output: None,
-                output_invalid: None,
-            },
+            event: RunEvent::completed(answer),
         }
     }
 

@@ -1,7 +1,7 @@
 //! Checks of a store's life beyond single writes: a store that cannot write says so and
 //! hides what it did not make durable; retiring old events keeps each run's end.
 
-use super::{commit, conversation, delta, end, envelope, finish, start, tenant};
+use super::{commit, conversation, delta, end, envelope, events_of, finish, start, tenant};
 use super::{Burst, Category, Harness};
 
 /// A store that cannot write fails writes as unavailable and says so to whoever follows
@@ -28,11 +28,7 @@ pub async fn a_store_that_cannot_write_says_unavailable(harness: &dyn Harness) {
         "followers learn it cannot write"
     );
     assert!(
-        store
-            .list_events(&tenant(), message.id, 0)
-            .await
-            .unwrap()
-            .is_empty(),
+        events_of(&store, message.id).await.is_empty(),
         "readers never see what was not made durable"
     );
 
@@ -42,7 +38,7 @@ pub async fn a_store_that_cannot_write_says_unavailable(harness: &dyn Harness) {
         .await
         .unwrap();
     assert!(*writable.borrow_and_update());
-    let events = store.list_events(&tenant(), message.id, 0).await.unwrap();
+    let events = events_of(&store, message.id).await;
     assert_eq!(events.len(), 1);
 }
 
@@ -73,21 +69,14 @@ pub async fn retired_events_leave_each_end(harness: &dyn Harness) {
 
     let later = crate::domain::now() + chrono::Duration::seconds(5);
     assert_eq!(store.retire_events(later, 100).await.unwrap(), 1);
-    let events = store.list_events(&tenant(), ended.id, 0).await.unwrap();
+    let events = events_of(&store, ended.id).await;
     assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3]);
     assert_eq!(
         events[0].event,
         end("kept whole"),
         "the end, answer and all"
     );
-    assert_eq!(
-        store
-            .list_events(&tenant(), running.id, 0)
-            .await
-            .unwrap()
-            .len(),
-        2
-    );
+    assert_eq!(events_of(&store, running.id).await.len(), 2);
     assert_eq!(
         store.get_message(&tenant(), ended.id).await.unwrap(),
         Some(ended.clone())

@@ -34,7 +34,7 @@ use super::{
 use crate::domain::{
     ApiKeyRecord, Conversation, ConversationId, EventEnvelope, FileId, FileRecord, FinishReason,
     IdempotencyRecord, Message, MessageStatus, ProviderRecord, ProviderSource, RunEvent, Tenant,
-    Thought, Usage,
+    Thought,
 };
 
 /// Makes stores of one backend for the checks.
@@ -82,6 +82,14 @@ macro_rules! every_check {
 }
 #[cfg(test)]
 pub(crate) use every_check;
+
+/// The events of `message` of the test tenant, from the first.
+pub(crate) async fn events_of(
+    store: &Store,
+    message: crate::domain::MessageId,
+) -> Vec<EventEnvelope> {
+    store.list_events(&tenant(), message, 0).await.unwrap()
+}
 
 pub(crate) fn tenant() -> Tenant {
     Tenant::default_tenant()
@@ -133,16 +141,7 @@ pub(crate) fn delta(text: &str) -> RunEvent {
 }
 
 fn end(answer: &str) -> RunEvent {
-    RunEvent::MessageEnd {
-        answer: answer.into(),
-        usage: Usage::default(),
-        finish_reason: FinishReason::Stop,
-        iterations: 1,
-        retriever_resources: Vec::new(),
-        budget_exhausted: None,
-        structured_output: None,
-        output_invalid: None,
-    }
+    RunEvent::completed(answer)
 }
 
 async fn commit(store: &Store, records: Vec<Record>, events: Vec<EventEnvelope>) {
@@ -460,7 +459,7 @@ pub async fn a_burst_reads_back_with_its_records(harness: &dyn Harness) {
     let mut message = start(&store, opening.id, Some(&opening)).await;
     let thought = finish(&store, &mut message, "It is noon.").await;
 
-    let events = store.list_events(&tenant(), message.id, 0).await.unwrap();
+    let events = events_of(&store, message.id).await;
     assert_eq!(
         events.iter().map(|e| e.seq).collect::<Vec<_>>(),
         vec![1, 2, 3]
@@ -527,7 +526,7 @@ pub async fn large_values_read_back_whole(harness: &dyn Harness) {
     assert!(read.answer == answer, "the answer reads back whole");
     let thoughts = store.all_thoughts(&tenant(), message.id).await.unwrap();
     assert!(thoughts == vec![thought], "the thought reads back whole");
-    let events = store.list_events(&tenant(), message.id, 0).await.unwrap();
+    let events = events_of(&store, message.id).await;
     assert!(
         events[0].event == end(&answer),
         "the end carries the whole answer"
@@ -603,11 +602,7 @@ pub async fn deletion_removes_everything_of_a_conversation(harness: &dyn Harness
         .await
         .unwrap()
         .is_empty());
-    assert!(store
-        .list_events(&tenant(), message.id, 0)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(events_of(&store, message.id).await.is_empty());
     assert!(store.get_file(&tenant(), file.id).await.unwrap().is_none());
     assert!(store
         .get_idempotency(&tenant(), "doomed-key")
@@ -621,14 +616,7 @@ pub async fn deletion_removes_everything_of_a_conversation(harness: &dyn Harness
         );
     }
     assert!(!store.find_bytes(b"still here").await.unwrap().is_empty());
-    assert_eq!(
-        store
-            .list_events(&tenant(), survivor.id, 0)
-            .await
-            .unwrap()
-            .len(),
-        3
-    );
+    assert_eq!(events_of(&store, survivor.id).await.len(), 3);
     assert_eq!(
         store
             .delete_conversation(&tenant(), doomed.id)
@@ -724,14 +712,7 @@ pub async fn a_reopened_store_holds_everything(harness: &dyn Harness) {
         store.all_thoughts(&tenant(), ended.id).await.unwrap(),
         vec![thought]
     );
-    assert_eq!(
-        store
-            .list_events(&tenant(), ended.id, 0)
-            .await
-            .unwrap()
-            .len(),
-        3
-    );
+    assert_eq!(events_of(&store, ended.id).await.len(), 3);
     assert_eq!(
         store.get_run_spec(&tenant(), running.id).await.unwrap(),
         Some(spec())
@@ -762,10 +743,8 @@ pub async fn a_reopened_store_holds_everything(harness: &dyn Harness) {
         .unwrap();
     assert_eq!(interrupted.status, MessageStatus::Interrupted);
     assert_eq!(
-        store
-            .list_events(&tenant(), running.id, 0)
+        events_of(&store, running.id)
             .await
-            .unwrap()
             .iter()
             .map(|e| (e.seq, e.event.is_terminal()))
             .collect::<Vec<_>>(),

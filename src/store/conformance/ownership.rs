@@ -1,7 +1,7 @@
 //! Checks of what replicas share: who may write a run, how commands reach it, how caches
 //! learn that keys and providers changed, and how tenant limits are counted.
 
-use super::{api_key, conversation, delta, envelope, finish, provider, start, tenant};
+use super::{api_key, conversation, delta, envelope, events_of, finish, provider, start, tenant};
 use super::{spec, Burst, Fence, Harness, NewMessage, Store, StoreError};
 use crate::domain::{Message, MessageStatus, RunCommand, RunEvent, Tenant};
 use crate::store::Admission;
@@ -24,11 +24,7 @@ pub async fn a_burst_under_another_fence_writes_nothing(harness: &dyn Harness) {
     };
     let refused = store.commit(&tenant(), &stale, &burst).await;
     assert!(matches!(refused, Err(StoreError::Fenced)), "{refused:?}");
-    assert!(store
-        .list_events(&tenant(), message.id, 0)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(events_of(&store, message.id).await.is_empty());
 }
 
 /// A command for a running message is kept and taken once, in order with others, and only
@@ -356,7 +352,7 @@ pub async fn orphans_are_taken_over_until_their_limit(harness: &dyn Harness) {
         .unwrap();
     assert_eq!(ended.status, MessageStatus::Interrupted);
     assert_eq!(ended.error.map(|e| e.code).as_deref(), Some(OWNER_LOST));
-    let events = store.list_events(&tenant(), message.id, 0).await.unwrap();
+    let events = events_of(&store, message.id).await;
     assert_eq!(events.len(), 3);
     assert!(matches!(events[2].event, RunEvent::Error { .. }));
     assert_eq!(events[2].seq, 3);

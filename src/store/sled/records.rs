@@ -446,7 +446,7 @@ impl Embedded {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{FinishReason, Message, MessageStatus, Usage};
+    use crate::domain::{FinishReason, Message, MessageStatus};
     use crate::store::test_records::{conversation, running_message};
 
     fn envelope(message: &Message, seq: u64, event: RunEvent) -> EventEnvelope {
@@ -482,16 +482,7 @@ mod tests {
     }
 
     fn end(answer: &str) -> RunEvent {
-        RunEvent::MessageEnd {
-            answer: answer.into(),
-            usage: Usage::default(),
-            finish_reason: FinishReason::Stop,
-            iterations: 1,
-            retriever_resources: Vec::new(),
-            budget_exhausted: None,
-            structured_output: None,
-            output_invalid: None,
-        }
+        RunEvent::completed(answer)
     }
 
     fn delta(text: &str) -> RunEvent {
