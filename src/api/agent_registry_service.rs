@@ -2,10 +2,10 @@
 
 use tonic::{Request, Response, Status};
 
+use super::auth::tenant_of;
 use super::convert::agent::{agent_pb, definition, version_pb};
 use super::convert::reference::pick;
 use super::status::{from_error, invalid};
-use super::tenant_of;
 use crate::library::{Description, Library};
 use crate::pb;
 use crate::pb::agent_registry_server::AgentRegistry;

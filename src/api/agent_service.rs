@@ -5,10 +5,11 @@ use std::pin::Pin;
 use futures::Stream;
 use tonic::{Request, Response, Status};
 
+use super::auth::{caller_of, tenant_of};
 use super::convert::{parse_id, run_spec};
+use super::deadline::deadline_of;
 use super::status::from_error;
 use super::stream::RunEventStream;
-use super::{caller_of, deadline_of, tenant_of};
 use crate::domain::{ConversationId, FileId, MessageId, SHOWN_TEXT_LIMIT};
 use crate::pb;
 use crate::pb::agent_service_server::AgentService;

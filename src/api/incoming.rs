@@ -21,7 +21,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
-use super::{RouterError, TlsPem};
 use crate::net::{self, Admitted, Descriptors, ListenerLimits, Probation};
 
 /// Bytes of the HTTP/2 client preface: a connection that has sent them speaks HTTP/2.
@@ -29,6 +28,28 @@ const PREFACE_LEN: usize = 24;
 
 /// A connection as the transport serves it.
 pub type Connection = Probation<Transport>;
+
+/// Errors building the server.
+#[derive(Debug, thiserror::Error)]
+pub enum RouterError {
+    /// The reflection service could not be built.
+    #[error("could not build the reflection service: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    /// The TLS certificate or key is unusable.
+    #[error("cannot serve TLS: {0}")]
+    Tls(String),
+}
+
+/// The PEM texts TLS is served with.
+#[derive(Clone)]
+pub struct TlsPem {
+    /// Certificate chain.
+    pub cert: Vec<u8>,
+    /// Its private key.
+    pub key: Vec<u8>,
+    /// CA of required client certificates (mTLS); none asks for no client certificate.
+    pub client_ca: Option<Vec<u8>>,
+}
 
 /// The stream of admitted connections the transport serves.
 pub type Incoming = ReceiverStream<io::Result<Connection>>;

@@ -10,6 +10,7 @@ pub mod agent_registry_service;
 pub mod agent_service;
 pub mod auth;
 pub mod convert;
+pub mod deadline;
 pub mod decode_status;
 mod health;
 pub mod incoming;
@@ -25,7 +26,6 @@ use std::time::Duration;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::Router;
 use tonic::transport::Server;
-use tonic::Request;
 use tonic_health::server::HealthReporter;
 use tower::layer::util::{Identity, Stack};
 use tower::util::MapResponseLayer;
@@ -46,23 +46,9 @@ use admin_service::AdminApi;
 use agent_registry_service::AgentRegistryApi;
 use agent_service::AgentApi;
 pub use auth::{caller_of, tenant_of, AdminGate, Gate, TENANT_HEADER};
+pub use deadline::deadline_of;
+pub use incoming::{RouterError, TlsPem};
 use tool_registry_service::ToolRegistryApi;
-
-/// The caller's deadline from the `grpc-timeout` header (`<digits><unit>`, units H M S m u n).
-pub fn deadline_of<T>(request: &Request<T>) -> Option<Duration> {
-    let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
-    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
-    let amount: u64 = digits.parse().ok()?;
-    match unit {
-        "H" => Some(Duration::from_secs(amount.saturating_mul(3600))),
-        "M" => Some(Duration::from_secs(amount.saturating_mul(60))),
-        "S" => Some(Duration::from_secs(amount)),
-        "m" => Some(Duration::from_millis(amount)),
-        "u" => Some(Duration::from_micros(amount)),
-        "n" => Some(Duration::from_nanos(amount)),
-        _ => None,
-    }
-}
 
 /// The whole server's name in gRPC health (what Kubernetes' gRPC probe asks by default):
 /// it follows our named services, so a probe of the server sees what they say.
@@ -98,17 +84,6 @@ pub async fn set_not_serving(reporter: &HealthReporter) {
         .await;
 }
 
-/// Errors building the server.
-#[derive(Debug, thiserror::Error)]
-pub enum RouterError {
-    /// The reflection service could not be built.
-    #[error("could not build the reflection service: {0}")]
-    Reflection(#[from] tonic_reflection::server::Error),
-    /// The TLS certificate or key is unusable.
-    #[error("cannot serve TLS: {0}")]
-    Tls(String),
-}
-
 /// The assembled server: our services, health and reflection behind the layer that gives
 /// undecodable requests their proper status.
 pub type ApiRouter = Router<Stack<MapResponseLayer<ReclassifyFn>, Identity>>;
@@ -131,17 +106,6 @@ pub struct ApiSettings {
     pub reflection: bool,
     /// Whether the A2A protocol's service is served (`[a2a] enabled`).
     pub a2a: bool,
-}
-
-/// The PEM texts TLS is served with.
-#[derive(Clone)]
-pub struct TlsPem {
-    /// Certificate chain.
-    pub cert: Vec<u8>,
-    /// Its private key.
-    pub key: Vec<u8>,
-    /// CA of required client certificates (mTLS); none asks for no client certificate.
-    pub client_ca: Option<Vec<u8>>,
 }
 
 /// Our services, health and reflection (v1 and v1alpha, since grpcurl 1.8 speaks v1alpha).

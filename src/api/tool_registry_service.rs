@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
+use super::auth::tenant_of;
 use super::convert::json::struct_to_json;
 use super::convert::provider::{descriptor, provider, provider_record};
 use super::status::{from_error, invalid};
-use super::tenant_of;
 use crate::catalog::{Catalog, CatalogError};
 use crate::pb;
 use crate::pb::tool_registry_server::ToolRegistry as ToolRegistryService;

@@ -9,7 +9,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Code, Request};
 
 use super::route::{PROTOCOL_VERSION, TOOL_CALLS_EXTENSION};
-use crate::api::{caller_of, Gate, TENANT_HEADER};
+use crate::api::auth::{caller_of, Gate, TENANT_HEADER};
 use crate::domain::agent::check_slug;
 use crate::domain::{AgentRecord, Tenant, VersionPick};
 use crate::runner::{AgentDefinition, AgentReference, RunError, Runner};

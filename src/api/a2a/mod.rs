@@ -17,9 +17,9 @@ use tonic::{Request, Response, Status};
 
 use crate::a2a_pb as a2a;
 use crate::a2a_pb::a2a_service_server::A2aService;
+use crate::api::auth::{caller_of, tenant_of};
 use crate::api::convert::run_spec;
 use crate::api::status::{from_error, invalid};
-use crate::api::{caller_of, tenant_of};
 use crate::domain::{EventEnvelope, Message, MessageId, Tenant};
 use crate::runner::{EventStream, Runner};
 use crate::store::Store;

@@ -5,7 +5,7 @@ use tonic::Status;
 
 use super::json::json_to_struct;
 use super::run::{agent_spec, client_tool};
-use super::timestamp;
+use super::scalar::timestamp;
 use crate::api::status::invalid;
 use crate::domain::{AgentRecord, AgentVersionRecord, StrategyKind};
 use crate::pb;

@@ -1,7 +1,7 @@
 //! Domain events → protobuf, one exhaustive match.
 
 use super::record::{document, finish_reason, strategy};
-use super::timestamp;
+use super::scalar::timestamp;
 use crate::domain::{EventEnvelope, RunEvent};
 use crate::pb;
 use crate::pb::run_event::Event;

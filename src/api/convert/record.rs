@@ -1,7 +1,7 @@
 //! Domain records → protobuf.
 
 use super::json::json_to_struct;
-use super::timestamp;
+use super::scalar::timestamp;
 use crate::domain::{
     FinishReason, Message, MessageStatus, RetrieverResource, RunFailure, StrategyKind, Thought,
     ToolCallRecord, ToolInvokeMeta, Usage,

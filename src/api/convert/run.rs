@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 use tonic::Status;
 
 use super::json::struct_to_json;
-use super::parse_id;
+use super::scalar::parse_id;
 use crate::api::status::invalid;
 use crate::domain::{StrategyKind, Tenant};
 use crate::pb;
@@ -388,7 +388,7 @@ mod tests {
         agent.tools.push(pb::AgentTool {
             provider: "time".into(),
             name: "current_time".into(),
-            parameters: Some(super::super::json_to_struct(
+            parameters: Some(crate::api::convert::json::json_to_struct(
                 serde_json::json!({"timezone": "UTC"}).as_object().unwrap(),
             )),
             require_approval: true,
