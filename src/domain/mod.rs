@@ -15,6 +15,7 @@ mod ids;
 mod message;
 mod provider;
 pub mod redact;
+mod takeover;
 mod thought;
 mod usage;
 
@@ -36,6 +37,7 @@ pub use message::{
     StrategyKind,
 };
 pub use provider::{McpToolDef, ProviderKind, ProviderRecord, ProviderSource};
+pub use takeover::{adopt, end_orphan, fate, Adoption, Fate, OWNER_LOST, STOPPED};
 pub use thought::{
     CallOutcome, RetrieverResource, Thought, ToolCallRecord, ToolInvokeMeta, NOT_RUN,
     SHOWN_TEXT_LIMIT,

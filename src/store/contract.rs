@@ -7,11 +7,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::watch;
 
-use super::StoreError;
+use super::error::StoreError;
 use crate::domain::{
-    AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, ApiKeyRecord, Conversation,
-    ConversationId, EventEnvelope, FileId, FileRecord, IdempotencyRecord, Message, MessageId,
-    PastMessage, ProviderRecord, RunCommand, Tenant, Thought,
+    Adoption, AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, ApiKeyRecord,
+    Conversation, ConversationId, EventEnvelope, FileId, FileRecord, IdempotencyRecord, Message,
+    MessageId, PastMessage, ProviderRecord, RunCommand, Tenant, Thought,
 };
 
 /// One page of a listing, in order.
@@ -52,23 +52,6 @@ impl Fence {
             epoch: 0,
         }
     }
-}
-
-/// How a sweep treats the runs no live process owns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Adoption {
-    /// Take running runs over so this process resumes them; `false` ends them interrupted.
-    pub resume: bool,
-    /// Takeovers a run may have had; at the next loss of its owner it ends `owner_lost`.
-    pub max_takeovers: u32,
-}
-
-impl Adoption {
-    /// End every orphan interrupted, as a process that does not resume runs does.
-    pub const INTERRUPT: Adoption = Adoption {
-        resume: false,
-        max_takeovers: 0,
-    };
 }
 
 /// A run a sweep took over for this process, to resume; its fence names this replica

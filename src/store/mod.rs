@@ -24,77 +24,17 @@ mod sled;
 
 use std::sync::Arc;
 
+pub use crate::domain::Adoption;
 pub use contract::{
-    Admission, Adopted, Adoption, Agents, Backend, Burst, Commands, Conversations, EventLog, Fence,
-    Health, Inserted, NewMessage, Page, PageSize, Record, Records, Refusal, Registry,
-    RegistryChanges, StoredProvider, Swept, TakenCommand,
+    Admission, Adopted, Agents, Backend, Burst, Commands, Conversations, EventLog, Fence, Health,
+    Inserted, NewMessage, Page, PageSize, Record, Records, Refusal, Registry, RegistryChanges,
+    StoredProvider, Swept, TakenCommand,
 };
 pub use error::{Category, StoreError};
 pub use postgres::{describe as describe_database, with_database};
 pub use retire::retire_old_events;
 pub use sealed::SecretKey;
 pub use settings::{DatabaseSettings, StoreSettings};
-
-/// What a sweep does with one run whose owner is gone.
-pub(crate) enum Fate {
-    /// Take it over, to resume it here.
-    Adopt,
-    /// End it, with this code and reason.
-    End(&'static str, String),
-}
-
-/// The fate of `message`, orphaned, under `adoption`; `why` says why it is orphaned.
-pub(crate) fn fate(
-    message: &crate::domain::Message,
-    adoption: Adoption,
-    why: &'static str,
-) -> Fate {
-    if !adoption.resume || message.status.is_terminal() {
-        return Fate::End("interrupted", why.to_owned());
-    }
-    if !message.handed_over && message.takeovers >= adoption.max_takeovers {
-        let times = message.takeovers;
-        return Fate::End(
-            OWNER_LOST,
-            format!(
-                "{why}, and the run was taken over {times} times already (cluster.max_takeovers)"
-            ),
-        );
-    }
-    Fate::Adopt
-}
-
-/// Takes `message` over: a run its owner handed over goes on uncounted, any other counts
-/// one takeover more. Returns whether it was handed over.
-pub(crate) fn adopt(message: &mut crate::domain::Message) -> bool {
-    let handed_over = std::mem::take(&mut message.handed_over);
-    if !handed_over {
-        message.takeovers += 1;
-    }
-    handed_over
-}
-
-/// The code of a run that lost its owner once more than it may be taken over.
-pub const OWNER_LOST: &str = "owner_lost";
-
-/// Marks `message`, left running by a process that is gone, as interrupted with `code`
-/// for `why`, and returns the end event that announces it, one past `last_seq`: its
-/// followers, wherever they are, see the run end.
-pub(crate) fn end_orphan(
-    message: &mut crate::domain::Message,
-    code: &str,
-    why: &str,
-    last_seq: u64,
-) -> crate::domain::EventEnvelope {
-    let failure = crate::domain::RunFailure {
-        code: code.to_owned(),
-        message: why.to_owned(),
-    };
-    message.end_stranded(crate::domain::MessageStatus::Interrupted, failure, last_seq)
-}
-
-/// Why a message a process left running at its end is interrupted.
-pub(crate) const STOPPED: &str = "the server stopped while this message was running";
 
 /// Handle to the store; cheap to clone.
 #[derive(Clone)]

@@ -6,14 +6,12 @@
 use super::agent::Agent;
 use super::resume::Resume;
 use super::state::Round;
-use crate::domain::{FinishReason, RunEvent, TokenUsage, Usage};
+use crate::domain::{FinishReason, RunEvent, TokenUsage, Usage, OWNER_LOST};
 use crate::runner::strategy::{PromptContext, RoundRecord};
 use crate::tools::OfferedTool;
 
-/// Why a run was taken over, as `round_restarted` says it: its owner was lost.
-pub const OWNER_LOST: &str = "owner_lost";
-
-/// … or its owner stopped and handed it over.
+/// Why a run was taken over, as `round_restarted` says it, when its owner stopped and
+/// handed it over (else it is [`OWNER_LOST`]).
 pub const HANDED_OVER: &str = "handed_over";
 
 /// Where the loop goes on after a takeover.

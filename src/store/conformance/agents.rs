@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use super::{tenant, Harness};
 use crate::domain::{AgentChange, AgentRecord, AgentRefusal, Tenant, VersionPick};
-use crate::store::{PageSize, Store};
+use crate::store::contract::PageSize;
+use crate::store::Store;
 
 fn agent(id: &str, labels: &[(&str, &str)]) -> AgentRecord {
     let now = crate::domain::now();

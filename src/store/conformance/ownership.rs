@@ -3,9 +3,10 @@
 
 use super::{api_key, conversation, delta, envelope, events_of, finish, provider, start, tenant};
 use super::{spec, Burst, Fence, Harness, NewMessage, Store, StoreError};
+use crate::domain::{Adoption, OWNER_LOST};
 use crate::domain::{Message, MessageStatus, RunCommand, RunEvent, Tenant};
-use crate::store::Admission;
-use crate::store::{Adoption, Inserted, Refusal, Swept, OWNER_LOST};
+use crate::store::contract::Admission;
+use crate::store::contract::{Inserted, Refusal, Swept};
 
 /// A burst under a fence that is not the run's (a replica that lost the run) is refused
 /// as fenced and writes nothing of itself.

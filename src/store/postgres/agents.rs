@@ -11,7 +11,8 @@ use super::error::{codec, from_sqlx};
 use super::Postgres;
 use crate::domain::agent::MAX_AGENTS;
 use crate::domain::{AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, Tenant};
-use crate::store::{Page, PageSize, StoreError};
+use crate::store::contract::{Page, PageSize};
+use crate::store::error::StoreError;
 
 type Tx = sqlx::Transaction<'static, sqlx::Postgres>;
 

@@ -7,7 +7,8 @@ use uuid::Uuid;
 use super::error::{codec, from_sqlx};
 use super::Postgres;
 use crate::domain::{MessageId, RunCommand, Tenant};
-use crate::store::{StoreError, TakenCommand};
+use crate::store::contract::TakenCommand;
+use crate::store::error::StoreError;
 
 #[async_trait]
 impl crate::store::Commands for Postgres {

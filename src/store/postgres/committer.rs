@@ -12,7 +12,8 @@ use uuid::Uuid;
 use super::error::codec;
 use super::Postgres;
 use crate::domain::{MessageId, Tenant};
-use crate::store::{Burst, Fence, Record, StoreError};
+use crate::store::contract::{Burst, Fence, Record};
+use crate::store::error::StoreError;
 
 /// Bursts one transaction takes at most.
 const GROUP: usize = 128;

@@ -8,11 +8,13 @@ use super::error::from_sqlx;
 use super::paged::{decode, encode, Paged};
 use super::Postgres;
 use crate::domain::{
-    Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
+    Adoption, Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage,
+    Tenant,
 };
-use crate::store::{
-    Admission, Adoption, Fence, Inserted, NewMessage, Page, PageSize, Refusal, StoreError, Swept,
+use crate::store::contract::{
+    Admission, Fence, Inserted, NewMessage, Page, PageSize, Refusal, Swept,
 };
+use crate::store::error::StoreError;
 
 /// Messages, a page at a time in their conversation.
 const MESSAGES: Paged = Paged {

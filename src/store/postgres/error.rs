@@ -1,6 +1,6 @@
 //! PostgreSQL's failures filed under the store's categories.
 
-use crate::store::{Category, StoreError};
+use crate::store::error::{Category, StoreError};
 
 /// An unavailable-store error saying `why`.
 pub fn unavailable(why: &str) -> StoreError {

@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 use super::Postgres;
 use crate::cluster::{Bus, Notice, Watch, Watchers};
 use crate::domain::{EventEnvelope, MessageId};
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// The channel of committed events.
 pub(super) const EVENTS: &str = "agent_runner_events";

@@ -27,8 +27,8 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use tokio::sync::watch;
 
+use super::error::{Category, StoreError};
 use super::sealed::{self, SecretKey};
-use super::{Category, StoreError};
 pub use error::unavailable;
 
 /// The schema version this build writes; a database whose recorded minimum is newer is

@@ -6,7 +6,8 @@ use uuid::Uuid;
 use super::error::{codec, from_sqlx};
 use super::Postgres;
 use crate::domain::Tenant;
-use crate::store::{Page, PageSize, StoreError};
+use crate::store::contract::{Page, PageSize};
+use crate::store::error::StoreError;
 
 /// `record` as the JSON its table keeps.
 pub(super) fn encode<T: serde::Serialize>(

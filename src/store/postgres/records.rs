@@ -8,7 +8,8 @@ use super::error::{codec, from_sqlx};
 use super::paged::{encode, Paged};
 use super::Postgres;
 use crate::domain::{EventEnvelope, FileId, FileRecord, MessageId, Tenant, Thought};
-use crate::store::{Burst, Fence, Page, PageSize, StoreError};
+use crate::store::contract::{Burst, Fence, Page, PageSize};
+use crate::store::error::StoreError;
 
 /// Thoughts, a page at a time in their message.
 const THOUGHTS: Paged = Paged {

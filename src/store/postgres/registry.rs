@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use super::error::{codec, from_sqlx};
 use super::Postgres;
 use crate::domain::{ApiKeyRecord, ProviderRecord, Tenant};
-use crate::store::{RegistryChanges, StoreError, StoredProvider};
+use crate::store::contract::{RegistryChanges, StoredProvider};
+use crate::store::error::StoreError;
 
 impl Postgres {
     /// A provider as read, its sealed credentials opened.

@@ -11,8 +11,10 @@ use uuid::Uuid;
 
 use super::error::{self, from_sqlx};
 use super::Postgres;
+use crate::domain::{Adoption, Fate};
 use crate::domain::{EventEnvelope, Message, Tenant};
-use crate::store::{Adopted, Adoption, Category, Fate, Fence, StoreError, Swept};
+use crate::store::contract::{Adopted, Fence, Swept};
+use crate::store::error::{Category, StoreError};
 
 /// How many orphaned runs one sweep ends at most, so no sweep holds many rows at once.
 const SWEEP_BATCH: i64 = 100;
@@ -276,13 +278,13 @@ impl Postgres {
             let mut message: Message =
                 serde_json::from_str(&record).map_err(|err| error::codec("messages", err))?;
             let why = if mine {
-                crate::store::STOPPED
+                crate::domain::STOPPED
             } else {
                 OWNER_GONE
             };
-            match crate::store::fate(&message, adoption, why) {
+            match crate::domain::fate(&message, adoption, why) {
                 Fate::Adopt => {
-                    let handed_over = crate::store::adopt(&mut message);
+                    let handed_over = crate::domain::adopt(&mut message);
                     let epoch = self.adopt(&mut tx, &tenant, &message).await?;
                     let tenant = stored_tenant(&tenant)?;
                     adopted.push(Adopted {
@@ -305,7 +307,7 @@ impl Postgres {
                     .await
                     .map_err(failed)?;
                     let last = u64::try_from(last.unwrap_or(0)).unwrap_or(0);
-                    let end = crate::store::end_orphan(&mut message, code, &why, last);
+                    let end = crate::domain::end_orphan(&mut message, code, &why, last);
                     self.write_end(&mut tx, &tenant, &message, &end).await?;
                     ended.push((stored_tenant(&tenant)?, crate::domain::MessageId(id)));
                 }

@@ -10,7 +10,8 @@ use sqlx::{Connection, PgConnection};
 
 use super::{Postgres, Settings};
 use crate::store::conformance::{self, Harness};
-use crate::store::{SecretKey, Store};
+use crate::store::sealed::SecretKey;
+use crate::store::Store;
 
 /// The server tests use when `AGENT_RUNNER_TEST_DATABASE_URL` does not name another.
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";

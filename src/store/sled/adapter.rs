@@ -17,9 +17,10 @@ use crate::domain::{
     IdempotencyRecord, Message, MessageId, MessageStatus, PastMessage, ProviderRecord, Tenant,
     Thought,
 };
-use crate::store::{
-    Burst, Fence, Inserted, NewMessage, Page, PageSize, Record, StoreError, StoredProvider,
+use crate::store::contract::{
+    Burst, Fence, Inserted, NewMessage, Page, PageSize, Record, StoredProvider,
 };
+use crate::store::error::StoreError;
 
 impl Embedded {
     /// Writes a burst's records, then its events: nothing of it is durable until the

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use super::{keys, Embedded};
 use crate::domain::Tenant;
-use crate::store::{Admission, Refusal, StoreError};
+use crate::store::contract::{Admission, Refusal};
+use crate::store::error::StoreError;
 
 /// The window of [`Admission::per_minute`].
 const MINUTE: Duration = Duration::from_secs(60);

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use super::{decode, encode, keys, Embedded, StoreError};
 use crate::domain::agent::MAX_AGENTS;
 use crate::domain::{AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, Tenant};
-use crate::store::{Page, PageSize};
+use crate::store::contract::{Page, PageSize};
 
 /// Key of version `version` of agent `id`: its agent's key, a NUL, the number.
 fn version_key(tenant: &Tenant, id: &str, version: u32) -> Vec<u8> {

@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{keys, Embedded};
 use crate::domain::{ConversationId, MessageId, RunCommand, Tenant};
-use crate::store::{StoreError, TakenCommand};
+use crate::store::contract::TakenCommand;
+use crate::store::error::StoreError;
 
 /// A kept command, as stored.
 #[derive(Serialize, Deserialize)]

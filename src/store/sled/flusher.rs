@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, watch};
 
-use super::StoreError;
+use crate::store::error::StoreError;
 
 type Reply = oneshot::Sender<Result<(), String>>;
 

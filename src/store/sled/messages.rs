@@ -11,7 +11,7 @@ use super::{decode, encode, keys, Embedded, StoreError};
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
 };
-use crate::store::{Inserted, NewMessage, Page, PageSize};
+use crate::store::contract::{Inserted, NewMessage, Page, PageSize};
 
 /// A message as stored: its answer kept apart in the `answers` tree when it has one
 /// (records of earlier versions have it inline and no flag).
@@ -575,9 +575,9 @@ impl Embedded {
                         keys::conversation_message(&tenant, message.conversation_id, message.seq);
                     t.conversation_messages
                         .insert(index_key, message.id.as_bytes().as_slice())?;
-                    match crate::store::fate(&message, adoption, crate::store::STOPPED) {
-                        crate::store::Fate::Adopt => {
-                            let handed_over = crate::store::adopt(&mut message);
+                    match crate::domain::fate(&message, adoption, crate::domain::STOPPED) {
+                        crate::domain::Fate::Adopt => {
+                            let handed_over = crate::domain::adopt(&mut message);
                             self.update_message(&tenant, &message)?;
                             swept.adopted.push(crate::store::Adopted {
                                 tenant,
@@ -586,12 +586,12 @@ impl Embedded {
                                 handed_over,
                             });
                         }
-                        crate::store::Fate::End(code, why) => {
+                        crate::domain::Fate::End(code, why) => {
                             let last_seq = self
                                 .list_events(&tenant, id, 0)?
                                 .last()
                                 .map_or(0, |event| event.seq);
-                            let end = crate::store::end_orphan(&mut message, code, &why, last_seq);
+                            let end = crate::domain::end_orphan(&mut message, code, &why, last_seq);
                             self.update_message(&tenant, &message)?;
                             self.put_events(&tenant, std::slice::from_ref(&end))?;
                             swept.interrupted.push((tenant, id));

@@ -26,8 +26,8 @@ use std::sync::{Arc, PoisonError, RwLock};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::error::{Category, StoreError};
 use super::sealed::{self, SecretKey};
-use super::{Category, StoreError};
 use crate::domain::ConversationId;
 
 impl From<sled::Error> for StoreError {

@@ -10,7 +10,7 @@
 
 use sled::{IVec, Tree};
 
-use super::StoreError;
+use crate::store::error::StoreError;
 
 /// The largest value stored whole: sixteen of them (a full leaf) stay well below sled's
 /// blob threshold.

@@ -3,7 +3,7 @@
 use super::pieces::{self, Owner};
 use super::{decode, encode, keys, scan, Embedded, StoreError};
 use crate::domain::EventEnvelope;
-use crate::store::{Page, PageSize};
+use crate::store::contract::{Page, PageSize};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ops::Bound;
