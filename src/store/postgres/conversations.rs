@@ -98,18 +98,7 @@ impl crate::store::Conversations for Postgres {
                 .await?;
             let failed = |err| self.failed(err);
             if let Some((key, record)) = idempotency {
-                let taken = sqlx::query(
-                    "INSERT INTO idempotency_keys (tenant, key, message_id, fingerprint) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                )
-                .bind(tenant.as_str())
-                .bind(key)
-                .bind(record.message_id.0)
-                .bind(&record.fingerprint)
-                .execute(&mut *tx)
-                .await
-                .map_err(failed)?;
-                if taken.rows_affected() == 0 {
+                if !self.take_key(&mut tx, tenant, key, record).await? {
                     drop(tx);
                     let winner = self.get_idempotency_now(tenant, key).await?;
                     return Ok(Inserted::KeyTaken(winner));
@@ -121,43 +110,7 @@ impl crate::store::Conversations for Postgres {
             {
                 return Ok(Inserted::Refused(refusal));
             }
-            // A new conversation is written, then the conversation's lock taken, in one round
-            // trip; the place is read in the next statement, after the lock.
-            let record = conversation
-                .map(|conversation| encode("conversations", conversation))
-                .transpose()?;
-            sqlx::query(
-                "WITH opened AS ( \
-                     INSERT INTO conversations (tenant, id, record) \
-                     SELECT $1, $2, $3 WHERE $3::text IS NOT NULL ON CONFLICT DO NOTHING) \
-                 SELECT pg_advisory_xact_lock(hashtextextended($4, 0))",
-            )
-            .bind(tenant.as_str())
-            .bind(conversation.map_or(message.conversation_id.0, |conversation| conversation.id.0))
-            .bind(record)
-            .bind(format!(
-                "{}\u{1}{}",
-                tenant.as_str(),
-                message.conversation_id.0
-            ))
-            .execute(&mut *tx)
-            .await
-            .map_err(failed)?;
-            let newest: Option<(i64, i64)> = sqlx::query_as(
-                "SELECT seq, ordinal FROM messages WHERE tenant = $1 AND conversation_id = $2 \
-                 ORDER BY seq DESC LIMIT 1",
-            )
-            .bind(tenant.as_str())
-            .bind(message.conversation_id.0)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(failed)?;
-            let (seq, ordinal) = match newest {
-                None => (1, 1),
-                // An ordinal of 0 is unknown (messages of earlier versions), and stays so.
-                Some((seq, 0)) => (seq + 1, 0),
-                Some((seq, ordinal)) => (seq + 1, ordinal + 1),
-            };
+            let (seq, ordinal) = self.place(&mut tx, tenant, conversation, message).await?;
             message.seq = u64::try_from(seq).unwrap_or_default();
             message.ordinal = u64::try_from(ordinal).unwrap_or_default();
             sqlx::query(
@@ -385,6 +338,77 @@ impl crate::store::Conversations for Postgres {
 }
 
 impl Postgres {
+    /// Takes the idempotency `key` for the message `record` names; `false` when another
+    /// run holds it already.
+    async fn take_key(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+        tenant: &Tenant,
+        key: &str,
+        record: &IdempotencyRecord,
+    ) -> Result<bool, StoreError> {
+        let taken = sqlx::query(
+            "INSERT INTO idempotency_keys (tenant, key, message_id, fingerprint) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+        )
+        .bind(tenant.as_str())
+        .bind(key)
+        .bind(record.message_id.0)
+        .bind(&record.fingerprint)
+        .execute(&mut **tx)
+        .await
+        .map_err(|err| self.failed(err))?;
+        Ok(taken.rows_affected() > 0)
+    }
+
+    /// The place (`seq`, turn ordinal) of `message` in its conversation, under the
+    /// conversation's lock, writing the `conversation` first when it is new.
+    async fn place(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+        tenant: &Tenant,
+        conversation: Option<&Conversation>,
+        message: &Message,
+    ) -> Result<(i64, i64), StoreError> {
+        // A new conversation is written, then the conversation's lock taken, in one round
+        // trip; the place is read in the next statement, after the lock.
+        let record = conversation
+            .map(|conversation| encode("conversations", conversation))
+            .transpose()?;
+        sqlx::query(
+            "WITH opened AS ( \
+                 INSERT INTO conversations (tenant, id, record) \
+                 SELECT $1, $2, $3 WHERE $3::text IS NOT NULL ON CONFLICT DO NOTHING) \
+             SELECT pg_advisory_xact_lock(hashtextextended($4, 0))",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.map_or(message.conversation_id.0, |conversation| conversation.id.0))
+        .bind(record)
+        .bind(format!(
+            "{}\u{1}{}",
+            tenant.as_str(),
+            message.conversation_id.0
+        ))
+        .execute(&mut **tx)
+        .await
+        .map_err(|err| self.failed(err))?;
+        let newest: Option<(i64, i64)> = sqlx::query_as(
+            "SELECT seq, ordinal FROM messages WHERE tenant = $1 AND conversation_id = $2 \
+             ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(tenant.as_str())
+        .bind(message.conversation_id.0)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(|err| self.failed(err))?;
+        Ok(match newest {
+            None => (1, 1),
+            // An ordinal of 0 is unknown (messages of earlier versions), and stays so.
+            Some((seq, 0)) => (seq + 1, 0),
+            Some((seq, ordinal)) => (seq + 1, ordinal + 1),
+        })
+    }
+
     /// Counts the tenant's running top-level messages and its top-level starts in the last
     /// minute against `admission` (for a sub-agent's message, `child`, its running
     /// sub-agents' messages), holding the tenant's lock until the transaction ends, so the
