@@ -16,6 +16,7 @@ mod commands;
 mod error;
 mod family;
 mod history;
+mod lineage;
 mod live;
 mod pin;
 mod prepare;
@@ -251,7 +252,7 @@ impl Runner {
             return Err(RunError::ConversationBusy { id: id.to_string() });
         }
         // The sub-agents' runs go with the runs that started them, deepest first.
-        let children = family::child_conversations(&self.store, tenant, id).await?;
+        let children = lineage::child_conversations(&self.store, tenant, id).await?;
         for child in &children {
             if self.store.running_in(tenant, *child).await? {
                 return Err(RunError::ConversationBusy { id: id.to_string() });
@@ -294,8 +295,8 @@ impl Runner {
         top: MessageId,
         decisions: Vec<(Option<MessageId>, Decision)>,
     ) -> Result<(), RunError> {
-        for (target, group) in family::by_target(top, decisions) {
-            family::check_below(&self.store, tenant, top, target).await?;
+        for (target, group) in lineage::by_target(top, decisions) {
+            lineage::check_below(&self.store, tenant, top, target).await?;
             self.approve_tool_calls(tenant, target, group).await?;
         }
         Ok(())
@@ -309,8 +310,8 @@ impl Runner {
         top: MessageId,
         outputs: Vec<(Option<MessageId>, ClientOutput)>,
     ) -> Result<(), RunError> {
-        for (target, group) in family::by_target(top, outputs) {
-            family::check_below(&self.store, tenant, top, target).await?;
+        for (target, group) in lineage::by_target(top, outputs) {
+            lineage::check_below(&self.store, tenant, top, target).await?;
             self.submit_tool_outputs(tenant, target, group).await?;
         }
         Ok(())
@@ -324,7 +325,7 @@ impl Runner {
         tenant: &Tenant,
         definition: &AgentDefinition,
     ) -> bool {
-        family::tree_waits_on_caller(&self.store, tenant, definition).await
+        lineage::tree_waits_on_caller(&self.store, tenant, definition).await
     }
 
     async fn deliver(
