@@ -563,10 +563,21 @@ async fn a_run_taken_over_keeps_what_it_spent() {
     })
     .await;
     let mut on_peer = attach(&b, &id, 0).await;
+    // The second model call can go out before the first round's records are durable; a
+    // follower on the peer sees only what is, so the kill waits for it to see the call.
+    let ran_c1 = |event: &pb::RunEvent| match &event.event {
+        Some(Event::ToolFinished(finished)) => finished
+            .tool_call
+            .as_ref()
+            .is_some_and(|call| call.id == "c1"),
+        _ => false,
+    };
+    let reached = tokio::time::timeout(Duration::from_secs(20), read_until(&mut on_peer, ran_c1));
+    let mut followed = reached.await.expect("the first round reaches the peer");
     a.child.kill().unwrap();
     a.child.wait().unwrap();
 
-    let followed = read_within(&mut on_peer, Duration::from_secs(20)).await;
+    followed.extend(read_within(&mut on_peer, Duration::from_secs(20)).await);
     let Some(Event::End(end)) = &followed.last().unwrap().event else {
         panic!("the run ends normally: {followed:?}");
     };
