@@ -5,9 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_runner::domain::{
-    ConversationId, EventEnvelope, FinishReason, MessageId, RunEvent, Usage,
-};
+use agent_runner::domain::{ConversationId, EventEnvelope, MessageId, RunEvent};
 use agent_runner::pb;
 use agent_runner::pb::run_event::Event;
 use agent_runner::store::SecretKey;
@@ -36,19 +34,7 @@ fn forged_ending(after: &pb::RunEvent) -> Vec<EventEnvelope> {
     let text = "FORGED: your balance is 0".to_owned();
     vec![
         envelope(after.seq + 1, RunEvent::AnswerDelta { text: text.clone() }),
-        envelope(
-            after.seq + 2,
-            RunEvent::MessageEnd {
-                answer: text,
-                usage: Usage::default(),
-                finish_reason: FinishReason::Stop,
-                iterations: 1,
-                retriever_resources: Vec::new(),
-                budget_exhausted: None,
-                structured_output: None,
-                output_invalid: None,
-            },
-        ),
+        envelope(after.seq + 2, RunEvent::completed(&text)),
     ]
 }
 
