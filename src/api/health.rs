@@ -6,7 +6,14 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tonic_health::server::HealthReporter;
 
+use crate::pb::agent_registry_server::AgentRegistryServer;
+use crate::pb::agent_service_server::AgentServiceServer;
+use crate::pb::tool_registry_server::ToolRegistryServer;
 use crate::store::Store;
+
+use super::agent_registry_service::AgentRegistryApi;
+use super::agent_service::AgentApi;
+use super::tool_registry_service::ToolRegistryApi;
 
 /// How often a store that cannot write is probed for room again.
 const STORE_PROBE: Duration = Duration::from_secs(1);
@@ -25,12 +32,12 @@ pub async fn follow_health(
         let ok = *writable.borrow_and_update();
         let can_open = *descriptors.borrow_and_update();
         if ok && can_open {
-            super::set_serving(&reporter).await;
+            set_serving(&reporter).await;
         } else {
             if !ok {
                 tracing::error!("the store cannot write: health is NOT_SERVING until it can");
             }
-            super::set_not_serving(&reporter).await;
+            set_not_serving(&reporter).await;
         }
         let probe = async {
             if ok {
@@ -50,4 +57,38 @@ pub async fn follow_health(
             () = probe => {}
         }
     }
+}
+
+/// The whole server's name in gRPC health (what Kubernetes' gRPC probe asks by default):
+/// it follows our named services, so a probe of the server sees what they say.
+const WHOLE_SERVER: &str = "";
+
+/// Marks our services serving; called once the store is open.
+pub async fn set_serving(reporter: &HealthReporter) {
+    reporter
+        .set_service_status(WHOLE_SERVER, tonic_health::ServingStatus::Serving)
+        .await;
+    reporter.set_serving::<AgentServiceServer<AgentApi>>().await;
+    reporter
+        .set_serving::<AgentRegistryServer<AgentRegistryApi>>()
+        .await;
+    reporter
+        .set_serving::<ToolRegistryServer<ToolRegistryApi>>()
+        .await;
+}
+
+/// Marks our services not serving: as shutdown begins, and while the store cannot write.
+pub async fn set_not_serving(reporter: &HealthReporter) {
+    reporter
+        .set_service_status(WHOLE_SERVER, tonic_health::ServingStatus::NotServing)
+        .await;
+    reporter
+        .set_not_serving::<AgentServiceServer<AgentApi>>()
+        .await;
+    reporter
+        .set_not_serving::<AgentRegistryServer<AgentRegistryApi>>()
+        .await;
+    reporter
+        .set_not_serving::<ToolRegistryServer<ToolRegistryApi>>()
+        .await;
 }

@@ -18,7 +18,7 @@ pub mod status;
 pub mod stream;
 pub mod tool_registry_service;
 
-pub use health::follow_health;
+pub use health::{follow_health, set_not_serving, set_serving};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +26,6 @@ use std::time::Duration;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::Router;
 use tonic::transport::Server;
-use tonic_health::server::HealthReporter;
 use tower::layer::util::{Identity, Stack};
 use tower::util::MapResponseLayer;
 
@@ -49,40 +48,6 @@ pub use auth::{caller_of, tenant_of, AdminGate, Gate, TENANT_HEADER};
 pub use deadline::deadline_of;
 pub use incoming::{RouterError, TlsPem};
 use tool_registry_service::ToolRegistryApi;
-
-/// The whole server's name in gRPC health (what Kubernetes' gRPC probe asks by default):
-/// it follows our named services, so a probe of the server sees what they say.
-const WHOLE_SERVER: &str = "";
-
-/// Marks our services serving; called once the store is open.
-pub async fn set_serving(reporter: &HealthReporter) {
-    reporter
-        .set_service_status(WHOLE_SERVER, tonic_health::ServingStatus::Serving)
-        .await;
-    reporter.set_serving::<AgentServiceServer<AgentApi>>().await;
-    reporter
-        .set_serving::<AgentRegistryServer<AgentRegistryApi>>()
-        .await;
-    reporter
-        .set_serving::<ToolRegistryServer<ToolRegistryApi>>()
-        .await;
-}
-
-/// Marks our services not serving: as shutdown begins, and while the store cannot write.
-pub async fn set_not_serving(reporter: &HealthReporter) {
-    reporter
-        .set_service_status(WHOLE_SERVER, tonic_health::ServingStatus::NotServing)
-        .await;
-    reporter
-        .set_not_serving::<AgentServiceServer<AgentApi>>()
-        .await;
-    reporter
-        .set_not_serving::<AgentRegistryServer<AgentRegistryApi>>()
-        .await;
-    reporter
-        .set_not_serving::<ToolRegistryServer<ToolRegistryApi>>()
-        .await;
-}
 
 /// The assembled server: our services, health and reflection behind the layer that gives
 /// undecodable requests their proper status.

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::Store;
+use super::contract::EventLog;
 
 /// How often ended messages' old events are looked for.
 const RETIRE_EVERY: Duration = Duration::from_secs(3600);
@@ -13,8 +13,13 @@ const RETIRE_EVERY: Duration = Duration::from_secs(3600);
 const RETIRE_BATCH: usize = 100;
 
 /// Retires the events of messages that ended more than `days` ago, every hour until
-/// `stop`, a batch at a time so the store never runs one long delete.
-pub async fn retire_old_events(store: Store, days: u32, stop: CancellationToken) {
+/// `stop`, a batch at a time so the store never runs one long delete. Takes any handle to
+/// an event log (the store's face among them) so this room need not know the face.
+pub async fn retire_old_events<S>(store: S, days: u32, stop: CancellationToken)
+where
+    S: std::ops::Deref,
+    S::Target: EventLog,
+{
     loop {
         let before = crate::domain::now() - chrono::Duration::days(i64::from(days));
         let mut retired = 0;

@@ -12,7 +12,7 @@ use base64::Engine as _;
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 
-use super::StoreError;
+use super::error::StoreError;
 
 /// Length of the XChaCha20 nonce stored with each value.
 const NONCE_LEN: usize = 24;

@@ -179,7 +179,7 @@ impl Postgres {
 }
 
 #[async_trait]
-impl crate::store::Agents for Postgres {
+impl crate::store::contract::Agents for Postgres {
     async fn create_agent(
         &self,
         tenant: &Tenant,

@@ -11,7 +11,7 @@ use crate::store::contract::TakenCommand;
 use crate::store::error::StoreError;
 
 #[async_trait]
-impl crate::store::Commands for Postgres {
+impl crate::store::contract::Commands for Postgres {
     /// Kept while the message's row is held, so a run that ends at the same moment either
     /// takes the command or leaves it to the sweep.
     async fn send_command(
@@ -74,7 +74,7 @@ impl crate::store::Commands for Postgres {
                 .map(|(_, tenant, message, text)| {
                     let tenant =
                         Tenant::from_stored(&tenant).ok_or_else(|| StoreError::Backend {
-                            category: crate::store::Category::Corrupt,
+                            category: crate::store::error::Category::Corrupt,
                             message: "a command names a tenant that is not valid".to_owned(),
                         })?;
                     Ok(TakenCommand {

@@ -216,7 +216,7 @@ impl Postgres {
                     let _ = reply.send(Ok(()));
                 }
             }
-            Err(err) if err.category() == crate::store::Category::Unavailable => {
+            Err(err) if err.category() == crate::store::error::Category::Unavailable => {
                 for reply in replies {
                     let _ = reply.send(Err(super::unavailable(&err.to_string())));
                 }

@@ -44,7 +44,7 @@ impl Postgres {
 }
 
 #[async_trait]
-impl crate::store::Conversations for Postgres {
+impl crate::store::contract::Conversations for Postgres {
     async fn get_conversation(
         &self,
         tenant: &Tenant,
@@ -478,7 +478,7 @@ impl Postgres {
         tenant: &Tenant,
         key: &str,
     ) -> Result<IdempotencyRecord, StoreError> {
-        use crate::store::Conversations as _;
+        use crate::store::contract::Conversations as _;
         self.get_idempotency(tenant, key)
             .await?
             .ok_or_else(|| super::unavailable("an idempotency key was taken and then released"))

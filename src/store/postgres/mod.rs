@@ -388,7 +388,7 @@ async fn check_key(pool: &PgPool, key: &SecretKey, place: &str) -> Result<(), St
 }
 
 #[async_trait::async_trait]
-impl crate::store::Health for Postgres {
+impl crate::store::contract::Health for Postgres {
     fn writable(&self) -> watch::Receiver<bool> {
         self.writable.subscribe()
     }

@@ -19,7 +19,7 @@ const THOUGHTS: Paged = Paged {
 };
 
 #[async_trait]
-impl crate::store::Records for Postgres {
+impl crate::store::contract::Records for Postgres {
     async fn list_thoughts(
         &self,
         tenant: &Tenant,
@@ -79,7 +79,7 @@ impl crate::store::Records for Postgres {
 }
 
 #[async_trait]
-impl crate::store::EventLog for Postgres {
+impl crate::store::contract::EventLog for Postgres {
     /// The fence is recorded with each message (one fixed owner until replicas take runs
     /// over). The burst joins the bursts of other runs waiting at the time in one
     /// transaction (see [`super::committer`]), durable when it commits. Events already

@@ -53,7 +53,7 @@ impl Postgres {
 }
 
 #[async_trait]
-impl crate::store::Registry for Postgres {
+impl crate::store::contract::Registry for Postgres {
     async fn put_provider(
         &self,
         tenant: &Tenant,

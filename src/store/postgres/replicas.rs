@@ -188,7 +188,7 @@ fn stored_tenant(stored: &str) -> Result<Tenant, StoreError> {
 }
 
 impl Postgres {
-    /// Ends the runs no live replica owns (see [`crate::store::Conversations::take_orphans`]),
+    /// Ends the runs no live replica owns (see [`crate::store::contract::Conversations::take_orphans`]),
     /// a batch at a time; rows another sweeper holds are skipped, so replicas sweeping at
     /// once end each run once.
     pub(super) async fn sweep_orphans(&self, adoption: Adoption) -> Result<Swept, StoreError> {

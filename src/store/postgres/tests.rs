@@ -198,8 +198,8 @@ async fn a_second_process_with_the_id_and_another_key_are_refused() {
 #[tokio::test]
 async fn a_commit_waiting_on_a_sweep_that_moved_its_run_writes_nothing() {
     use crate::store::conformance::{delta, envelope, start, tenant};
+    use crate::store::{contract::Burst, error::StoreError};
     use crate::store::test_records::conversation;
-    use crate::store::{Burst, StoreError};
     let Some(databases) = Databases::new().await else {
         return;
     };
@@ -258,7 +258,7 @@ async fn an_unreachable_database_is_named_without_its_password() {
     let text = err.to_string();
     assert!(text.contains("127.0.0.1:1/agents"), "{text}");
     assert!(!text.contains("hunter2"), "{text}");
-    assert_eq!(err.category(), crate::store::Category::Unavailable);
+    assert_eq!(err.category(), crate::store::error::Category::Unavailable);
 }
 
 /// A URL's database is replaced, its credentials and parameters kept; one shown names
@@ -287,8 +287,8 @@ fn urls_name_another_database_and_show_no_password() {
 #[tokio::test]
 async fn a_busy_pool_refuses_a_start_without_marking_the_store_unwritable() {
     use crate::store::conformance::{start, tenant};
+    use crate::store::contract::{Admission, NewMessage};
     use crate::store::test_records::{conversation, running_message};
-    use crate::store::{Admission, NewMessage};
     let Some(databases) = Databases::new().await else {
         return;
     };
@@ -298,8 +298,9 @@ async fn a_busy_pool_refuses_a_start_without_marking_the_store_unwritable() {
     settings.statement_timeout = Duration::from_secs(1);
     let backend = Postgres::connect(&settings, &databases.key).await.unwrap();
     let held = backend.pool.acquire().await.unwrap();
-    let store =
-        Store::new(std::sync::Arc::clone(&backend) as std::sync::Arc<dyn crate::store::Backend>);
+    let store = Store::new(
+        std::sync::Arc::clone(&backend) as std::sync::Arc<dyn crate::store::contract::Backend>
+    );
     let opening = conversation(&tenant());
     let mut message = running_message(opening.id, 0);
 
@@ -314,7 +315,10 @@ async fn a_busy_pool_refuses_a_start_without_marking_the_store_unwritable() {
         })
         .await
         .unwrap_err();
-    assert_eq!(refused.category(), crate::store::Category::Unavailable);
+    assert_eq!(
+        refused.category(),
+        crate::store::error::Category::Unavailable
+    );
     assert!(
         *store.writable().borrow(),
         "a busy pool is not a lost database"

@@ -89,7 +89,7 @@ impl Embedded {
     /// the write itself, not by a flush) in the store's writability, which health follows.
     fn noted<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
         if let Err(err) = &result {
-            if err.category() == crate::store::Category::Unavailable {
+            if err.category() == crate::store::error::Category::Unavailable {
                 self.state.mark_unwritable();
             }
         }
@@ -102,7 +102,7 @@ const API_KEYS: usize = 0;
 const PROVIDERS: usize = 1;
 
 #[async_trait]
-impl crate::store::Conversations for Embedded {
+impl crate::store::contract::Conversations for Embedded {
     async fn get_conversation(
         &self,
         tenant: &Tenant,
@@ -207,10 +207,10 @@ impl crate::store::Conversations for Embedded {
     /// and only the first call finds anything.
     async fn take_orphans(
         &self,
-        adoption: crate::store::Adoption,
-    ) -> Result<crate::store::Swept, StoreError> {
+        adoption: crate::domain::Adoption,
+    ) -> Result<crate::store::contract::Swept, StoreError> {
         if self.swept.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            return Ok(crate::store::Swept::default());
+            return Ok(crate::store::contract::Swept::default());
         }
         let taken = self.take_unfinished(adoption);
         self.written(taken).await
@@ -218,7 +218,7 @@ impl crate::store::Conversations for Embedded {
 }
 
 #[async_trait]
-impl crate::store::Records for Embedded {
+impl crate::store::contract::Records for Embedded {
     async fn list_thoughts(
         &self,
         tenant: &Tenant,
@@ -257,7 +257,7 @@ impl crate::store::Records for Embedded {
 }
 
 #[async_trait]
-impl crate::store::EventLog for Embedded {
+impl crate::store::contract::EventLog for Embedded {
     /// One process holds the database's lock, so every fence is its own: there is no
     /// other writer to keep out.
     async fn commit(
@@ -308,7 +308,7 @@ impl crate::store::EventLog for Embedded {
 }
 
 #[async_trait]
-impl crate::store::Registry for Embedded {
+impl crate::store::contract::Registry for Embedded {
     async fn put_provider(
         &self,
         tenant: &Tenant,
@@ -359,9 +359,11 @@ impl crate::store::Registry for Embedded {
         self.written(touched).await
     }
 
-    async fn registry_changes(&self) -> Result<crate::store::RegistryChanges, StoreError> {
+    async fn registry_changes(
+        &self,
+    ) -> Result<crate::store::contract::RegistryChanges, StoreError> {
         use std::sync::atomic::Ordering;
-        Ok(crate::store::RegistryChanges {
+        Ok(crate::store::contract::RegistryChanges {
             api_keys: self.changes[API_KEYS].load(Ordering::SeqCst),
             providers: self.changes[PROVIDERS].load(Ordering::SeqCst),
         })
@@ -377,7 +379,7 @@ impl crate::store::Registry for Embedded {
 }
 
 #[async_trait]
-impl crate::store::Health for Embedded {
+impl crate::store::contract::Health for Embedded {
     fn writable(&self) -> watch::Receiver<bool> {
         self.state.writable()
     }

@@ -192,7 +192,7 @@ impl Embedded {
 }
 
 #[async_trait]
-impl crate::store::Agents for Embedded {
+impl crate::store::contract::Agents for Embedded {
     async fn create_agent(
         &self,
         tenant: &Tenant,

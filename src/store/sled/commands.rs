@@ -45,7 +45,7 @@ impl Embedded {
         // Time-ordered keys: commands come out in the order they were kept.
         let key = uuid::Uuid::now_v7();
         self.t()?.commands.insert(key.as_bytes(), value)?;
-        Ok(Some(crate::store::Fence::local().owner))
+        Ok(Some(crate::store::contract::Fence::local().owner))
     }
 
     fn take_kept(&self, runs: &[MessageId]) -> Result<Vec<TakenCommand>, StoreError> {
@@ -133,7 +133,7 @@ impl Embedded {
 }
 
 #[async_trait]
-impl crate::store::Commands for Embedded {
+impl crate::store::contract::Commands for Embedded {
     async fn send_command(
         &self,
         tenant: &Tenant,

@@ -556,10 +556,10 @@ impl Embedded {
     /// ended, is removed; a message whose index entry was not yet written gets it.
     pub fn take_unfinished(
         &self,
-        adoption: crate::store::Adoption,
-    ) -> Result<crate::store::Swept, StoreError> {
+        adoption: crate::domain::Adoption,
+    ) -> Result<crate::store::contract::Swept, StoreError> {
         let t = self.t()?;
-        let mut swept = crate::store::Swept::default();
+        let mut swept = crate::store::contract::Swept::default();
         for entry in t.running.iter() {
             let (key, _) = entry?;
             let Some((tenant, id)) = keys::parse_message(&key) else {
@@ -579,10 +579,10 @@ impl Embedded {
                         crate::domain::Fate::Adopt => {
                             let handed_over = crate::domain::adopt(&mut message);
                             self.update_message(&tenant, &message)?;
-                            swept.adopted.push(crate::store::Adopted {
+                            swept.adopted.push(crate::store::contract::Adopted {
                                 tenant,
                                 message: id,
-                                fence: crate::store::Fence::local(),
+                                fence: crate::store::contract::Fence::local(),
                                 handed_over,
                             });
                         }
@@ -627,7 +627,7 @@ mod tests {
                 message: &mut message,
                 spec: &serde_json::Value::Null,
                 idempotency: None,
-                admission: crate::store::Admission::default(),
+                admission: crate::store::contract::Admission::default(),
             })
             .unwrap();
         (store, tenant, conversation, message)
@@ -660,7 +660,7 @@ mod tests {
 
         assert_eq!(
             store
-                .take_unfinished(crate::store::Adoption::INTERRUPT)
+                .take_unfinished(crate::domain::Adoption::INTERRUPT)
                 .unwrap()
                 .interrupted
                 .len(),
@@ -696,7 +696,7 @@ mod tests {
 
         assert_eq!(
             store
-                .take_unfinished(crate::store::Adoption::INTERRUPT)
+                .take_unfinished(crate::domain::Adoption::INTERRUPT)
                 .unwrap()
                 .interrupted
                 .len(),
@@ -774,7 +774,7 @@ mod tests {
 
         assert_eq!(
             store
-                .take_unfinished(crate::store::Adoption::INTERRUPT)
+                .take_unfinished(crate::domain::Adoption::INTERRUPT)
                 .unwrap()
                 .interrupted
                 .len(),

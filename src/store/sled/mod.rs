@@ -156,7 +156,7 @@ pub struct Embedded {
     inflight: Arc<inflight::InFlight>,
     /// Whether what an earlier process left running was interrupted.
     pub(super) swept: Arc<std::sync::atomic::AtomicBool>,
-    /// Changes of API keys and of providers, as [`crate::store::Registry::registry_changes`]
+    /// Changes of API keys and of providers, as [`crate::store::contract::Registry::registry_changes`]
     /// counts them (one process writes them all).
     pub(super) changes: Arc<[std::sync::atomic::AtomicU64; 2]>,
     /// Recent starts of limited tenants.

@@ -342,7 +342,7 @@ impl Embedded {
     }
 
     /// Keeps only the last event of up to `limit` messages that ended before `before`
-    /// (see [`crate::store::EventLog::retire_events`]); returns how many.
+    /// (see [`crate::store::contract::EventLog::retire_events`]); returns how many.
     pub fn retire_events(
         &self,
         before: chrono::DateTime<chrono::Utc>,
@@ -469,13 +469,13 @@ mod tests {
             ..running_message(conversation.id, 0)
         };
         store
-            .insert_message(crate::store::NewMessage {
+            .insert_message(crate::store::contract::NewMessage {
                 tenant,
                 conversation: Some(&conversation),
                 message: &mut message,
                 spec: &serde_json::Value::Null,
                 idempotency: None,
-                admission: crate::store::Admission::default(),
+                admission: crate::store::contract::Admission::default(),
             })
             .unwrap();
         message
