@@ -7,6 +7,8 @@
 //! - [`cli`]: the command line's client side, over the generated client.
 //! - [`api`]: the only code that knows tonic and protobuf; thin handlers over the core,
 //!   the A2A binding among them.
+//! - [`replica`]: what this process does as one replica among others: takes over the
+//!   runs whose owner was lost, and takes the commands peers keep for its runs.
 //! - [`library`]: stored agents, versions and aliases, resolved as a run starts.
 //! - [`access`]: API keys and the admin token: who may call.
 //! - [`runner`]: the agent loop, one driver parameterised by strategy, and the runs in
@@ -16,7 +18,8 @@
 //! - [`tools`]: the tool registry, the tool engine and the built-in tools.
 //! - [`store`]: persistence behind one contract both backends (embedded, PostgreSQL)
 //!   honour; the only code that knows a database.
-//! - [`cluster`]: the bus between replicas (NATS, or none) and the followers it feeds.
+//! - [`cluster`]: the bus between replicas (NATS, the database's notifications, or none)
+//!   and the followers it feeds.
 //! - [`telemetry`]: Prometheus metrics and OpenTelemetry traces for operators.
 //! - [`net`]: accepting connections within bounds, for every listener.
 //! - [`domain`]: plain data shared by all of the above.
@@ -36,6 +39,7 @@ pub mod llm;
 #[cfg(feature = "mock-llm")]
 pub mod mock_llm;
 pub mod net;
+pub mod replica;
 pub mod runner;
 pub mod store;
 pub mod telemetry;

@@ -54,7 +54,7 @@ impl Background {
                 background.stop.clone(),
             ));
         }
-        start_replica(&core.runner, config, &background.tasks, &background.stop).await?;
+        start_replica(core, config, &background.tasks, &background.stop).await?;
         background.tasks.spawn(crate::access::keep_last_used(
             Arc::clone(&core.keys),
             background.stop.clone(),

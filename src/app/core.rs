@@ -15,6 +15,7 @@ use super::open::{open_bus, open_store, read_tls};
 use crate::access::{AdminToken, Keys};
 use crate::api::{AdminGate, ApiRouter, Gate};
 use crate::catalog::Catalog;
+use crate::cluster::Bus;
 use crate::config::Config;
 use crate::llm::{ChatModel, ModelEntry, ModelRegistry};
 use crate::net::Descriptors;
@@ -28,6 +29,8 @@ pub(super) struct Core {
     pub store: Store,
     pub metrics: Arc<Metrics>,
     pub runner: Runner,
+    /// How replicas tell each other of events and commands.
+    pub bus: Arc<dyn Bus>,
     pub catalog: Catalog,
     pub tools: Arc<ToolRegistry>,
     pub keys: Arc<Keys>,
@@ -65,13 +68,22 @@ impl Core {
             write_timeout: Duration::from_secs(config.store.write_timeout_secs),
             ..config.runner.settings()
         };
-        let runner = runner(config, &store, &metrics, models, &tools, &settings).await?;
+        let bus = bus(config, &store, &metrics).await?;
+        let runner = Runner::new(
+            store.clone(),
+            Arc::new(models),
+            Arc::clone(&tools),
+            settings.clone(),
+        )
+        .with_metrics(Arc::clone(&metrics))
+        .with_bus(Arc::clone(&bus));
         let keys = Arc::new(Keys::load(store.clone()).await?);
         let core = Self {
             gate: gate(config, &keys),
             store,
             metrics,
             runner,
+            bus,
             catalog,
             tools,
             keys,
@@ -181,28 +193,18 @@ fn catalog(config: &Config, store: &Store, tools: &Arc<ToolRegistry>) -> Result<
     ))
 }
 
-/// The runner, reporting to `metrics` and speaking to other replicas over the bus.
-async fn runner(
+/// The bus between replicas, reporting to `metrics`.
+async fn bus(
     config: &Config,
     store: &Store,
     metrics: &Arc<Metrics>,
-    models: ModelRegistry,
-    tools: &Arc<ToolRegistry>,
-    settings: &RunnerSettings,
-) -> Result<Runner, AppError> {
+) -> Result<Arc<dyn Bus>, AppError> {
     let bus = open_bus(config, store).await?;
     let relays = Arc::clone(metrics);
     bus.observe_relays(Box::new(move |events, lag| relays.relayed(events, lag)));
     let rejections = Arc::clone(metrics);
     bus.observe_rejections(Box::new(move || rejections.bus_rejected()));
-    Ok(Runner::new(
-        store.clone(),
-        Arc::new(models),
-        Arc::clone(tools),
-        settings.clone(),
-    )
-    .with_metrics(Arc::clone(metrics))
-    .with_bus(bus))
+    Ok(bus)
 }
 
 /// The gate of the agent and tool services.

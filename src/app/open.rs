@@ -49,9 +49,10 @@ pub(super) async fn open_bus(config: &Config, store: &Store) -> Result<Arc<dyn B
         tracing::info!(nats = %place, prefix = %settings.prefix, "live events and commands between replicas go over NATS");
         return Ok(bus);
     }
-    Ok(store
-        .bus()
-        .unwrap_or_else(|| Arc::new(crate::cluster::Silent::default())))
+    Ok(match store.hear() {
+        Some(heard) => crate::cluster::Notifications::over(heard),
+        None => Arc::new(crate::cluster::Silent::default()),
+    })
 }
 
 /// Seals what an earlier version kept in plaintext.

@@ -7,10 +7,11 @@
 //! (up to [`MAX_NOTICE_EVENTS_BYTES`]), sealed ([`seal`]) so that only the deployment's
 //! replicas read or write them, and followers on other replicas forward them without a
 //! read; and, without NATS, the database's own notifications, which carry only
-//! `message:last_seq` (the store's room provides that one). [`Silent`] serves a single
+//! `message:last_seq` ([`Notifications`], over what the store hears). [`Silent`] serves a single
 //! process, whose followers hear its runs directly.
 
 pub mod nats;
+mod notifications;
 mod seal;
 mod watchers;
 
@@ -21,6 +22,7 @@ use async_trait::async_trait;
 use tokio::sync::{broadcast, Notify};
 
 use crate::domain::{EventEnvelope, MessageId};
+pub use notifications::Notifications;
 pub use watchers::{Watch, Watchers};
 
 /// The most bytes of events a notice carries; a larger burst is announced by its last

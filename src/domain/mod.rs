@@ -12,6 +12,7 @@ mod error;
 mod events;
 mod file;
 mod ids;
+mod lease;
 mod message;
 mod provider;
 pub mod redact;
@@ -32,6 +33,7 @@ pub use error::{ErrorKind, FieldError};
 pub use events::{ChildEvent, EventEnvelope, HistoryReport, RunEvent, Wait};
 pub use file::FileRecord;
 pub use ids::{ConversationId, FileId, MessageId, Tenant, ThoughtId};
+pub use lease::Lease;
 pub use message::{
     Conversation, FinishReason, IdempotencyRecord, Message, MessageStatus, PastMessage, RunFailure,
     StrategyKind,

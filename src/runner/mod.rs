@@ -15,7 +15,9 @@ mod budget;
 mod commands;
 mod error;
 mod family;
+mod found;
 mod history;
+mod launch;
 mod lineage;
 mod live;
 mod pin;
@@ -49,12 +51,15 @@ pub use spec::{
 };
 
 use crate::domain::{
-    ConversationId, FieldError, IdempotencyRecord, Message, MessageId, MessageStatus, Tenant,
+    ConversationId, FieldError, IdempotencyRecord, Message, MessageId, MessageStatus, RunCommand,
+    Tenant,
 };
 use crate::llm::ModelRegistry;
-use crate::store::{Inserted, Store, StoreError};
+use crate::store::{Adopted, Inserted, Store, TakenCommand};
 use crate::telemetry::Metrics;
 use crate::tools::ToolRegistry;
+use found::Found;
+use launch::Launch;
 use live::{Delivery, Emitter, LiveRun, LiveRuns, Mailbox};
 use prepare::Prepared;
 use remote::CANCEL_WAIT;
@@ -89,9 +94,6 @@ pub struct Runner {
     metrics: Arc<Metrics>,
     /// Where replicas tell each other of committed events and kept commands.
     bus: Arc<dyn crate::cluster::Bus>,
-    /// Held while commands are taken, and while runs taken over are started, so no
-    /// command for a run taken over is taken before the run is here to get it.
-    taking: Arc<tokio::sync::Mutex<()>>,
     /// The streams clients hold open following runs, per tenant.
     follow_streams: Arc<live::FollowStreams>,
 }
@@ -118,7 +120,6 @@ impl Runner {
             tracker: TaskTracker::new(),
             metrics: Arc::default(),
             bus: Arc::new(crate::cluster::Silent::default()),
-            taking: Arc::default(),
             follow_streams: Arc::default(),
         }
     }
@@ -183,16 +184,11 @@ impl Runner {
         message_id: MessageId,
         after_seq: u64,
     ) -> Result<EventStream, RunError> {
-        let live = self.live.subscribe(tenant, message_id);
-        let mut known = live::Known::Nothing;
-        if live.is_none() {
-            let Some(stored) = self.store.get_message(tenant, message_id).await? else {
-                return Err(RunError::not_found("message", message_id));
-            };
-            if !stored.status.is_terminal() {
-                known = live::Known::SeenRunning;
-            }
-        }
+        let (live, known) = match Found::find(&self.live, &self.store, tenant, message_id).await? {
+            Found::Local(run) => (Some(run.subscribe()), live::Known::Nothing),
+            Found::Remote(_) => (None, live::Known::SeenRunning),
+            Found::Ended(_) => (None, live::Known::Nothing),
+        };
         // Heard of before the store is read: nothing committed in between is missed.
         let watch = match live {
             Some(_) => crate::cluster::Watch::never(),
@@ -334,14 +330,25 @@ impl Runner {
         message_id: MessageId,
         delivery: Delivery,
     ) -> Result<(), RunError> {
-        let Some(run) = self.live.get(tenant, message_id) else {
-            return self.elsewhere().deliver(tenant, message_id, delivery).await;
+        let run = match Found::find(&self.live, &self.store, tenant, message_id).await? {
+            Found::Local(run) => run,
+            Found::Remote(message) => {
+                return self
+                    .elsewhere()
+                    .deliver(tenant, message_id, delivery, message.status)
+                    .await
+            }
+            Found::Ended(_) => return Err(live::not_waiting(delivery.awaited())),
         };
         match run.mailbox.deliver(delivery.clone()) {
             // A run being handed over stopped waiting here: the answer is kept for the
             // process that goes on with it, as for a run held elsewhere.
             Err(RunError::NotWaiting { .. }) if self.draining.is_cancelled() => {
-                self.elsewhere().deliver(tenant, message_id, delivery).await
+                let elsewhere = self.elsewhere();
+                let status = elsewhere.stored_status(tenant, message_id).await?;
+                elsewhere
+                    .deliver(tenant, message_id, delivery, status)
+                    .await
             }
             delivered => delivered,
         }
@@ -354,8 +361,15 @@ impl Runner {
         tenant: &Tenant,
         message_id: MessageId,
     ) -> Result<MessageStatus, RunError> {
-        let Some(run) = self.live.get(tenant, message_id) else {
-            return self.elsewhere().cancel(tenant, message_id).await;
+        let run = match Found::find(&self.live, &self.store, tenant, message_id).await? {
+            Found::Local(run) => run,
+            Found::Remote(_) => return self.elsewhere().cancel(tenant, message_id).await,
+            Found::Ended(message) => {
+                return Err(RunError::NotRunning {
+                    id: message_id.to_string(),
+                    status: message.status,
+                })
+            }
         };
         let mut events = run.events.subscribe();
         run.cancel.cancel();
@@ -372,16 +386,44 @@ impl Runner {
         self.elsewhere().stored_status(tenant, message_id).await
     }
 
-    /// Takes the commands kept for the runs in progress here and hands each to its run;
-    /// returns how many it took.
-    pub async fn take_commands(&self) -> Result<usize, RunError> {
-        self.commands().take().await
+    /// The runs in progress here.
+    pub fn live_ids(&self) -> Vec<MessageId> {
+        self.live.ids()
     }
 
-    /// Takes commands whenever a peer wakes this replica for one, and every second in
-    /// case a wake-up was lost, until `stop`.
-    pub async fn follow_commands(&self, stop: CancellationToken) {
-        self.commands().follow(stop).await;
+    /// Hands each command other replicas kept to its run here.
+    pub async fn hand_commands(&self, taken: Vec<TakenCommand>) {
+        self.commands().dispatch(taken).await;
+    }
+
+    /// Goes on with a run a sweep took over here, from its last durable round, with the
+    /// commands `kept` for it while it had no owner.
+    pub async fn resume_taken(
+        &self,
+        adopted: Adopted,
+        kept: &[RunCommand],
+    ) -> Result<(), RunError> {
+        let pickup = takeover::Pickup {
+            store: &self.store,
+            models: &self.models,
+            tools: &self.tools,
+            settings: &self.settings,
+        };
+        if let Some(launch) = pickup.launch(adopted, kept, self.run_token()).await? {
+            self.launch_task(launch);
+        }
+        Ok(())
+    }
+
+    /// Cancels a run without waiting for it to end (a cancel waits for its run, and the
+    /// caller goes on meanwhile).
+    pub fn cancel_in_background(&self, tenant: &Tenant, message_id: MessageId) {
+        let (runner, tenant) = (self.clone(), tenant.clone());
+        self.tracker.spawn(async move {
+            if let Err(err) = runner.cancel(&tenant, message_id).await {
+                tracing::warn!(error = %err, message_id = %message_id, "a run was not cancelled");
+            }
+        });
     }
 
     /// Runs this replica does not hold.
@@ -396,9 +438,7 @@ impl Runner {
     fn commands(&self) -> commands::Commands<'_> {
         commands::Commands {
             store: &self.store,
-            bus: self.bus.as_ref(),
             live: &self.live,
-            taking: &self.taking,
             draining: &self.draining,
         }
     }
@@ -523,14 +563,7 @@ impl Runner {
         tenant: &Tenant,
         message: MessageId,
     ) -> Result<Option<StoredSpec>, RunError> {
-        let Some(stored) = self.store.get_run_spec(tenant, message).await? else {
-            return Ok(None);
-        };
-        let spec = serde_json::from_value(stored).map_err(|source| StoreError::Codec {
-            record: "specs",
-            source,
-        })?;
-        Ok(Some(spec))
+        takeover::read_spec(&self.store, tenant, message).await
     }
 
     /// Refuses a run of a tenant that used its tokens for today; its other limits are
@@ -675,6 +708,7 @@ impl Runner {
                 shutdown: self.shutdown.clone(),
                 draining: self.draining.clone(),
                 mailbox,
+                lease: self.store.lease(),
                 registration,
             },
             Arc::clone(&self.metrics),
@@ -687,22 +721,6 @@ impl Runner {
         self.tracker.spawn(task.drive().instrument(span));
         first_follower
     }
-}
-
-/// What a run's task is started with.
-struct Launch {
-    spec: RunSpec,
-    agent: run::Agent,
-    message: Message,
-    cancel: CancellationToken,
-    /// The fence its writes go under.
-    fence: crate::store::Fence,
-    /// The records of a run taken over, to go on from; `None` for a new run.
-    resumption: Option<run::Resumption>,
-    /// What its caller answered while it had no owner, for its wait.
-    early: Option<live::Delivery>,
-    /// The wait a run taken over while it waited enters again.
-    coming: Option<(live::Awaited, Vec<String>)>,
 }
 
 /// Refuses a query (or instruction inputs) larger than the run may store and echo back, and

@@ -27,22 +27,19 @@ pub(super) struct Elsewhere<'a> {
 }
 
 impl Elsewhere<'_> {
-    /// Cancels a run this replica does not hold: keeps the cancel for its owner, then
-    /// waits (briefly) for the run to record its end; returns the status it has then.
+    /// Cancels a run this replica does not hold (found not ended): keeps the cancel for its
+    /// owner, then waits (briefly) for the run to record its end; returns the status it has
+    /// then.
     pub async fn cancel(
         &self,
         tenant: &Tenant,
         message_id: MessageId,
     ) -> Result<MessageStatus, RunError> {
-        let status = self.stored_status(tenant, message_id).await?;
-        let owner = match status.is_terminal() {
-            true => None,
-            false => {
-                self.store
-                    .send_command(tenant, message_id, &RunCommand::Cancel)
-                    .await?
-            }
-        };
+        let owner = self
+            .store
+            .send_command(tenant, message_id, &RunCommand::Cancel)
+            .await?;
+        // Ended since it was found.
         let Some(owner) = owner else {
             return Err(RunError::NotRunning {
                 id: message_id.to_string(),
@@ -60,20 +57,22 @@ impl Elsewhere<'_> {
         }
     }
 
-    /// Delivers outputs or decisions to a run this replica does not hold: the run must be
-    /// waiting for them and every call it waits on (as its last event names them) answered.
+    /// Delivers outputs or decisions to a run this replica does not hold, found with
+    /// `status`: the run must be waiting for them and every call it waits on (as its last
+    /// event names them) answered.
     pub async fn deliver(
         &self,
         tenant: &Tenant,
         message_id: MessageId,
         delivery: Delivery,
+        status: MessageStatus,
     ) -> Result<(), RunError> {
         let awaited = delivery.awaited();
         let waiting = match awaited {
             Awaited::ToolOutputs => MessageStatus::WaitingToolOutputs,
             Awaited::Approval => MessageStatus::WaitingApproval,
         };
-        if self.stored_status(tenant, message_id).await? != waiting {
+        if status != waiting {
             return Err(not_waiting(awaited));
         }
         let ids = match self.stored_wait(tenant, message_id).await? {

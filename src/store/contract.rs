@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use super::error::StoreError;
 use crate::domain::{
     Adoption, AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, ApiKeyRecord,
-    Conversation, ConversationId, EventEnvelope, FileId, FileRecord, IdempotencyRecord, Message,
-    MessageId, PastMessage, ProviderRecord, RunCommand, Tenant, Thought,
+    Conversation, ConversationId, EventEnvelope, FileId, FileRecord, IdempotencyRecord, Lease,
+    Message, MessageId, PastMessage, ProviderRecord, RunCommand, Tenant, Thought,
 };
 
 /// One page of a listing, in order.
@@ -312,20 +312,6 @@ pub trait Conversations: Send + Sync {
         tenant: &Tenant,
         id: ConversationId,
     ) -> Result<Option<Vec<MessageId>>, StoreError>;
-
-    /// The fence of the runs this process starts: its replica, first epoch.
-    fn fence(&self) -> Fence {
-        Fence::local()
-    }
-
-    /// Takes the runs no live process owns: the first call (at start-up, before any run
-    /// begins) those this replica left running in an earlier life, each call those of
-    /// replicas whose heartbeat lapsed. As `adoption` says, a running run (not one waiting
-    /// for its caller) is taken over (its takeover count raised, durably, and its epoch
-    /// moved on, so its late owner's writes are refused) for this process to resume;
-    /// any other ends interrupted with its end event appended, so its followers
-    /// everywhere see it end. One sweeper wins each run.
-    async fn take_orphans(&self, adoption: Adoption) -> Result<Swept, StoreError>;
 }
 
 /// Thoughts and the files tools produced.
@@ -492,19 +478,6 @@ pub trait Health: Send + Sync {
     /// counts.
     fn observe_commits(&self, observe: Box<dyn Fn(Duration) + Send + Sync>);
 
-    /// The bus this backend carries between replicas (a shared database's notifications),
-    /// for deployments without another; `None` for a store one process opens.
-    fn bus(&self) -> Option<std::sync::Arc<dyn crate::cluster::Bus>> {
-        None
-    }
-
-    /// How much of this process's lease is left, and the whole lease, by its last
-    /// heartbeat that landed; `None` for a store one process opens (no peer can take its
-    /// runs while it lives).
-    fn lease_left(&self) -> Option<(Duration, Duration)> {
-        None
-    }
-
     /// Makes every commit fail (`true`) or work again (`false`), as a full disk would.
     #[cfg(any(test, feature = "test-utils"))]
     fn fail_writes(&self, fail: bool);
@@ -526,11 +499,26 @@ pub struct TakenCommand {
     pub command: RunCommand,
 }
 
-/// Commands for runs, from whichever replica a caller reached to the one that holds the
-/// run: durable before the caller is answered, so a lost notice costs latency, never a
-/// cancel or a delivery.
+/// Which replica owns which run: the fence its writes go under, the runs whose owner was
+/// lost, commands for runs from whichever replica a caller reached to the one that holds
+/// them (durable before the caller is answered, so a lost notice costs latency, never a
+/// cancel or a delivery), this process's lease, and what peers say through the store.
 #[async_trait]
-pub trait Commands: Send + Sync {
+pub trait Ownership: Send + Sync {
+    /// The fence of the runs this process starts: its replica, first epoch.
+    fn fence(&self) -> Fence {
+        Fence::local()
+    }
+
+    /// Takes the runs no live process owns: the first call (at start-up, before any run
+    /// begins) those this replica left running in an earlier life, each call those of
+    /// replicas whose heartbeat lapsed. As `adoption` says, a running run (not one waiting
+    /// for its caller) is taken over (its takeover count raised, durably, and its epoch
+    /// moved on, so its late owner's writes are refused) for this process to resume;
+    /// any other ends interrupted with its end event appended, so its followers
+    /// everywhere see it end. One sweeper wins each run.
+    async fn take_orphans(&self, adoption: Adoption) -> Result<Swept, StoreError>;
+
     /// Keeps `command` for the run of `message` if it is running; returns the replica that
     /// owns the run, to wake, or `None` when it is not running (nothing is kept). Durable
     /// when it returns.
@@ -546,6 +534,36 @@ pub trait Commands: Send + Sync {
     /// for other runs stay, so one kept for a run this replica is handing over waits for
     /// its next owner instead of being taken by a process that no longer runs it.
     async fn take_commands(&self, runs: &[MessageId]) -> Result<Vec<TakenCommand>, StoreError>;
+
+    /// This process's lease on the runs it owns, for a run to hold: a call that must not
+    /// repeat starts only while enough of it is left. Unbounded for a store one process
+    /// opens (no peer can take its runs while it lives).
+    fn lease(&self) -> Lease {
+        Lease::unbounded()
+    }
+
+    /// What peers say through the store itself (a shared database's notifications), for
+    /// deployments without another way to hear them; `None` when the store carries none.
+    fn hear(&self) -> Option<broadcast::Receiver<Heard>> {
+        None
+    }
+}
+
+/// What a peer said through the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heard {
+    /// A commit wrote events of `message`, up to `last_seq`.
+    Committed {
+        /// The run's message.
+        message: MessageId,
+        /// Its last committed `seq`.
+        last_seq: u64,
+    },
+    /// Notices may have been missed (the store was not heard for a while, or a notice named
+    /// too many runs to list): every follower reads the store.
+    Missed,
+    /// A peer kept a command for a run this replica owns.
+    Woken,
 }
 
 /// Stored agents, their versions and aliases. Every write is durable when it returns and
@@ -619,8 +637,8 @@ pub trait Agents: Send + Sync {
 
 /// Everything a backend provides.
 pub trait Backend:
-    Conversations + Records + EventLog + Registry + Commands + Agents + Health
+    Conversations + Records + EventLog + Registry + Ownership + Agents + Health
 {
 }
 
-impl<T: Conversations + Records + EventLog + Registry + Commands + Agents + Health> Backend for T {}
+impl<T: Conversations + Records + EventLog + Registry + Ownership + Agents + Health> Backend for T {}

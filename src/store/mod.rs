@@ -26,9 +26,9 @@ use std::sync::Arc;
 
 pub use crate::domain::Adoption;
 pub use contract::{
-    Admission, Adopted, Agents, Backend, Burst, Commands, Conversations, EventLog, Fence, Health,
-    Inserted, NewMessage, Page, PageSize, Record, Records, Refusal, Registry, RegistryChanges,
-    StoredProvider, Swept, TakenCommand,
+    Admission, Adopted, Agents, Backend, Burst, Conversations, EventLog, Fence, Health, Heard,
+    Inserted, NewMessage, Ownership, Page, PageSize, Record, Records, Refusal, Registry,
+    RegistryChanges, StoredProvider, Swept, TakenCommand,
 };
 pub use error::{Category, StoreError};
 pub use postgres::{describe as describe_database, with_database};

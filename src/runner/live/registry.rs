@@ -75,11 +75,6 @@ impl LiveRuns {
     pub fn ids(&self) -> Vec<MessageId> {
         self.lock().keys().copied().collect()
     }
-
-    /// A subscription to the live events of `id`, if it runs.
-    pub fn subscribe(&self, tenant: &Tenant, id: MessageId) -> Option<Subscription> {
-        self.get(tenant, id).map(|run| run.subscribe())
-    }
 }
 
 /// Keeps a run registered; dropping it forgets the run, and its followers then see the

@@ -61,7 +61,7 @@ use super::settings::RunnerSettings;
 use super::spec::{OutputFallback, RunSpec};
 use super::strategy::{ModelStep, PromptContext};
 use crate::domain::{
-    BudgetKind, FinishReason, HistoryReport, Message, MessageStatus, PastMessage, RunEvent,
+    BudgetKind, FinishReason, HistoryReport, Lease, Message, MessageStatus, PastMessage, RunEvent,
 };
 use crate::llm::{ChatRequest, LlmError};
 use crate::telemetry::{Metrics, RunOutcome};
@@ -78,6 +78,8 @@ pub struct Control {
     pub draining: CancellationToken,
     /// Where the caller's tool results arrive.
     pub mailbox: Mailbox,
+    /// This process's lease on the run: calls that must not repeat wait for enough of it.
+    pub lease: Lease,
     /// Keeps the run in the live registry until the task ends.
     pub registration: Registration,
 }
@@ -542,6 +544,7 @@ impl RunTask {
             cancel: &self.work,
             draining: &self.control.draining,
             mailbox: &self.control.mailbox,
+            lease: &self.control.lease,
             waited,
             family: self.family.as_ref(),
             budget: &self.spec.agent.budget,

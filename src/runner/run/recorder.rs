@@ -38,12 +38,6 @@ impl Recorder {
         self.emitter.outbox()
     }
 
-    /// How much of this process's lease is left, and the whole lease (`None` for a store
-    /// one process opens).
-    pub fn lease_left(&self) -> Option<(std::time::Duration, std::time::Duration)> {
-        self.store.lease_left()
-    }
-
     /// The last `seq` of child run `child_id` that `message`'s stored events carry (0:
     /// none): where a run taken over goes on following that child.
     pub async fn last_child_seq(

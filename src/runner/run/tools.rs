@@ -16,7 +16,7 @@ use super::children::{ChildCalls, ChildRound};
 use super::halt::{or_cancel, Halt};
 use super::launch::Family;
 use super::state::Round;
-use crate::domain::{BudgetKind, MessageStatus, RunBudget, RunEvent, Spent, ToolCallRecord};
+use crate::domain::{BudgetKind, Lease, MessageStatus, RunBudget, RunEvent, Spent, ToolCallRecord};
 use crate::runner::live::{Awaited, ClientOutput, Decision, Delivery, Mailbox};
 use crate::runner::settings::RunnerSettings;
 use crate::tools::http_api::truncate_output;
@@ -55,6 +55,8 @@ pub struct RoundTools<'a> {
     pub draining: &'a CancellationToken,
     /// Where the caller's results arrive.
     pub mailbox: &'a Mailbox,
+    /// This process's lease on the run.
+    pub lease: &'a Lease,
     /// How long the round's first wait had lasted under a lost owner: that much less is
     /// left of it.
     pub waited: Duration,
@@ -185,7 +187,7 @@ impl RoundTools<'_> {
     async fn await_lease(&self) -> Result<(), Halt> {
         let started = tokio::time::Instant::now();
         loop {
-            let Some((left, whole)) = self.results.recorder.lease_left() else {
+            let Some((left, whole)) = self.lease.left() else {
                 return Ok(());
             };
             if left >= whole / 2 {

@@ -1,17 +1,43 @@
-//! Commands for runs in PostgreSQL: kept in `run_commands` while their run is running,
-//! taken by the replica that owns it.
+//! Ownership in PostgreSQL: the fence of new runs, the sweep of runs whose replica is gone
+//! (`replicas.rs`), commands kept in `run_commands` while their run is running and taken by
+//! the replica that owns it, the lease its heartbeat renews, and what is heard on the
+//! database's notifications (`listen.rs`).
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
+use tokio::sync::broadcast;
 use uuid::Uuid;
 
+use super::conversations::FIRST_EPOCH;
 use super::error::{codec, from_sqlx};
 use super::Postgres;
-use crate::domain::{MessageId, RunCommand, Tenant};
-use crate::store::contract::TakenCommand;
+use crate::domain::{Adoption, Lease, MessageId, RunCommand, Tenant};
+use crate::store::contract::{Fence, Heard, Swept, TakenCommand};
 use crate::store::error::StoreError;
 
 #[async_trait]
-impl crate::store::contract::Commands for Postgres {
+impl crate::store::contract::Ownership for Postgres {
+    fn fence(&self) -> Fence {
+        Fence {
+            owner: self.identity.id.clone(),
+            epoch: u64::try_from(FIRST_EPOCH).unwrap_or_default(),
+        }
+    }
+
+    async fn take_orphans(&self, adoption: Adoption) -> Result<Swept, StoreError> {
+        self.bounded(async move { self.sweep_orphans(adoption).await })
+            .await
+    }
+
+    fn lease(&self) -> Lease {
+        Lease::renewed_at(Arc::clone(&self.last_renewed), self.identity.lease)
+    }
+
+    fn hear(&self) -> Option<broadcast::Receiver<Heard>> {
+        self.heard.as_ref().map(broadcast::Sender::subscribe)
+    }
+
     /// Kept while the message's row is held, so a run that ends at the same moment either
     /// takes the command or leaves it to the sweep.
     async fn send_command(

@@ -8,12 +8,9 @@ use super::error::from_sqlx;
 use super::paged::{decode, encode, Paged};
 use super::Postgres;
 use crate::domain::{
-    Adoption, Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage,
-    Tenant,
+    Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
 };
-use crate::store::contract::{
-    Admission, Fence, Inserted, NewMessage, Page, PageSize, Refusal, Swept,
-};
+use crate::store::contract::{Admission, Inserted, NewMessage, Page, PageSize, Refusal};
 use crate::store::error::StoreError;
 
 /// Messages, a page at a time in their conversation.
@@ -24,7 +21,7 @@ const MESSAGES: Paged = Paged {
 };
 
 /// The epoch a run starts with on its first owner.
-const FIRST_EPOCH: i64 = 1;
+pub(super) const FIRST_EPOCH: i64 = 1;
 
 impl Postgres {
     async fn read_message<T: serde::de::DeserializeOwned>(
@@ -322,18 +319,6 @@ impl crate::store::contract::Conversations for Postgres {
         .await
         .map_err(from_sqlx)?;
         Ok(running)
-    }
-
-    fn fence(&self) -> Fence {
-        Fence {
-            owner: self.identity.id.clone(),
-            epoch: u64::try_from(FIRST_EPOCH).unwrap_or_default(),
-        }
-    }
-
-    async fn take_orphans(&self, adoption: Adoption) -> Result<Swept, StoreError> {
-        self.bounded(async move { self.sweep_orphans(adoption).await })
-            .await
     }
 }
 

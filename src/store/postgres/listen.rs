@@ -1,21 +1,21 @@
-//! The bus without NATS: the database's own notifications. Each commit with events sends
-//! at most one `NOTIFY` naming `message_id:last_seq` for each run it wrote (`*` when they
-//! do not fit), and a kept command notifies its owner; each replica listens on one
-//! connection. A notification carries no events, so a follower reads them from the
-//! store; and PostgreSQL orders notifying commits one at a time, which is what this
-//! costs (see docs/operations.md, Scale out).
+//! What peers say through the database's own notifications, for deployments without NATS.
+//! Each commit with events sends at most one `NOTIFY` naming `message_id:last_seq` for
+//! each run it wrote (`*` when they do not fit), and a kept command notifies its owner;
+//! each replica listens on one connection and hands on what it hears as [`Heard`] (the bus
+//! room builds its bus on that). A notification carries no events, so a follower reads
+//! them from the store; and PostgreSQL orders notifying commits one at a time, which is
+//! what this costs (see docs/operations.md, Scale out).
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use sqlx::postgres::PgListener;
-use tokio::sync::Notify;
+use tokio::sync::broadcast;
 
 use super::Postgres;
-use crate::cluster::{Bus, Notice, Watch, Watchers};
-use crate::domain::{EventEnvelope, MessageId};
+use crate::domain::MessageId;
+use crate::store::contract::Heard;
 use crate::store::error::StoreError;
 
 /// The channel of committed events.
@@ -42,28 +42,12 @@ pub fn payload(last_seqs: &[(uuid::Uuid, i64)]) -> String {
     text
 }
 
-/// The bus over the database's notifications.
-pub struct Notifications {
-    watchers: Arc<Watchers>,
-    woken: Arc<Notify>,
-}
+/// How many notices wait for a slow hearer before it is told it missed some.
+const HEARD_BACKLOG: usize = 4096;
 
-#[async_trait]
-impl Bus for Notifications {
-    /// The commit already notified.
-    async fn announce(&self, _message: MessageId, _events: &[EventEnvelope]) {}
-
-    async fn watch(&self, message: MessageId, poll: crate::cluster::Poll) -> Watch {
-        // One connection listens for every run: nothing to subscribe per message.
-        self.watchers.watch(message, || None, poll)
-    }
-
-    /// The command's commit already notified.
-    async fn wake(&self, _owner: &str) {}
-
-    fn woken(&self) -> Arc<Notify> {
-        Arc::clone(&self.woken)
-    }
+/// Where what is heard goes, for hearers to subscribe to.
+pub(super) fn heard() -> broadcast::Sender<Heard> {
+    broadcast::Sender::new(HEARD_BACKLOG)
 }
 
 impl Postgres {
@@ -74,7 +58,7 @@ impl Postgres {
         tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
         owner: &str,
     ) -> Result<(), StoreError> {
-        if self.notifications.get().is_none() {
+        if self.heard.is_none() {
             return Ok(());
         }
         sqlx::query("SELECT pg_notify($1, $2)")
@@ -92,29 +76,23 @@ impl Postgres {
         &self,
         last_seqs: impl FnOnce() -> Vec<(uuid::Uuid, i64)>,
     ) -> Option<String> {
-        self.notifications.get()?;
+        self.heard.as_ref()?;
         let last_seqs = last_seqs();
         (!last_seqs.is_empty()).then(|| payload(&last_seqs))
     }
 
-    /// Starts listening, and the bus that hands on what is heard.
-    pub(super) fn listen(self: &Arc<Self>) -> Arc<Notifications> {
-        let bus = Arc::new(Notifications {
-            watchers: Arc::default(),
-            woken: Arc::default(),
-        });
-        tokio::spawn(listen(
-            Arc::downgrade(self),
-            Arc::clone(&bus.watchers),
-            Arc::clone(&bus.woken),
-        ));
-        bus
+    /// Starts listening, handing on what is heard to the subscribers of
+    /// [`Ownership::hear`](crate::store::contract::Ownership::hear).
+    pub(super) fn listen(self: &Arc<Self>) {
+        if let Some(heard) = &self.heard {
+            tokio::spawn(listen(Arc::downgrade(self), heard.clone()));
+        }
     }
 }
 
 /// Listens until the backend is dropped, connecting again after a failure (and then
 /// telling every follower to read the store, for what was missed meanwhile).
-async fn listen(backend: Weak<Postgres>, watchers: Arc<Watchers>, woken: Arc<Notify>) {
+async fn listen(backend: Weak<Postgres>, heard: broadcast::Sender<Heard>) {
     loop {
         let Some(strong) = backend.upgrade() else {
             return;
@@ -132,11 +110,12 @@ async fn listen(backend: Weak<Postgres>, watchers: Arc<Watchers>, woken: Arc<Not
             tokio::time::sleep(Duration::from_secs(1)).await;
             continue;
         }
-        watchers.notify_all();
-        woken.notify_one();
+        // Whatever was said while nobody listened is read from the store.
+        let _ = heard.send(Heard::Missed);
+        let _ = heard.send(Heard::Woken);
         loop {
-            let heard = tokio::select! {
-                heard = listener.try_recv() => heard,
+            let received = tokio::select! {
+                received = listener.try_recv() => received,
                 () = tokio::time::sleep(Duration::from_secs(5)) => {
                     if backend.strong_count() == 0 {
                         return;
@@ -144,40 +123,45 @@ async fn listen(backend: Weak<Postgres>, watchers: Arc<Watchers>, woken: Arc<Not
                     continue;
                 }
             };
-            let Ok(Some(notification)) = heard else {
+            let Ok(Some(notification)) = received else {
                 // Lost: connect again, and have every follower read what it missed.
                 break;
             };
             match notification.channel() {
-                COMMANDS if notification.payload() == me => woken.notify_one(),
-                EVENTS => dispatch(&watchers, notification.payload()),
+                COMMANDS if notification.payload() == me => {
+                    let _ = heard.send(Heard::Woken);
+                }
+                EVENTS => hand_on(&heard, notification.payload()),
                 _ => {}
             }
         }
     }
 }
 
-/// Tells the followers of each run a notification names to read the store.
-fn dispatch(watchers: &Watchers, payload: &str) {
+/// Hands on what one notification of commits says: each run it names, or that every
+/// follower must read the store.
+fn hand_on(heard: &broadcast::Sender<Heard>, payload: &str) {
+    for notice in read_payload(payload) {
+        let _ = heard.send(notice);
+    }
+}
+
+/// What a notification of commits says: the runs it names with their last `seq`, or
+/// [`Heard::Missed`] for one too long to name them (entries that do not read are skipped).
+fn read_payload(payload: &str) -> Vec<Heard> {
     if payload == "*" {
-        watchers.notify_all();
-        return;
+        return vec![Heard::Missed];
     }
-    for entry in payload.split(',') {
-        let Some((id, seq)) = entry.split_once(':') else {
-            continue;
-        };
-        let (Ok(id), Ok(last_seq)) = (id.parse::<uuid::Uuid>(), seq.parse::<u64>()) else {
-            continue;
-        };
-        watchers.notify(
-            MessageId(id),
-            Notice {
-                last_seq,
-                events: Vec::new(),
-            },
-        );
-    }
+    payload
+        .split(',')
+        .filter_map(|entry| {
+            let (id, seq) = entry.split_once(':')?;
+            Some(Heard::Committed {
+                message: MessageId(id.parse().ok()?),
+                last_seq: seq.parse().ok()?,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -193,5 +177,19 @@ mod tests {
         );
         let many: Vec<_> = (0..300).map(|i| (uuid::Uuid::from_u128(i), 1)).collect();
         assert_eq!(payload(&many), "*");
+    }
+
+    #[test]
+    fn a_payload_reads_back_as_what_it_names() {
+        let a = uuid::Uuid::from_u128(1);
+        assert_eq!(
+            read_payload(&payload(&[(a, 3)])),
+            vec![Heard::Committed {
+                message: MessageId(a),
+                last_seq: 3
+            }]
+        );
+        assert_eq!(read_payload("*"), vec![Heard::Missed]);
+        assert_eq!(read_payload("nonsense,also:x"), Vec::new());
     }
 }

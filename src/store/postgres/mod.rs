@@ -29,6 +29,7 @@ use tokio::sync::watch;
 
 use super::error::{Category, StoreError};
 use super::sealed::{self, SecretKey};
+use crate::store::contract::Heard;
 pub use error::unavailable;
 
 /// The schema version this build writes; a database whose recorded minimum is newer is
@@ -97,9 +98,9 @@ pub struct Postgres {
     /// and peers need a moment to renew theirs).
     renewing_since: std::sync::Mutex<Option<Instant>>,
     /// When the last heartbeat that landed was sent: the lease runs from no earlier.
-    last_renewed: std::sync::Mutex<Instant>,
-    /// The bus over the database's notifications, when commits notify.
-    notifications: OnceLock<Arc<listen::Notifications>>,
+    last_renewed: Arc<std::sync::Mutex<Instant>>,
+    /// Where what is heard on the database's notifications goes, when commits notify.
+    heard: Option<tokio::sync::broadcast::Sender<Heard>>,
     /// Where bursts wait for their group commit.
     committer: tokio::sync::mpsc::UnboundedSender<committer::Job>,
     /// Where it is, for messages.
@@ -171,8 +172,8 @@ impl Postgres {
             lost: AtomicBool::new(false),
             swept_own: AtomicBool::new(false),
             renewing_since: std::sync::Mutex::new(Some(Instant::now())),
-            last_renewed: std::sync::Mutex::new(Instant::now()),
-            notifications: OnceLock::new(),
+            last_renewed: Arc::new(std::sync::Mutex::new(Instant::now())),
+            heard: settings.notify.then(listen::heard),
             committer: committer::start(backend.clone(), committer::committers(settings.pool_size)),
             place,
             // The server's own timeout, with a margin for the round trip.
@@ -180,7 +181,7 @@ impl Postgres {
         });
         replicas::renew(Arc::downgrade(&backend));
         if settings.notify {
-            let _ = backend.notifications.set(backend.listen());
+            backend.listen();
         }
         Ok(backend)
     }
@@ -393,15 +394,6 @@ impl crate::store::contract::Health for Postgres {
         self.writable.subscribe()
     }
 
-    fn lease_left(&self) -> Option<(Duration, Duration)> {
-        let renewed = *self
-            .last_renewed
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let lease = self.identity.lease;
-        Some((lease.saturating_sub(renewed.elapsed()), lease))
-    }
-
     async fn probe(&self) -> Result<(), StoreError> {
         let started = Instant::now();
         let mut tx = self.begin().await?;
@@ -417,11 +409,6 @@ impl crate::store::contract::Health for Postgres {
 
     fn observe_commits(&self, observe: Box<dyn Fn(Duration) + Send + Sync>) {
         let _ = self.observer.set(observe);
-    }
-
-    fn bus(&self) -> Option<Arc<dyn crate::cluster::Bus>> {
-        let bus = self.notifications.get()?;
-        Some(Arc::clone(bus) as Arc<dyn crate::cluster::Bus>)
     }
 
     #[cfg(any(test, feature = "test-utils"))]

@@ -198,8 +198,8 @@ async fn a_second_process_with_the_id_and_another_key_are_refused() {
 #[tokio::test]
 async fn a_commit_waiting_on_a_sweep_that_moved_its_run_writes_nothing() {
     use crate::store::conformance::{delta, envelope, start, tenant};
-    use crate::store::{contract::Burst, error::StoreError};
     use crate::store::test_records::conversation;
+    use crate::store::{contract::Burst, error::StoreError};
     let Some(databases) = Databases::new().await else {
         return;
     };

@@ -202,19 +202,6 @@ impl crate::store::contract::Conversations for Embedded {
     ) -> Result<Vec<MessageId>, StoreError> {
         self.running_children(tenant, parent)
     }
-
-    /// One process opens the database, so only what an earlier process left is orphaned,
-    /// and only the first call finds anything.
-    async fn take_orphans(
-        &self,
-        adoption: crate::domain::Adoption,
-    ) -> Result<crate::store::contract::Swept, StoreError> {
-        if self.swept.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            return Ok(crate::store::contract::Swept::default());
-        }
-        let taken = self.take_unfinished(adoption);
-        self.written(taken).await
-    }
 }
 
 #[async_trait]

@@ -1,5 +1,6 @@
-//! Commands for runs in the embedded store. One process opens it and owns every run, so
-//! a command is taken by that process, in the order it was kept.
+//! Ownership in the embedded store. One process opens it and owns every run: only what an
+//! earlier process left is orphaned, and a command is taken by that process, in the order
+//! it was kept.
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -133,7 +134,20 @@ impl Embedded {
 }
 
 #[async_trait]
-impl crate::store::contract::Commands for Embedded {
+impl crate::store::contract::Ownership for Embedded {
+    /// One process opens the database, so only what an earlier process left is orphaned,
+    /// and only the first call finds anything.
+    async fn take_orphans(
+        &self,
+        adoption: crate::domain::Adoption,
+    ) -> Result<crate::store::contract::Swept, StoreError> {
+        if self.swept.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Ok(crate::store::contract::Swept::default());
+        }
+        let taken = self.take_unfinished(adoption);
+        self.written(taken).await
+    }
+
     async fn send_command(
         &self,
         tenant: &Tenant,

@@ -1,0 +1,76 @@
+//! The bus without NATS: what peers say through the store itself (a shared database's
+//! notifications). The store hands on what it hears; this bus tells followers here to read
+//! the store, and wakes the command loop. Announcing and waking need nothing here: the
+//! commits that keep events and commands notify by themselves.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, Notify};
+
+use super::{Bus, Notice, Poll, Watch, Watchers};
+use crate::domain::{EventEnvelope, MessageId};
+use crate::store::Heard;
+
+/// The bus over the store's notifications.
+pub struct Notifications {
+    watchers: Arc<Watchers>,
+    woken: Arc<Notify>,
+}
+
+impl Notifications {
+    /// The bus over what `heard` hands on, relayed on a task of its own until the store
+    /// stops sending.
+    pub fn over(heard: broadcast::Receiver<Heard>) -> Arc<Self> {
+        let bus = Arc::new(Self {
+            watchers: Arc::default(),
+            woken: Arc::default(),
+        });
+        tokio::spawn(relay(
+            heard,
+            Arc::clone(&bus.watchers),
+            Arc::clone(&bus.woken),
+        ));
+        bus
+    }
+}
+
+#[async_trait]
+impl Bus for Notifications {
+    /// The commit already notified.
+    async fn announce(&self, _message: MessageId, _events: &[EventEnvelope]) {}
+
+    async fn watch(&self, message: MessageId, poll: Poll) -> Watch {
+        // The store hears every run at once: nothing to subscribe per message.
+        self.watchers.watch(message, || None, poll)
+    }
+
+    /// The command's commit already notified.
+    async fn wake(&self, _owner: &str) {}
+
+    fn woken(&self) -> Arc<Notify> {
+        Arc::clone(&self.woken)
+    }
+}
+
+/// Hands what the store hears to followers and the command loop here. A hearer that fell
+/// behind missed notices: every follower reads the store.
+async fn relay(mut heard: broadcast::Receiver<Heard>, watchers: Arc<Watchers>, woken: Arc<Notify>) {
+    loop {
+        match heard.recv().await {
+            Ok(Heard::Committed { message, last_seq }) => {
+                watchers.notify(
+                    message,
+                    Notice {
+                        last_seq,
+                        events: Vec::new(),
+                    },
+                );
+            }
+            Ok(Heard::Missed) | Err(RecvError::Lagged(_)) => watchers.notify_all(),
+            Ok(Heard::Woken) => woken.notify_one(),
+            Err(RecvError::Closed) => return,
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! What a run's task is started with: a new run's, or one taken over's.
+
+use tokio_util::sync::CancellationToken;
+
+use super::live::{Awaited, Delivery};
+use super::run;
+use super::spec::RunSpec;
+use crate::domain::Message;
+use crate::store::Fence;
+
+/// What a run's task is started with.
+pub(super) struct Launch {
+    pub spec: RunSpec,
+    pub agent: run::Agent,
+    pub message: Message,
+    pub cancel: CancellationToken,
+    /// The fence its writes go under.
+    pub fence: Fence,
+    /// The records of a run taken over, to go on from; `None` for a new run.
+    pub resumption: Option<run::Resumption>,
+    /// What its caller answered while it had no owner, for its wait.
+    pub early: Option<Delivery>,
+    /// The wait a run taken over while it waited enters again.
+    pub coming: Option<(Awaited, Vec<String>)>,
+}
