@@ -225,6 +225,48 @@ fn is_zero_u32(value: &u32) -> bool {
 }
 
 impl Message {
+    /// A new run's message as it is first written: running, nothing answered or spent yet,
+    /// a new id; the store gives it its place (`seq`, `ordinal`) when it is written.
+    pub fn running(
+        conversation_id: ConversationId,
+        query: String,
+        strategy: StrategyKind,
+        provider: String,
+        model: String,
+    ) -> Self {
+        let now = super::now();
+        Self {
+            id: MessageId::new(),
+            conversation_id,
+            seq: 0,
+            query,
+            inputs: BTreeMap::new(),
+            answer: String::new(),
+            status: MessageStatus::Running,
+            finish_reason: None,
+            error: None,
+            usage: Usage::default(),
+            iterations: 0,
+            strategy,
+            provider,
+            model,
+            user: String::new(),
+            created_at: now,
+            updated_at: now,
+            retriever_resources: Vec::new(),
+            structured_output: None,
+            output_invalid: None,
+            budget_exhausted: None,
+            running_seconds: 0.0,
+            history_tokens: Default::default(),
+            takeovers: 0,
+            handed_over: false,
+            agent: None,
+            parent: None,
+            ordinal: 0,
+        }
+    }
+
     /// Ends the message as `status` (a failure or interruption) for `failure`, not by its
     /// run but by whoever found it stranded, and returns the `error` event that announces
     /// it, one past `last_seq`: its followers, wherever they are, see it end.

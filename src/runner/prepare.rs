@@ -13,8 +13,7 @@ use super::spec::{RunSpec, StoredSpec};
 use super::strategy;
 use crate::domain::Tenant;
 use crate::domain::{
-    Conversation, ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus,
-    StrategyKind, Usage,
+    Conversation, ConversationId, IdempotencyRecord, Message, MessageId, StrategyKind,
 };
 use crate::llm::{Feature, ModelInfo, ModelRegistry};
 use crate::store::{Inserted, NewMessage, Store, StoreError};
@@ -256,38 +255,22 @@ pub async fn insert_message(
 /// The message of a new run, as running; the store gives it its place (`seq`, `ordinal`)
 /// when it is written.
 pub fn new_message(spec: &RunSpec, prepared: &Prepared) -> Message {
-    let now = crate::domain::now();
-    Message {
-        // A new id (the default) unless the run was given one.
-        id: spec.message_id.unwrap_or_default(),
-        conversation_id: prepared.conversation_id,
-        seq: 0,
-        query: spec.query.clone(),
-        inputs: spec.inputs.clone(),
-        answer: String::new(),
-        status: MessageStatus::Running,
-        finish_reason: None,
-        error: None,
-        usage: Usage::default(),
-        iterations: 0,
-        strategy: prepared.agent.strategy.kind(),
-        provider: spec.agent.model.provider.clone(),
-        model: spec.agent.model.name.clone(),
-        user: spec.user.clone(),
-        created_at: now,
-        updated_at: now,
-        retriever_resources: Vec::new(),
-        structured_output: None,
-        output_invalid: None,
-        budget_exhausted: None,
-        running_seconds: 0.0,
-        history_tokens: Default::default(),
-        takeovers: 0,
-        handed_over: false,
-        agent: spec.pinned.clone().map(Box::new),
-        parent: spec.parent.clone().map(Box::new),
-        ordinal: 0,
+    let mut message = Message::running(
+        prepared.conversation_id,
+        spec.query.clone(),
+        prepared.agent.strategy.kind(),
+        spec.agent.model.provider.clone(),
+        spec.agent.model.name.clone(),
+    );
+    // A new id unless the run was given one.
+    if let Some(id) = spec.message_id {
+        message.id = id;
     }
+    message.inputs = spec.inputs.clone();
+    message.user = spec.user.clone();
+    message.agent = spec.pinned.clone().map(Box::new);
+    message.parent = spec.parent.clone().map(Box::new);
+    message
 }
 
 /// The earlier turns of a conversation that can reach the prompt, oldest first: read newest

@@ -79,44 +79,19 @@ impl Store {
 /// Records for the store's unit tests.
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_records {
-    use crate::domain::{
-        Conversation, ConversationId, Message, MessageId, MessageStatus, StrategyKind, Tenant,
-        Usage,
-    };
+    use crate::domain::{Conversation, ConversationId, Message, StrategyKind, Tenant};
 
     /// A running message of `conversation`, as a run writes it first.
     pub fn running_message(conversation: ConversationId, seq: u64) -> Message {
-        let now = crate::domain::now();
-        Message {
-            id: MessageId::new(),
-            conversation_id: conversation,
-            seq,
-            query: "q".into(),
-            inputs: Default::default(),
-            answer: String::new(),
-            status: MessageStatus::Running,
-            finish_reason: None,
-            error: None,
-            usage: Usage::default(),
-            iterations: 0,
-            strategy: StrategyKind::FunctionCalling,
-            provider: "p".into(),
-            model: "m".into(),
-            user: String::new(),
-            created_at: now,
-            updated_at: now,
-            retriever_resources: Vec::new(),
-            structured_output: None,
-            output_invalid: None,
-            budget_exhausted: None,
-            running_seconds: 0.0,
-            history_tokens: Default::default(),
-            takeovers: 0,
-            handed_over: false,
-            agent: None,
-            parent: None,
-            ordinal: 0,
-        }
+        let mut message = Message::running(
+            conversation,
+            "q".into(),
+            StrategyKind::FunctionCalling,
+            "p".into(),
+            "m".into(),
+        );
+        message.seq = seq;
+        message
     }
 
     /// A new conversation of `tenant`.
