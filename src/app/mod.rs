@@ -31,7 +31,6 @@ pub async fn serve(
     extensions: Extensions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
-    load_tokenizers().await;
     let api_addr = listener.local_addr().ok();
     let (core, metrics_listener) = Core::open(&config, extensions).await?;
     let background = Background::start(&core, &config, metrics_listener, api_addr).await?;
@@ -63,18 +62,6 @@ pub async fn serve(
     background.stop().await;
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Builds the tokenizers on a blocking thread before anything else starts (the store's
-/// heartbeat included), not by a run's first count on a runtime worker: see
-/// `Tokenizer::load_all`.
-async fn load_tokenizers() {
-    if tokio::task::spawn_blocking(crate::llm::Tokenizer::load_all)
-        .await
-        .is_err()
-    {
-        tracing::warn!("the tokenizers could not be loaded ahead; the first count loads them");
-    }
 }
 
 /// Waits for `shutdown`, then turns health `NOT_SERVING` for good and hands the runs over:

@@ -4,6 +4,8 @@
 //! [`super::openai::request_body`]): every message's role and text, tool calls' names and
 //! arguments, the offered tools' JSON, and the per-message framing the chat format adds.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use serde::Deserialize;
 use serde_json::Value;
 use tiktoken_rs::CoreBPE;
@@ -63,20 +65,50 @@ impl Tokenizer {
         }
     }
 
-    /// Loads every vocabulary. The first use of one builds it from its ranks, which holds
-    /// the calling thread for a while (most of a second in a debug build); done at start-up
-    /// on a blocking thread, it does not stall the tasks of a runtime worker.
+    /// Builds this vocabulary if no count has yet, on a blocking thread: building one from
+    /// its ranks holds its thread for a while (a fraction of a second in a release build,
+    /// most of one in a debug build) and takes tens of MiB, so it is built only when a run
+    /// first needs it, never at start and never on a runtime worker (heartbeats keep their
+    /// timing). Call before counting on an async path.
+    pub async fn load(self) {
+        if self.loaded().load(Ordering::Acquire) {
+            return;
+        }
+        if tokio::task::spawn_blocking(move || self.bpe())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                tokenizer = self.name(),
+                "a vocabulary could not be built ahead; its first count builds it"
+            );
+        }
+    }
+
+    /// Builds every vocabulary on the calling thread: for tests that time deadlines, whose
+    /// runs then wait for none.
     pub fn load_all() {
         for tokenizer in [Tokenizer::Cl100kBase, Tokenizer::O200kBase] {
             let _ = tokenizer.bpe();
         }
     }
 
-    fn bpe(self) -> &'static CoreBPE {
+    /// Whether this vocabulary was built.
+    fn loaded(self) -> &'static AtomicBool {
+        static LOADED: [AtomicBool; 2] = [AtomicBool::new(false), AtomicBool::new(false)];
         match self {
+            Tokenizer::Cl100kBase => &LOADED[0],
+            Tokenizer::O200kBase => &LOADED[1],
+        }
+    }
+
+    fn bpe(self) -> &'static CoreBPE {
+        let bpe = match self {
             Tokenizer::Cl100kBase => tiktoken_rs::cl100k_base_singleton(),
             Tokenizer::O200kBase => tiktoken_rs::o200k_base_singleton(),
-        }
+        };
+        self.loaded().store(true, Ordering::Release);
+        bpe
     }
 
     /// Tokens of plain text.
@@ -160,6 +192,13 @@ impl Tokenizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_vocabulary_is_built_once_asked_for_and_counts_then() {
+        Tokenizer::O200kBase.load().await;
+        assert!(Tokenizer::O200kBase.loaded().load(Ordering::Acquire));
+        assert_eq!(Tokenizer::O200kBase.count_text("hello world"), 2);
+    }
     use crate::llm::ChatMessage;
 
     #[test]

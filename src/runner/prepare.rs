@@ -40,6 +40,10 @@ pub async fn prepare(
 ) -> Result<Prepared, RunError> {
     let agent_tools = sub_agent_tools(store, spec).await?;
     let resolved = resolve(models, tools, spec, settings, &agent_tools)?;
+    if counts_tokens(spec, &resolved.model.info) {
+        // Within the caller's deadline, which counts from the request's arrival.
+        resolved.model.info.tokenizer.load().await;
+    }
     let new_conversation = conversation_for(store, spec).await?;
     let conversation_id = match (&new_conversation, spec.conversation_id) {
         (Some(conversation), _) => conversation.id,
@@ -72,6 +76,8 @@ pub async fn prepare_resumed(
 ) -> Result<Agent, RunError> {
     let agent_tools = sub_agent_tools(store, spec).await?;
     let resolved = resolve(models, tools, spec, settings, &agent_tools)?;
+    // A run taken over may count what its lost owner left unfinished.
+    resolved.model.info.tokenizer.load().await;
     let history = past_turns(
         store,
         spec,
@@ -81,6 +87,14 @@ pub async fn prepare_resumed(
     )
     .await?;
     Ok(resolved.with_history(history))
+}
+
+/// Whether a run of `spec` on `model` counts tokens before its model answers: to fit a
+/// context window, or to keep within a budget of tokens or cost. (A model that reports no
+/// usage has its calls counted too; the model call loads the vocabulary then.)
+fn counts_tokens(spec: &RunSpec, model: &ModelInfo) -> bool {
+    let budget = &spec.agent.budget;
+    model.context_window.is_some() || budget.tokens.is_some() || budget.cost.is_some()
 }
 
 /// Checks that everything `spec` names resolves, without preparing a run.

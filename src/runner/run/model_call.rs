@@ -157,6 +157,9 @@ impl ModelCall<'_> {
             tally.add_calls(end);
         }
         self.state.add_written(tally.written.len());
+        if tally.counts() {
+            model.info.tokenizer.load().await;
+        }
         let tokens = tally.tokens(&request, model.info.tokenizer);
         if let Some(tokens) = tokens {
             let mut usage = model

@@ -422,6 +422,11 @@ impl Tally {
         }
     }
 
+    /// Whether [`Self::tokens`] counts (the provider answered without reporting usage).
+    pub fn counts(&self) -> bool {
+        self.answered && self.reported.is_none()
+    }
+
     /// The call's tokens as reported, else counted with `tokenizer`; `None` when the
     /// provider never began to answer.
     pub fn tokens(&self, request: &ChatRequest, tokenizer: Tokenizer) -> Option<TokenUsage> {
