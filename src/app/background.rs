@@ -94,7 +94,7 @@ impl Background {
         });
         self.tasks.spawn(crate::telemetry::serve_metrics(
             listener,
-            config.server.metrics_limits(),
+            super::settings::metrics_limits(&config.server),
             core.descriptors.clone(),
             Arc::clone(&core.metrics),
             cards,

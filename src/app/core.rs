@@ -19,7 +19,7 @@ use crate::cluster::Bus;
 use crate::config::Config;
 use crate::llm::{ChatModel, ModelEntry, ModelRegistry};
 use crate::net::Descriptors;
-use crate::runner::{Runner, RunnerSettings};
+use crate::runner::Runner;
 use crate::store::{RegistryChanges, Store};
 use crate::telemetry::Metrics;
 use crate::tools::{Provider, ToolRegistry};
@@ -64,10 +64,7 @@ impl Core {
         let seen = store.registry_changes().await?;
         let loaded = catalog.load().await?;
         tracing::info!(providers = loaded, "registered tool providers loaded");
-        let settings = RunnerSettings {
-            write_timeout: Duration::from_secs(config.store.write_timeout_secs),
-            ..config.runner.settings()
-        };
+        let settings = super::settings::runner_settings(&config.runner, &config.store);
         let bus = bus(config, &store, &metrics).await?;
         let runner = Runner::new(
             store.clone(),
@@ -135,7 +132,7 @@ impl Core {
             .transpose()?;
         Ok(crate::api::incoming::incoming(
             listener,
-            config.server.grpc_limits(),
+            super::settings::grpc_limits(&config.server),
             tls,
             self.descriptors.clone(),
             stop,
@@ -174,7 +171,7 @@ fn models(
 
 /// The built-in tools, and the caller's, under the configured schema limits.
 fn tools(config: &Config, extra: Vec<Provider>) -> Result<Arc<ToolRegistry>, AppError> {
-    crate::tools::schema::configure(config.runner.schema_limits());
+    crate::tools::schema::configure(super::settings::schema_limits(&config.runner));
     let tools = Arc::new(ToolRegistry::with_builtins()?);
     for provider in extra {
         tools.register_builtin(provider);
@@ -188,7 +185,7 @@ fn catalog(config: &Config, store: &Store, tools: &Arc<ToolRegistry>) -> Result<
     Ok(Catalog::new(
         store.clone(),
         Arc::clone(tools),
-        config.runner.provider_settings(Arc::clone(&outbound)),
+        super::settings::provider_settings(&config.runner, Arc::clone(&outbound)),
         outbound.client(),
     ))
 }

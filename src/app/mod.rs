@@ -7,6 +7,7 @@ mod error;
 mod extensions;
 mod open;
 mod replica;
+mod settings;
 
 use std::future::Future;
 use std::time::Duration;

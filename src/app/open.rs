@@ -14,7 +14,7 @@ use crate::store::{SecretKey, Store, StoreSettings};
 /// directory), sealing what an earlier version kept in plaintext. The runs a previous
 /// process left running are taken once the runner exists ([`super::serve`]).
 pub async fn open_store(config: &Config) -> Result<Store, AppError> {
-    let settings = config.store_settings();
+    let settings = super::settings::store_settings(config);
     match &settings {
         StoreSettings::Shared(_) => {
             if config.server.secret_key.is_none() && config.server.secret_key_file.is_none() {
@@ -40,7 +40,7 @@ pub async fn open_store(config: &Config) -> Result<Store, AppError> {
 /// The bus between replicas: NATS when configured, else the shared database's
 /// notifications, else none (a single process).
 pub(super) async fn open_bus(config: &Config, store: &Store) -> Result<Arc<dyn Bus>, AppError> {
-    if let Some(settings) = config.cluster.nats() {
+    if let Some(settings) = super::settings::nats_settings(&config.cluster) {
         let place = crate::cluster::nats::describe(&settings.url);
         // Only the deployment's replicas hold the shared key: what they say on NATS opens
         // for them alone.

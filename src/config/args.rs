@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use super::LogFormat;
-use crate::llm::Secret;
+use crate::domain::Secret;
 
 /// Flags of `serve`; each overrides the file.
 #[derive(Debug, Default, clap::Args)]

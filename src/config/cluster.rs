@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::ConfigError;
-use crate::llm::Secret;
+use crate::domain::Secret;
 
 fn default_lease_secs() -> u64 {
     5
@@ -95,19 +95,6 @@ impl ClusterConfig {
             true => format!("replica-{suffix}"),
             false => format!("{host}-{suffix}"),
         }
-    }
-
-    /// How to reach NATS, when configured.
-    pub fn nats(&self) -> Option<crate::cluster::nats::Settings> {
-        self.nats_url
-            .as_ref()
-            .map(|url| crate::cluster::nats::Settings {
-                url: url.expose().to_owned(),
-                credentials_file: self.nats_credentials_file.clone(),
-                ca_file: self.nats_ca_file.clone(),
-                prefix: self.subject_prefix.clone(),
-                replica: self.id().to_owned(),
-            })
     }
 
     /// How long a heartbeat holds.

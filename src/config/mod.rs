@@ -8,17 +8,13 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::domain::Secret;
 use crate::domain::TenantLimits;
-use crate::llm::{ProviderConfig, Secret};
-use crate::net::ListenerLimits;
-use crate::runner::RunnerSettings;
-use crate::tools::schema::SchemaLimits;
-use crate::tools::{OutboundPolicy, ProviderSettings};
+use crate::llm::ProviderConfig;
+use crate::tools::ProviderSettings;
 
 mod a2a;
 mod args;
@@ -61,7 +57,7 @@ fn default_metrics_max_connections() -> usize {
     64
 }
 fn default_handshake_timeout_secs() -> u64 {
-    crate::net::DEFAULT_HANDSHAKE_TIMEOUT.as_secs()
+    10
 }
 /// The embedded database's page cache when the configuration does not say. sled's own
 /// default (1 GiB) lets the cache grow with everything written; runs mostly read back their
@@ -122,24 +118,6 @@ pub struct ServerConfig {
     pub secret_key: Option<Secret>,
 }
 
-impl ServerConfig {
-    /// The bounds of the gRPC listener.
-    pub fn grpc_limits(&self) -> ListenerLimits {
-        ListenerLimits {
-            max_connections: self.max_connections,
-            handshake_timeout: Duration::from_secs(self.handshake_timeout_secs),
-        }
-    }
-
-    /// The bounds of the metrics listener.
-    pub fn metrics_limits(&self) -> ListenerLimits {
-        ListenerLimits {
-            max_connections: self.metrics_max_connections,
-            handshake_timeout: Duration::from_secs(self.handshake_timeout_secs),
-        }
-    }
-}
-
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
@@ -179,26 +157,26 @@ fn default_tool_output_limit() -> usize {
     16 * 1024
 }
 fn default_max_answer_bytes() -> usize {
-    RunnerSettings::default().max_answer_bytes
+    2 * 1024 * 1024
 }
 fn default_max_query_bytes() -> usize {
-    RunnerSettings::default().max_query_bytes
+    1024 * 1024
 }
 fn default_max_instruction_bytes() -> usize {
-    RunnerSettings::default().max_instruction_bytes
+    4 * 1024 * 1024
 }
 fn default_max_agent_depth() -> u32 {
-    RunnerSettings::default().max_agent_depth
+    3
 }
 fn default_max_tree_runs() -> u32 {
-    RunnerSettings::default().max_tree_runs
+    32
 }
 fn default_max_tree_runs_total() -> u32 {
-    RunnerSettings::default().max_tree_runs_total
+    256
 }
 
 fn default_max_tool_calls_per_round() -> usize {
-    RunnerSettings::default().max_tool_calls_per_round
+    128
 }
 fn default_max_schema_patterns() -> usize {
     crate::tools::schema::DEFAULT_MAX_PATTERNS
@@ -341,51 +319,6 @@ impl Default for RunnerConfig {
     }
 }
 
-impl RunnerConfig {
-    /// The limits of registered providers' tools, sending requests as `outbound` allows.
-    pub fn provider_settings(&self, outbound: Arc<OutboundPolicy>) -> ProviderSettings {
-        ProviderSettings {
-            outbound,
-            max_output_bytes: self.tool_output_limit_bytes,
-            max_file_bytes: self.tool_file_limit_bytes,
-            max_spec_bytes: self.openapi_max_bytes,
-            max_operations: self.openapi_max_operations,
-            max_schema_bytes: self.tool_schema_limit_bytes,
-            mcp_timeout: Duration::from_secs(self.mcp_timeout_secs),
-        }
-    }
-
-    /// The bounds of tool and answer schemas.
-    pub fn schema_limits(&self) -> SchemaLimits {
-        SchemaLimits {
-            max_patterns: self.max_schema_patterns,
-            cache_bytes: self.schema_cache_mb.saturating_mul(1024 * 1024),
-        }
-    }
-
-    /// The runner's view of these settings.
-    pub fn settings(&self) -> RunnerSettings {
-        RunnerSettings {
-            tool_timeout: Duration::from_secs(self.tool_timeout_secs),
-            tool_concurrency: self.tool_concurrency,
-            event_buffer: self.event_buffer,
-            client_tool_timeout: Duration::from_secs(self.client_tool_timeout_secs),
-            approval_timeout: Duration::from_secs(self.approval_timeout_secs),
-            trace_content: self.trace_content,
-            max_answer_bytes: self.max_answer_bytes,
-            max_query_bytes: self.max_query_bytes,
-            max_instruction_bytes: self.max_instruction_bytes,
-            max_tool_calls_per_round: self.max_tool_calls_per_round,
-            max_agent_depth: self.max_agent_depth,
-            max_tree_runs: self.max_tree_runs,
-            max_tree_runs_total: self.max_tree_runs_total,
-            tool_output_limit: self.tool_output_limit_bytes,
-            hand_over: self.resume_after_restart,
-            ..RunnerSettings::default()
-        }
-    }
-}
-
 fn default_true() -> bool {
     true
 }
@@ -507,18 +440,6 @@ pub enum ConfigError {
 }
 
 impl Config {
-    /// Where records are kept: the shared database when `[store] database_url` is set,
-    /// else the embedded one under `[server] data_dir`.
-    pub fn store_settings(&self) -> crate::store::StoreSettings {
-        match self.store.database(&self.cluster) {
-            Some(database) => crate::store::StoreSettings::Shared(database),
-            None => crate::store::StoreSettings::Embedded {
-                dir: self.server.data_dir.clone(),
-                cache_bytes: self.server.store_cache_mb.saturating_mul(1024 * 1024),
-            },
-        }
-    }
-
     /// Reads the file named by `args` (if any), applies the flags and validates.
     pub fn load(args: &ServeArgs) -> Result<Self, ConfigError> {
         let mut config = match &args.config {

@@ -1,12 +1,9 @@
 //! `[store]`: where records are kept. Without a database URL, the embedded store in
 //! `[server] data_dir`; with one, PostgreSQL, shared by every replica.
 
-use std::time::Duration;
-
 use serde::Deserialize;
 
-use crate::llm::Secret;
-use crate::store::DatabaseSettings;
+use crate::domain::Secret;
 
 fn default_pool_size() -> u32 {
     10
@@ -53,19 +50,5 @@ impl Default for StoreConfig {
             write_timeout_secs: default_write_timeout_secs(),
             event_retention_days: 0,
         }
-    }
-}
-
-impl StoreConfig {
-    /// How to reach the shared database, when one is configured, as replica `cluster`.
-    pub(super) fn database(&self, cluster: &super::ClusterConfig) -> Option<DatabaseSettings> {
-        self.database_url.as_ref().map(|url| DatabaseSettings {
-            url: url.expose().to_owned(),
-            replica_id: cluster.id().to_owned(),
-            lease: cluster.lease(),
-            notify: cluster.nats_url.is_none(),
-            pool_size: self.pool_size,
-            statement_timeout: Duration::from_millis(self.statement_timeout_ms),
-        })
     }
 }

@@ -16,6 +16,7 @@ mod lease;
 mod message;
 mod provider;
 pub mod redact;
+mod secret;
 mod takeover;
 mod thought;
 mod usage;
@@ -39,6 +40,7 @@ pub use message::{
     StrategyKind,
 };
 pub use provider::{McpToolDef, ProviderKind, ProviderRecord, ProviderSource};
+pub use secret::Secret;
 pub use takeover::{adopt, end_orphan, fate, Adoption, Fate, OWNER_LOST, STOPPED};
 pub use thought::{
     CallOutcome, RetrieverResource, Thought, ToolCallRecord, ToolInvokeMeta, NOT_RUN,

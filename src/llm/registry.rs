@@ -1,7 +1,6 @@
 //! LLM providers from the server configuration, and what each model can do and costs.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,28 +14,7 @@ use super::{ChatModel, Tokenizer};
 use crate::domain::redact::Redactor;
 use crate::domain::{ErrorKind, Pricing};
 
-/// A secret string whose `Debug` never shows the value, so it cannot leak into logs.
-#[derive(Clone, Deserialize, PartialEq, Eq)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The value, for the one place that must send it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
+pub use crate::domain::Secret;
 
 /// Which wire protocol an LLM provider speaks (the `kind` key of its configuration).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// Tunables of the loop, from the server configuration.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RunnerSettings {
     /// Longest a single tool call may take before it becomes a timeout observation.
     pub tool_timeout: Duration,
