@@ -339,6 +339,16 @@ async fn a_caller_gone_while_its_run_is_written_leaves_a_cancelled_run_not_a_stu
     let mut agents = client(&service).await;
     let mut request = run_request("too slow to start", &[]);
     request.idempotency_key = "held-key".into();
+    // A model without a context window: the start reaches the write at once, instead of
+    // first building the vocabulary a window needs (seconds in a debug build), which the
+    // caller's short deadline would outlast before anything is written.
+    if let Some(model) = request
+        .agent
+        .as_mut()
+        .and_then(|agent| agent.model.as_mut())
+    {
+        model.name = "blocking-model".into();
+    }
 
     let mut holder = sqlx::PgConnection::connect(&database.url()).await.unwrap();
     sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
