@@ -2,7 +2,7 @@
 
 use crate::support::open_data_dir;
 use agent_runner::domain::{
-    Conversation, ConversationId, Message, MessageId, MessageStatus, StrategyKind, Tenant, Usage,
+    Conversation, ConversationId, Message, MessageId, StrategyKind, Tenant,
 };
 use agent_runner::pb;
 use agent_runner::store::{Burst, Fence, NewMessage, Record};
@@ -239,37 +239,15 @@ async fn messages_left_running_by_a_crash_become_interrupted() {
             user: String::new(),
             created_at: chrono::Utc::now(),
         };
-        let message = Message {
-            id: message_id,
-            conversation_id: conversation.id,
-            seq: 0,
-            query: "q".into(),
-            inputs: Default::default(),
-            answer: String::new(),
-            status: MessageStatus::Running,
-            finish_reason: None,
-            error: None,
-            usage: Usage::default(),
-            iterations: 1,
-            strategy: StrategyKind::FunctionCalling,
-            provider: "scripted".into(),
-            model: "m".into(),
-            user: String::new(),
-            created_at: chrono::Utc::now(),
-            updated_at: chrono::Utc::now(),
-            retriever_resources: Vec::new(),
-            structured_output: None,
-            output_invalid: None,
-            budget_exhausted: None,
-            running_seconds: 0.0,
-            history_tokens: Default::default(),
-            takeovers: 0,
-            handed_over: false,
-            agent: None,
-            parent: None,
-            ordinal: 0,
-        };
-        let mut message = message;
+        let mut message = Message::running(
+            conversation.id,
+            "q".into(),
+            StrategyKind::FunctionCalling,
+            "scripted".into(),
+            "m".into(),
+        );
+        message.id = message_id;
+        message.iterations = 1;
         store
             .insert_message(NewMessage {
                 tenant: &tenant,
