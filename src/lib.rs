@@ -22,6 +22,7 @@
 //!   and the followers it feeds.
 //! - [`telemetry`]: Prometheus metrics and OpenTelemetry traces for operators.
 //! - [`net`]: accepting connections within bounds, for every listener.
+//! - [`tasks`]: the work a component spawns for itself, stopped and waited for together.
 //! - [`domain`]: plain data shared by all of the above.
 //! - `mock_llm` (feature `mock-llm`): a scripted OpenAI-compatible server for benchmarks
 //!   and tests; `test_utils` (feature `test-utils`): scripted models and tools.
@@ -42,6 +43,7 @@ pub mod net;
 pub mod replica;
 pub mod runner;
 pub mod store;
+pub mod tasks;
 pub mod telemetry;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_utils;

@@ -123,8 +123,9 @@ impl Background {
         self.health.clone()
     }
 
-    /// Stops every task and waits (at most [`STOP_WITHIN`]) for their last writes.
-    pub async fn stop(self) {
+    /// Stops every task and waits (at most [`STOP_WITHIN`]) for their last writes, then
+    /// the bus's and the store's own tasks of `core`.
+    pub async fn stop(self, core: &Core) {
         self.stop.cancel();
         self.tasks.close();
         if tokio::time::timeout(STOP_WITHIN, self.tasks.wait())
@@ -136,6 +137,7 @@ impl Background {
                 "some background tasks did not stop in time"
             );
         }
+        core.stop(STOP_WITHIN).await;
     }
 }
 

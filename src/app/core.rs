@@ -40,6 +40,9 @@ pub(super) struct Core {
     pub tool_timeout: Duration,
     /// Where the registry stood before the keys and providers were first read.
     pub seen: RegistryChanges,
+    /// Whether the store was opened here (one an extension brings is its bringer's to
+    /// stop).
+    owns_store: bool,
 }
 
 impl Core {
@@ -49,6 +52,7 @@ impl Core {
         config: &Config,
         extensions: Extensions,
     ) -> Result<(Self, Option<TcpListener>), AppError> {
+        let owns_store = extensions.store.is_none();
         let store = match extensions.store {
             Some(store) => store,
             None => open_store(config).await?,
@@ -87,8 +91,18 @@ impl Core {
             descriptors: Descriptors::default(),
             tool_timeout: settings.tool_timeout,
             seen,
+            owns_store,
         };
         Ok((core, metrics_listener))
+    }
+
+    /// Stops the bus's and the store's own tasks, each waited for at most `within`; the
+    /// last step of a shutdown, once nothing runs, follows or writes any more.
+    pub async fn stop(&self, within: Duration) {
+        self.bus.stop(within).await;
+        if self.owns_store {
+            self.store.stop(within).await;
+        }
     }
 
     /// The API's router, with `health` beside our services.

@@ -60,7 +60,7 @@ pub async fn serve(
             "some runs did not finish within the shutdown grace period"
         );
     }
-    background.stop().await;
+    background.stop(&core).await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -16,6 +16,7 @@ mod seal;
 mod watchers;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -82,6 +83,10 @@ pub trait Bus: Send + Sync {
 
     /// Notified when a peer kept a command for a run this replica holds.
     fn woken(&self) -> Arc<Notify>;
+
+    /// Stops the bus's own tasks (listeners, forwarders, fillers) and waits for them at
+    /// most `within`; called once at shutdown, when nothing follows a run any more.
+    async fn stop(&self, _within: Duration) {}
 
     /// Tells `observe` of every notice relayed to followers here; the first call counts.
     fn observe_relays(&self, _observe: RelayObserver) {}

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::seal::{Seal, OVERHEAD};
 use super::{Bus, Notice, RejectObserver, RelayObserver, Watch, Watchers, MAX_NOTICE_EVENTS_BYTES};
 use crate::domain::{EventEnvelope, MessageId};
+use crate::tasks::Tasks;
 
 /// How to reach NATS.
 #[derive(Clone)]
@@ -94,7 +95,8 @@ pub struct Nats {
     observer: Arc<OnceLock<RelayObserver>>,
     rejected: Arc<OnceLock<RejectObserver>>,
     seal: Seal,
-    stop: CancellationToken,
+    /// The wake-up listener and one forwarder per followed message.
+    tasks: Tasks,
 }
 
 impl Nats {
@@ -133,7 +135,7 @@ impl Nats {
             observer: Arc::default(),
             rejected: Arc::default(),
             seal: Seal::new(key),
-            stop: CancellationToken::new(),
+            tasks: Tasks::default(),
         });
         let commands = format!("{}.commands.{}", bus.prefix, settings.replica);
         let subscription = bus.client.subscribe(commands.clone()).await;
@@ -153,9 +155,9 @@ impl Nats {
     /// Wakes this replica's command loop for each wake-up that opens and is fresh; others
     /// are dropped and counted (a forged or replayed one costs nothing).
     fn listen_for_wakes(&self, subject: String, mut commands: async_nats::Subscriber) {
-        let (woken, stop) = (Arc::clone(&self.woken), self.stop.clone());
+        let (woken, stop) = (Arc::clone(&self.woken), self.tasks.stopping());
         let (seal, rejected) = (self.seal.clone(), Arc::clone(&self.rejected));
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             loop {
                 let heard = tokio::select! {
                     () = stop.cancelled() => return,
@@ -184,7 +186,7 @@ impl Nats {
         let observer = Arc::clone(&self.observer);
         let (seal, rejected) = (self.seal.clone(), Arc::clone(&self.rejected));
         let subject = self.events_subject(message);
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             loop {
                 let heard = tokio::select! {
                     () = stop.cancelled() => break,
@@ -216,7 +218,7 @@ impl Nats {
 
 impl Drop for Nats {
     fn drop(&mut self) {
-        self.stop.cancel();
+        self.tasks.stopping().cancel();
     }
 }
 
@@ -245,7 +247,7 @@ impl Bus for Nats {
         let watch = self.watchers.watch(
             message,
             || {
-                let stop = CancellationToken::new();
+                let stop = self.tasks.stopping().child_token();
                 first = Some(stop.clone());
                 Some(stop)
             },
@@ -263,6 +265,14 @@ impl Bus for Nats {
             }
         }
         watch
+    }
+
+    async fn stop(&self, within: Duration) {
+        let (listeners, fillers) =
+            tokio::join!(self.tasks.stop(within), self.watchers.stop(within));
+        if !(listeners && fillers) {
+            tracing::warn!(?within, "the bus's own tasks did not stop in time");
+        }
     }
 
     async fn wake(&self, owner: &str) {

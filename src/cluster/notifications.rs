@@ -4,6 +4,7 @@
 //! commits that keep events and commands notify by themselves.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::broadcast::error::RecvError;
@@ -12,11 +13,14 @@ use tokio::sync::{broadcast, Notify};
 use super::{Bus, Notice, Poll, Watch, Watchers};
 use crate::domain::{EventEnvelope, MessageId};
 use crate::store::Heard;
+use crate::tasks::Tasks;
 
 /// The bus over the store's notifications.
 pub struct Notifications {
     watchers: Arc<Watchers>,
     woken: Arc<Notify>,
+    /// The relay.
+    tasks: Tasks,
 }
 
 impl Notifications {
@@ -26,12 +30,16 @@ impl Notifications {
         let bus = Arc::new(Self {
             watchers: Arc::default(),
             woken: Arc::default(),
+            tasks: Tasks::default(),
         });
-        tokio::spawn(relay(
-            heard,
-            Arc::clone(&bus.watchers),
-            Arc::clone(&bus.woken),
-        ));
+        let relaying = relay(heard, Arc::clone(&bus.watchers), Arc::clone(&bus.woken));
+        let stopping = bus.tasks.stopping();
+        bus.tasks.spawn(async move {
+            tokio::select! {
+                () = relaying => {}
+                () = stopping.cancelled() => {}
+            }
+        });
         bus
     }
 }
@@ -51,6 +59,13 @@ impl Bus for Notifications {
 
     fn woken(&self) -> Arc<Notify> {
         Arc::clone(&self.woken)
+    }
+
+    async fn stop(&self, within: Duration) {
+        let (relay, fillers) = tokio::join!(self.tasks.stop(within), self.watchers.stop(within));
+        if !(relay && fillers) {
+            tracing::warn!(?within, "the bus's own tasks did not stop in time");
+        }
     }
 }
 

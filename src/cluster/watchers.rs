@@ -9,12 +9,14 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
 
 use tokio::sync::{broadcast, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::{Notice, Notices, Poll};
 use crate::domain::{EventEnvelope, MessageId};
+use crate::tasks::Tasks;
 
 /// Notices a follower may fall behind by before it reads the store instead.
 const BACKLOG: usize = 64;
@@ -26,6 +28,8 @@ const POLL_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 #[derive(Default)]
 pub struct Watchers {
     followed: Mutex<HashMap<MessageId, Followed>>,
+    /// The fillers, one per followed message.
+    tasks: Tasks,
 }
 
 struct Followed {
@@ -66,7 +70,7 @@ impl Watchers {
             wanted: 0,
             wake: Arc::new(Notify::new()),
             unsubscribe: None,
-            stop_filling: CancellationToken::new(),
+            stop_filling: self.tasks.stopping().child_token(),
         });
         entry.followers += 1;
         let notices = entry.notices.subscribe();
@@ -78,7 +82,7 @@ impl Watchers {
                 poll,
                 wake: Arc::clone(&entry.wake),
             };
-            tokio::spawn(filler.run(entry.stop_filling.clone()));
+            self.tasks.spawn(filler.run(entry.stop_filling.clone()));
         }
         Watch {
             notices: Some(notices),
@@ -221,6 +225,11 @@ impl Watchers {
             }
         }
         true
+    }
+
+    /// Stops every filler and waits for them, at most `within`.
+    pub async fn stop(&self, within: Duration) -> bool {
+        self.tasks.stop(within).await
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<MessageId, Followed>> {

@@ -710,6 +710,7 @@ impl Runner {
                 mailbox,
                 lease: self.store.lease(),
                 registration,
+                tasks: self.tracker.clone(),
             },
             Arc::clone(&self.metrics),
         )

@@ -478,6 +478,11 @@ pub trait Health: Send + Sync {
     /// counts.
     fn observe_commits(&self, observe: Box<dyn Fn(Duration) + Send + Sync>);
 
+    /// Stops the store's own background work, committing what is queued first, and waits
+    /// for it at most `within`; called once at shutdown, after the runs and the background
+    /// ended. A backend without such work has nothing to do.
+    async fn stop(&self, _within: Duration) {}
+
     /// Makes every commit fail (`true`) or work again (`false`), as a full disk would.
     #[cfg(any(test, feature = "test-utils"))]
     fn fail_writes(&self, fail: bool);

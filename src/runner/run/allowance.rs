@@ -10,6 +10,7 @@ use std::time::Duration;
 use rust_decimal::Decimal;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::domain::{BudgetKind, Pricing, RunBudget, Spent};
 
@@ -114,12 +115,20 @@ pub struct Clock {
     stop: CancellationToken,
     ran_out: Arc<AtomicBool>,
     timer: Option<tokio::task::JoinHandle<()>>,
+    /// Where the timer runs.
+    tasks: TaskTracker,
 }
 
 impl Clock {
     /// A stopped clock of `limit` that has counted `before` already (under an earlier
-    /// owner); `stop` fires when it runs out.
-    pub fn new(limit: Duration, before: Duration, stop: CancellationToken) -> Self {
+    /// owner); `stop` fires when it runs out. Its timer runs on `tasks` (the runner's, so
+    /// shutdown waits for it).
+    pub fn new(
+        limit: Duration,
+        before: Duration,
+        stop: CancellationToken,
+        tasks: TaskTracker,
+    ) -> Self {
         Self {
             limit,
             before,
@@ -127,6 +136,7 @@ impl Clock {
             stop,
             ran_out: Arc::new(AtomicBool::new(false)),
             timer: None,
+            tasks,
         }
     }
 
@@ -149,7 +159,7 @@ impl Clock {
         self.since = Some(now);
         let left = self.limit.saturating_sub(self.before);
         let (stop, ran_out) = (self.stop.clone(), Arc::clone(&self.ran_out));
-        self.timer = Some(tokio::spawn(async move {
+        self.timer = Some(self.tasks.spawn(async move {
             tokio::time::sleep_until(now + left).await;
             ran_out.store(true, Ordering::Release);
             stop.cancel();
@@ -280,6 +290,7 @@ mod tests {
             Duration::from_secs(10),
             Duration::from_secs(4),
             stop.clone(),
+            TaskTracker::new(),
         );
         clock.start();
         tokio::time::sleep(Duration::from_secs(3)).await;

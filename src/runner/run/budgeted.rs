@@ -193,7 +193,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stop_by_the_clock_is_the_budget_but_a_callers_cancel_is_not() {
         let work = CancellationToken::new();
-        let mut clock = Clock::new(Duration::from_secs(1), Duration::ZERO, work.clone());
+        let mut clock = Clock::new(
+            Duration::from_secs(1),
+            Duration::ZERO,
+            work.clone(),
+            tokio_util::task::TaskTracker::new(),
+        );
         clock.start();
         let budgeted = Budgeted::new(budget(OnExhausted::Stop), Some(clock));
         let cancelled: Result<FinishReason, Halt> = Err(Halt::Cancelled);

@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use rust_decimal::prelude::ToPrimitive;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 pub use launch::{
     child_message_id, legacy_child_message_id, ChildRun, ChildStart, Family, Launcher,
@@ -82,6 +83,8 @@ pub struct Control {
     pub lease: Lease,
     /// Keeps the run in the live registry until the task ends.
     pub registration: Registration,
+    /// The runner's tracker, which the run's own timers join so shutdown waits for them.
+    pub tasks: TaskTracker,
 }
 
 /// How a round ended.
@@ -138,7 +141,8 @@ impl RunTask {
         let budget = spec.agent.budget.clone();
         let clock = spec.agent.budget.seconds.map(|seconds| {
             let before = Duration::from_secs_f64(message.running_seconds.max(0.0));
-            allowance::Clock::new(Duration::from_secs(seconds.into()), before, work.clone())
+            let limit = Duration::from_secs(seconds.into());
+            allowance::Clock::new(limit, before, work.clone(), control.tasks.clone())
         });
         Self {
             spec,

@@ -14,6 +14,7 @@ use super::Postgres;
 use crate::domain::{MessageId, Tenant};
 use crate::store::contract::{Burst, Fence, Record};
 use crate::store::error::StoreError;
+use crate::tasks::Tasks;
 
 /// Bursts one transaction takes at most.
 const GROUP: usize = 128;
@@ -167,18 +168,24 @@ fn run_of(burst: &Burst) -> Option<MessageId> {
     recorded.or_else(|| burst.events.first().map(|event| event.message_id))
 }
 
-/// Starts `count` committers of `backend`; they stop once the backend is dropped.
-pub fn start(backend: Weak<Postgres>, count: usize) -> mpsc::UnboundedSender<Job> {
+/// Starts `count` committers of `backend` on `tasks`; they stop once the backend is
+/// dropped, or once `tasks` stop and nothing is left queued.
+pub fn start(backend: Weak<Postgres>, count: usize, tasks: &Tasks) -> mpsc::UnboundedSender<Job> {
     let (jobs, queue) = mpsc::unbounded_channel::<Job>();
     let queue = std::sync::Arc::new(tokio::sync::Mutex::new(queue));
     for _ in 0..count {
         let queue = std::sync::Arc::clone(&queue);
-        let backend = backend.clone();
-        tokio::spawn(async move {
+        let (backend, stopping) = (backend.clone(), tasks.stopping());
+        tasks.spawn(async move {
             let mut waiting = Vec::with_capacity(GROUP);
             loop {
-                // One committer takes what is waiting; the others wait their turn.
-                let received = queue.lock().await.recv_many(&mut waiting, GROUP).await;
+                // One committer takes what is waiting; the others wait their turn. What is
+                // queued is committed before a stop is heeded.
+                let received = tokio::select! {
+                    biased;
+                    received = async { queue.lock().await.recv_many(&mut waiting, GROUP).await } => received,
+                    () = stopping.cancelled() => return,
+                };
                 if received == 0 {
                     return;
                 }

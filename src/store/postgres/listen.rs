@@ -85,7 +85,14 @@ impl Postgres {
     /// [`Ownership::hear`](crate::store::contract::Ownership::hear).
     pub(super) fn listen(self: &Arc<Self>) {
         if let Some(heard) = &self.heard {
-            tokio::spawn(listen(Arc::downgrade(self), heard.clone()));
+            let stopping = self.tasks.stopping();
+            let listening = listen(Arc::downgrade(self), heard.clone());
+            self.tasks.spawn(async move {
+                tokio::select! {
+                    () = listening => {}
+                    () = stopping.cancelled() => {}
+                }
+            });
         }
     }
 }

@@ -30,6 +30,7 @@ use tokio::sync::watch;
 use super::error::{Category, StoreError};
 use super::sealed::{self, SecretKey};
 use crate::store::contract::Heard;
+use crate::tasks::Tasks;
 pub use error::unavailable;
 
 /// The schema version this build writes; a database whose recorded minimum is newer is
@@ -109,6 +110,9 @@ pub struct Postgres {
     /// silent (no reset) would otherwise hold the commit, and every run behind it, for as
     /// long as the operating system keeps the connection.
     commit_deadline: Duration,
+    /// The committers, the heartbeat and the listener: stopped by
+    /// [`Health::stop`](crate::store::contract::Health::stop), which releases the id.
+    tasks: Tasks,
 }
 
 impl Postgres {
@@ -162,6 +166,7 @@ impl Postgres {
         };
         replicas::claim(&pool, &identity, &place).await?;
         let writable = Arc::new(watch::Sender::new(true));
+        let tasks = Tasks::default();
         let backend = Arc::new_cyclic(|backend| Self {
             pool,
             sealer: sealed::Sealer::new(key),
@@ -174,12 +179,17 @@ impl Postgres {
             renewing_since: std::sync::Mutex::new(Some(Instant::now())),
             last_renewed: Arc::new(std::sync::Mutex::new(Instant::now())),
             heard: settings.notify.then(listen::heard),
-            committer: committer::start(backend.clone(), committer::committers(settings.pool_size)),
+            committer: committer::start(
+                backend.clone(),
+                committer::committers(settings.pool_size),
+                &tasks,
+            ),
             place,
             // The server's own timeout, with a margin for the round trip.
             commit_deadline: settings.statement_timeout + Duration::from_secs(1),
+            tasks,
         });
-        replicas::renew(Arc::downgrade(&backend));
+        replicas::renew(Arc::downgrade(&backend), &backend.tasks);
         if settings.notify {
             backend.listen();
         }
@@ -407,6 +417,17 @@ impl crate::store::contract::Health for Postgres {
         self.finish(tx, started).await
     }
 
+    /// Stops the committers (once what is queued is committed), the heartbeat and the
+    /// listener, then gives the replica id up.
+    async fn stop(&self, within: Duration) {
+        let started = Instant::now();
+        if !self.tasks.stop(within).await {
+            tracing::warn!(?within, "the store's own tasks did not stop in time");
+        }
+        let left = within.saturating_sub(started.elapsed());
+        let _ = tokio::time::timeout(left, replicas::release(&self.pool, &self.identity)).await;
+    }
+
     fn observe_commits(&self, observe: Box<dyn Fn(Duration) + Send + Sync>) {
         let _ = self.observer.set(observe);
     }
@@ -452,8 +473,15 @@ impl crate::store::contract::Health for Postgres {
 }
 
 impl Drop for Postgres {
+    /// An opener that never stopped the store (a test, a tool) gives the id up as it goes,
+    /// so a restart under the same id need not wait for the lease to lapse.
     fn drop(&mut self) {
-        replicas::release(self.pool.clone(), &self.identity);
+        if self.tasks.is_stopping() || tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let (pool, identity) = (self.pool.clone(), self.identity.clone());
+        self.tasks
+            .spawn(async move { replicas::release(&pool, &identity).await });
     }
 }
 

@@ -15,6 +15,7 @@ use crate::domain::{Adoption, Fate};
 use crate::domain::{EventEnvelope, Message, Tenant};
 use crate::store::contract::{Adopted, Fence, Swept};
 use crate::store::error::{Category, StoreError};
+use crate::tasks::Tasks;
 
 /// How many orphaned runs one sweep ends at most, so no sweep holds many rows at once.
 const SWEEP_BATCH: i64 = 100;
@@ -31,6 +32,7 @@ pub fn writer_lock(owner: &str) -> String {
 }
 
 /// Who this process is among the replicas.
+#[derive(Clone)]
 pub struct Identity {
     /// The configured (or made up) replica id, the owner of the runs it starts.
     pub id: String,
@@ -86,8 +88,9 @@ pub async fn claim(pool: &PgPool, me: &Identity, place: &str) -> Result<(), Stor
 /// that fails marks the store unwritable (health's probe marks it writable again); one
 /// that finds the id taken by another process means this one was given up for gone: it
 /// stays unwritable, and the fences refuse every write of its runs.
-pub fn renew(backend: Weak<Postgres>) {
-    tokio::spawn(async move {
+pub fn renew(backend: Weak<Postgres>, tasks: &Tasks) {
+    let stopping = tasks.stopping();
+    tasks.spawn(async move {
         let mut lost = false;
         // A connection of its own: a pool busy with commits and reads never starves the
         // heartbeat, so a loaded replica does not lose its runs to its peers.
@@ -96,7 +99,10 @@ pub fn renew(backend: Weak<Postgres>) {
             let Some(every) = backend.upgrade().map(|b| b.identity.lease / 5) else {
                 return;
             };
-            tokio::time::sleep(every).await;
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                () = stopping.cancelled() => return,
+            }
             let Some(backend) = backend.upgrade() else {
                 return;
             };
@@ -166,17 +172,12 @@ pub fn renew(backend: Weak<Postgres>) {
 
 /// Gives the id up at once when the backend goes (a graceful stop): a restart under the
 /// same id need not wait for the lease to lapse.
-pub fn release(pool: PgPool, me: &Identity) {
-    let (id, instance) = (me.id.clone(), me.instance);
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(async move {
-            let _ = sqlx::query("DELETE FROM replicas WHERE id = $1 AND instance = $2")
-                .bind(id)
-                .bind(instance)
-                .execute(&pool)
-                .await;
-        });
-    }
+pub async fn release(pool: &PgPool, me: &Identity) {
+    let _ = sqlx::query("DELETE FROM replicas WHERE id = $1 AND instance = $2")
+        .bind(&me.id)
+        .bind(me.instance)
+        .execute(pool)
+        .await;
 }
 
 /// The tenant of a stored running message, which was valid when it was written.

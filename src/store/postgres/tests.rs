@@ -240,6 +240,58 @@ async fn a_commit_waiting_on_a_sweep_that_moved_its_run_writes_nothing() {
     let _ = sweep.close().await;
 }
 
+/// Shutdown stops the store's own work: what was committed stays, the replica id is given
+/// up at once (a process under the same id joins without waiting out the lease), and a
+/// commit after the stop is refused as unavailable instead of waiting for a committer.
+#[tokio::test]
+async fn a_stopped_store_gives_its_id_up_and_refuses_later_commits() {
+    use crate::store::conformance::{delta, envelope, start, tenant};
+    use crate::store::test_records::conversation;
+    use crate::store::{contract::Burst, error::Category};
+    let Some(databases) = Databases::new().await else {
+        return;
+    };
+    let store = databases.fresh().await;
+    let opening = conversation(&tenant());
+    let message = start(&store, opening.id, Some(&opening)).await;
+    let burst = |seq, text| Burst {
+        records: Vec::new(),
+        events: vec![envelope(&message, seq, delta(text))],
+    };
+    store
+        .commit(&tenant(), &store.fence(), &burst(1, "kept"))
+        .await
+        .unwrap();
+
+    let within = Duration::from_secs(5);
+    let stopping = std::time::Instant::now();
+    store.stop(within).await;
+    assert!(stopping.elapsed() < within, "{:?}", stopping.elapsed());
+    let late = tokio::time::timeout(
+        Duration::from_secs(2),
+        store.commit(&tenant(), &store.fence(), &burst(2, "late")),
+    )
+    .await
+    .expect("refused at once");
+    assert!(
+        matches!(&late, Err(err) if err.category() == Category::Unavailable),
+        "{late:?}"
+    );
+
+    let joined = tokio::time::timeout(
+        Duration::from_secs(1),
+        Postgres::connect(&databases.settings(&databases.last()), &databases.key),
+    )
+    .await
+    .expect("the id is free at once (the lease is 2 s)")
+    .expect("a process under the same id joins");
+    let events = Store::new(joined)
+        .list_events(&tenant(), message.id, 0)
+        .await
+        .unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+}
+
 /// A server that cannot be reached is named by host, port and database; a password in
 /// the URL appears nowhere in the error.
 #[tokio::test]
