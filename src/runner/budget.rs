@@ -206,12 +206,7 @@ mod tests {
                 .as_object()
                 .cloned()
                 .unwrap_or_default(),
-            stop: vec![],
-            user: String::new(),
-            files: vec![],
-            response_schema: None,
-            repair: None,
-            keep_tool_choice: false,
+            ..PromptContext::default()
         }
     }
 

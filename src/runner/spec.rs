@@ -534,24 +534,6 @@ mod tests {
 
     fn spec() -> RunSpec {
         RunSpec {
-            tenant: Tenant::default_tenant(),
-            conversation_id: None,
-            query: "hi".into(),
-            inputs: BTreeMap::new(),
-            user: String::new(),
-            idempotency: None,
-            deadline: None,
-            trace_parent: TraceParent::default(),
-            cancel_on_disconnect: false,
-            limits: TenantLimits::default(),
-            reference: None,
-            pinned: None,
-            parent: None,
-            lineage: Vec::new(),
-            message_id: None,
-            tree: None,
-            files: vec![],
-            client_tools: vec![],
             agent: AgentSpec {
                 model: ModelSpec {
                     provider: "openai".into(),
@@ -560,6 +542,7 @@ mod tests {
                 },
                 ..AgentSpec::default()
             },
+            ..RunSpec::new(Tenant::default_tenant(), "hi")
         }
     }
 

@@ -123,32 +123,14 @@ mod tests {
             calls: AtomicUsize::new(0),
         });
         let cached = CachedTool::new(counter.clone(), Duration::from_secs(60));
-        let args = |v: Value| v.as_object().cloned().unwrap();
-        assert_eq!(
-            cached
-                .call(args(json!({"a": 1, "b": 2})))
-                .await
-                .unwrap()
-                .text,
-            "1"
-        );
-        assert_eq!(
-            cached
-                .call(args(json!({"b": 2, "a": 1})))
-                .await
-                .unwrap()
-                .text,
-            "1"
-        );
-        assert_eq!(cached.call(args(json!({"a": 2}))).await.unwrap().text, "2");
+        let text = |v: Value| {
+            let call = cached.call(v.as_object().cloned().unwrap());
+            async move { call.await.unwrap().text }
+        };
+        assert_eq!(text(json!({"a": 1, "b": 2})).await, "1");
+        assert_eq!(text(json!({"b": 2, "a": 1})).await, "1");
+        assert_eq!(text(json!({"a": 2})).await, "2");
         tokio::time::advance(Duration::from_secs(61)).await;
-        assert_eq!(
-            cached
-                .call(args(json!({"a": 1, "b": 2})))
-                .await
-                .unwrap()
-                .text,
-            "3"
-        );
+        assert_eq!(text(json!({"a": 1, "b": 2})).await, "3");
     }
 }

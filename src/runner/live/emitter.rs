@@ -435,6 +435,18 @@ mod tests {
     use super::*;
     use crate::domain::{ConversationId, MessageId, Tenant};
 
+    /// Where a run of this process writes, with a silent bus and a second to write.
+    fn local(store: Store, tenant: Tenant) -> Destination {
+        Destination {
+            store,
+            tenant,
+            fence: Fence::local(),
+            shutdown: CancellationToken::new(),
+            write_timeout: Duration::from_secs(1),
+            bus: Arc::new(crate::cluster::Silent::default()),
+        }
+    }
+
     /// An emitter over a temporary store, with its broadcast and a count of the store's
     /// flushes.
     fn emitter() -> (
@@ -449,14 +461,7 @@ mod tests {
             counted.fetch_add(1, Ordering::SeqCst);
         }));
         let (events, received) = broadcast::channel(1024);
-        let destination = Destination {
-            store,
-            tenant: Tenant::default_tenant(),
-            fence: Fence::local(),
-            shutdown: CancellationToken::new(),
-            write_timeout: Duration::from_secs(1),
-            bus: Arc::new(crate::cluster::Silent::default()),
-        };
+        let destination = local(store, Tenant::default_tenant());
         let emitter = Emitter::new(
             destination,
             ConversationId::new(),
@@ -546,14 +551,7 @@ mod tests {
             .await
             .unwrap();
         let (events, received) = broadcast::channel(16);
-        let destination = Destination {
-            store: store.clone(),
-            tenant,
-            fence: Fence::local(),
-            shutdown: CancellationToken::new(),
-            write_timeout: Duration::from_secs(1),
-            bus: Arc::new(crate::cluster::Silent::default()),
-        };
+        let destination = local(store.clone(), tenant);
         let emitter = Emitter::new(
             destination,
             opening.id,

@@ -109,12 +109,7 @@ mod tests {
             history: vec![],
             query: "What time is it?".into(),
             parameters: serde_json::Map::new(),
-            stop: vec![],
-            user: String::new(),
-            files: vec![],
-            response_schema: None,
-            repair: None,
-            keep_tool_choice: false,
+            ..PromptContext::default()
         }
     }
 

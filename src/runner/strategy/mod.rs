@@ -18,7 +18,7 @@ use crate::runner::spec::{AgentSpec, ModelMode};
 use crate::tools::{OfferedTool, ToolSet};
 
 /// What every prompt of a run is built from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct PromptContext {
     /// Model name.
     pub model: String,

@@ -29,9 +29,8 @@ fn config(n: usize) -> serde_json::Value {
     serde_json::json!({"agent": {"instruction": format!("version made by writer {n}")}})
 }
 
-/// Versions added at once each get their own number, 1 ..= N with none skipped, and
-/// `latest` ends on N; they survive a reopen.
-pub async fn versions_are_numbered_without_gaps(harness: &dyn Harness) {
+/// A fresh store whose default tenant has the agent `helper`, with no version yet.
+async fn with_helper(harness: &dyn Harness) -> (Store, Tenant) {
     let store = harness.fresh().await;
     let tenant = tenant();
     store
@@ -39,6 +38,13 @@ pub async fn versions_are_numbered_without_gaps(harness: &dyn Harness) {
         .await
         .unwrap()
         .unwrap();
+    (store, tenant)
+}
+
+/// Versions added at once each get their own number, 1 ..= N with none skipped, and
+/// `latest` ends on N; they survive a reopen.
+pub async fn versions_are_numbered_without_gaps(harness: &dyn Harness) {
+    let (store, tenant) = with_helper(harness).await;
     let writers: Vec<_> = (0..20)
         .map(|n| {
             let store = store.clone();
@@ -97,13 +103,7 @@ pub async fn versions_are_numbered_without_gaps(harness: &dyn Harness) {
 
 /// Of two compare-and-sets from one expected version, exactly one moves the alias.
 pub async fn alias_moves_compare_and_set(harness: &dyn Harness) {
-    let store = harness.fresh().await;
-    let tenant = tenant();
-    store
-        .create_agent(&tenant, &agent("helper", &[]), None)
-        .await
-        .unwrap()
-        .unwrap();
+    let (store, tenant) = with_helper(harness).await;
     for n in 0..3 {
         store
             .add_version(&tenant, "helper", &config(n))

@@ -1,7 +1,9 @@
 //! Checks of a store's life beyond single writes: a store that cannot write says so and
 //! hides what it did not make durable; retiring old events keeps each run's end.
 
-use super::{commit, conversation, delta, end, envelope, events_of, finish, start, tenant};
+use super::{
+    commit, conversation, delta, end, ended_then_running, envelope, events_of, start, tenant,
+};
 use super::{Burst, Category, Harness};
 
 /// A store that cannot write fails writes as unavailable and says so to whoever follows
@@ -47,10 +49,7 @@ pub async fn a_store_that_cannot_write_says_unavailable(harness: &dyn Harness) {
 /// later keep every event; a second pass finds nothing left to retire.
 pub async fn retired_events_leave_each_end(harness: &dyn Harness) {
     let store = harness.fresh().await;
-    let opening = conversation(&tenant());
-    let mut ended = start(&store, opening.id, Some(&opening)).await;
-    let thought = finish(&store, &mut ended, "kept whole").await;
-    let running = start(&store, opening.id, None).await;
+    let (ended, thought, running) = ended_then_running(&store, "kept whole").await;
     commit(
         &store,
         Vec::new(),

@@ -171,6 +171,16 @@ async fn finish(store: &Store, message: &mut Message, answer: &str) -> Thought {
     thought
 }
 
+/// A new conversation with a run that ended answering `answer` (returned with its
+/// thought) and a second run, still running.
+async fn ended_then_running(store: &Store, answer: &str) -> (Message, Thought, Message) {
+    let opening = conversation(&tenant());
+    let mut ended = start(store, opening.id, Some(&opening)).await;
+    let thought = finish(store, &mut ended, answer).await;
+    let running = start(store, opening.id, None).await;
+    (ended, thought, running)
+}
+
 /// Runs started at once in one conversation take the places 1, 2, 3 … (ordinals alike)
 /// with none shared or skipped, and a reader paging by `seq` meanwhile sees every one, in
 /// order.
@@ -682,10 +692,7 @@ pub async fn credentials_are_sealed(harness: &dyn Harness) {
 /// running is found and marked interrupted.
 pub async fn a_reopened_store_holds_everything(harness: &dyn Harness) {
     let store = harness.fresh().await;
-    let opening = conversation(&tenant());
-    let mut ended = start(&store, opening.id, Some(&opening)).await;
-    let thought = finish(&store, &mut ended, "kept").await;
-    let running = start(&store, opening.id, None).await;
+    let (ended, thought, running) = ended_then_running(&store, "kept").await;
     commit(
         &store,
         vec![Record::TenantTokens {
@@ -757,7 +764,7 @@ pub async fn a_reopened_store_holds_everything(harness: &dyn Harness) {
         "found once"
     );
     let listed = store
-        .list_messages(&tenant(), opening.id, 0, WIDE)
+        .list_messages(&tenant(), ended.conversation_id, 0, WIDE)
         .await
         .unwrap();
     assert_eq!(listed.items.len(), 2);

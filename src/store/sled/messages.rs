@@ -614,6 +614,21 @@ mod tests {
     use crate::domain::MessageStatus;
     use crate::store::test_records::{conversation, running_message};
 
+    /// How many messages recovery ends as interrupted.
+    fn interrupted_at_recovery(store: &Embedded) -> usize {
+        store
+            .take_unfinished(crate::domain::Adoption::INTERRUPT)
+            .unwrap()
+            .interrupted
+            .len()
+    }
+
+    /// A running marker under `key`, as a crash between two writes leaves it.
+    fn leave_marker(store: &Embedded, key: &[u8]) {
+        let running = &store.t().unwrap().running;
+        running.insert(key, &[] as &[u8]).unwrap();
+    }
+
     /// A store with one running message, in a new conversation of the default tenant.
     fn started() -> (Embedded, Tenant, Conversation, Message) {
         let store = Embedded::temporary().unwrap();
@@ -658,14 +673,7 @@ mod tests {
             .unwrap();
         assert!(listed(&store, &tenant, conversation.id).is_empty());
 
-        assert_eq!(
-            store
-                .take_unfinished(crate::domain::Adoption::INTERRUPT)
-                .unwrap()
-                .interrupted
-                .len(),
-            1
-        );
+        assert_eq!(interrupted_at_recovery(&store), 1);
 
         let listed = listed(&store, &tenant, conversation.id);
         assert_eq!(listed.len(), 1);
@@ -687,21 +695,9 @@ mod tests {
             "an end clears the marker"
         );
         let key = keys::message(&tenant, message.id);
-        store
-            .t()
-            .unwrap()
-            .running
-            .insert(&key, &[] as &[u8])
-            .unwrap();
+        leave_marker(&store, &key);
 
-        assert_eq!(
-            store
-                .take_unfinished(crate::domain::Adoption::INTERRUPT)
-                .unwrap()
-                .interrupted
-                .len(),
-            0
-        );
+        assert_eq!(interrupted_at_recovery(&store), 0);
 
         let read = store.get_message(&tenant, message.id).unwrap().unwrap();
         assert_eq!(read.status, MessageStatus::Completed);
@@ -765,21 +761,9 @@ mod tests {
         let store = Embedded::temporary().unwrap();
         let tenant = Tenant::default_tenant();
         let key = keys::message(&tenant, MessageId::new());
-        store
-            .t()
-            .unwrap()
-            .running
-            .insert(&key, &[] as &[u8])
-            .unwrap();
+        leave_marker(&store, &key);
 
-        assert_eq!(
-            store
-                .take_unfinished(crate::domain::Adoption::INTERRUPT)
-                .unwrap()
-                .interrupted
-                .len(),
-            0
-        );
+        assert_eq!(interrupted_at_recovery(&store), 0);
         assert!(store.t().unwrap().running.is_empty());
     }
 }

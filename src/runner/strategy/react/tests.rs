@@ -11,11 +11,7 @@ fn context() -> PromptContext {
         query: "What time is it in Tokyo?".into(),
         parameters: serde_json::Map::new(),
         stop: vec!["\n\nUser:".into()],
-        user: String::new(),
-        files: vec![],
-        response_schema: None,
-        repair: None,
-        keep_tool_choice: false,
+        ..PromptContext::default()
     }
 }
 
