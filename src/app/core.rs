@@ -195,7 +195,7 @@ fn tools(config: &Config, extra: Vec<Provider>) -> Result<Arc<ToolRegistry>, App
 
 /// The providers tenants register, reached through the outbound policy.
 fn catalog(config: &Config, store: &Store, tools: &Arc<ToolRegistry>) -> Result<Catalog, AppError> {
-    let outbound = Arc::new(config.outbound.policy()?);
+    let outbound = Arc::new(super::settings::outbound_policy(&config.outbound)?);
     Ok(Catalog::new(
         store.clone(),
         Arc::clone(tools),

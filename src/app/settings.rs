@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cluster::nats;
-use crate::config::{ClusterConfig, Config, RunnerConfig, ServerConfig, StoreConfig};
+use crate::config::{
+    ClusterConfig, Config, ConfigError, OutboundConfig, RunnerConfig, ServerConfig, StoreConfig,
+};
 use crate::net::ListenerLimits;
 use crate::runner::RunnerSettings;
 use crate::store::{DatabaseSettings, StoreSettings};
@@ -61,6 +63,15 @@ pub fn metrics_limits(server: &ServerConfig) -> ListenerLimits {
         max_connections: server.metrics_max_connections,
         handshake_timeout: Duration::from_secs(server.handshake_timeout_secs),
     }
+}
+
+/// Where tools may send requests besides public addresses; an entry that is neither a
+/// network, an address nor a host name is refused, naming `outbound.allow`.
+pub fn outbound_policy(outbound: &OutboundConfig) -> Result<OutboundPolicy, ConfigError> {
+    OutboundPolicy::allowing(&outbound.allow).map_err(|reason| ConfigError::Invalid {
+        field: "outbound.allow".to_owned(),
+        reason,
+    })
 }
 
 /// The limits of registered providers' tools, sending requests as `outbound` allows.
@@ -137,5 +148,38 @@ mod tests {
             limits.cache_bytes,
             crate::tools::schema::DEFAULT_CACHE_BYTES
         );
+        let tools = provider_settings(&config.runner, Arc::default());
+        let defaults = ProviderSettings::default();
+        assert_eq!(
+            (
+                tools.max_output_bytes,
+                tools.max_file_bytes,
+                tools.max_spec_bytes,
+                tools.max_operations,
+                tools.max_schema_bytes,
+                tools.mcp_timeout,
+            ),
+            (
+                defaults.max_output_bytes,
+                defaults.max_file_bytes,
+                defaults.max_spec_bytes,
+                defaults.max_operations,
+                defaults.max_schema_bytes,
+                defaults.mcp_timeout,
+            )
+        );
+    }
+
+    /// A malformed `[outbound] allow` entry stops the start, naming the key and the entry.
+    #[test]
+    fn a_malformed_outbound_entry_is_named() {
+        let outbound = OutboundConfig {
+            allow: vec!["10.0.0.0/8".into(), "not a host/".into()],
+        };
+        let Err(ConfigError::Invalid { field, reason }) = outbound_policy(&outbound) else {
+            panic!("refused");
+        };
+        assert_eq!(field, "outbound.allow");
+        assert!(reason.contains("not a host/"), "{reason}");
     }
 }

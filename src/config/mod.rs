@@ -14,7 +14,6 @@ use serde::Deserialize;
 use crate::domain::Secret;
 use crate::domain::TenantLimits;
 use crate::llm::ProviderConfig;
-use crate::tools::ProviderSettings;
 
 mod a2a;
 mod args;
@@ -179,25 +178,25 @@ fn default_max_tool_calls_per_round() -> usize {
     128
 }
 fn default_max_schema_patterns() -> usize {
-    crate::tools::schema::DEFAULT_MAX_PATTERNS
+    2_000
 }
 fn default_schema_cache_mb() -> usize {
-    crate::tools::schema::DEFAULT_CACHE_BYTES / (1024 * 1024)
+    64
 }
 fn default_tool_file_limit() -> usize {
-    ProviderSettings::default().max_file_bytes
+    10 * 1024 * 1024
 }
 fn default_openapi_max_bytes() -> usize {
-    ProviderSettings::default().max_spec_bytes
+    2 * 1024 * 1024
 }
 fn default_openapi_max_operations() -> usize {
-    ProviderSettings::default().max_operations
+    256
 }
 fn default_tool_schema_limit() -> usize {
-    ProviderSettings::default().max_schema_bytes
+    64 * 1024
 }
 fn default_mcp_timeout() -> u64 {
-    ProviderSettings::default().mcp_timeout.as_secs()
+    30
 }
 
 /// The largest answer (and query) a run may have: 3 MiB keeps every event and message,
@@ -595,7 +594,6 @@ impl Config {
         if self.server.max_request_bytes < 1024 {
             return Err(invalid("server.max_request_bytes", "must be at least 1024"));
         }
-        self.outbound.policy()?;
         self.cluster.validate()?;
         if let Some((field, reason)) = runner_problem(&self.runner) {
             return Err(invalid(field, &reason));

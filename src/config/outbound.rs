@@ -1,9 +1,7 @@
-//! `[outbound]`: where tools may send requests besides public addresses.
+//! `[outbound]`: where tools may send requests besides public addresses. The entries are
+//! read as the tools room parses them when the service starts (`app/settings.rs`).
 
 use serde::Deserialize;
-
-use super::ConfigError;
-use crate::tools::OutboundPolicy;
 
 /// `[outbound]`: what tool traffic may reach besides public addresses.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -13,14 +11,4 @@ pub struct OutboundConfig {
     /// not public; `AGENT_RUNNER_OUTBOUND_ALLOW` (comma-separated) adds to them.
     #[serde(default)]
     pub allow: Vec<String>,
-}
-
-impl OutboundConfig {
-    /// The policy these settings describe.
-    pub fn policy(&self) -> Result<OutboundPolicy, ConfigError> {
-        OutboundPolicy::allowing(&self.allow).map_err(|reason| ConfigError::Invalid {
-            field: "outbound.allow".to_owned(),
-            reason,
-        })
-    }
 }
