@@ -61,6 +61,8 @@ impl Core {
         metrics.set_replica(config.cluster.id());
         let observed = Arc::clone(&metrics);
         store.observe_commits(Box::new(move |took| observed.store_flush(took)));
+        let observed = Arc::clone(&metrics);
+        store.observe_commit_waits(Box::new(move |took| observed.store_commit_wait(took)));
         let metrics_listener = metrics_listener(config, extensions.metrics_listener).await?;
         let models = models(config, extensions.model_providers)?;
         let tools = tools(config, extensions.tool_providers)?;

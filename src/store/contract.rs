@@ -478,6 +478,10 @@ pub trait Health: Send + Sync {
     /// counts.
     fn observe_commits(&self, observe: Box<dyn Fn(Duration) + Send + Sync>);
 
+    /// Tells `observe` how long each burst waited for a committer before its flush began,
+    /// for metrics; the first call counts. A backend whose bursts do not queue says nothing.
+    fn observe_commit_waits(&self, _observe: Box<dyn Fn(Duration) + Send + Sync>) {}
+
     /// Stops the store's own background work, committing what is queued first, and waits
     /// for it at most `within`; called once at shutdown, after the runs and the background
     /// ended. A backend without such work has nothing to do.

@@ -168,6 +168,7 @@ pub struct Metrics {
     budget_exhausted: Family<BudgetLabels, Counter>,
     cost: Family<CostLabels, Counter<f64, AtomicU64>>,
     store_flush: Histogram,
+    store_commit_wait: Histogram,
     replica_info: Family<ReplicaLabels, Gauge>,
     relayed_events: Counter,
     relay_lag: Histogram,
@@ -199,6 +200,7 @@ impl Metrics {
             budget_exhausted: Family::default(),
             cost: Family::default(),
             store_flush: Histogram::new(FLUSH_BUCKETS),
+            store_commit_wait: Histogram::new(FLUSH_BUCKETS),
             replica_info: Family::default(),
             relayed_events: Counter::default(),
             relay_lag: Histogram::new(FLUSH_BUCKETS),
@@ -270,6 +272,11 @@ impl Metrics {
             "agent_runner_store_flush_duration_seconds",
             "Duration of store flushes that make records durable",
             self.store_flush.clone(),
+        );
+        registry.register(
+            "agent_runner_store_commit_wait_seconds",
+            "Time a run's records wait for a free committer before their flush starts",
+            self.store_commit_wait.clone(),
         );
         registry.register(
             "agent_runner_replica_info",
@@ -429,6 +436,12 @@ impl Metrics {
     /// A store flush took `duration`.
     pub fn store_flush(&self, duration: Duration) {
         self.store_flush.observe(duration.as_secs_f64());
+    }
+
+    /// Records how long a burst waited for a committer: with the flushes, where a commit's
+    /// time goes.
+    pub fn store_commit_wait(&self, duration: Duration) {
+        self.store_commit_wait.observe(duration.as_secs_f64());
     }
 
     /// Every metric in the OpenMetrics text format.

@@ -6,6 +6,7 @@
 //! The workload is a two-round function-calling agent: one `time.current_time` call, then
 //! an answer of about 20 chunks. Build with `--release`.
 
+mod commits;
 mod database;
 mod hostile;
 mod large;

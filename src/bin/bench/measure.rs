@@ -99,6 +99,9 @@ pub struct Report {
     /// On PostgreSQL: transactions committed per run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub database_commits_per_run: Option<f64>,
+    /// On PostgreSQL: where the runs' commits spent their time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commits: Option<crate::commits::CommitBreakdown>,
 }
 
 struct RunResult {
@@ -139,7 +142,10 @@ pub async fn run_case(case: Case) -> anyhow::Result<Report> {
 
 async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
     let mock = start_mock(case.ttft, case.chunk_delay).await?;
-    let service = start_service(dir, mock.addr, &case.service_env).await?;
+    let metrics = crate::processes::free_addr()?;
+    let mut env = case.service_env.clone();
+    env.push(("AGENT_RUNNER_METRICS_LISTEN".into(), metrics.to_string()));
+    let service = start_service(dir, mock.addr, &env).await?;
     let samples = if case.ttft.is_zero() { 200 } else { 3 };
     let (floor_latency, floor_ttft) = direct_floor(mock.addr, samples).await?;
     let channels = connect(service.addr, case.concurrency).await?;
@@ -162,11 +168,13 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
         Some(url) => Some(crate::database::spent(url).await?),
         None => None,
     };
+    let commits_before = crate::commits::totals(metrics).await?;
     let cpu_before = cpu_time(service.pid());
     let started = Instant::now();
     let results = drive(&channels, case, &credentials).await;
     let elapsed = started.elapsed();
     let cpu = cpu_time(service.pid()).saturating_sub(cpu_before);
+    let commits_after = crate::commits::totals(metrics).await?;
     let database_spent = match (database, database_before) {
         (Some(url), Some((cpu_then, commits_then))) => {
             let (cpu_now, commits_now) = crate::database::spent(url).await?;
@@ -192,6 +200,11 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
     if let Some((cpu, commits)) = database_spent {
         report.database_cpu_per_run_ms = Some(millis(cpu) / runs);
         report.database_commits_per_run = Some(commits as f64 / runs);
+        report.commits = Some(crate::commits::breakdown(
+            commits_before,
+            commits_after,
+            results.len(),
+        ));
     }
     Ok(report)
 }
@@ -237,6 +250,7 @@ fn summarize(
         cpu_per_run_ms: 0.0,
         database_cpu_per_run_ms: None,
         database_commits_per_run: None,
+        commits: None,
     }
 }
 

@@ -74,7 +74,7 @@ fn sibling(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-fn free_addr() -> anyhow::Result<SocketAddr> {
+pub fn free_addr() -> anyhow::Result<SocketAddr> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 

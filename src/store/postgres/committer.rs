@@ -39,6 +39,8 @@ pub fn committers(pool_size: u32) -> usize {
 pub struct Job {
     rows: Rows,
     reply: oneshot::Sender<Result<(), StoreError>>,
+    /// When it was queued.
+    queued: Instant,
 }
 
 /// The rows of one or more bursts, column by column, as the statements bind them.
@@ -155,7 +157,14 @@ pub fn job(
             .push(serde_json::to_string(event).map_err(|e| codec("events", e))?);
     }
     let (reply, done) = oneshot::channel();
-    Ok((Job { rows, reply }, done))
+    Ok((
+        Job {
+            rows,
+            reply,
+            queued: Instant::now(),
+        },
+        done,
+    ))
 }
 
 /// The message whose run wrote `burst`.
@@ -192,6 +201,9 @@ pub fn start(backend: Weak<Postgres>, count: usize, tasks: &Tasks) -> mpsc::Unbo
                 let Some(backend) = backend.upgrade() else {
                     return;
                 };
+                if let Some(observe) = backend.wait_observer.get() {
+                    waiting.iter().for_each(|job| observe(job.queued.elapsed()));
+                }
                 backend.commit_group(std::mem::take(&mut waiting)).await;
             }
         });

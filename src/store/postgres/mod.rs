@@ -86,6 +86,8 @@ pub struct Postgres {
     sealer: sealed::Sealer,
     writable: Arc<watch::Sender<bool>>,
     observer: OnceLock<Box<dyn Fn(Duration) + Send + Sync>>,
+    /// Told how long each burst waited for a committer.
+    wait_observer: OnceLock<Box<dyn Fn(Duration) + Send + Sync>>,
     /// Makes writes fail, as a lost database would; for tests.
     fail: AtomicBool,
     /// Who this process is among the replicas.
@@ -172,6 +174,7 @@ impl Postgres {
             sealer: sealed::Sealer::new(key),
             writable,
             observer: OnceLock::new(),
+            wait_observer: OnceLock::new(),
             fail: AtomicBool::new(false),
             identity,
             lost: AtomicBool::new(false),
@@ -426,6 +429,10 @@ impl crate::store::contract::Health for Postgres {
         }
         let left = within.saturating_sub(started.elapsed());
         let _ = tokio::time::timeout(left, replicas::release(&self.pool, &self.identity)).await;
+    }
+
+    fn observe_commit_waits(&self, observe: Box<dyn Fn(Duration) + Send + Sync>) {
+        let _ = self.wait_observer.set(observe);
     }
 
     fn observe_commits(&self, observe: Box<dyn Fn(Duration) + Send + Sync>) {
