@@ -438,8 +438,8 @@ impl Metrics {
         self.store_flush.observe(duration.as_secs_f64());
     }
 
-    /// Records how long a burst waited for a committer: with the flushes, where a commit's
-    /// time goes.
+    /// Records how long a burst waited for a committer and a connection: with the flushes,
+    /// where a commit's time goes.
     pub fn store_commit_wait(&self, duration: Duration) {
         self.store_commit_wait.observe(duration.as_secs_f64());
     }

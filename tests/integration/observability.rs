@@ -180,6 +180,12 @@ async fn metrics_count_every_run_llm_call_and_tool_call_exactly() {
         ) > 0.0
     );
     assert!(sample(&after, "agent_runner_store_flush_duration_seconds_count") > 0.0);
+    // Bursts queue for a committer only on PostgreSQL; the embedded store says nothing.
+    let waited = sample(&after, "agent_runner_store_commit_wait_seconds_count");
+    match crate::support::server::on_postgres() {
+        true => assert!(waited > 0.0, "{after}"),
+        false => assert_eq!(waited, 0.0, "{after}"),
+    }
     assert_eq!(llm.requests().len(), 6);
 }
 

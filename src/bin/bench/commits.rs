@@ -22,9 +22,9 @@ pub struct CommitBreakdown {
     pub bursts_per_run: f64,
     /// Flushes (group commits) per run.
     pub flushes_per_run: f64,
-    /// Mean time a burst waited for a committer, in milliseconds.
+    /// Mean time a burst waited for a committer and a connection, in milliseconds.
     pub wait_ms: f64,
-    /// Mean time of one flush, in milliseconds.
+    /// Mean time of one flush (its statement and WAL flush), in milliseconds.
     pub flush_ms: f64,
 }
 

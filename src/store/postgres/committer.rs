@@ -86,6 +86,14 @@ impl Rows {
     }
 }
 
+/// Adds one row to four columns.
+fn push4<A, B, C, D>(into: &mut (Vec<A>, Vec<B>, Vec<C>, Vec<D>), row: (A, B, C, D)) {
+    into.0.push(row.0);
+    into.1.push(row.1);
+    into.2.push(row.2);
+    into.3.push(row.3);
+}
+
 fn extend4<A, B, C, D>(
     into: &mut (Vec<A>, Vec<B>, Vec<C>, Vec<D>),
     from: (Vec<A>, Vec<B>, Vec<C>, Vec<D>),
@@ -105,32 +113,29 @@ pub fn job(
     let mut rows = Rows::default();
     let name = tenant.as_str().to_owned();
     if let Some(message) = run_of(burst) {
-        rows.fences.0.push(name.clone());
-        rows.fences.1.push(message.0);
-        rows.fences.2.push(fence.owner.clone());
-        rows.fences
-            .3
-            .push(i64::try_from(fence.epoch).unwrap_or(i64::MAX));
+        let epoch = i64::try_from(fence.epoch).unwrap_or(i64::MAX);
+        push4(
+            &mut rows.fences,
+            (name.clone(), message.0, fence.owner.clone(), epoch),
+        );
     }
     for record in &burst.records {
         match record {
             Record::Thought(thought) => {
-                rows.thoughts.0.push(name.clone());
-                rows.thoughts.1.push(thought.message_id.0);
-                rows.thoughts
-                    .2
-                    .push(i32::try_from(thought.position).unwrap_or(i32::MAX));
-                rows.thoughts
-                    .3
-                    .push(serde_json::to_string(thought).map_err(|e| codec("thoughts", e))?);
+                let position = i32::try_from(thought.position).unwrap_or(i32::MAX);
+                let json = serde_json::to_string(thought).map_err(|e| codec("thoughts", e))?;
+                push4(
+                    &mut rows.thoughts,
+                    (name.clone(), thought.message_id.0, position, json),
+                );
             }
             Record::Message(message) => {
-                rows.messages.0.push(name.clone());
-                rows.messages.1.push(message.id.0);
-                rows.messages
-                    .2
-                    .push(serde_json::to_string(message).map_err(|e| codec("messages", e))?);
-                rows.messages.3.push(!message.status.is_terminal());
+                let json = serde_json::to_string(message).map_err(|e| codec("messages", e))?;
+                let running = !message.status.is_terminal();
+                push4(
+                    &mut rows.messages,
+                    (name.clone(), message.id.0, json, running),
+                );
             }
             Record::TenantTokens { day, tokens, once } => {
                 let counts = &mut rows.tokens;
@@ -147,14 +152,12 @@ pub fn job(
         }
     }
     for event in &burst.events {
-        rows.events.0.push(name.clone());
-        rows.events.1.push(event.message_id.0);
-        rows.events
-            .2
-            .push(i64::try_from(event.seq).unwrap_or(i64::MAX));
-        rows.events
-            .3
-            .push(serde_json::to_string(event).map_err(|e| codec("events", e))?);
+        let seq = i64::try_from(event.seq).unwrap_or(i64::MAX);
+        let json = serde_json::to_string(event).map_err(|e| codec("events", e))?;
+        push4(
+            &mut rows.events,
+            (name.clone(), event.message_id.0, seq, json),
+        );
     }
     let (reply, done) = oneshot::channel();
     Ok((
@@ -201,9 +204,6 @@ pub fn start(backend: Weak<Postgres>, count: usize, tasks: &Tasks) -> mpsc::Unbo
                 let Some(backend) = backend.upgrade() else {
                     return;
                 };
-                if let Some(observe) = backend.wait_observer.get() {
-                    waiting.iter().for_each(|job| observe(job.queued.elapsed()));
-                }
                 backend.commit_group(std::mem::take(&mut waiting)).await;
             }
         });
@@ -215,9 +215,15 @@ impl Postgres {
     /// Commits `group` in one transaction; when that fails for a reason other than an
     /// unavailable database, each burst is tried alone, so one bad burst fails alone.
     async fn commit_group(&self, group: Vec<Job>) {
+        let queued: Vec<Instant> = group.iter().map(|job| job.queued).collect();
+        let connected = || {
+            if let Some(observe) = self.wait_observer.get() {
+                queued.iter().for_each(|queued| observe(queued.elapsed()));
+            }
+        };
         if group.len() == 1 {
             for job in group {
-                let result = self.write_rows(&job.rows).await;
+                let result = self.write_rows(&job.rows, connected).await;
                 let _ = job.reply.send(result);
             }
             return;
@@ -229,7 +235,7 @@ impl Postgres {
         for part in &parts {
             rows.add(copy(part));
         }
-        match self.write_rows(&rows).await {
+        match self.write_rows(&rows, connected).await {
             Ok(()) => {
                 for reply in replies {
                     let _ = reply.send(Ok(()));
@@ -242,7 +248,7 @@ impl Postgres {
             }
             Err(_) => {
                 for (part, reply) in parts.iter().zip(replies) {
-                    let _ = reply.send(self.write_rows(part).await);
+                    let _ = reply.send(self.write_rows(part, || {}).await);
                 }
             }
         }
@@ -255,8 +261,9 @@ impl Postgres {
     /// lands before the sweep reads the run, or waits for it and, reading the row again
     /// as PostgreSQL does for a locking read, finds it moved to another epoch and writes
     /// nothing. The notice of the commit rides on the check (sent only if it commits).
-    async fn write_rows(&self, rows: &Rows) -> Result<(), StoreError> {
-        let started = Instant::now();
+    ///
+    /// `connected` is called once a connection is held, when the statement can be sent.
+    async fn write_rows(&self, rows: &Rows, connected: impl FnOnce()) -> Result<(), StoreError> {
         self.check_writable()?;
         let notice = self.notice_of(|| last_seqs(&rows.events.1, &rows.events.2));
         let messages = last_of_each(&rows.messages);
@@ -286,13 +293,19 @@ impl Postgres {
             .bind(super::listen::EVENTS)
             .bind(notice.as_deref())
             .bind(&rows.tokens.messages)
-            .bind(&rows.tokens.seqs)
-            .fetch_one(&self.pool);
-        let answered = tokio::time::timeout(self.commit_deadline, statement).await;
+            .bind(&rows.tokens.seqs);
+        let answered = tokio::time::timeout(self.commit_deadline, async {
+            let mut connection = self.pool.acquire().await?;
+            connected();
+            let started = Instant::now();
+            let (held,): (bool,) = statement.fetch_one(&mut *connection).await?;
+            Ok::<_, sqlx::Error>((held, started))
+        })
+        .await;
         let Ok(answered) = answered else {
             return Err(self.unanswered(self.commit_deadline));
         };
-        let (held,): (bool,) = answered.map_err(|err| self.failed(err))?;
+        let (held, started) = answered.map_err(|err| self.failed(err))?;
         if !held {
             return Err(StoreError::Fenced);
         }
