@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use crate::domain::Secret;
 use crate::domain::TenantLimits;
-use crate::llm::ProviderConfig;
+use crate::domain::{ProviderApi, ProviderConfig};
 
 mod a2a;
 mod args;
@@ -172,6 +172,32 @@ fn default_max_tree_runs() -> u32 {
 }
 fn default_max_tree_runs_total() -> u32 {
     256
+}
+
+/// The provider used when no configuration file is given, configured as the OpenAI SDKs
+/// are: `OPENAI_BASE_URL` (default `https://api.openai.com/v1`) and `OPENAI_API_KEY`.
+fn openai_from_env() -> ProviderConfig {
+    ProviderConfig {
+        kind: ProviderApi::Openai,
+        base_url: std::env::var("OPENAI_BASE_URL")
+            .unwrap_or_else(|_| "https://api.openai.com/v1".to_owned()),
+        api_key_env: Some("OPENAI_API_KEY".to_owned()),
+        ..ProviderConfig::default()
+    }
+}
+
+/// The provider configured as Anthropic's SDKs are, when `ANTHROPIC_API_KEY` is set:
+/// `ANTHROPIC_BASE_URL` (default `https://api.anthropic.com`) and that key.
+fn anthropic_from_env() -> Option<ProviderConfig> {
+    std::env::var("ANTHROPIC_API_KEY")
+        .ok()
+        .filter(|key| !key.trim().is_empty())?;
+    Some(ProviderConfig {
+        kind: ProviderApi::Anthropic,
+        base_url: std::env::var("ANTHROPIC_BASE_URL").unwrap_or_default(),
+        api_key_env: Some("ANTHROPIC_API_KEY".to_owned()),
+        ..ProviderConfig::default()
+    })
 }
 
 fn default_max_tool_calls_per_round() -> usize {
@@ -526,8 +552,8 @@ impl Config {
     pub fn with_default_provider(mut self) -> Self {
         if self.providers.is_empty() {
             self.providers
-                .insert("openai".to_owned(), ProviderConfig::openai_from_env());
-            if let Some(anthropic) = ProviderConfig::anthropic_from_env() {
+                .insert("openai".to_owned(), openai_from_env());
+            if let Some(anthropic) = anthropic_from_env() {
                 self.providers.insert("anthropic".to_owned(), anthropic);
             }
         }

@@ -14,6 +14,7 @@ mod file;
 mod ids;
 mod lease;
 mod message;
+mod model_provider;
 mod provider;
 pub mod redact;
 mod secret;
@@ -38,6 +39,10 @@ pub use lease::Lease;
 pub use message::{
     Conversation, FinishReason, IdempotencyRecord, Message, MessageStatus, PastMessage, RunFailure,
     StrategyKind,
+};
+pub use model_provider::{
+    Feature, ModelEntry, ProviderApi, ProviderConfig, Vocabulary, DEFAULT_MAX_RETRIES,
+    DEFAULT_QUEUE_TIMEOUT_SECS, DEFAULT_RETRY_BASE_MS, DEFAULT_RETRY_MAX_DELAY_MS,
 };
 pub use provider::{McpToolDef, ProviderKind, ProviderRecord, ProviderSource};
 pub use secret::Secret;

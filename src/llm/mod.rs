@@ -20,8 +20,8 @@ use serde_json::Value;
 
 pub use error::LlmError;
 pub use registry::{
-    CallPolicy, Feature, ModelEntry, ModelInfo, ModelLookupError, ModelRegistry, ProviderApi,
-    ProviderConfig, ResolvedModel, RetryPolicy, Secret,
+    api_key, call_policy, CallPolicy, Feature, ModelEntry, ModelInfo, ModelLookupError,
+    ModelRegistry, ProviderApi, ProviderConfig, ResolvedModel, RetryPolicy, Secret,
 };
 pub use tokens::Tokenizer;
 

@@ -30,6 +30,15 @@ pub enum Tokenizer {
     O200kBase,
 }
 
+impl From<crate::domain::Vocabulary> for Tokenizer {
+    fn from(vocabulary: crate::domain::Vocabulary) -> Self {
+        match vocabulary {
+            crate::domain::Vocabulary::Cl100kBase => Self::Cl100kBase,
+            crate::domain::Vocabulary::O200kBase => Self::O200kBase,
+        }
+    }
+}
+
 impl Tokenizer {
     /// Tokens the chat format adds per message, for estimates made without a request.
     pub const PER_MESSAGE: usize = PER_MESSAGE;

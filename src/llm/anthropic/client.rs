@@ -33,8 +33,7 @@ impl AnthropicClient {
         Ok(Self {
             http: http::client(clocks)?,
             endpoint: format!("{}/v1/messages", config.api_base()),
-            api_key: config
-                .resolved_api_key()
+            api_key: crate::llm::api_key(config)
                 .map(|key| key_header(key.expose()))
                 .transpose()?,
             version: config

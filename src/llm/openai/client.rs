@@ -30,7 +30,7 @@ impl OpenAiClient {
         Ok(Self {
             http: http::client(clocks)?,
             endpoint: format!("{}/chat/completions", config.api_base()),
-            api_key: config.resolved_api_key(),
+            api_key: crate::llm::api_key(config),
             clocks,
             whole_tool_turns: config
                 .models
