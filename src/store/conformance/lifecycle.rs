@@ -2,7 +2,8 @@
 //! hides what it did not make durable; retiring old events keeps each run's end.
 
 use super::{
-    commit, conversation, delta, end, ended_then_running, envelope, events_of, start, tenant,
+    commit, conversation, delta, end, ended_then_running, envelope, events_of, reads_back, start,
+    tenant,
 };
 use super::{Burst, Category, Harness};
 
@@ -76,14 +77,7 @@ pub async fn retired_events_leave_each_end(harness: &dyn Harness) {
         "the end, answer and all"
     );
     assert_eq!(events_of(&store, running.id).await.len(), 2);
-    assert_eq!(
-        store.get_message(&tenant(), ended.id).await.unwrap(),
-        Some(ended.clone())
-    );
-    assert_eq!(
-        store.all_thoughts(&tenant(), ended.id).await.unwrap(),
-        vec![thought]
-    );
+    reads_back(&store, &ended, thought).await;
     assert_eq!(
         store.retire_events(later, 100).await.unwrap(),
         0,

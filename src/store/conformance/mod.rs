@@ -181,6 +181,18 @@ async fn ended_then_running(store: &Store, answer: &str) -> (Message, Thought, M
     (ended, thought, running)
 }
 
+/// `ended` and its one `thought` read back as they were written.
+async fn reads_back(store: &Store, ended: &Message, thought: Thought) {
+    assert_eq!(
+        store.get_message(&tenant(), ended.id).await.unwrap(),
+        Some(ended.clone())
+    );
+    assert_eq!(
+        store.all_thoughts(&tenant(), ended.id).await.unwrap(),
+        vec![thought]
+    );
+}
+
 /// Runs started at once in one conversation take the places 1, 2, 3 … (ordinals alike)
 /// with none shared or skipped, and a reader paging by `seq` meanwhile sees every one, in
 /// order.
@@ -711,14 +723,7 @@ pub async fn a_reopened_store_holds_everything(harness: &dyn Harness) {
     store.put_api_key(&key).await.unwrap();
 
     let store = harness.reopen(store).await;
-    assert_eq!(
-        store.get_message(&tenant(), ended.id).await.unwrap(),
-        Some(ended.clone())
-    );
-    assert_eq!(
-        store.all_thoughts(&tenant(), ended.id).await.unwrap(),
-        vec![thought]
-    );
+    reads_back(&store, &ended, thought).await;
     assert_eq!(events_of(&store, ended.id).await.len(), 3);
     assert_eq!(
         store.get_run_spec(&tenant(), running.id).await.unwrap(),
