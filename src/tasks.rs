@@ -26,6 +26,26 @@ impl Tasks {
         self.tracker.spawn(task)
     }
 
+    /// Runs `task` as one of these, dropped where it stands once the owner stops: for a
+    /// loop that holds nothing that must be finished (a listener, a relay).
+    pub fn spawn_until_stopped<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let stopping = self.stopping();
+        self.tracker.spawn(async move {
+            tokio::select! {
+                () = task => {}
+                () = stopping.cancelled() => {}
+            }
+        });
+    }
+
+    /// The tracker itself, for an owner that hands it on (accepting connections on it).
+    pub fn tracker(&self) -> &TaskTracker {
+        &self.tracker
+    }
+
     /// Fires when the owner stops; a task selects on it between its steps.
     pub fn stopping(&self) -> CancellationToken {
         self.stop.clone()

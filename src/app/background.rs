@@ -18,6 +18,7 @@ use crate::access::Keys;
 use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::store::{RegistryChanges, Store};
+use crate::tasks::Tasks;
 
 /// How long shutdown waits for the background to finish its last writes.
 const STOP_WITHIN: Duration = Duration::from_secs(10);
@@ -25,8 +26,7 @@ const STOP_WITHIN: Duration = Duration::from_secs(10);
 /// The background tasks; stopped, and waited for, by [`Background::stop`] (or cancelled
 /// when dropped, if the service fails to start).
 pub(super) struct Background {
-    tasks: TaskTracker,
-    stop: CancellationToken,
+    tasks: Tasks,
     health: CancellationToken,
 }
 
@@ -38,11 +38,10 @@ impl Background {
         metrics_listener: Option<TcpListener>,
         api_addr: Option<SocketAddr>,
     ) -> Result<Self, AppError> {
-        let stop = CancellationToken::new();
+        let tasks = Tasks::default();
         let background = Self {
-            tasks: TaskTracker::new(),
-            health: stop.child_token(),
-            stop,
+            health: tasks.stopping().child_token(),
+            tasks,
         };
         if let Some(listener) = metrics_listener {
             background.serve_metrics(core, config, listener, api_addr);
@@ -51,20 +50,26 @@ impl Background {
             background.tasks.spawn(crate::store::retire_old_events(
                 core.store.clone(),
                 config.store.event_retention_days,
-                background.stop.clone(),
+                background.tasks.stopping(),
             ));
         }
-        start_replica(core, config, &background.tasks, &background.stop).await?;
+        start_replica(
+            core,
+            config,
+            background.tasks.tracker(),
+            &background.tasks.stopping(),
+        )
+        .await?;
         background.tasks.spawn(crate::access::keep_last_used(
             Arc::clone(&core.keys),
-            background.stop.clone(),
+            background.tasks.stopping(),
         ));
         background.tasks.spawn(follow_registry(
             core.store.clone(),
             Arc::clone(&core.keys),
             core.catalog.clone(),
             core.seen,
-            background.stop.clone(),
+            background.tasks.stopping(),
         ));
         Ok(background)
     }
@@ -98,7 +103,7 @@ impl Background {
             core.descriptors.clone(),
             Arc::clone(&core.metrics),
             cards,
-            self.stop.clone(),
+            self.tasks.stopping(),
         ));
     }
 
@@ -115,7 +120,7 @@ impl Background {
 
     /// The tracker the API's connections are accepted on, so shutdown waits for them too.
     pub fn tasks(&self) -> &TaskTracker {
-        &self.tasks
+        self.tasks.tracker()
     }
 
     /// A token that stops following health: shutdown turns health `NOT_SERVING` for good.
@@ -126,12 +131,7 @@ impl Background {
     /// Stops every task and waits (at most [`STOP_WITHIN`]) for their last writes, then
     /// the bus's and the store's own tasks of `core`.
     pub async fn stop(self, core: &Core) {
-        self.stop.cancel();
-        self.tasks.close();
-        if tokio::time::timeout(STOP_WITHIN, self.tasks.wait())
-            .await
-            .is_err()
-        {
+        if !self.tasks.stop(STOP_WITHIN).await {
             tracing::warn!(
                 within = ?STOP_WITHIN,
                 "some background tasks did not stop in time"
@@ -143,7 +143,7 @@ impl Background {
 
 impl Drop for Background {
     fn drop(&mut self) {
-        self.stop.cancel();
+        self.tasks.stopping().cancel();
     }
 }
 

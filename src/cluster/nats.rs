@@ -268,11 +268,7 @@ impl Bus for Nats {
     }
 
     async fn stop(&self, within: Duration) {
-        let (listeners, fillers) =
-            tokio::join!(self.tasks.stop(within), self.watchers.stop(within));
-        if !(listeners && fillers) {
-            tracing::warn!(?within, "the bus's own tasks did not stop in time");
-        }
+        self.watchers.stop_beside(&self.tasks, within).await;
     }
 
     async fn wake(&self, owner: &str) {

@@ -33,13 +33,7 @@ impl Notifications {
             tasks: Tasks::default(),
         });
         let relaying = relay(heard, Arc::clone(&bus.watchers), Arc::clone(&bus.woken));
-        let stopping = bus.tasks.stopping();
-        bus.tasks.spawn(async move {
-            tokio::select! {
-                () = relaying => {}
-                () = stopping.cancelled() => {}
-            }
-        });
+        bus.tasks.spawn_until_stopped(relaying);
         bus
     }
 }
@@ -62,10 +56,7 @@ impl Bus for Notifications {
     }
 
     async fn stop(&self, within: Duration) {
-        let (relay, fillers) = tokio::join!(self.tasks.stop(within), self.watchers.stop(within));
-        if !(relay && fillers) {
-            tracing::warn!(?within, "the bus's own tasks did not stop in time");
-        }
+        self.watchers.stop_beside(&self.tasks, within).await;
     }
 }
 

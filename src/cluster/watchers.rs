@@ -227,9 +227,13 @@ impl Watchers {
         true
     }
 
-    /// Stops every filler and waits for them, at most `within`.
-    pub async fn stop(&self, within: Duration) -> bool {
-        self.tasks.stop(within).await
+    /// Stops every filler, and the bus's `own` tasks beside them, waiting at most
+    /// `within` for both.
+    pub async fn stop_beside(&self, own: &Tasks, within: Duration) {
+        let (own, fillers) = tokio::join!(own.stop(within), self.tasks.stop(within));
+        if !(own && fillers) {
+            tracing::warn!(?within, "the bus's own tasks did not stop in time");
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<MessageId, Followed>> {

@@ -85,14 +85,8 @@ impl Postgres {
     /// [`Ownership::hear`](crate::store::contract::Ownership::hear).
     pub(super) fn listen(self: &Arc<Self>) {
         if let Some(heard) = &self.heard {
-            let stopping = self.tasks.stopping();
             let listening = listen(Arc::downgrade(self), heard.clone());
-            self.tasks.spawn(async move {
-                tokio::select! {
-                    () = listening => {}
-                    () = stopping.cancelled() => {}
-                }
-            });
+            self.tasks.spawn_until_stopped(listening);
         }
     }
 }

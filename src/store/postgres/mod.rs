@@ -86,7 +86,7 @@ pub struct Postgres {
     sealer: sealed::Sealer,
     writable: Arc<watch::Sender<bool>>,
     observer: OnceLock<Box<dyn Fn(Duration) + Send + Sync>>,
-    /// Told how long each burst waited for a committer.
+    /// Told how long each burst waited for a committer and a connection.
     wait_observer: OnceLock<Box<dyn Fn(Duration) + Send + Sync>>,
     /// Makes writes fail, as a lost database would; for tests.
     fail: AtomicBool,
