@@ -1,6 +1,7 @@
 //! The gRPC listener's connections: capped and put on probation by [`crate::net`], over TLS
 //! when configured. The TLS handshake is ours rather than the transport's so that one
-//! deadline covers the handshake and the HTTP/2 preface after it.
+//! deadline covers the handshake and the first bytes after it (the HTTP/2 preface, or as
+//! many bytes of an HTTP/1.1 request head).
 
 use std::io;
 use std::pin::Pin;
@@ -23,7 +24,8 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 
 use crate::net::{self, Admitted, Descriptors, ListenerLimits, Probation};
 
-/// Bytes of the HTTP/2 client preface: a connection that has sent them speaks HTTP/2.
+/// Bytes of the HTTP/2 client preface: a connection that has sent this many has begun to
+/// speak (HTTP/2, or HTTP/1.1 for gRPC-Web, whose request line is longer).
 const PREFACE_LEN: usize = 24;
 
 /// A connection as the transport serves it.
@@ -79,7 +81,7 @@ impl Connected for Probation<Transport> {
     }
 }
 
-/// The TLS acceptor for `pem`: HTTP/2 by ALPN, client certificates of `client_ca` required
+/// The TLS acceptor for `pem`: HTTP/2 or HTTP/1.1 by ALPN, client certificates of `client_ca` required
 /// when it is set.
 pub fn tls_acceptor(pem: &TlsPem) -> Result<TlsAcceptor, RouterError> {
     let bad = |what: &str| RouterError::Tls(what.to_owned());
@@ -108,12 +110,13 @@ pub fn tls_acceptor(pem: &TlsPem) -> Result<TlsAcceptor, RouterError> {
     let mut config = builder
         .with_single_cert(certs, key)
         .map_err(|err| bad(&err.to_string()))?;
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    // HTTP/1.1 beside HTTP/2: browsers speak gRPC-Web over either.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
 /// The connections of `listener` for the transport: at most `limits.max_connections` at
-/// once, each closed unless its TLS handshake (when `tls` is set) and HTTP/2 preface are
+/// once, each closed unless its TLS handshake (when `tls` is set) and first bytes are
 /// done within `limits.handshake_timeout`. Accepting and handshakes run on `tasks`.
 pub fn incoming(
     listener: TcpListener,

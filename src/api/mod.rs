@@ -12,6 +12,7 @@ pub mod auth;
 pub mod convert;
 pub mod deadline;
 pub mod decode_status;
+pub mod front_door;
 mod health;
 pub mod incoming;
 pub mod status;
@@ -26,6 +27,7 @@ use std::time::Duration;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::Router;
 use tonic::transport::Server;
+use tonic_web::GrpcWebLayer;
 use tower::layer::util::{Identity, Stack};
 use tower::util::MapResponseLayer;
 
@@ -46,12 +48,16 @@ use agent_registry_service::AgentRegistryApi;
 use agent_service::AgentApi;
 pub use auth::{caller_of, tenant_of, AdminGate, Gate, TENANT_HEADER};
 pub use deadline::deadline_of;
+use front_door::{BrowserSettings, FrontDoorLayer};
 pub use incoming::{RouterError, TlsPem};
 use tool_registry_service::ToolRegistryApi;
 
-/// The assembled server: our services, health and reflection behind the layer that gives
-/// undecodable requests their proper status.
-pub type ApiRouter = Router<Stack<MapResponseLayer<ReclassifyFn>, Identity>>;
+/// The assembled server: our services, health and reflection behind the front door (for
+/// browsers), the gRPC-Web translation, and the layer that gives undecodable requests
+/// their proper status.
+pub type ApiRouter = Router<
+    Stack<MapResponseLayer<ReclassifyFn>, Stack<GrpcWebLayer, Stack<FrontDoorLayer, Identity>>>,
+>;
 
 /// The response mapping of [`decode_status::reclassify`], as a nameable type.
 pub type ReclassifyFn = fn(http::Response<tonic::body::Body>) -> http::Response<tonic::body::Body>;
@@ -71,11 +77,16 @@ pub struct ApiSettings {
     pub reflection: bool,
     /// Whether the A2A protocol's service is served (`[a2a] enabled`).
     pub a2a: bool,
+    /// The gRPC address agent cards name.
+    pub public_url: String,
+    /// Which browsers may call, and by which hosts.
+    pub browsers: BrowserSettings,
 }
 
-/// Our services, health and reflection (v1 and v1alpha, since grpcurl 1.8 speaks v1alpha).
-/// The agent and tool services sit behind the API-key gate, the admin service behind the
-/// admin token; health is open, so probes need no credential.
+/// Our services, health and reflection (v1 and v1alpha, since grpcurl 1.8 speaks v1alpha),
+/// over gRPC and gRPC-Web (HTTP/1.1 too, for browsers), with the A2A agent cards beside
+/// them. The agent and tool services sit behind the API-key gate, the admin service behind
+/// the admin token; health is open, so probes need no credential.
 pub fn router(
     runner: Runner,
     store: Store,
@@ -98,7 +109,15 @@ pub fn router(
     };
     let limit = settings.max_request_bytes;
     let reclassify: ReclassifyFn = decode_status::reclassify;
-    let server = Server::builder();
+    let cards = settings.a2a.then(|| {
+        Arc::new(a2a::card::CardPages::new(
+            runner.clone(),
+            store.clone(),
+            settings.gate.clone(),
+            settings.public_url.clone(),
+        )) as Arc<dyn crate::telemetry::Pages>
+    });
+    let server = Server::builder().accept_http1(true);
     let (v1, v1alpha) = if settings.reflection {
         (
             Some(reflection().build_v1()?),
@@ -116,6 +135,8 @@ pub fn router(
         )
     });
     Ok(server
+        .layer(FrontDoorLayer::new(settings.browsers, cards))
+        .layer(GrpcWebLayer::new())
         .layer(MapResponseLayer::new(reclassify))
         .add_service(health)
         .add_optional_service(v1)

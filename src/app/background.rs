@@ -84,17 +84,11 @@ impl Background {
     ) {
         tracing::info!(addr = ?listener.local_addr().ok(), "serving metrics");
         let cards = config.a2a.enabled.then(|| {
-            let public_url = config
-                .a2a
-                .public_url
-                .clone()
-                .or_else(|| api_addr.map(|addr| addr.to_string()))
-                .unwrap_or_default();
             Arc::new(crate::api::a2a::card::CardPages::new(
                 core.runner.clone(),
                 core.store.clone(),
                 core.gate.clone(),
-                public_url,
+                super::settings::cards_public_url(config, api_addr),
             )) as Arc<dyn crate::telemetry::Pages>
         });
         self.tasks.spawn(crate::telemetry::serve_metrics(

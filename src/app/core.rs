@@ -112,6 +112,7 @@ impl Core {
         &self,
         config: &Config,
         health: HealthServer<impl Health>,
+        api_addr: Option<std::net::SocketAddr>,
     ) -> Result<ApiRouter, AppError> {
         let settings = crate::api::ApiSettings {
             tool_timeout: self.tool_timeout,
@@ -122,6 +123,8 @@ impl Core {
             )),
             reflection: config.auth.reflection,
             a2a: config.a2a.enabled,
+            public_url: super::settings::cards_public_url(config, api_addr),
+            browsers: super::settings::browsers(config),
         };
         Ok(crate::api::router(
             self.runner.clone(),

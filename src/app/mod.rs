@@ -36,7 +36,7 @@ pub async fn serve(
     let (core, metrics_listener) = Core::open(&config, extensions).await?;
     let background = Background::start(&core, &config, metrics_listener, api_addr).await?;
     let (reporter, health) = tonic_health::server::health_reporter();
-    let router = core.router(&config, health)?;
+    let router = core.router(&config, health, api_addr)?;
     crate::api::set_serving(&reporter).await;
     tracing::info!(addr = ?api_addr, replica = %config.cluster.id(), "serving");
     background.follow_health(&core, reporter.clone());

@@ -57,6 +57,25 @@ pub fn grpc_limits(server: &ServerConfig) -> ListenerLimits {
     }
 }
 
+/// Which browsers the API answers: the listed origins by CORS; with API keys off, only
+/// requests naming a loopback host or one of `allowed_hosts` (DNS rebinding).
+pub fn browsers(config: &Config) -> crate::api::front_door::BrowserSettings {
+    crate::api::front_door::BrowserSettings {
+        cors_origins: config.server.cors_origins.clone(),
+        allowed_hosts: (!config.auth.required).then(|| config.server.allowed_hosts.clone()),
+    }
+}
+
+/// The gRPC address agent cards name: `[a2a] public_url`, else the address served on.
+pub fn cards_public_url(config: &Config, api_addr: Option<std::net::SocketAddr>) -> String {
+    config
+        .a2a
+        .public_url
+        .clone()
+        .or_else(|| api_addr.map(|addr| addr.to_string()))
+        .unwrap_or_default()
+}
+
 /// The bounds of the metrics listener.
 pub fn metrics_limits(server: &ServerConfig) -> ListenerLimits {
     ListenerLimits {

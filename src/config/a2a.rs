@@ -1,5 +1,6 @@
 //! `[a2a]`: the A2A protocol's gRPC binding, served for every stored agent beside our own
-//! services, with agent cards on the metrics listener. Off by default.
+//! services, with agent cards on the API's port (and on the metrics listener, when there is
+//! one). Off by default.
 
 use serde::Deserialize;
 
@@ -11,7 +12,8 @@ pub const MAX_PUBLIC_URL: usize = 2048;
 #[serde(deny_unknown_fields)]
 pub struct A2aConfig {
     /// Serve `lf.a2a.v1.A2AService` on the gRPC port and agent cards at
-    /// `/agents/{agent_id}/.well-known/agent-card.json` on the metrics listener.
+    /// `/agents/{agent_id}/.well-known/agent-card.json` on the same port (and on the
+    /// metrics listener, when there is one).
     #[serde(default)]
     pub enabled: bool,
     /// The gRPC address cards name (`host:port`, as clients reach it through the mesh);
@@ -21,18 +23,11 @@ pub struct A2aConfig {
 }
 
 impl A2aConfig {
-    /// Why these settings cannot be served, if they cannot: cards need the metrics
-    /// listener, and the public address must be one line of sensible length.
-    pub fn problem(&self, metrics_listener: bool) -> Option<(&'static str, String)> {
+    /// Why these settings cannot be served, if they cannot: the public address must be one
+    /// line of sensible length.
+    pub fn problem(&self) -> Option<(&'static str, String)> {
         if !self.enabled {
             return None;
-        }
-        if !metrics_listener {
-            return Some((
-                "a2a.enabled",
-                "needs server.metrics_listen (--metrics-listen): agent cards are served there"
-                    .to_owned(),
-            ));
         }
         match &self.public_url {
             Some(url) if url.is_empty() || url.len() > MAX_PUBLIC_URL => Some((
@@ -53,22 +48,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a2a_needs_the_metrics_listener_and_a_sane_public_url() {
+    fn a2a_needs_a_sane_public_url_and_no_metrics_listener() {
         let off = A2aConfig::default();
-        assert!(off.problem(false).is_none());
+        assert!(off.problem().is_none());
         let on = A2aConfig {
             enabled: true,
             public_url: None,
         };
-        assert_eq!(on.problem(false).unwrap().0, "a2a.enabled");
-        assert!(on.problem(true).is_none());
+        assert!(on.problem().is_none());
         let bad = A2aConfig {
             enabled: true,
             public_url: Some("x\ny".into()),
         };
-        assert_eq!(bad.problem(true).unwrap().0, "a2a.public_url");
+        assert_eq!(bad.problem().unwrap().0, "a2a.public_url");
         let config = crate::config::Config::from_toml("[a2a]\nenabled = true\n").unwrap();
-        let err = config.validated().unwrap_err().to_string();
-        assert!(err.contains("a2a.enabled"), "{err}");
+        assert!(
+            config.validated().is_ok(),
+            "cards are served on the API's port"
+        );
     }
 }

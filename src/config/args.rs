@@ -50,6 +50,15 @@ pub struct ServeArgs {
     /// NATS for live events and commands between replicas (`nats://host:4222`).
     #[arg(long, env = "AGENT_RUNNER_NATS_URL", hide_env_values = true, value_parser = secret)]
     pub nats_url: Option<Secret>,
+    /// An origin (`https://app.example.com`) whose pages may call the API from a browser;
+    /// repeat for more (the variable takes a comma-separated list). Replaces
+    /// `[server] cors_origins`.
+    #[arg(
+        long = "cors-origin",
+        env = "AGENT_RUNNER_CORS_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub cors_origins: Vec<String>,
 }
 
 /// A flag's value kept as a secret: never shown in help, errors or debug output.

@@ -19,11 +19,13 @@ mod a2a;
 mod args;
 mod cluster;
 mod outbound;
+mod server;
 mod store;
 pub use a2a::A2aConfig;
 pub use args::ServeArgs;
 pub use cluster::ClusterConfig;
 pub use outbound::OutboundConfig;
+pub use server::ServerConfig;
 pub use store::StoreConfig;
 
 /// How logs are written.
@@ -37,105 +39,8 @@ pub enum LogFormat {
     Json,
 }
 
-fn default_listen() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 50051))
-}
-fn default_data_dir() -> PathBuf {
-    PathBuf::from("./data")
-}
-fn default_grace() -> u64 {
-    30
-}
-fn default_max_request_bytes() -> usize {
-    4 * 1024 * 1024
-}
-fn default_max_connections() -> usize {
-    10_000
-}
-fn default_metrics_max_connections() -> usize {
-    64
-}
-fn default_handshake_timeout_secs() -> u64 {
-    10
-}
-/// The embedded database's page cache when the configuration does not say. sled's own
-/// default (1 GiB) lets the cache grow with everything written; runs mostly read back their
-/// own recent records.
-fn default_store_cache_mb() -> u64 {
-    16
-}
-
 /// The key file made in the data directory when no key is configured.
 pub const KEY_FILE: &str = "secret.key";
-
-/// `[server]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServerConfig {
-    /// Address to listen on.
-    #[serde(default = "default_listen")]
-    pub listen: SocketAddr,
-    /// Directory of the embedded database.
-    #[serde(default = "default_data_dir")]
-    pub data_dir: PathBuf,
-    /// Seconds that shutdown waits for runs to record how they ended.
-    #[serde(default = "default_grace")]
-    pub shutdown_grace_secs: u64,
-    /// Log format.
-    #[serde(default)]
-    pub log_format: LogFormat,
-    /// MiB of database pages kept in memory.
-    #[serde(default = "default_store_cache_mb")]
-    pub store_cache_mb: u64,
-    /// Largest request message accepted; larger ones are refused with
-    /// `RESOURCE_EXHAUSTED` before they are read.
-    #[serde(default = "default_max_request_bytes")]
-    pub max_request_bytes: usize,
-    /// Address of the Prometheus `/metrics` listener; none when unset.
-    #[serde(default)]
-    pub metrics_listen: Option<SocketAddr>,
-    /// Connections the gRPC listener keeps open at once; one more is closed at once.
-    #[serde(default = "default_max_connections")]
-    pub max_connections: usize,
-    /// Connections the metrics listener keeps open at once.
-    #[serde(default = "default_metrics_max_connections")]
-    pub metrics_max_connections: usize,
-    /// Seconds a new connection has to finish its TLS handshake and send its HTTP/2
-    /// preface (or, on the metrics listener, a request head); then it is closed.
-    /// Established connections are never closed for being idle.
-    #[serde(default = "default_handshake_timeout_secs")]
-    pub handshake_timeout_secs: u64,
-    /// Label run counts and cost with the tenant. Off by default: tenants are many.
-    #[serde(default)]
-    pub metrics_tenant_label: bool,
-    /// A file holding the key provider credentials are sealed with (base64 or hex of 32
-    /// bytes); without it and without `AGENT_RUNNER_SECRET_KEY`, `{data_dir}/secret.key`.
-    #[serde(default)]
-    pub secret_key_file: Option<PathBuf>,
-    /// The key itself, from `AGENT_RUNNER_SECRET_KEY` only (never from the file).
-    #[serde(skip)]
-    pub secret_key: Option<Secret>,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        Self {
-            listen: default_listen(),
-            data_dir: default_data_dir(),
-            shutdown_grace_secs: default_grace(),
-            log_format: LogFormat::default(),
-            store_cache_mb: default_store_cache_mb(),
-            max_request_bytes: default_max_request_bytes(),
-            metrics_listen: None,
-            max_connections: default_max_connections(),
-            metrics_max_connections: default_metrics_max_connections(),
-            handshake_timeout_secs: default_handshake_timeout_secs(),
-            metrics_tenant_label: false,
-            secret_key_file: None,
-            secret_key: None,
-        }
-    }
-}
 
 fn default_tool_timeout() -> u64 {
     30
@@ -492,6 +397,9 @@ impl Config {
         if let Some(addr) = args.metrics_listen {
             config.server.metrics_listen = Some(addr);
         }
+        if !args.cors_origins.is_empty() {
+            config.server.cors_origins.clone_from(&args.cors_origins);
+        }
         config.auth.required |= args.require_auth;
         config.auth.insecure_no_auth |= args.insecure_no_auth;
         if let Ok(token) = std::env::var("AGENT_RUNNER_ADMIN_TOKEN") {
@@ -567,7 +475,7 @@ impl Config {
             reason: reason.to_owned(),
         };
         // Every listener that serves tenant data holds the same rule: the API, and the
-        // metrics listener where it serves A2A agent cards.
+        // metrics listener where it serves A2A agent cards beside the API's own.
         let mut tenant_listeners = vec![self.server.listen];
         if self.a2a.enabled {
             tenant_listeners.extend(self.server.metrics_listen);
@@ -585,7 +493,10 @@ impl Config {
             (None, Some(_)) => return Err(invalid("tls.cert", "is needed with tls.key")),
             _ => {}
         }
-        if let Some((field, reason)) = self.a2a.problem(self.server.metrics_listen.is_some()) {
+        if let Some((field, reason)) = self.a2a.problem() {
+            return Err(invalid(field, &reason));
+        }
+        if let Some((field, reason)) = self.server.browser_problem(self.auth.required) {
             return Err(invalid(field, &reason));
         }
         if self.limits.max_run_cost.is_sign_negative()

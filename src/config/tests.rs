@@ -9,7 +9,7 @@ fn an_empty_file_is_the_embedded_default() {
         .with_default_provider()
         .validated()
         .unwrap();
-    assert_eq!(config.server.listen, default_listen());
+    assert_eq!(config.server.listen, ServerConfig::default().listen);
     assert_eq!(config.server.data_dir, PathBuf::from("./data"));
     assert!(config.providers.contains_key("openai"));
 }
@@ -111,4 +111,49 @@ fn unknown_keys_and_bad_urls_are_rejected() {
         err.to_string(),
         "invalid configuration: providers.x.base_url must be an http:// or https:// URL"
     );
+}
+
+#[test]
+fn cors_origins_are_origins_and_any_origin_needs_api_keys() {
+    let config = |toml: &str| Config::from_toml(toml).unwrap().validated();
+    let listed = config(
+        "[server]\ncors_origins = [\"https://app.example.com\", \"http://localhost:5173\"]\n",
+    );
+    assert!(listed.is_ok(), "{:?}", listed.err());
+    for bad in [
+        "https://app.example.com/",
+        "app.example.com",
+        "ftp://x.example",
+        "http://x.example:80",
+        "https://a.example/path",
+    ] {
+        let err = config(&format!("[server]\ncors_origins = [\"{bad}\"]\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("server.cors_origins") && err.contains(bad),
+            "{bad}: {err}"
+        );
+    }
+    let any = config("[server]\ncors_origins = [\"*\"]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(any.contains("API keys"), "{any}");
+    let with_keys = config("[auth]\nrequired = true\n[server]\ncors_origins = [\"*\"]\n");
+    assert!(with_keys.is_ok(), "{:?}", with_keys.err());
+}
+
+#[test]
+fn allowed_hosts_are_bare_hosts() {
+    let config = |toml: &str| Config::from_toml(toml).unwrap().validated();
+    assert!(config(
+        "[server]\nallowed_hosts = [\"runner.internal\", \"10.0.0.5\", \"[fd00::1]\"]\n"
+    )
+    .is_ok());
+    for bad in ["http://runner.internal", "runner.internal:8080", "a/b", ""] {
+        let err = config(&format!("[server]\nallowed_hosts = [\"{bad}\"]\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("server.allowed_hosts"), "{bad}: {err}");
+    }
 }

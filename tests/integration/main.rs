@@ -14,6 +14,7 @@ mod anthropic;
 mod api_requests;
 mod approvals;
 mod auth;
+mod browsers;
 mod budgets;
 mod citations;
 mod cli;
