@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the Python and Node examples against a real agent-runner process and the scripted
-# model, installing grpcio and @grpc/grpc-js from their registries. CI runs it, so the
-# examples cannot rot.
+# Runs the Python, Node and browser examples against a real agent-runner process and the
+# scripted model, installing grpcio, @grpc/grpc-js and the web example's packages from their
+# registries (and Debian's chromium when it is absent). CI runs it, so the examples cannot
+# rot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET=$(realpath -m "${CARGO_TARGET_DIR:-target}")
@@ -42,12 +43,45 @@ unset AGENT_RUNNER_API_KEY
 echo "--- python"
 python3 -m venv "$WORK/venv"
 "$WORK/venv/bin/pip" install --quiet --disable-pip-version-check -r examples/python/requirements.txt
-(cd examples/python && export PATH="$WORK/venv/bin:$PATH" && ./generate.sh && python run_agent.py) ||
+(cd examples/python && export PATH="$WORK/venv/bin:$PATH" && ./generate.sh && python run_agent.py &&
+  echo "--- python, gRPC-Web by hand" && python grpc_web_raw.py) ||
   { tail -20 "$WORK/server.log"; exit 1; }
 
 echo "--- node"
 (cd examples/node && npm ci --no-audit --no-fund --loglevel=error && node run_agent.js) ||
   { tail -20 "$WORK/server.log"; exit 1; }
+
+echo "--- web (gRPC-Web from headless Chromium, the page on another origin)"
+WEB_PORT=$(free_port)
+WEB_API_PORT=$(free_port)
+rm -rf "$WORK/data-web"
+OPENAI_BASE_URL="http://127.0.0.1:$LLM_PORT/v1" OPENAI_API_KEY= \
+  "$BIN/agent-runner" serve --listen "127.0.0.1:$WEB_API_PORT" --data-dir "$WORK/data-web" \
+  --cors-origin "http://127.0.0.1:$WEB_PORT" >"$WORK/server-web.log" 2>&1 &
+pids+=($!)
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >"$WORK/chromium-install.log" 2>&1 ||
+      { tail -20 "$WORK/chromium-install.log"; exit 1; }
+  else
+    echo "the web example needs Debian's chromium (apt-get install chromium)" >&2
+    exit 1
+  fi
+fi
+(cd examples/web && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build) ||
+  { echo "the web example did not build" >&2; exit 1; }
+python3 -m http.server "$WEB_PORT" --bind 127.0.0.1 --directory examples/web \
+  >"$WORK/web-page.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+  "$BIN/agent-runner" health --addr "127.0.0.1:$WEB_API_PORT" >/dev/null 2>&1 &&
+    (exec 3<>"/dev/tcp/127.0.0.1/$WEB_PORT") 2>/dev/null && break
+  sleep 0.1
+done
+(cd examples/web &&
+  WEB_PAGE_URL="http://127.0.0.1:$WEB_PORT/?server=http://127.0.0.1:$WEB_API_PORT&model=openai/mock" \
+    WEB_SCREENSHOT="$WORK/web.png" node test.mjs) ||
+  { tail -20 "$WORK/server-web.log"; exit 1; }
 
 echo "--- a2a (the official A2A Python SDK)"
 A2A_PORT=$(free_port)

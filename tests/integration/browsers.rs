@@ -82,6 +82,15 @@ async fn post(
     request.send().await.unwrap()
 }
 
+/// Posts a `Run` of the encoded `request` in binary framing.
+async fn run_web(
+    server: &TestServer,
+    request: &[u8],
+    headers: &[(&str, &str)],
+) -> reqwest::Response {
+    post(server, RUN, BINARY, frame(0, request), headers).await
+}
+
 /// Reads a whole gRPC-Web answer.
 async fn answer(kind: &str, response: reqwest::Response) -> WebAnswer {
     let http = response.status().as_u16();
@@ -167,11 +176,7 @@ async fn statuses_arrive_in_the_trailers_as_a_native_client_gets_them() {
     let (llm, server, _client) = start(vec![]).await;
     llm.repeat(Reply::text(&["Mine."], (1, 1)));
     let request = run_request("private", &[]).encode_to_vec();
-    let ran = answer(
-        BINARY,
-        post(&server, RUN, BINARY, frame(0, &request), &[]).await,
-    )
-    .await;
+    let ran = answer(BINARY, run_web(&server, &request, &[]).await).await;
     let message_id = events(&ran)[0].message_id.clone();
 
     let attach = pb::AttachRequest {
@@ -203,14 +208,7 @@ async fn statuses_arrive_in_the_trailers_as_a_native_client_gets_them() {
     llm.repeat(Reply::Stall(vec!["Thinking"]));
     let slow = run_request("too slow", &[]).encode_to_vec();
     let timed = async {
-        let response = post(
-            &server,
-            RUN,
-            BINARY,
-            frame(0, &slow),
-            &[("grpc-timeout", "1500m")],
-        )
-        .await;
+        let response = run_web(&server, &slow, &[("grpc-timeout", "1500m")]).await;
         answer(BINARY, response).await
     };
     let timed = tokio::time::timeout(std::time::Duration::from_secs(10), timed)
@@ -227,11 +225,7 @@ async fn statuses_arrive_in_the_trailers_as_a_native_client_gets_them() {
     assert_eq!(status, pb::MessageStatus::Cancelled as i32);
 
     let empty = pb::RunRequest::default().encode_to_vec();
-    let refused = answer(
-        BINARY,
-        post(&server, RUN, BINARY, frame(0, &empty), &[]).await,
-    )
-    .await;
+    let refused = answer(BINARY, run_web(&server, &empty, &[]).await).await;
     assert_eq!(refused.grpc_status.as_deref(), Some("3"));
     assert!(!refused.grpc_message.unwrap_or_default().is_empty());
 }
@@ -292,14 +286,7 @@ async fn only_a_listed_origin_is_answered_by_cors() {
 
     llm.repeat(Reply::text(&["Cross-origin."], (1, 1)));
     let request = run_request("from the app", &[]).encode_to_vec();
-    let call = post(
-        &server,
-        RUN,
-        BINARY,
-        frame(0, &request),
-        &[("origin", "https://app.example.com")],
-    )
-    .await;
+    let call = run_web(&server, &request, &[("origin", "https://app.example.com")]).await;
     let exposed = call.headers()["access-control-expose-headers"]
         .to_str()
         .unwrap()
@@ -308,14 +295,7 @@ async fn only_a_listed_origin_is_answered_by_cors() {
         assert!(exposed.contains(name), "{name} in {exposed}");
     }
     assert_eq!(answer(BINARY, call).await.grpc_status.as_deref(), Some("0"));
-    let unlisted = post(
-        &server,
-        RUN,
-        BINARY,
-        frame(0, &request),
-        &[("origin", "https://evil.example")],
-    )
-    .await;
+    let unlisted = run_web(&server, &request, &[("origin", "https://evil.example")]).await;
     assert!(unlisted
         .headers()
         .get("access-control-allow-origin")
@@ -334,14 +314,7 @@ async fn with_keys_off_a_foreign_host_is_refused() {
     .await;
     llm.repeat(Reply::text(&["Near."], (1, 1)));
     let request = run_request("where am I", &[]).encode_to_vec();
-    let foreign = post(
-        &server,
-        RUN,
-        BINARY,
-        frame(0, &request),
-        &[("host", "rebound.example:50051")],
-    )
-    .await;
+    let foreign = run_web(&server, &request, &[("host", "rebound.example:50051")]).await;
     assert_eq!(foreign.status().as_u16(), 403);
     assert!(foreign.text().await.unwrap().contains("allowed_hosts"));
     let card = client()
@@ -352,14 +325,7 @@ async fn with_keys_off_a_foreign_host_is_refused() {
         .unwrap();
     assert_eq!(card.status().as_u16(), 403);
 
-    let listed = post(
-        &server,
-        RUN,
-        BINARY,
-        frame(0, &request),
-        &[("host", "runner.internal:50051")],
-    )
-    .await;
+    let listed = run_web(&server, &request, &[("host", "runner.internal:50051")]).await;
     assert_eq!(
         answer(BINARY, listed).await.grpc_status.as_deref(),
         Some("0")
