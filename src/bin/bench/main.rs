@@ -16,6 +16,7 @@ mod otlp;
 mod processes;
 mod replicas;
 mod takeover;
+mod web;
 
 use std::time::Duration;
 
@@ -34,6 +35,11 @@ enum Preset {
     Streams2k,
     /// 10000 concurrent streams against the same slow model.
     Streams10k,
+    /// 50 at a time, 2000 runs, over gRPC-Web on HTTP/1.1 (as c50 over gRPC).
+    WebC50,
+    /// 1000 concurrent gRPC-Web streams over HTTP/1.1 against the slow model: every run
+    /// must end with all its events in order.
+    WebStreams1k,
     /// Ten runs answering 2 MB each: memory after, and disk per answer byte.
     Large,
     /// One conversation of --turns turns with history trimming on: the cost of the last
@@ -109,6 +115,7 @@ fn case(
         chunk_delay: Duration::ZERO,
         service_env: service_env.to_vec(),
         admin_token: admin_token.map(str::to_owned),
+        web: false,
     };
     let slow = |name: &'static str, concurrency| Case {
         name,
@@ -118,12 +125,21 @@ fn case(
         chunk_delay: Duration::from_millis(50),
         service_env: service_env.to_vec(),
         admin_token: admin_token.map(str::to_owned),
+        web: false,
     };
     Some(match preset {
         Preset::C1 => fast("c1", 1, 200),
         Preset::C50 => fast("c50", 50, 2000),
         Preset::Streams2k => slow("streams2k", 2000),
         Preset::Streams10k => slow("streams10k", 10_000),
+        Preset::WebC50 => Case {
+            web: true,
+            ..fast("web-c50", 50, 2000)
+        },
+        Preset::WebStreams1k => Case {
+            web: true,
+            ..slow("web-streams1k", 1000)
+        },
         Preset::Large
         | Preset::Long
         | Preset::Hostile

@@ -33,6 +33,8 @@ pub struct Case {
     /// The admin token of a service that requires API keys: the case makes a key with it
     /// and every run sends that key.
     pub admin_token: Option<String>,
+    /// Runs over gRPC-Web on HTTP/1.1, as browsers make them, instead of gRPC.
+    pub web: bool,
 }
 
 /// The `authorization` header runs send, if the service requires one.
@@ -58,6 +60,14 @@ impl Credentials {
             .await?
             .into_inner();
         Ok(Self(Some(format!("Bearer {}", created.secret).parse()?)))
+    }
+
+    /// The `authorization` header's value, for gRPC-Web runs.
+    fn header(&self) -> Option<String> {
+        self.0
+            .as_ref()
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
     }
 
     fn request(&self) -> tonic::Request<pb::RunRequest> {
@@ -104,11 +114,12 @@ pub struct Report {
     pub commits: Option<crate::commits::CommitBreakdown>,
 }
 
-struct RunResult {
-    latency: Duration,
-    ttft: Option<Duration>,
-    tool_time: Duration,
-    ok: bool,
+/// What one run measured.
+pub struct RunResult {
+    pub latency: Duration,
+    pub ttft: Option<Duration>,
+    pub tool_time: Duration,
+    pub ok: bool,
 }
 
 fn millis(d: Duration) -> f64 {
@@ -171,7 +182,11 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
     let commits_before = crate::commits::totals(metrics).await?;
     let cpu_before = cpu_time(service.pid());
     let started = Instant::now();
-    let results = drive(&channels, case, &credentials).await;
+    let results = if case.web {
+        drive_web(service.addr, case, &credentials).await?
+    } else {
+        drive(&channels, case, &credentials).await
+    };
     let elapsed = started.elapsed();
     let cpu = cpu_time(service.pid()).saturating_sub(cpu_before);
     let commits_after = crate::commits::totals(metrics).await?;
@@ -346,6 +361,35 @@ async fn drive(channels: &[Channel], case: &Case, credentials: &Credentials) -> 
         all.extend(worker.unwrap_or_default());
     }
     all
+}
+
+/// [`drive`] over gRPC-Web: each worker's runs on an HTTP/1.1 connection of its own.
+async fn drive_web(
+    addr: SocketAddr,
+    case: &Case,
+    credentials: &Credentials,
+) -> anyhow::Result<Vec<RunResult>> {
+    let http = crate::web::client(case.concurrency)?;
+    let url = format!("http://{addr}/agentrunner.v1.AgentService/Run");
+    let authorization = credentials.header();
+    let next = Arc::new(AtomicUsize::new(0));
+    let workers = (0..case.concurrency).map(|_| {
+        let next = Arc::clone(&next);
+        let runs = case.runs;
+        let (http, url, authorization) = (http.clone(), url.clone(), authorization.clone());
+        tokio::spawn(async move {
+            let mut results = Vec::new();
+            while next.fetch_add(1, Ordering::SeqCst) < runs {
+                results.push(crate::web::one_run(&http, &url, authorization.as_deref()).await);
+            }
+            results
+        })
+    });
+    let mut all = Vec::with_capacity(case.runs);
+    for worker in futures::future::join_all(workers).await {
+        all.extend(worker.unwrap_or_default());
+    }
+    Ok(all)
 }
 
 async fn sample_memory(pid: u32, peak: Arc<AtomicU64>, running: Arc<AtomicBool>) {
