@@ -17,7 +17,7 @@ use serde::Serialize;
 use tonic::transport::Channel;
 
 use crate::measure::{bench_request, percentile, sorted};
-use crate::processes::{cpu_time, start_mock, start_service, Process};
+use crate::processes::{cpu_time, start_mock, start_service_with, Process};
 
 /// A replica case as the bench's presets name it.
 #[derive(Debug, Clone, Copy)]
@@ -104,9 +104,13 @@ pub struct ReplicaReport {
     pub concurrency: usize,
     pub runs: usize,
     pub errors: usize,
+    /// Why runs failed, most common first: the call, and the code and message it ended with.
+    pub failures: Vec<(String, usize)>,
     /// `Run`s and `Attach`es refused `UNAVAILABLE` (all connections to the database busy)
     /// and tried again.
     pub retried: usize,
+    /// Why they were refused, most common first.
+    pub refusals: Vec<(String, usize)>,
     pub events_followed: usize,
     pub lag_p50_ms: f64,
     pub lag_p99_ms: f64,
@@ -131,7 +135,11 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
             "AGENT_RUNNER_REPLICA_ID".into(),
             format!("bench-r{replica}"),
         ));
-        services.push(start_service(&dir, mock.addr, &env).await?);
+        // One tenant makes every run and follows each: the per-tenant cap on following
+        // streams (1,000 a replica by default) is raised past the case's streams, since
+        // the case measures the store and the bus, not that cap.
+        let limits = "[limits]\nmax_follow_streams = 20000\n";
+        services.push(start_service_with(&dir, mock.addr, &env, limits).await?);
     }
     // A hundred streams per connection, as the other cases: per replica, its share.
     let per_replica = (2 * case.concurrency).div_ceil(100).max(1);
@@ -157,6 +165,7 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
     let pids: Vec<u32> = services.iter().map(Process::pid).collect();
     let cpu_before: Duration = pids.iter().map(|pid| cpu_time(*pid)).sum();
     let retried_before = RETRIED.load(Ordering::SeqCst);
+    take_refusals();
     let (db_cpu_before, db_commits_before) = crate::database::spent(database_url).await?;
     let next = Arc::new(AtomicUsize::new(0));
     let connections = Arc::new(connections);
@@ -165,7 +174,7 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
         let elsewhere = usize::from(!case.followers_on_owner);
         tokio::spawn(async move {
             let mut lags = Vec::new();
-            let mut errors = 0;
+            let mut errors: HashMap<String, usize> = HashMap::new();
             loop {
                 let run = next.fetch_add(1, Ordering::SeqCst);
                 if run >= runs {
@@ -179,19 +188,25 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
                 let owner = pick(worker + run);
                 let follower = pick(worker + run + elsewhere);
                 match followed_run(owner, follower).await {
-                    Some(run_lags) => lags.extend(run_lags),
-                    None => errors += 1,
+                    Ok(run_lags) => lags.extend(run_lags),
+                    Err(why) => *errors.entry(why).or_default() += 1,
                 }
             }
         })
     });
     let mut lags = Vec::new();
-    let mut errors = 0;
+    let mut failures: HashMap<String, usize> = HashMap::new();
     for worker in futures::future::join_all(workers).await {
         let (worker_lags, worker_errors) = worker.unwrap_or_default();
         lags.extend(worker_lags);
-        errors += worker_errors;
+        for (why, count) in worker_errors {
+            *failures.entry(why).or_default() += count;
+        }
     }
+    let errors = failures.values().sum();
+    let mut failures: Vec<(String, usize)> = failures.into_iter().collect();
+    failures.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    failures.truncate(8);
     let cpu: Duration = pids
         .iter()
         .map(|pid| cpu_time(*pid))
@@ -213,7 +228,9 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
         concurrency: case.concurrency,
         runs: case.runs,
         errors,
+        failures,
         retried: RETRIED.load(Ordering::SeqCst) - retried_before,
+        refusals: take_refusals(),
         events_followed: lags.len(),
         lag_p50_ms: percentile(&lags, 50.0),
         lag_p99_ms: percentile(&lags, 99.0),
@@ -226,39 +243,72 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
 /// Calls refused `UNAVAILABLE` and tried again, in this process.
 static RETRIED: AtomicUsize = AtomicUsize::new(0);
 
+/// Why calls were refused `UNAVAILABLE`, in this process.
+static REFUSALS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// The refusals since the last call, counted by reason, most common first.
+fn take_refusals() -> Vec<(String, usize)> {
+    let taken = std::mem::take(&mut *REFUSALS.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut counted: HashMap<String, usize> = HashMap::new();
+    for why in taken {
+        *counted.entry(why).or_default() += 1;
+    }
+    let mut counted: Vec<(String, usize)> = counted.into_iter().collect();
+    counted.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    counted.truncate(8);
+    counted
+}
+
 /// The stream `call` opens, tried again (up to ten times, a growing pause apart) while it is
 /// refused `UNAVAILABLE`, as a client of a busy service does: a refused `Run` or `Attach`
-/// started nothing, so trying it again is safe. `None` when it is refused otherwise or
-/// throughout.
-async fn retried<T, F, Fut>(mut call: F) -> Option<tonic::Streaming<T>>
+/// started nothing, so trying it again is safe. The last refusal when it is refused
+/// otherwise or throughout.
+async fn retried<T, F, Fut>(mut call: F) -> Result<tonic::Streaming<T>, tonic::Status>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<tonic::Response<tonic::Streaming<T>>, tonic::Status>>,
 {
+    let mut last = tonic::Status::unavailable("not tried");
     for attempt in 1..=10u64 {
         match call().await {
-            Ok(response) => return Some(response.into_inner()),
+            Ok(response) => return Ok(response.into_inner()),
             Err(status) if status.code() == tonic::Code::Unavailable => {
                 RETRIED.fetch_add(1, Ordering::SeqCst);
+                REFUSALS
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(why("refused", &status));
+                last = status;
                 tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
             }
-            Err(_) => return None,
+            Err(status) => return Err(status),
         }
     }
-    None
+    Err(last)
+}
+
+/// A failure's name for the report: what failed, its code and the start of its message.
+fn why(what: &str, status: &tonic::Status) -> String {
+    let message: String = status.message().chars().take(70).collect();
+    format!("{what}: {:?}: {message}", status.code())
 }
 
 /// Starts a run on `owner`, follows it on `follower` from its first event, and returns the
-/// lag of every event the owner's client got after the follower attached; `None` when
+/// lag of every event the owner's client got after the follower attached; why, when
 /// either stream failed or they differ.
-async fn followed_run(owner: Channel, follower: Channel) -> Option<Vec<f64>> {
+async fn followed_run(owner: Channel, follower: Channel) -> Result<Vec<f64>, String> {
     let owner = AgentServiceClient::new(owner);
     let mut run = retried(|| {
         let mut owner = owner.clone();
         async move { owner.run(bench_request()).await }
     })
-    .await?;
-    let first = run.message().await.ok()??;
+    .await
+    .map_err(|status| why("run refused", &status))?;
+    let first = match run.message().await {
+        Ok(Some(first)) => first,
+        Ok(None) => return Err("run: no event".to_owned()),
+        Err(status) => return Err(why("run's first event", &status)),
+    };
     let attached = Instant::now();
     let follower = AgentServiceClient::new(follower);
     let mut follow = retried(|| {
@@ -273,30 +323,42 @@ async fn followed_run(owner: Channel, follower: Channel) -> Option<Vec<f64>> {
                 .await
         }
     })
-    .await?;
+    .await
+    .map_err(|status| why("attach refused", &status))?;
     let reading_owner = tokio::spawn(async move {
         let mut at = HashMap::new();
-        while let Ok(Some(event)) = run.message().await {
-            at.insert(event.seq, Instant::now());
+        loop {
+            match run.message().await {
+                Ok(Some(event)) => at.insert(event.seq, Instant::now()),
+                Ok(None) => return Ok(at),
+                Err(status) => return Err(why("run's stream", &status)),
+            };
         }
-        at
     });
     let mut followed = HashMap::new();
-    while let Ok(Some(event)) = follow.message().await {
-        followed.insert(event.seq, Instant::now());
+    loop {
+        match follow.message().await {
+            Ok(Some(event)) => followed.insert(event.seq, Instant::now()),
+            Ok(None) => break,
+            Err(status) => return Err(why("attach's stream", &status)),
+        };
     }
-    let owned = reading_owner.await.ok()?;
+    let owned = reading_owner
+        .await
+        .map_err(|_| "run's reader panicked".to_owned())??;
     if followed.len() != owned.len() + 1 {
-        return None;
+        return Err(format!(
+            "streams differ: {} followed, {} owned",
+            followed.len(),
+            owned.len()
+        ));
     }
-    Some(
-        owned
-            .iter()
-            .filter(|(_, at)| **at > attached)
-            .filter_map(|(seq, at)| {
-                let seen = followed.get(seq)?;
-                Some(seen.saturating_duration_since(*at).as_secs_f64() * 1000.0)
-            })
-            .collect(),
-    )
+    Ok(owned
+        .iter()
+        .filter(|(_, at)| **at > attached)
+        .filter_map(|(seq, at)| {
+            let seen = followed.get(seq)?;
+            Some(seen.saturating_duration_since(*at).as_secs_f64() * 1000.0)
+        })
+        .collect())
 }
