@@ -451,3 +451,77 @@ async fn agent_cards_are_served_on_the_main_port() {
     assert_eq!(body["name"], "The helper");
     assert_eq!(card("other").await.unwrap().status().as_u16(), 404);
 }
+
+/// Under TLS, a browser's HTTP/1.1 (offered by ALPN beside `h2`) carries gRPC-Web as plain
+/// text does.
+#[tokio::test]
+async fn grpc_web_is_served_over_tls_on_http1() {
+    let llm = FakeOpenAi::start(vec![Reply::text(&["Sealed."], (1, 1))]).await;
+    let pki = crate::support::tls::Pki::generate();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::support::config(&llm.base_url(), dir.path());
+    config.tls.cert = Some(pki.server_cert.clone());
+    config.tls.key = Some(pki.server_key.clone());
+    let server = TestServer::start_with(config.validated().unwrap())
+        .await
+        .keeping(dir);
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(&pki.ca).unwrap()).unwrap();
+    let https = reqwest::Client::builder()
+        .http1_only()
+        .add_root_certificate(ca)
+        .build()
+        .unwrap();
+    let request = run_request("over tls", &[]).encode_to_vec();
+    let response = https
+        .post(format!("https://localhost:{}{RUN}", server.addr.port()))
+        .header("content-type", BINARY)
+        .header("x-grpc-web", "1")
+        .body(frame(0, &request))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.version(), reqwest::Version::HTTP_11);
+    let answer = answer(BINARY, response).await;
+    assert_eq!(answer.grpc_status.as_deref(), Some("0"));
+    match events(&answer).last().and_then(|e| e.event.clone()) {
+        Some(pb::run_event::Event::End(end)) => assert_eq!(end.answer, "Sealed."),
+        other => panic!("the last event is not `end`: {other:?}"),
+    }
+}
+
+/// A refusal's rich details (here the `RetryInfo` of a tenant over its runs per minute)
+/// reach a gRPC-Web client as `grpc-status-details-bin`, as they reach a native one.
+#[tokio::test]
+async fn rich_status_details_reach_a_grpc_web_client() {
+    let llm = FakeOpenAi::start(vec![]).await;
+    llm.repeat(Reply::text(&["Once."], (1, 1)));
+    let server = TestServer::start_edited(&llm.base_url(), |config| {
+        config.limits.runs_per_minute = 1;
+    })
+    .await;
+    let request = run_request("count me", &[]).encode_to_vec();
+    let first = answer(BINARY, run_web(&server, &request, &[]).await).await;
+    assert_eq!(first.grpc_status.as_deref(), Some("0"));
+
+    let refused = run_web(&server, &request, &[]).await;
+    let details = refused
+        .headers()
+        .get("grpc-status-details-bin")
+        .map(|value| value.to_str().unwrap().to_owned());
+    let refused = answer(BINARY, refused).await;
+    assert_eq!(refused.grpc_status.as_deref(), Some("8"));
+    let details = details.expect("grpc-status-details-bin on the refusal");
+    let bytes = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(details.trim_end_matches('='))
+        .unwrap();
+    let status = tonic_types::pb::Status::decode(bytes.as_slice()).unwrap();
+    assert_eq!(status.code, 8);
+    assert!(
+        status
+            .details
+            .iter()
+            .any(|detail| detail.type_url.ends_with("google.rpc.RetryInfo")),
+        "{:?}",
+        status.details
+    );
+}
