@@ -303,7 +303,7 @@ impl Postgres {
         })
         .await;
         let Ok(answered) = answered else {
-            return Err(self.unanswered(self.commit_deadline));
+            return Err(self.slow_or_silent(self.commit_deadline));
         };
         let (held, started) = answered.map_err(|err| self.failed(err))?;
         if !held {

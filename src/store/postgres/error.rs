@@ -63,6 +63,15 @@ fn database_category(code: Option<&str>) -> Category {
 }
 
 /// The store error for a failure.
+/// Whether `err` says the database is slow rather than gone: a wait for a connection, or a
+/// statement cancelled by its timeout (`57014`).
+pub fn is_overload(err: &sqlx::Error) -> bool {
+    if let sqlx::Error::Database(db) = err {
+        return db.code().as_deref() == Some("57014");
+    }
+    matches!(err, sqlx::Error::PoolTimedOut)
+}
+
 pub fn from_sqlx(err: sqlx::Error) -> StoreError {
     let category = category(&err);
     let message = match category {

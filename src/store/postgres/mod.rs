@@ -112,6 +112,9 @@ pub struct Postgres {
     /// silent (no reset) would otherwise hold the commit, and every run behind it, for as
     /// long as the operating system keeps the connection.
     commit_deadline: Duration,
+    /// When the database last answered a commit: a call left unanswered while others
+    /// were answered met a busy database, not a silent one.
+    last_answer: std::sync::Mutex<Instant>,
     /// The committers, the heartbeat and the listener: stopped by
     /// [`Health::stop`](crate::store::contract::Health::stop), which releases the id.
     tasks: Tasks,
@@ -190,6 +193,7 @@ impl Postgres {
             place,
             // The server's own timeout, with a margin for the round trip.
             commit_deadline: settings.statement_timeout + Duration::from_secs(1),
+            last_answer: std::sync::Mutex::new(Instant::now()),
             tasks,
         });
         replicas::renew(Arc::downgrade(&backend), &backend.tasks);
@@ -232,18 +236,57 @@ impl Postgres {
 
     /// The error, noting an unavailable database for health. A wait for a connection that
     /// timed out while every connection is open and in use is a busy pool, not a lost
-    /// database: the caller is refused (`UNAVAILABLE`, to retry), but health and every other
-    /// run carry on, rather than a burst of starts taking the replica out of service. A lost
-    /// database closes the pool's connections (and fails the heartbeat's own), so it is
-    /// still noticed.
+    /// database, and so is a pool wait or a statement timed out while the database answers
+    /// other commits: the caller is refused (`UNAVAILABLE`, to retry), but health and every
+    /// other run carry on, rather than a burst of starts taking the replica out of service.
+    /// A lost database closes the pool's connections (and fails the heartbeat's own), so it
+    /// is still noticed.
     fn failed(&self, err: sqlx::Error) -> StoreError {
-        let busy = matches!(err, sqlx::Error::PoolTimedOut)
-            && self.pool.size() >= self.pool.options().get_max_connections();
+        let busy = (matches!(err, sqlx::Error::PoolTimedOut)
+            && self.pool.size() >= self.pool.options().get_max_connections())
+            || (error::is_overload(&err) && self.answered_lately());
+        if busy {
+            return StoreError::Backend {
+                category: Category::Unavailable,
+                message: format!(
+                    "the database at {} is busy ({}); try again",
+                    self.place,
+                    error::text(&err)
+                ),
+            };
+        }
         let err = error::from_sqlx(err);
-        if err.category() == Category::Unavailable && !busy {
+        if err.category() == Category::Unavailable {
             self.writable.send_replace(false);
         }
         err
+    }
+
+    /// A call the database did not answer within `waited`. When it answered other commits
+    /// within the last commit deadline, it is busy, not silent: this call alone is refused
+    /// (`UNAVAILABLE`, to try again) and health stays as it is, so a burst does not take
+    /// the replica out of service. Otherwise it is [`Self::unanswered`].
+    fn slow_or_silent(&self, waited: Duration) -> StoreError {
+        if !self.answered_lately() {
+            return self.unanswered(waited);
+        }
+        StoreError::Backend {
+            category: Category::Unavailable,
+            message: format!(
+                "the database at {} is busy: no answer to this call within {} s while it \
+                 answered others; try again",
+                self.place,
+                waited.as_secs()
+            ),
+        }
+    }
+
+    /// Whether the database answered a commit within the last commit deadline.
+    fn answered_lately(&self) -> bool {
+        self.last_answer
+            .lock()
+            .map(|last| last.elapsed() < self.commit_deadline)
+            .unwrap_or(false)
     }
 
     /// A commit the database did not answer within `waited`: the store is
@@ -261,7 +304,7 @@ impl Postgres {
     /// `work` (a transaction and its statements), given up once it has waited past what a
     /// pool wait and two statements may take: a database that fell silent (no reset)
     /// would otherwise hold it for as long as the connection lives. Past the deadline it is
-    /// [`Self::unanswered`].
+    /// [`Self::slow_or_silent`].
     async fn bounded<T>(
         &self,
         work: impl std::future::Future<Output = Result<T, StoreError>>,
@@ -269,7 +312,7 @@ impl Postgres {
         let deadline = self.pool.options().get_acquire_timeout() + 2 * self.commit_deadline;
         match tokio::time::timeout(deadline, work).await {
             Ok(done) => done,
-            Err(_) => Err(self.unanswered(deadline)),
+            Err(_) => Err(self.slow_or_silent(deadline)),
         }
     }
 
@@ -288,6 +331,9 @@ impl Postgres {
     fn committed(&self, started: Instant) {
         if let Some(observe) = self.observer.get() {
             observe(started.elapsed());
+        }
+        if let Ok(mut last) = self.last_answer.lock() {
+            *last = Instant::now();
         }
         self.writable
             .send_if_modified(|writable| !std::mem::replace(writable, true));

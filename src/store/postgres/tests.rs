@@ -390,3 +390,64 @@ fn committers_leave_most_of_the_pool_to_everything_else() {
     assert_eq!(committers(32), 8);
     assert_eq!(committers(500), 8);
 }
+
+/// A statement cancelled by its timeout while the database answers other commits (here, a
+/// start waiting on a conversation's lock that another session holds) is refused as busy,
+/// and the store stays writable: a slow moment does not turn health `NOT_SERVING`.
+#[tokio::test]
+async fn a_statement_timed_out_while_others_are_answered_is_busy_not_lost() {
+    use crate::store::conformance::{start, tenant};
+    use crate::store::contract::{Admission, NewMessage};
+    use crate::store::test_records::{conversation, running_message};
+    let Some(databases) = Databases::new().await else {
+        return;
+    };
+    drop(databases.fresh().await);
+    let mut settings = databases.settings(&databases.last());
+    settings.statement_timeout = Duration::from_secs(1);
+    settings.notify = false;
+    let backend = Postgres::connect(&settings, &databases.key).await.unwrap();
+    let store = Store::new(
+        std::sync::Arc::clone(&backend) as std::sync::Arc<dyn crate::store::contract::Backend>
+    );
+    let busy = conversation(&tenant());
+    start(&store, busy.id, Some(&busy)).await;
+    let mut other = PgConnection::connect(&settings.url).await.unwrap();
+    let mut holding = other.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(format!("{}\u{1}{}", tenant().as_str(), busy.id.0))
+        .execute(&mut *holding)
+        .await
+        .unwrap();
+    // Another conversation's start is answered meanwhile: the database is alive.
+    let elsewhere = conversation(&tenant());
+    start(&store, elsewhere.id, Some(&elsewhere)).await;
+
+    let mut message = running_message(busy.id, 0);
+    let refused = store
+        .insert_message(NewMessage {
+            tenant: &tenant(),
+            conversation: None,
+            message: &mut message,
+            spec: &serde_json::json!({}),
+            idempotency: None,
+            admission: Admission::default(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.category(),
+        crate::store::error::Category::Unavailable
+    );
+    assert!(refused.to_string().contains("busy"), "{refused}");
+    assert!(
+        !refused.to_string().contains("cannot be reached"),
+        "{refused}"
+    );
+    assert!(
+        *store.writable().borrow(),
+        "a slow moment is not a lost database"
+    );
+    holding.rollback().await.unwrap();
+    start(&store, busy.id, None).await;
+}
