@@ -312,32 +312,45 @@ async fn warm_up(channel: &Channel, credentials: &Credentials) {
 
 async fn one_run(mut client: AgentServiceClient<Channel>, credentials: &Credentials) -> RunResult {
     let started = Instant::now();
-    let mut result = RunResult {
-        latency: Duration::ZERO,
-        ttft: None,
-        tool_time: Duration::ZERO,
-        ok: false,
-    };
+    let mut result = RunResult::new();
     let Ok(response) = client.run(credentials.request()).await else {
         return result;
     };
     let mut stream = response.into_inner();
     while let Ok(Some(event)) = stream.message().await {
-        match event.event {
-            Some(Event::Delta(_)) if result.ttft.is_none() => result.ttft = Some(started.elapsed()),
+        result.note(started, event.event);
+    }
+    result.latency = started.elapsed();
+    result
+}
+
+impl RunResult {
+    /// A run that has not ended yet.
+    pub fn new() -> Self {
+        Self {
+            latency: Duration::ZERO,
+            ttft: None,
+            tool_time: Duration::ZERO,
+            ok: false,
+        }
+    }
+
+    /// Notes what `event`, arriving now, says of a run begun at `started`: its first
+    /// delta, a tool's time, how it ended.
+    pub fn note(&mut self, started: Instant, event: Option<Event>) {
+        match event {
+            Some(Event::Delta(_)) if self.ttft.is_none() => self.ttft = Some(started.elapsed()),
             Some(Event::ToolFinished(finished)) => {
                 let cost = finished
                     .tool_call
                     .and_then(|c| c.meta)
                     .map_or(0.0, |m| m.time_cost);
-                result.tool_time += Duration::from_secs_f64(cost.max(0.0));
+                self.tool_time += Duration::from_secs_f64(cost.max(0.0));
             }
-            Some(Event::End(end)) => result.ok = end.finish_reason == pb::FinishReason::Stop as i32,
+            Some(Event::End(end)) => self.ok = end.finish_reason == pb::FinishReason::Stop as i32,
             _ => {}
         }
     }
-    result.latency = started.elapsed();
-    result
 }
 
 async fn drive(channels: &[Channel], case: &Case, credentials: &Credentials) -> Vec<RunResult> {

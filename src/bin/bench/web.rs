@@ -2,10 +2,9 @@
 //! binary framing (one connection per stream in flight, as HTTP/1.1 allows), read frame by
 //! frame as they arrive.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use agent_runner::pb;
-use agent_runner::pb::run_event::Event;
 use futures::StreamExt;
 use prost::Message as _;
 
@@ -26,12 +25,7 @@ pub fn client(concurrency: usize) -> anyhow::Result<reqwest::Client> {
 /// `STOP`, and the trailers say `grpc-status: 0`.
 pub async fn one_run(http: &reqwest::Client, url: &str, authorization: Option<&str>) -> RunResult {
     let started = Instant::now();
-    let mut result = RunResult {
-        latency: Duration::ZERO,
-        ttft: None,
-        tool_time: Duration::ZERO,
-        ok: false,
-    };
+    let mut result = RunResult::new();
     let body = bench_request().encode_to_vec();
     let mut framed = Vec::with_capacity(FRAME_HEAD + body.len());
     framed.push(0);
@@ -52,7 +46,6 @@ pub async fn one_run(http: &reqwest::Client, url: &str, authorization: Option<&s
     let mut pending: Vec<u8> = Vec::new();
     let mut last_seq = 0;
     let mut in_order = true;
-    let mut ended = false;
     let mut status_ok = false;
     while let Some(Ok(chunk)) = chunks.next().await {
         pending.extend_from_slice(&chunk);
@@ -68,26 +61,11 @@ pub async fn one_run(http: &reqwest::Client, url: &str, authorization: Option<&s
             };
             in_order &= event.seq == last_seq + 1;
             last_seq = event.seq;
-            match event.event {
-                Some(Event::Delta(_)) if result.ttft.is_none() => {
-                    result.ttft = Some(started.elapsed());
-                }
-                Some(Event::ToolFinished(finished)) => {
-                    let cost = finished
-                        .tool_call
-                        .and_then(|c| c.meta)
-                        .map_or(0.0, |m| m.time_cost);
-                    result.tool_time += Duration::from_secs_f64(cost.max(0.0));
-                }
-                Some(Event::End(end)) => {
-                    ended = end.finish_reason == pb::FinishReason::Stop as i32;
-                }
-                _ => {}
-            }
+            result.note(started, event.event);
         }
     }
     result.latency = started.elapsed();
-    result.ok = ended && in_order && status_ok && pending.is_empty();
+    result.ok &= in_order && status_ok && pending.is_empty();
     result
 }
 
