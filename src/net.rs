@@ -27,6 +27,13 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// How often exhausted descriptors are probed for again.
 const DESCRIPTOR_PROBE: Duration = Duration::from_secs(1);
+/// A peer silent this long is asked by TCP keepalive whether it is still there, every
+/// [`KEEPALIVE_INTERVAL`], [`KEEPALIVE_PROBES`] times: a client whose network dropped
+/// (no close ever arrives) frees its connection and its streams within about 8 s, even
+/// while its run is quiet. A live peer answers the probes, so idle connections stay open.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+const KEEPALIVE_PROBES: u32 = 3;
 
 /// Whether the process can open descriptors: turned off by an accept that fails for lack
 /// of them, on again once one can be opened. Health reads it.
@@ -146,6 +153,7 @@ async fn accept_loop(
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
+                keep_alive(&stream);
                 let admitted = Admitted {
                     stream,
                     place,
@@ -174,6 +182,17 @@ async fn accept_loop(
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         }
+    }
+}
+
+/// Turns on TCP keepalive at [`KEEPALIVE_IDLE`]; a socket that refuses it stays as it is.
+fn keep_alive(stream: &TcpStream) {
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_IDLE)
+        .with_interval(KEEPALIVE_INTERVAL)
+        .with_retries(KEEPALIVE_PROBES);
+    if let Err(err) = socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive) {
+        tracing::debug!(error = %err, "TCP keepalive could not be set");
     }
 }
 
@@ -287,6 +306,36 @@ mod tests {
 
     fn place() -> OwnedSemaphorePermit {
         Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap()
+    }
+
+    /// Accepted connections ask a silent peer whether it is there (TCP keepalive after
+    /// 5 s, three probes a second apart): the kernel then closes one whose network
+    /// dropped, and its streams are freed.
+    #[tokio::test]
+    async fn accepted_connections_probe_a_silent_peer() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = ListenerLimits {
+            max_connections: 4,
+            handshake_timeout: Duration::from_secs(10),
+        };
+        let tasks = TaskTracker::new();
+        let stop = CancellationToken::new();
+        let mut admitted = accept(
+            listener,
+            limits,
+            Descriptors::default(),
+            stop.clone(),
+            &tasks,
+        );
+        let _client = TcpStream::connect(addr).await.unwrap();
+        let connection = admitted.recv().await.unwrap();
+        let socket = socket2::SockRef::from(&connection.stream);
+        assert!(socket.keepalive().unwrap());
+        assert_eq!(socket.tcp_keepalive_time().unwrap(), KEEPALIVE_IDLE);
+        assert_eq!(socket.tcp_keepalive_interval().unwrap(), KEEPALIVE_INTERVAL);
+        assert_eq!(socket.tcp_keepalive_retries().unwrap(), KEEPALIVE_PROBES);
+        stop.cancel();
     }
 
     #[tokio::test(start_paused = true)]
