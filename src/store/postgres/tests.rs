@@ -332,34 +332,36 @@ fn urls_name_another_database_and_show_no_password() {
     assert!(!super::describe("postgres://u:secret@[").contains("secret"));
 }
 
-/// A run's start that finds every connection of the pool in use past the wait is refused
-/// (unavailable, to try again), but the store is not marked unwritable: a burst of starts
-/// does not turn health `NOT_SERVING` nor refuse every other run. Once a connection is
-/// free again, starts go on.
-#[tokio::test]
-async fn a_busy_pool_refuses_a_start_without_marking_the_store_unwritable() {
-    use crate::store::conformance::{start, tenant};
-    use crate::store::contract::{Admission, NewMessage};
-    use crate::store::test_records::{conversation, running_message};
-    let Some(databases) = Databases::new().await else {
-        return;
-    };
+/// A store of its own on a fresh database, with `edit` made to its settings, and its
+/// backend (for the pool) and settings.
+async fn own_store(
+    databases: &Databases,
+    edit: impl FnOnce(&mut Settings),
+) -> (std::sync::Arc<Postgres>, Store, Settings) {
     drop(databases.fresh().await);
     let mut settings = databases.settings(&databases.last());
-    settings.pool_size = 1;
-    settings.statement_timeout = Duration::from_secs(1);
+    edit(&mut settings);
     let backend = Postgres::connect(&settings, &databases.key).await.unwrap();
-    let held = backend.pool.acquire().await.unwrap();
     let store = Store::new(
         std::sync::Arc::clone(&backend) as std::sync::Arc<dyn crate::store::contract::Backend>
     );
-    let opening = conversation(&tenant());
-    let mut message = running_message(opening.id, 0);
+    (backend, store, settings)
+}
 
+/// A start in `conversation` (opening it when `opening` holds it) that must be refused
+/// as unavailable; the refusal.
+async fn refused_start(
+    store: &Store,
+    conversation: crate::domain::ConversationId,
+    opening: Option<&crate::domain::Conversation>,
+) -> crate::store::error::StoreError {
+    use crate::store::conformance::tenant;
+    use crate::store::contract::{Admission, NewMessage};
+    let mut message = crate::store::test_records::running_message(conversation, 0);
     let refused = store
         .insert_message(NewMessage {
             tenant: &tenant(),
-            conversation: Some(&opening),
+            conversation: opening,
             message: &mut message,
             spec: &serde_json::json!({}),
             idempotency: None,
@@ -371,6 +373,29 @@ async fn a_busy_pool_refuses_a_start_without_marking_the_store_unwritable() {
         refused.category(),
         crate::store::error::Category::Unavailable
     );
+    refused
+}
+
+/// A run's start that finds every connection of the pool in use past the wait is refused
+/// (unavailable, to try again), but the store is not marked unwritable: a burst of starts
+/// does not turn health `NOT_SERVING` nor refuse every other run. Once a connection is
+/// free again, starts go on.
+#[tokio::test]
+async fn a_busy_pool_refuses_a_start_without_marking_the_store_unwritable() {
+    use crate::store::conformance::{start, tenant};
+    use crate::store::test_records::conversation;
+    let Some(databases) = Databases::new().await else {
+        return;
+    };
+    let (backend, store, _) = own_store(&databases, |settings| {
+        settings.pool_size = 1;
+        settings.statement_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let held = backend.pool.acquire().await.unwrap();
+    let opening = conversation(&tenant());
+
+    refused_start(&store, opening.id, Some(&opening)).await;
     assert!(
         *store.writable().borrow(),
         "a busy pool is not a lost database"
@@ -397,19 +422,15 @@ fn committers_leave_most_of_the_pool_to_everything_else() {
 #[tokio::test]
 async fn a_statement_timed_out_while_others_are_answered_is_busy_not_lost() {
     use crate::store::conformance::{start, tenant};
-    use crate::store::contract::{Admission, NewMessage};
-    use crate::store::test_records::{conversation, running_message};
+    use crate::store::test_records::conversation;
     let Some(databases) = Databases::new().await else {
         return;
     };
-    drop(databases.fresh().await);
-    let mut settings = databases.settings(&databases.last());
-    settings.statement_timeout = Duration::from_secs(1);
-    settings.notify = false;
-    let backend = Postgres::connect(&settings, &databases.key).await.unwrap();
-    let store = Store::new(
-        std::sync::Arc::clone(&backend) as std::sync::Arc<dyn crate::store::contract::Backend>
-    );
+    let (_backend, store, settings) = own_store(&databases, |settings| {
+        settings.statement_timeout = Duration::from_secs(1);
+        settings.notify = false;
+    })
+    .await;
     let busy = conversation(&tenant());
     start(&store, busy.id, Some(&busy)).await;
     let mut other = PgConnection::connect(&settings.url).await.unwrap();
@@ -423,22 +444,7 @@ async fn a_statement_timed_out_while_others_are_answered_is_busy_not_lost() {
     let elsewhere = conversation(&tenant());
     start(&store, elsewhere.id, Some(&elsewhere)).await;
 
-    let mut message = running_message(busy.id, 0);
-    let refused = store
-        .insert_message(NewMessage {
-            tenant: &tenant(),
-            conversation: None,
-            message: &mut message,
-            spec: &serde_json::json!({}),
-            idempotency: None,
-            admission: Admission::default(),
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(
-        refused.category(),
-        crate::store::error::Category::Unavailable
-    );
+    let refused = refused_start(&store, busy.id, None).await;
     assert!(refused.to_string().contains("busy"), "{refused}");
     assert!(
         !refused.to_string().contains("cannot be reached"),
