@@ -17,6 +17,7 @@ mod processes;
 mod replicas;
 mod takeover;
 mod web;
+mod workload;
 
 use std::time::Duration;
 

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use agent_runner::pb;
 use agent_runner::pb::admin_service_client::AdminServiceClient;
 use agent_runner::pb::agent_service_client::AgentServiceClient;
-use agent_runner::pb::run_event::Event;
 use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -16,6 +15,7 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::Channel;
 
 use crate::processes::{cpu_time, memory_kib, start_mock, start_service};
+use crate::workload::{bench_request, RunResult};
 
 /// Concurrent streams per gRPC connection.
 const STREAMS_PER_CONNECTION: usize = 100;
@@ -112,14 +112,6 @@ pub struct Report {
     /// On PostgreSQL: where the runs' commits spent their time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub commits: Option<crate::commits::CommitBreakdown>,
-}
-
-/// What one run measured.
-pub struct RunResult {
-    pub latency: Duration,
-    pub ttft: Option<Duration>,
-    pub tool_time: Duration,
-    pub ok: bool,
 }
 
 fn millis(d: Duration) -> f64 {
@@ -282,28 +274,6 @@ async fn connect(addr: SocketAddr, concurrency: usize) -> anyhow::Result<Vec<Cha
     Ok(channels)
 }
 
-/// The workload's request.
-pub fn bench_request() -> pb::RunRequest {
-    pb::RunRequest {
-        query: "What time is it?".into(),
-        agent: Some(pb::AgentConfig {
-            model: Some(pb::ModelConfig {
-                provider: "mock".into(),
-                name: "bench-model".into(),
-                ..Default::default()
-            }),
-            tools: vec![pb::AgentTool {
-                provider: "time".into(),
-                name: "current_time".into(),
-                parameters: None,
-                require_approval: false,
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
 async fn warm_up(channel: &Channel, credentials: &Credentials) {
     for _ in 0..3 {
         one_run(AgentServiceClient::new(channel.clone()), credentials).await;
@@ -322,35 +292,6 @@ async fn one_run(mut client: AgentServiceClient<Channel>, credentials: &Credenti
     }
     result.latency = started.elapsed();
     result
-}
-
-impl RunResult {
-    /// A run that has not ended yet.
-    pub fn new() -> Self {
-        Self {
-            latency: Duration::ZERO,
-            ttft: None,
-            tool_time: Duration::ZERO,
-            ok: false,
-        }
-    }
-
-    /// Notes what `event`, arriving now, says of a run begun at `started`: its first
-    /// delta, a tool's time, how it ended.
-    pub fn note(&mut self, started: Instant, event: Option<Event>) {
-        match event {
-            Some(Event::Delta(_)) if self.ttft.is_none() => self.ttft = Some(started.elapsed()),
-            Some(Event::ToolFinished(finished)) => {
-                let cost = finished
-                    .tool_call
-                    .and_then(|c| c.meta)
-                    .map_or(0.0, |m| m.time_cost);
-                self.tool_time += Duration::from_secs_f64(cost.max(0.0));
-            }
-            Some(Event::End(end)) => self.ok = end.finish_reason == pb::FinishReason::Stop as i32,
-            _ => {}
-        }
-    }
 }
 
 async fn drive(channels: &[Channel], case: &Case, credentials: &Credentials) -> Vec<RunResult> {

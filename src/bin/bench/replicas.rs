@@ -16,8 +16,9 @@ use agent_runner::pb::agent_service_client::AgentServiceClient;
 use serde::Serialize;
 use tonic::transport::Channel;
 
-use crate::measure::{bench_request, percentile, sorted};
+use crate::measure::{percentile, sorted};
 use crate::processes::{cpu_time, start_mock, start_service_with, Process};
+use crate::workload::bench_request;
 
 /// A replica case as the bench's presets name it.
 #[derive(Debug, Clone, Copy)]

@@ -11,8 +11,9 @@ use agent_runner::pb::run_event::Event;
 use serde::Serialize;
 use tonic::transport::Channel;
 
-use crate::measure::{bench_request, percentile, sorted};
+use crate::measure::{percentile, sorted};
 use crate::processes::{cpu_time, start_mock, start_service_with, Process};
+use crate::workload::bench_request;
 
 /// Runs the dead replica holds when it is killed.
 const RUNS: usize = 12;

@@ -8,7 +8,7 @@ use agent_runner::pb;
 use futures::StreamExt;
 use prost::Message as _;
 
-use crate::measure::{bench_request, RunResult};
+use crate::workload::{bench_request, RunResult};
 
 /// A flag byte and a four-byte length precede every frame.
 const FRAME_HEAD: usize = 5;
