@@ -6,7 +6,7 @@ use futures::Stream;
 use tonic::{Request, Response, Status};
 
 use super::auth::{caller_of, tenant_of};
-use super::convert::{parse_id, run_spec};
+use super::convert::{parse_id, run_listing, run_spec};
 use super::deadline::deadline_of;
 use super::status::from_error;
 use super::stream::RunEventStream;
@@ -245,6 +245,27 @@ impl AgentService for AgentApi {
         Ok(Response::new(pb::ListMessagesResponse {
             messages,
             next_page_token,
+        }))
+    }
+
+    async fn list_runs(
+        &self,
+        request: Request<pb::ListRunsRequest>,
+    ) -> Result<Response<pb::ListRunsResponse>, Status> {
+        let tenant = tenant_of(&request)?;
+        let request = request.into_inner();
+        let limit = page_limit(request.page_size)?;
+        let filter = run_listing::run_filter(&request)?;
+        let after = run_listing::cursor_of(&request)?;
+        let page = self
+            .store
+            .list_runs(&tenant, &filter, after, limit)
+            .await
+            .map_err(from_error)?;
+        Ok(Response::new(pb::ListRunsResponse {
+            next_page_token: run_listing::token_of(&request, page.next),
+            stopped_early: page.stopped_early,
+            runs: page.runs.into_iter().map(Into::into).collect(),
         }))
     }
 

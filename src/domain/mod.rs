@@ -17,6 +17,7 @@ mod message;
 mod model_provider;
 mod provider;
 pub mod redact;
+mod run_filter;
 mod secret;
 mod takeover;
 mod thought;
@@ -45,6 +46,7 @@ pub use model_provider::{
     DEFAULT_QUEUE_TIMEOUT_SECS, DEFAULT_RETRY_BASE_MS, DEFAULT_RETRY_MAX_DELAY_MS,
 };
 pub use provider::{McpToolDef, ProviderKind, ProviderRecord, ProviderSource};
+pub use run_filter::{RunFilter, RunIndex};
 pub use secret::Secret;
 pub use takeover::{adopt, end_orphan, fate, Adoption, Fate, OWNER_LOST, STOPPED};
 pub use thought::{

@@ -8,10 +8,11 @@ use async_trait::async_trait;
 use tokio::sync::{broadcast, watch};
 
 use super::error::StoreError;
+use super::run_listing::{RunCursor, RunPage};
 use crate::domain::{
     Adoption, AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, ApiKeyRecord,
     Conversation, ConversationId, EventEnvelope, FileId, FileRecord, IdempotencyRecord, Lease,
-    Message, MessageId, PastMessage, ProviderRecord, RunCommand, Tenant, Thought,
+    Message, MessageId, PastMessage, ProviderRecord, RunCommand, RunFilter, Tenant, Thought,
 };
 
 /// One page of a listing, in order.
@@ -282,6 +283,20 @@ pub trait Conversations: Send + Sync {
         before: Option<MessageId>,
         limit: usize,
     ) -> Result<Page<MessageId>, StoreError>;
+
+    /// A page of the tenant's runs `filter` keeps, newest first in the order the store
+    /// wrote them (its own clock, never a replica's), from the one after `after`. It reads
+    /// the filter's [`RunIndex`](crate::domain::RunIndex) and at most
+    /// [`MAX_SCANNED`](super::run_listing::MAX_SCANNED) entries of it. Paging is stable:
+    /// every run written before the first page appears exactly once; one written since may
+    /// or may not.
+    async fn list_runs(
+        &self,
+        tenant: &Tenant,
+        filter: &RunFilter,
+        after: Option<RunCursor>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError>;
 
     /// What the run of `message` was started with; `None` for messages of earlier versions.
     async fn get_run_spec(

@@ -18,6 +18,7 @@ mod contract;
 mod error;
 mod postgres;
 mod retire;
+mod run_listing;
 mod sealed;
 mod settings;
 mod sled;
@@ -33,6 +34,7 @@ pub use contract::{
 pub use error::{Category, StoreError};
 pub use postgres::{describe as describe_database, with_database};
 pub use retire::retire_old_events;
+pub use run_listing::{ListedRun, RunCursor, RunPage, MAX_SCANNED};
 pub use sealed::SecretKey;
 pub use settings::{DatabaseSettings, StoreSettings};
 

@@ -40,6 +40,7 @@ mod replicas_shared;
 mod resilience;
 mod run_control;
 mod run_function_calling;
+mod run_listing;
 mod run_react;
 mod stored_agents;
 mod structured_output;

@@ -9,6 +9,7 @@ pub mod provider;
 mod record;
 pub mod reference;
 mod run;
+pub mod run_listing;
 mod scalar;
 
 pub use json::{json_to_struct, struct_to_json};

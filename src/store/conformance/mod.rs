@@ -8,6 +8,7 @@
 mod agents;
 mod lifecycle;
 mod ownership;
+mod runs;
 
 pub use agents::{
     agents_are_kept_per_tenant, alias_moves_compare_and_set,
@@ -20,6 +21,10 @@ pub use ownership::{
     commands_reach_running_runs_once, orphans_are_taken_over_until_their_limit,
     registry_changes_are_counted, running_children_are_found_by_their_parent,
     tenant_limits_admit_exactly,
+};
+pub use runs::{
+    every_run_filter_holds, runs_are_listed_newest_first_with_stable_pages,
+    runs_are_listed_per_tenant_and_leave_with_their_conversation,
 };
 
 use std::collections::BTreeMap;
@@ -45,6 +50,12 @@ pub trait Harness: Send + Sync {
 
     /// The database of `store` opened again, as after a restart; `store` is dropped first.
     async fn reopen(&self, store: Store) -> Store;
+
+    /// Another writer on the database of `store`: a second replica's handle on a shared
+    /// database; the same handle (used from another task) on a store one process opens.
+    async fn writer(&self, store: &Store) -> Store {
+        store.clone()
+    }
 }
 
 /// Every check of the suite, named once: `$make!` is called with the whole list, and each
@@ -77,6 +88,9 @@ macro_rules! every_check {
             agents_are_kept_per_tenant,
             an_agents_messages_are_listed_newest_first,
             nul_in_an_agents_fields_is_refused_naming_it,
+            runs_are_listed_newest_first_with_stable_pages,
+            every_run_filter_holds,
+            runs_are_listed_per_tenant_and_leave_with_their_conversation,
         );
     };
 }

@@ -8,10 +8,12 @@ use super::error::from_sqlx;
 use super::paged::{decode, encode, Paged};
 use super::Postgres;
 use crate::domain::{
-    Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
+    Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, RunFilter,
+    Tenant,
 };
 use crate::store::contract::{Admission, Inserted, NewMessage, Page, PageSize, Refusal};
 use crate::store::error::StoreError;
+use crate::store::run_listing::{RunCursor, RunPage};
 
 /// Messages, a page at a time in their conversation.
 const MESSAGES: Paged = Paged {
@@ -24,7 +26,7 @@ const MESSAGES: Paged = Paged {
 pub(super) const FIRST_EPOCH: i64 = 1;
 
 impl Postgres {
-    async fn read_message<T: serde::de::DeserializeOwned>(
+    pub(super) async fn read_message<T: serde::de::DeserializeOwned>(
         &self,
         tenant: &Tenant,
         id: MessageId,
@@ -220,6 +222,16 @@ impl crate::store::contract::Conversations for Postgres {
             .map(|(id,)| MessageId(id))
             .collect();
         Ok(Page { items, more })
+    }
+
+    async fn list_runs(
+        &self,
+        tenant: &Tenant,
+        filter: &RunFilter,
+        after: Option<RunCursor>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError> {
+        self.list_runs_now(tenant, filter, after, limit).await
     }
 
     async fn get_run_spec(

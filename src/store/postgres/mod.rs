@@ -16,6 +16,7 @@ mod paged;
 mod records;
 mod registry;
 mod replicas;
+mod run_index;
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -343,48 +344,40 @@ impl Postgres {
 /// The embedded migrations, applied in order under the migrator's advisory lock, so
 /// replicas starting at once on an empty database apply each once.
 fn migrator() -> Migrator {
-    let initial = Migration::new(
-        1,
-        "initial".into(),
-        MigrationType::Simple,
-        sqlx::SqlStr::from_static(include_str!("migrations/0001_initial.sql")),
-        false,
-    );
-    let replicas = Migration::new(
-        2,
-        "replicas".into(),
-        MigrationType::Simple,
-        sqlx::SqlStr::from_static(include_str!("migrations/0002_replicas.sql")),
-        false,
-    );
-    let agents = Migration::new(
-        3,
-        "agents".into(),
-        MigrationType::Simple,
-        sqlx::SqlStr::from_static(include_str!("migrations/0003_agents.sql")),
-        false,
-    );
-    let agent_messages = Migration::new(
-        4,
-        "agent_messages".into(),
-        MigrationType::Simple,
-        sqlx::SqlStr::from_static(include_str!("migrations/0004_agent_messages.sql")),
-        false,
-    );
-    let message_parents = Migration::new(
-        5,
-        "message_parents".into(),
-        MigrationType::Simple,
-        sqlx::SqlStr::from_static(include_str!("migrations/0005_message_parents.sql")),
-        false,
-    );
-    Migrator::with_migrations(vec![
-        initial,
-        replicas,
-        agents,
-        agent_messages,
-        message_parents,
-    ])
+    let steps = [
+        (1, "initial", include_str!("migrations/0001_initial.sql")),
+        (2, "replicas", include_str!("migrations/0002_replicas.sql")),
+        (3, "agents", include_str!("migrations/0003_agents.sql")),
+        (
+            4,
+            "agent_messages",
+            include_str!("migrations/0004_agent_messages.sql"),
+        ),
+        (
+            5,
+            "message_parents",
+            include_str!("migrations/0005_message_parents.sql"),
+        ),
+        (
+            6,
+            "listed_runs",
+            include_str!("migrations/0006_listed_runs.sql"),
+        ),
+    ];
+    Migrator::with_migrations(
+        steps
+            .into_iter()
+            .map(|(version, name, sql)| {
+                Migration::new(
+                    version,
+                    name.into(),
+                    MigrationType::Simple,
+                    sqlx::SqlStr::from_static(sql),
+                    false,
+                )
+            })
+            .collect(),
+    )
 }
 
 /// Refuses a database whose schema needs a newer build than this one.

@@ -110,6 +110,14 @@ impl Harness for Databases {
             .unwrap();
         Store::new(backend)
     }
+
+    async fn writer(&self, _store: &Store) -> Store {
+        let settings = Settings {
+            replica_id: "conformance-peer".to_owned(),
+            ..self.settings(&self.last())
+        };
+        Store::new(Postgres::connect(&settings, &self.key).await.unwrap())
+    }
 }
 
 impl Drop for Databases {

@@ -14,13 +14,14 @@ use super::flusher::Writing;
 use super::Embedded;
 use crate::domain::{
     ApiKeyRecord, Conversation, ConversationId, EventEnvelope, FileId, FileRecord,
-    IdempotencyRecord, Message, MessageId, MessageStatus, PastMessage, ProviderRecord, Tenant,
-    Thought,
+    IdempotencyRecord, Message, MessageId, MessageStatus, PastMessage, ProviderRecord, RunFilter,
+    Tenant, Thought,
 };
 use crate::store::contract::{
     Burst, Fence, Inserted, NewMessage, Page, PageSize, Record, StoredProvider,
 };
 use crate::store::error::StoreError;
+use crate::store::run_listing::{RunCursor, RunPage};
 
 impl Embedded {
     /// Writes a burst's records, then its events: nothing of it is durable until the
@@ -168,6 +169,16 @@ impl crate::store::contract::Conversations for Embedded {
         limit: usize,
     ) -> Result<Page<MessageId>, StoreError> {
         self.agent_message_ids(tenant, agent_id, before, limit)
+    }
+
+    async fn list_runs(
+        &self,
+        tenant: &Tenant,
+        filter: &RunFilter,
+        after: Option<RunCursor>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError> {
+        self.list_runs(tenant, filter, after, limit)
     }
 
     async fn get_run_spec(

@@ -53,6 +53,19 @@ pub fn agent_message(tenant: &Tenant, agent_id: &str, id: MessageId) -> Vec<u8> 
     key
 }
 
+/// Prefix of the index entries of a run's sub-agent runs.
+pub fn child_runs(tenant: &Tenant, parent: MessageId) -> Vec<u8> {
+    message(tenant, parent)
+}
+
+/// Index entry of a sub-agent's run under its parent (ids are time-ordered, so one
+/// parent's entries sort oldest first).
+pub fn child_run(tenant: &Tenant, parent: MessageId, id: MessageId) -> Vec<u8> {
+    let mut key = child_runs(tenant, parent);
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
 /// Prefix of a message's thoughts or events.
 pub fn message_children(tenant: &Tenant, id: MessageId) -> Vec<u8> {
     message(tenant, id)

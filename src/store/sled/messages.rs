@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::pieces::{self, Owner};
-use super::{decode, encode, keys, Embedded, StoreError};
+use super::{decode, encode, keys, run_index, Embedded, StoreError};
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
 };
@@ -152,6 +152,8 @@ impl Embedded {
         if let Some(key) = &agent_key {
             t.agent_messages.insert(key.as_slice(), &[] as &[u8])?;
         }
+        let (runs, run_key) = run_index::entry_of(tenant, message);
+        runs.of(&t).insert(run_key.as_slice(), &[] as &[u8])?;
         let Some((key, record)) = idempotency else {
             if let Some((key, value)) = &conversation {
                 t.conversations.insert(key.as_slice(), value.as_slice())?;
@@ -189,8 +191,11 @@ impl Embedded {
             Ok::<_, ConflictableTransactionError<StoreError>>(Inserted::Yes)
         });
         let inserted = result.map_err(transaction_error)?;
-        if let (Inserted::KeyTaken(_), Some(key)) = (&inserted, &agent_key) {
-            t.agent_messages.remove(key.as_slice())?;
+        if let Inserted::KeyTaken(_) = &inserted {
+            if let Some(key) = &agent_key {
+                t.agent_messages.remove(key.as_slice())?;
+            }
+            runs.of(&t).remove(run_key.as_slice())?;
         }
         Ok(inserted)
     }
@@ -504,6 +509,8 @@ impl Embedded {
                 if let Some(key) = agent_key(tenant, &record) {
                     t.agent_messages.remove(key)?;
                 }
+                let (runs, key) = run_index::entry_of(tenant, &record);
+                runs.of(&t).remove(key)?;
             }
             let files: Vec<_> = self
                 .thoughts_of(tenant, *message)?

@@ -19,6 +19,7 @@ mod messages;
 mod past_cache;
 mod pieces;
 mod records;
+mod run_index;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -67,6 +68,10 @@ struct Trees {
     agent_messages: sled::Tree,
     thoughts: sled::Tree,
     events: sled::Tree,
+    /// Top-level messages by tenant and id, keys only: a tenant's runs in order.
+    runs: sled::Tree,
+    /// Sub-agents' messages by tenant, parent and id, keys only.
+    children: sled::Tree,
     /// Markers of messages whose run has not ended, so start-up recovery scans only them.
     running: sled::Tree,
     /// Idempotency keys of runs, by tenant and key.
@@ -100,12 +105,14 @@ struct Trees {
 
 impl Trees {
     fn open(db: sled::Db, state: &flusher::FlushState) -> Result<Self, StoreError> {
-        Ok(Self {
+        let trees = Self {
             conversations: db.open_tree("conversations")?,
             messages: db.open_tree("messages")?,
             conversation_messages: db.open_tree("conversation_messages")?,
             agent_messages: db.open_tree("agent_messages")?,
             thoughts: db.open_tree("thoughts")?,
+            runs: db.open_tree("runs")?,
+            children: db.open_tree("children")?,
             events: db.open_tree("events")?,
             running: db.open_tree("running")?,
             idempotency: db.open_tree("idempotency")?,
@@ -122,7 +129,9 @@ impl Trees {
             agents: db.open_tree("agents")?,
             agent_versions: db.open_tree("agent_versions")?,
             flusher: flusher::Flusher::start(db, state)?,
-        })
+        };
+        Embedded::build_run_index(&trees)?;
+        Ok(trees)
     }
 }
 
@@ -312,6 +321,8 @@ impl Embedded {
             ("messages", &t.messages),
             ("conversation_messages", &t.conversation_messages),
             ("thoughts", &t.thoughts),
+            ("runs", &t.runs),
+            ("children", &t.children),
             ("events", &t.events),
             ("running", &t.running),
             ("idempotency", &t.idempotency),
