@@ -3,7 +3,7 @@
 // Shows: the loader options that make events usable, metadata (tenant or API key), a run whose
 // events print as they stream, a tool preset passed as a google.protobuf.Struct (a plain object
 // is silently dropped there), reading the message and its thoughts back, a deadline (which
-// cancels the run on the server) followed by Attach, and Cancel.
+// cancels the run on the server) followed by Attach, Cancel, and listing the tenant's runs.
 //
 //   npm ci
 //   AGENT_RUNNER_ADDR=127.0.0.1:50051 AGENT_RUNNER_MODEL=openai/gpt-4o-mini node run_agent.js
@@ -140,6 +140,7 @@ async function runAndReadBack(agents) {
   // The preset (a Struct) reached the tool: Tokyo time, whatever the model asked for.
   assert.match(calls[0].observation, /JST/);
   console.log(`stored: ${message.status}, ${thoughts.length} thoughts, tool said ${JSON.stringify(calls[0].observation)}`);
+  return end.messageId;
 }
 
 async function deadlineThenAttach(agents) {
@@ -171,14 +172,31 @@ async function cancel(agents) {
     }
   });
   assert.equal(events[events.length - 1].end.finishReason, 'FINISH_REASON_CANCELLED');
+  return events[0].messageId;
+}
+
+// The tenant's runs, newest first: the two runs above are listed in the order they were
+// made, each with its status; a filter keeps only the cancelled ones.
+async function listRuns(agents, first, cancelled) {
+  console.log('== ListRuns');
+  const page = await unary(agents, 'ListRuns', { pageSize: 100 });
+  const ids = page.runs.map((run) => run.messageId);
+  assert.ok(ids.indexOf(cancelled) < ids.indexOf(first) && ids.indexOf(cancelled) >= 0, 'newest first');
+  const summary = page.runs.find((run) => run.messageId === first);
+  assert.equal(summary.status, 'MESSAGE_STATUS_COMPLETED');
+  const onlyCancelled = await unary(agents, 'ListRuns', { statuses: ['MESSAGE_STATUS_CANCELLED'], pageSize: 100 });
+  assert.ok(onlyCancelled.runs.every((run) => run.status === 'MESSAGE_STATUS_CANCELLED'));
+  assert.ok(onlyCancelled.runs.some((run) => run.messageId === cancelled));
+  console.log(`listed ${page.runs.length} runs; the newest: ${page.runs[0].query} (${page.runs[0].status})`);
 }
 
 async function main() {
   const agents = new v1.AgentService(ADDR, grpc.credentials.createInsecure());
   try {
-    await runAndReadBack(agents);
+    const first = await runAndReadBack(agents);
     await deadlineThenAttach(agents);
-    await cancel(agents);
+    const cancelled = await cancel(agents);
+    await listRuns(agents, first, cancelled);
   } finally {
     agents.close();
   }

@@ -2,7 +2,8 @@
 
 Shows: metadata (tenant or API key), a run whose events print as they stream, a tool preset
 passed as a google.protobuf.Struct, reading the message and its thoughts back, a deadline
-that cancels the run on the server, Attach to read a run's events again, and Cancel.
+that cancels the run on the server, Attach to read a run's events again, Cancel, and
+listing the tenant's runs.
 
     pip install -r requirements.txt && ./generate.sh
     AGENT_RUNNER_ADDR=127.0.0.1:50051 AGENT_RUNNER_MODEL=openai/gpt-4o-mini python run_agent.py
@@ -109,6 +110,7 @@ def run_and_read_back(agents):
     assert "JST" in calls[0].observation, calls[0].observation
     print(f"stored: {agent_pb2.MessageStatus.Name(message.status)}, "
           f"{len(thoughts)} thoughts, tool said {calls[0].observation!r}")
+    return end.message_id
 
 
 def deadline_then_attach(agents):
@@ -138,9 +140,11 @@ def cancel(agents):
     print("== Cancel")
     stream = agents.Run(run_request("Tell me the time, slowly."), metadata=metadata(), timeout=60)
     end = None
+    asked_for = None
     for event in stream:
         kind = show(event)
         if kind == "delta" and end is None:
+            asked_for = event.message_id
             agents.Cancel(
                 agent_pb2.CancelRequest(message_id=event.message_id), metadata=metadata(), timeout=10
             )
@@ -149,14 +153,37 @@ def cancel(agents):
             end = event.end
     assert end is not None and end != "asked", "the cancelled run still ends with an end event"
     assert end.finish_reason == agent_pb2.FINISH_REASON_CANCELLED, end
+    return asked_for
+
+
+def list_runs(agents, first, cancelled):
+    """The tenant's runs, newest first; a filter keeps only the cancelled ones."""
+    print("== ListRuns")
+    page = agents.ListRuns(agent_pb2.ListRunsRequest(page_size=100), metadata=metadata(), timeout=10)
+    ids = [run.message_id for run in page.runs]
+    assert cancelled in ids and first in ids, ids
+    assert ids.index(cancelled) < ids.index(first), "newest first"
+    summary = page.runs[ids.index(first)]
+    assert summary.status == agent_pb2.MESSAGE_STATUS_COMPLETED, summary
+    only_cancelled = agents.ListRuns(
+        agent_pb2.ListRunsRequest(statuses=[agent_pb2.MESSAGE_STATUS_CANCELLED], page_size=100),
+        metadata=metadata(),
+        timeout=10,
+    )
+    assert all(run.status == agent_pb2.MESSAGE_STATUS_CANCELLED for run in only_cancelled.runs)
+    assert cancelled in [run.message_id for run in only_cancelled.runs]
+    newest = page.runs[0]
+    print(f"listed {len(page.runs)} runs; the newest: {newest.query!r} "
+          f"({agent_pb2.MessageStatus.Name(newest.status)})")
 
 
 def main():
     with grpc.insecure_channel(ADDR) as channel:
         agents = agent_pb2_grpc.AgentServiceStub(channel)
-        run_and_read_back(agents)
+        first = run_and_read_back(agents)
         deadline_then_attach(agents)
-        cancel(agents)
+        cancelled = cancel(agents)
+        list_runs(agents, first, cancelled)
     print("python example: ok")
 
 

@@ -1,5 +1,6 @@
 // Drives the page in headless Chromium: a run streams into it over gRPC-Web (the answer
-// grows before the run ends), the conversation's messages are listed, and an error the
+// grows before the run ends), the conversation's messages and the tenant's runs are
+// listed, and an error the
 // service returns arrives with its gRPC code. WEB_PAGE_URL is the page (served from an
 // origin the service lists for CORS), WEB_SCREENSHOT where its picture goes.
 import { chromium } from "playwright-core";
@@ -45,6 +46,12 @@ try {
   if (row[2] !== "What time is it?" || row[3] !== answer) {
     await fail(`the listed message is not the run: ${row.join(" | ")}`);
   }
+  // The tenant's runs, newest first: the run just made leads the list, completed.
+  await page.locator("#runs tbody tr").first().waitFor({ timeout: 10_000 });
+  const run = await page.locator("#runs tbody tr").first().locator("td").allTextContents();
+  if (run[0] !== row[0] || run[1] !== "COMPLETED" || run[2] !== "What time is it?") {
+    await fail(`the newest listed run is not the run: ${run.join(" | ")}`);
+  }
   await page.screenshot({ path: screenshot, fullPage: true });
 
   // An error comes back with its gRPC code, read from the trailers.
@@ -55,7 +62,7 @@ try {
   if (!/InvalidArgument|NotFound|FailedPrecondition/.test(refused)) {
     await fail(`the refusal lost its code: ${refused}`);
   }
-  console.log(`web example: streamed ${events.length} events (${lengths.size} answer lengths seen), listed the message, refusal read as "${refused}"`);
+  console.log(`web example: streamed ${events.length} events (${lengths.size} answer lengths seen), listed the message and the run, refusal read as "${refused}"`);
 } finally {
   await browser.close();
 }

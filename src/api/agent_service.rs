@@ -265,7 +265,32 @@ impl AgentService for AgentApi {
         Ok(Response::new(pb::ListRunsResponse {
             next_page_token: run_listing::token_of(&request, page.next),
             stopped_early: page.stopped_early,
-            runs: page.runs.into_iter().map(Into::into).collect(),
+            runs: page.items.into_iter().map(Into::into).collect(),
+        }))
+    }
+
+    async fn list_conversations(
+        &self,
+        request: Request<pb::ListConversationsRequest>,
+    ) -> Result<Response<pb::ListConversationsResponse>, Status> {
+        let tenant = tenant_of(&request)?;
+        let request = request.into_inner();
+        let limit = page_limit(request.page_size)?;
+        let (as_of, after) = run_listing::conversation_cursor_of(&request)?;
+        let user = (!request.user.is_empty()).then_some(request.user.as_str());
+        let listed = self
+            .store
+            .list_conversations(&tenant, user, as_of, after, limit)
+            .await
+            .map_err(from_error)?;
+        Ok(Response::new(pb::ListConversationsResponse {
+            next_page_token: run_listing::conversation_token_of(
+                &request,
+                listed.as_of,
+                listed.page.next,
+            ),
+            stopped_early: listed.page.stopped_early,
+            conversations: listed.page.items.into_iter().map(Into::into).collect(),
         }))
     }
 

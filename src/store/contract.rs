@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use tokio::sync::{broadcast, watch};
 
 use super::error::StoreError;
-use super::run_listing::{RunCursor, RunPage};
+use super::run_listing::{ConversationPage, RunCursor, RunPage};
 use crate::domain::{
     Adoption, AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, ApiKeyRecord,
     Conversation, ConversationId, EventEnvelope, FileId, FileRecord, IdempotencyRecord, Lease,
@@ -297,6 +297,22 @@ pub trait Conversations: Send + Sync {
         after: Option<RunCursor>,
         limit: usize,
     ) -> Result<RunPage, StoreError>;
+
+    /// A page of the tenant's conversations (sub-agents' aside), by last activity, newest
+    /// first: each at the place of its newest run as of `as_of` (the newest run's place when
+    /// the first page was read, which the store gives with that page). Every conversation
+    /// that existed then appears exactly once across the pages, as it stood then. Reads the
+    /// top-level runs index from `after` down, at most
+    /// [`MAX_SCANNED`](super::run_listing::MAX_SCANNED) entries (a conversation's older runs
+    /// are passed over), keeping those `user` started when given.
+    async fn list_conversations(
+        &self,
+        tenant: &Tenant,
+        user: Option<&str>,
+        as_of: Option<RunCursor>,
+        after: Option<RunCursor>,
+        limit: usize,
+    ) -> Result<ConversationPage, StoreError>;
 
     /// What the run of `message` was started with; `None` for messages of earlier versions.
     async fn get_run_spec(

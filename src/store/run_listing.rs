@@ -3,7 +3,7 @@
 //!
 //! [`Conversations::list_runs`]: super::Conversations::list_runs
 
-use crate::domain::{Message, RunFilter};
+use crate::domain::Message;
 
 /// The most index entries one page reads: a filter the index does not answer returns a
 /// shorter page (saying it stopped early) rather than reading the tenant's history.
@@ -24,16 +24,52 @@ pub struct ListedRun {
     pub owner: Option<String>,
 }
 
-/// One page of runs.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct RunPage {
-    /// The runs, newest first.
-    pub runs: Vec<ListedRun>,
+/// One page of a listing read from an index newest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listing<T> {
+    /// What the page holds, newest first.
+    pub items: Vec<T>,
     /// Where the next page starts; `None` on the last.
     pub next: Option<RunCursor>,
     /// Whether the page ended because it read [`MAX_SCANNED`] entries, not because it was
     /// full: more may match past `next`.
     pub stopped_early: bool,
+}
+
+impl<T> Default for Listing<T> {
+    fn default() -> Self {
+        Self {
+            items: Vec::new(),
+            next: None,
+            stopped_early: false,
+        }
+    }
+}
+
+/// One page of runs.
+pub type RunPage = Listing<ListedRun>;
+
+/// A conversation as listed: its record, how many messages it holds, and its newest run
+/// as of the listing's start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedConversation {
+    /// The conversation.
+    pub conversation: crate::domain::Conversation,
+    /// Its messages then (the `seq` of that run).
+    pub messages: u64,
+    /// Its newest run as of the listing's start.
+    pub last: ListedRun,
+}
+
+/// One page of conversations, with the place of the newest run when the listing began:
+/// every page of one listing reads the conversations as they stood then.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ConversationPage {
+    /// The newest run's place when the first page was read; `None` when the tenant had no
+    /// runs.
+    pub as_of: Option<RunCursor>,
+    /// The page.
+    pub page: Listing<ListedConversation>,
 }
 
 /// Whether to offer the next entry.
@@ -45,15 +81,14 @@ pub enum Flow {
     Done,
 }
 
-/// Gathers one page from index entries offered newest first: keeps the runs the filter
-/// keeps, reads one kept run past a full page to tell whether more follow, and stops after
-/// [`MAX_SCANNED`] entries.
+/// Gathers one page from index entries offered newest first, each with what it adds to
+/// the page when the listing keeps it: reads one kept entry past a full page to tell
+/// whether more follow, and stops after [`MAX_SCANNED`] entries.
 #[derive(Debug)]
-pub struct Gather<'a> {
-    filter: &'a RunFilter,
+pub struct Gather<T> {
     limit: usize,
     scanned: usize,
-    page: RunPage,
+    page: Listing<T>,
     /// The place of the page's last run, once the page is full.
     full_at: Option<RunCursor>,
 }
@@ -61,23 +96,20 @@ pub struct Gather<'a> {
 /// Entries a read takes once the first did not fill the page.
 const LATER_READ: usize = 1_000;
 
-impl<'a> Gather<'a> {
-    /// A page of at most `limit` runs `filter` keeps.
-    pub fn new(filter: &'a RunFilter, limit: usize) -> Self {
+impl<T> Gather<T> {
+    /// A page of at most `limit` items.
+    pub fn new(limit: usize) -> Self {
         Self {
-            filter,
             limit: limit.max(1),
             scanned: 0,
-            page: RunPage::default(),
+            page: Listing::default(),
             full_at: None,
         }
     }
 
-    /// The entry at `place`, with its run when it still exists (an index entry may outlive
-    /// or precede its message).
-    pub fn offer(&mut self, place: RunCursor, run: Option<ListedRun>) -> Flow {
+    /// The entry at `place`, with its item when the listing keeps it.
+    pub fn offer(&mut self, place: RunCursor, kept: Option<T>) -> Flow {
         self.scanned += 1;
-        let kept = run.filter(|run| self.filter.keeps(&run.message));
         if let Some(full_at) = self.full_at {
             if kept.is_some() || self.scanned >= MAX_SCANNED {
                 self.page.next = Some(full_at);
@@ -86,8 +118,8 @@ impl<'a> Gather<'a> {
             return Flow::More;
         }
         if let Some(run) = kept {
-            self.page.runs.push(run);
-            if self.page.runs.len() == self.limit {
+            self.page.items.push(run);
+            if self.page.items.len() == self.limit {
                 self.full_at = Some(place);
             }
         }
@@ -110,7 +142,7 @@ impl<'a> Gather<'a> {
     }
 
     /// The page, once the index has nothing more to offer or the gather said done.
-    pub fn finish(self) -> RunPage {
+    pub fn finish(self) -> Listing<T> {
         self.page
     }
 }
@@ -118,7 +150,7 @@ impl<'a> Gather<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{ConversationId, MessageStatus, StrategyKind};
+    use crate::domain::{ConversationId, MessageStatus, RunFilter, StrategyKind};
 
     fn run(status: MessageStatus) -> Option<ListedRun> {
         let mut message = Message::running(
@@ -136,9 +168,10 @@ mod tests {
     }
 
     fn gather(filter: &RunFilter, limit: usize, entries: &[MessageStatus]) -> RunPage {
-        let mut gather = Gather::new(filter, limit);
+        let mut gather = Gather::new(limit);
         for (place, status) in entries.iter().enumerate().rev() {
-            if gather.offer(RunCursor(place as u128), run(*status)) == Flow::Done {
+            let kept = run(*status).filter(|run| filter.keeps(&run.message));
+            if gather.offer(RunCursor(place as u128), kept) == Flow::Done {
                 break;
             }
         }
@@ -149,10 +182,10 @@ mod tests {
     fn a_full_page_points_past_its_last_run_only_when_another_is_kept() {
         let all = RunFilter::default();
         let page = gather(&all, 2, &[MessageStatus::Completed; 3]);
-        assert_eq!(page.runs.len(), 2);
+        assert_eq!(page.items.len(), 2);
         assert_eq!(page.next, Some(RunCursor(1)));
         let exact = gather(&all, 3, &[MessageStatus::Completed; 3]);
-        assert_eq!((exact.runs.len(), exact.next), (3, None));
+        assert_eq!((exact.items.len(), exact.next), (3, None));
         let failed = RunFilter {
             statuses: vec![MessageStatus::Failed],
             ..RunFilter::default()
@@ -163,7 +196,7 @@ mod tests {
             MessageStatus::Failed,
         ];
         let last = gather(&failed, 2, &entries);
-        assert_eq!((last.runs.len(), last.next), (2, None));
+        assert_eq!((last.items.len(), last.next), (2, None));
     }
 
     #[test]
@@ -179,7 +212,7 @@ mod tests {
         ));
         let page = gather(&failed, 10, &entries);
         assert!(page.stopped_early);
-        assert!(page.runs.is_empty());
+        assert!(page.items.is_empty());
         assert_eq!(page.next, Some(RunCursor(6)));
     }
 }

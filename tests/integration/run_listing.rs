@@ -1,5 +1,5 @@
-//! `ListRuns` through the generated client: a tenant's runs newest first, their filters and
-//! summaries, bad requests named, other tenants kept out, and paging that holds while two
+//! `ListRuns` and `ListConversations` through the generated client: a tenant's runs newest
+//! first, their filters and summaries, its conversations by last activity, bad requests named, other tenants kept out, and paging that holds while two
 //! replicas write.
 
 use std::collections::HashSet;
@@ -189,6 +189,60 @@ async fn a_tenants_runs_are_listed_newest_first_and_filtered() {
         .unwrap_err();
     assert_eq!(elsewhere.code(), tonic::Code::InvalidArgument);
     assert!(elsewhere.message().contains("page_token"), "{elsewhere:?}");
+
+    let conversations = client
+        .list_conversations(pb::ListConversationsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .conversations;
+    let by_activity: Vec<(&str, u64, &str)> = conversations
+        .iter()
+        .map(|c| {
+            let last = c.last_run.as_ref().unwrap();
+            (
+                c.conversation_id.as_str(),
+                c.message_count,
+                last.message_id.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(by_activity.len(), 4, "{by_activity:?}");
+    assert_eq!(
+        by_activity[2],
+        (conversation.as_str(), 3, newest_first[2].as_str())
+    );
+    assert_eq!(by_activity[0].2, newest_first[0]);
+    assert_eq!(by_activity[3].2, waiting_id);
+    let anns = client
+        .list_conversations(pb::ListConversationsRequest {
+            user: "ann".into(),
+            page_size: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(anns.conversations.len(), 1);
+    assert_eq!(anns.conversations[0].user, "ann");
+    let second = client
+        .list_conversations(pb::ListConversationsRequest {
+            user: "ann".into(),
+            page_size: 1,
+            page_token: anns.next_page_token,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        second.conversations[0]
+            .last_run
+            .as_ref()
+            .unwrap()
+            .message_id,
+        newest_first[1]
+    );
+    assert!(second.next_page_token.is_empty());
 
     let other = client
         .list_runs(as_tenant(pb::ListRunsRequest::default(), "other"))

@@ -1,4 +1,5 @@
-// A page that runs one agent turn over gRPC-Web and lists the conversation's messages,
+// A page that runs one agent turn over gRPC-Web, lists the conversation's messages and the
+// tenant's recent runs,
 // with the client generated from agent-runner's protos (no hand-written framing).
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcWebTransport } from "@connectrpc/connect-web";
@@ -79,6 +80,31 @@ async function listMessages() {
   element<HTMLTableElement>("messages").tBodies[0].replaceChildren(...rows);
 }
 
+function cells(values: string[]) {
+  const row = document.createElement("tr");
+  for (const text of values) {
+    const cell = document.createElement("td");
+    cell.textContent = text;
+    row.append(cell);
+  }
+  return row;
+}
+
+// The tenant's runs, newest first (one page; `nextPageToken` would ask for the next).
+async function listRuns() {
+  const page = await agents().listRuns({ pageSize: 10 });
+  const rows = page.runs.map((run) =>
+    cells([
+      run.messageId,
+      MessageStatus[run.status] ?? String(run.status),
+      run.query,
+      String(run.rounds),
+      String(run.usage?.totalTokens ?? 0n),
+    ]),
+  );
+  element<HTMLTableElement>("runs").tBodies[0].replaceChildren(...rows);
+}
+
 element<HTMLFormElement>("ask").addEventListener("submit", async (submitted) => {
   submitted.preventDefault();
   const button = element<HTMLButtonElement>("run");
@@ -86,6 +112,7 @@ element<HTMLFormElement>("ask").addEventListener("submit", async (submitted) => 
   try {
     await run(element<HTMLTextAreaElement>("query").value);
     await listMessages();
+    await listRuns();
   } catch (err) {
     const error = ConnectError.from(err);
     show(`${Code[error.code]}: ${error.rawMessage}`, true);

@@ -1,4 +1,5 @@
-//! `ListRuns`: its request as a filter and a cursor, and its page as summaries.
+//! `ListRuns` and `ListConversations`: their requests as filters and cursors, and their
+//! pages as summaries.
 //!
 //! A page token carries the store's cursor with a fingerprint of the filters it was made
 //! under: a token is only good for the query that issued it, so one taken to another query
@@ -16,7 +17,7 @@ use super::scalar::{parse_id, timestamp};
 use crate::api::status::invalid;
 use crate::domain::{agent::check_slug, FinishReason, MessageStatus, RunFilter};
 use crate::pb;
-use crate::store::{ListedRun, RunCursor};
+use crate::store::{ListedConversation, ListedRun, RunCursor};
 
 /// The most statuses one request names.
 const MAX_STATUSES: usize = 8;
@@ -119,6 +120,85 @@ pub fn token_of(request: &pb::ListRunsRequest, cursor: Option<RunCursor>) -> Str
     bytes.extend_from_slice(&fingerprint_of(request));
     bytes.extend_from_slice(&place.to_be_bytes());
     URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The place a `ListConversations` page token carries: where the listing began and where
+/// the next page starts.
+pub fn conversation_cursor_of(
+    request: &pb::ListConversationsRequest,
+) -> Result<(Option<RunCursor>, Option<RunCursor>), Status> {
+    if request.user.len() > MAX_USER_BYTES {
+        return Err(invalid(
+            "user",
+            &format!("must be at most {MAX_USER_BYTES} bytes"),
+        ));
+    }
+    if request.page_token.is_empty() {
+        return Ok((None, None));
+    }
+    let bytes = URL_SAFE_NO_PAD
+        .decode(&request.page_token)
+        .map_err(|_| bad_token())?;
+    let [TOKEN_VERSION, rest @ ..] = bytes.as_slice() else {
+        return Err(bad_token());
+    };
+    let (fingerprint, places) = rest.split_at_checked(8).ok_or_else(bad_token)?;
+    if fingerprint != user_fingerprint(&request.user) {
+        return Err(invalid(
+            "page_token",
+            "was issued for another `user`: send the same filter as the first page",
+        ));
+    }
+    let places: [u8; 32] = places.try_into().map_err(|_| bad_token())?;
+    let (as_of, after) = places.split_at(16);
+    let place = |half: &[u8]| {
+        <[u8; 16]>::try_from(half)
+            .map(|bytes| RunCursor(u128::from_be_bytes(bytes)))
+            .map_err(|_| bad_token())
+    };
+    Ok((Some(place(as_of)?), Some(place(after)?)))
+}
+
+/// The token that asks for the next page of a conversation listing.
+pub fn conversation_token_of(
+    request: &pb::ListConversationsRequest,
+    as_of: Option<RunCursor>,
+    next: Option<RunCursor>,
+) -> String {
+    let (Some(RunCursor(as_of)), Some(RunCursor(next))) = (as_of, next) else {
+        return String::new();
+    };
+    let mut bytes = Vec::with_capacity(41);
+    bytes.push(TOKEN_VERSION);
+    bytes.extend_from_slice(&user_fingerprint(&request.user));
+    bytes.extend_from_slice(&as_of.to_be_bytes());
+    bytes.extend_from_slice(&next.to_be_bytes());
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn user_fingerprint(user: &str) -> [u8; 8] {
+    let digest = Sha256::digest(user.as_bytes());
+    let mut out = [0; 8];
+    out.copy_from_slice(&digest[..8]);
+    out
+}
+
+impl From<ListedConversation> for pb::ConversationSummary {
+    fn from(listed: ListedConversation) -> Self {
+        let ListedConversation {
+            conversation,
+            messages,
+            last,
+        } = listed;
+        Self {
+            conversation_id: conversation.id.to_string(),
+            user: conversation.user,
+            message_count: messages,
+            first_activity: Some(timestamp(conversation.created_at)),
+            last_activity: Some(timestamp(last.message.updated_at)),
+            last_run: Some(last.into()),
+        }
+    }
 }
 
 /// A short digest of the request's filters (its size and token aside).

@@ -10,6 +10,7 @@ mod commits;
 mod database;
 mod hostile;
 mod large;
+mod listing;
 mod long;
 mod measure;
 mod otlp;
@@ -43,6 +44,9 @@ enum Preset {
     WebStreams1k,
     /// Ten runs answering 2 MB each: memory after, and disk per answer byte.
     Large,
+    /// Time per `ListRuns` page with 100 runs stored and with 100,000: unfiltered, and the
+    /// runs waiting for the caller (on PostgreSQL with --database-url).
+    ListRuns,
     /// One conversation of --turns turns with history trimming on: the cost of the last
     /// ten turns over the first ten.
     Long,
@@ -142,6 +146,7 @@ fn case(
             ..slow("web-streams1k", 1000)
         },
         Preset::Large
+        | Preset::ListRuns
         | Preset::Long
         | Preset::Hostile
         | Preset::Replicas
@@ -254,6 +259,26 @@ async fn run_presets(
     if !replica_shapes.is_empty() {
         run_replica_cases(args, service_env, &replica_shapes).await?;
     }
+    if presets.contains(&Preset::ListRuns) {
+        let reports = listing::run_listing(args.database_url.as_deref()).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&reports)?);
+        } else {
+            println!("| store | runs | page p50 | page p99 | waiting p50 | waiting p99 | waiting found |\n|---|---|---|---|---|---|---|");
+            for r in &reports {
+                println!(
+                    "| {} | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {} |",
+                    r.store,
+                    r.runs,
+                    r.page_p50_ms,
+                    r.page_p99_ms,
+                    r.waiting_p50_ms,
+                    r.waiting_p99_ms,
+                    r.waiting_found
+                );
+            }
+        }
+    }
     let large = presets.contains(&Preset::Large);
     let long = presets.contains(&Preset::Long);
     let presets: Vec<Preset> = presets
@@ -262,6 +287,7 @@ async fn run_presets(
             !matches!(
                 p,
                 Preset::Large
+                    | Preset::ListRuns
                     | Preset::Long
                     | Preset::Hostile
                     | Preset::Replicas

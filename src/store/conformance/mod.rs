@@ -23,7 +23,8 @@ pub use ownership::{
     tenant_limits_admit_exactly,
 };
 pub use runs::{
-    every_run_filter_holds, runs_are_listed_newest_first_with_stable_pages,
+    conversations_are_listed_by_last_activity_once_each, every_run_filter_holds,
+    runs_are_listed_newest_first_with_stable_pages,
     runs_are_listed_per_tenant_and_leave_with_their_conversation,
 };
 
@@ -91,6 +92,7 @@ macro_rules! every_check {
             runs_are_listed_newest_first_with_stable_pages,
             every_run_filter_holds,
             runs_are_listed_per_tenant_and_leave_with_their_conversation,
+            conversations_are_listed_by_last_activity_once_each,
         );
     };
 }

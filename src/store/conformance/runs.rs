@@ -27,7 +27,7 @@ async fn start_as(
     let new_conversation = opening.then(|| crate::domain::Conversation {
         id: conversation,
         tenant: tenant.clone(),
-        user: String::new(),
+        user: message.user.clone(),
         created_at: message.created_at,
     });
     let inserted = store
@@ -71,8 +71,8 @@ async fn all_pages(
             .list_runs(tenant, filter, after, limit)
             .await
             .expect("a page of runs");
-        assert!(page.runs.len() <= limit, "a page holds at most its limit");
-        ids.extend(page.runs.iter().map(|run| run.message.id));
+        assert!(page.items.len() <= limit, "a page holds at most its limit");
+        ids.extend(page.items.iter().map(|run| run.message.id));
         match page.next {
             Some(next) => after = Some(next),
             None => return ids,
@@ -349,7 +349,7 @@ pub async fn every_run_filter_holds(harness: &dyn Harness) {
         .await
         .unwrap();
     assert_eq!(
-        (last.runs.len(), last.next, last.stopped_early),
+        (last.items.len(), last.next, last.stopped_early),
         (4, None, false)
     );
 }
@@ -428,4 +428,98 @@ pub async fn runs_are_listed_per_tenant_and_leave_with_their_conversation(harnes
             "{filter:?} lists deleted runs"
         );
     }
+}
+
+/// Every page of a conversation listing, as (conversation, message count, newest run);
+/// `between` runs after the first page.
+async fn conversation_pages(
+    store: &Store,
+    tenant: &Tenant,
+    user: Option<&str>,
+    limit: usize,
+    between: impl AsyncFnOnce(),
+) -> Vec<(ConversationId, u64, MessageId)> {
+    let mut listed = Vec::new();
+    let (mut as_of, mut after) = (None, None);
+    let mut between = Some(between);
+    for _ in 0..1000 {
+        let page = store
+            .list_conversations(tenant, user, as_of, after, limit)
+            .await
+            .expect("a page of conversations");
+        listed.extend(
+            page.page
+                .items
+                .into_iter()
+                .map(|c| (c.conversation.id, c.messages, c.last.message.id)),
+        );
+        if let Some(between) = between.take() {
+            between().await;
+        }
+        match page.page.next {
+            Some(next) => (as_of, after) = (page.as_of, Some(next)),
+            None => return listed,
+        }
+    }
+    panic!("paging never ended");
+}
+
+/// Conversations are listed by their newest run, newest first, sub-agents' aside; paging
+/// through them while runs are added shows each conversation that existed when the listing
+/// began exactly once, as it stood then; the end-user filter, tenants and deletion hold.
+pub async fn conversations_are_listed_by_last_activity_once_each(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let now = Utc::now();
+    let (a, b, c) = (
+        ConversationId::new(),
+        ConversationId::new(),
+        ConversationId::new(),
+    );
+    let started_by = move |user: &'static str| pinned("", 0, user, now);
+    let a1 = start_as(&store, &tenant(), a, true, started_by("ann")).await;
+    let b1 = start_as(&store, &tenant(), b, true, started_by("bob")).await;
+    let c1 = start_as(&store, &tenant(), c, true, started_by("ann")).await;
+    let a2 = start_as(&store, &tenant(), a, false, started_by("ann")).await;
+    start_as(
+        &store,
+        &tenant(),
+        ConversationId::new(),
+        true,
+        parented(&c1),
+    )
+    .await;
+    let listed = conversation_pages(&store, &tenant(), None, 100, async || ()).await;
+    assert_eq!(listed, vec![(a, 2, a2.id), (c, 1, c1.id), (b, 1, b1.id)]);
+    let _ = a1;
+
+    let writer = store.clone();
+    let paged = conversation_pages(&store, &tenant(), None, 1, async move || {
+        start_as(&writer, &tenant(), c, false, started_by("ann")).await;
+        start_as(
+            &writer,
+            &tenant(),
+            ConversationId::new(),
+            true,
+            started_by("eve"),
+        )
+        .await;
+    })
+    .await;
+    assert_eq!(
+        paged,
+        vec![(a, 2, a2.id), (c, 1, c1.id), (b, 1, b1.id)],
+        "each once, as it stood when the listing began"
+    );
+    let anns = conversation_pages(&store, &tenant(), Some("ann"), 100, async || ()).await;
+    let anns: Vec<ConversationId> = anns.into_iter().map(|(id, _, _)| id).collect();
+    assert_eq!(anns, vec![c, a], "the newest run moves a conversation up");
+    let other = Tenant::parse("other").unwrap();
+    assert!(conversation_pages(&store, &other, None, 10, async || ())
+        .await
+        .is_empty());
+    let bobs = conversation_pages(&store, &tenant(), Some("bob"), 10, async || ()).await;
+    assert_eq!(bobs, vec![(b, 1, b1.id)]);
+    store.delete_conversation(&tenant(), b).await.unwrap();
+    let left = conversation_pages(&store, &tenant(), Some("bob"), 10, async || ()).await;
+    assert!(left.is_empty(), "a deleted conversation is not listed");
 }

@@ -13,7 +13,7 @@ use crate::domain::{
 };
 use crate::store::contract::{Admission, Inserted, NewMessage, Page, PageSize, Refusal};
 use crate::store::error::StoreError;
-use crate::store::run_listing::{RunCursor, RunPage};
+use crate::store::run_listing::{ConversationPage, RunCursor, RunPage};
 
 /// Messages, a page at a time in their conversation.
 const MESSAGES: Paged = Paged {
@@ -232,6 +232,18 @@ impl crate::store::contract::Conversations for Postgres {
         limit: usize,
     ) -> Result<RunPage, StoreError> {
         self.list_runs_now(tenant, filter, after, limit).await
+    }
+
+    async fn list_conversations(
+        &self,
+        tenant: &Tenant,
+        user: Option<&str>,
+        as_of: Option<RunCursor>,
+        after: Option<RunCursor>,
+        limit: usize,
+    ) -> Result<ConversationPage, StoreError> {
+        self.list_conversations_now(tenant, user, as_of, after, limit)
+            .await
     }
 
     async fn get_run_spec(

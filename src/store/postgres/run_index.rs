@@ -1,4 +1,4 @@
-//! A tenant's runs newest first, by the number the database gives each message as it is
+//! A tenant's runs newest first, and its conversations by last activity, by the number the database gives each message as it is
 //! written (`listed`), read from the partial index the filter names (see migration 0006).
 
 use sqlx::Row;
@@ -7,9 +7,11 @@ use uuid::Uuid;
 use super::error::from_sqlx;
 use super::paged::decode;
 use super::Postgres;
-use crate::domain::{Message, MessageId, RunFilter, RunIndex, Tenant};
+use crate::domain::{Conversation, Message, MessageId, RunFilter, RunIndex, Tenant};
 use crate::store::error::StoreError;
-use crate::store::run_listing::{Flow, Gather, ListedRun, RunCursor, RunPage};
+use crate::store::run_listing::{
+    ConversationPage, Flow, Gather, ListedConversation, ListedRun, RunCursor, RunPage,
+};
 
 /// The statement that reads one batch below the place `$2` (by `$place`): `$1` tenant,
 /// `$3` how many, `$4` the index's key (conversation, parent or agent). Records longer
@@ -48,6 +50,19 @@ fn statement(index: RunIndex) -> &'static str {
     }
 }
 
+/// One batch of conversations: the top-level runs below `$2`, each with whether it was its
+/// conversation's newest as of `$4` (no later run of it numbered at or below), the
+/// conversation's record; `$1` tenant, `$3` how many.
+const CONVERSATIONS: &str = "\
+SELECT m.listed AS place, m.id, m.owner, m.running, \
+    CASE WHEN length(m.record) <= 32768 THEN m.record END AS record, \
+    c.record AS conversation, \
+    NOT EXISTS (SELECT 1 FROM messages n WHERE n.tenant = m.tenant \
+        AND n.conversation_id = m.conversation_id AND n.seq > m.seq AND n.listed <= $4) AS newest \
+FROM messages m JOIN conversations c ON c.tenant = m.tenant AND c.id = m.conversation_id \
+WHERE m.tenant = $1 AND m.parent_id IS NULL AND m.listed < $2 \
+ORDER BY m.listed DESC LIMIT $3";
+
 /// One row of a batch: its place, and its record unless it was too long to read inline.
 struct Entry {
     place: i64,
@@ -70,7 +85,7 @@ impl Postgres {
         let mut below = after.map_or(i64::MAX, |RunCursor(place)| {
             i64::try_from(place).unwrap_or(i64::MAX)
         });
-        let mut gather = Gather::new(filter, limit);
+        let mut gather = Gather::new(limit);
         loop {
             let wanted = gather.wanted();
             let rows = self
@@ -81,7 +96,8 @@ impl Postgres {
                 below = row.place;
                 let place = RunCursor(u128::try_from(row.place).unwrap_or_default());
                 let run = self.listed(tenant, row).await?;
-                if gather.offer(place, run) == Flow::Done {
+                let kept = run.filter(|run| filter.keeps(&run.message));
+                if gather.offer(place, kept) == Flow::Done {
                     return Ok(gather.finish());
                 }
             }
@@ -111,18 +127,100 @@ impl Postgres {
             RunIndex::Live | RunIndex::All => query.bind(None::<String>),
         };
         let rows = query.fetch_all(&self.pool).await.map_err(from_sqlx)?;
-        rows.into_iter()
-            .map(|row| {
-                let running: bool = row.try_get("running").map_err(from_sqlx)?;
-                let owner: String = row.try_get("owner").map_err(from_sqlx)?;
-                Ok(Entry {
-                    place: row.try_get("place").map_err(from_sqlx)?,
-                    id: MessageId(row.try_get::<Uuid, _>("id").map_err(from_sqlx)?),
-                    owner: running.then_some(owner),
-                    record: row.try_get("record").map_err(from_sqlx)?,
-                })
-            })
-            .collect()
+        rows.iter().map(entry_of).collect()
+    }
+
+    /// A page of the tenant's conversations by last activity as of `as_of`, from `after`
+    /// down.
+    pub(super) async fn list_conversations_now(
+        &self,
+        tenant: &Tenant,
+        user: Option<&str>,
+        as_of: Option<RunCursor>,
+        after: Option<RunCursor>,
+        limit: usize,
+    ) -> Result<ConversationPage, StoreError> {
+        let as_of = match as_of {
+            Some(RunCursor(place)) => i64::try_from(place).unwrap_or(i64::MAX),
+            None => {
+                let newest: Option<(i64,)> = sqlx::query_as(
+                    "SELECT listed FROM messages WHERE tenant = $1 AND parent_id IS NULL \
+                     ORDER BY listed DESC LIMIT 1",
+                )
+                .bind(tenant.as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(from_sqlx)?;
+                match newest {
+                    Some((newest,)) => newest,
+                    None => return Ok(ConversationPage::default()),
+                }
+            }
+        };
+        let mut below = as_of.saturating_add(1);
+        if let Some(RunCursor(after)) = after {
+            below = below.min(i64::try_from(after).unwrap_or(i64::MAX));
+        }
+        let mut gather = Gather::new(limit);
+        loop {
+            let wanted = gather.wanted();
+            let rows = sqlx::query(CONVERSATIONS)
+                .bind(tenant.as_str())
+                .bind(below)
+                .bind(i64::try_from(wanted).unwrap_or(i64::MAX))
+                .bind(as_of)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(from_sqlx)?;
+            let exhausted = rows.len() < wanted;
+            for row in rows {
+                let entry = entry_of(&row)?;
+                below = entry.place;
+                let place = RunCursor(u128::try_from(entry.place).unwrap_or_default());
+                let kept = self.conversation_of(tenant, &row, entry, user).await?;
+                if gather.offer(place, kept) == Flow::Done {
+                    return Ok(self.conversations(as_of, gather));
+                }
+            }
+            if exhausted {
+                return Ok(self.conversations(as_of, gather));
+            }
+        }
+    }
+
+    fn conversations(&self, as_of: i64, gather: Gather<ListedConversation>) -> ConversationPage {
+        ConversationPage {
+            as_of: Some(RunCursor(u128::try_from(as_of).unwrap_or_default())),
+            page: gather.finish(),
+        }
+    }
+
+    /// A row's conversation, when its run was the newest then and `user` (if given)
+    /// started it.
+    async fn conversation_of(
+        &self,
+        tenant: &Tenant,
+        row: &sqlx::postgres::PgRow,
+        entry: Entry,
+        user: Option<&str>,
+    ) -> Result<Option<ListedConversation>, StoreError> {
+        let newest: bool = row.try_get("newest").map_err(from_sqlx)?;
+        if !newest {
+            return Ok(None);
+        }
+        let text: String = row.try_get("conversation").map_err(from_sqlx)?;
+        let conversation: Conversation = decode("conversations", &text)?;
+        if user.is_some_and(|user| conversation.user != user) {
+            return Ok(None);
+        }
+        let Some(last) = self.listed(tenant, entry).await? else {
+            return Ok(None);
+        };
+        Ok(Some(ListedConversation {
+            conversation,
+            messages: last.message.seq,
+            last,
+        }))
     }
 
     /// The run of a row, its long record read on its own; without its answer.
@@ -139,4 +237,16 @@ impl Postgres {
             }
         }))
     }
+}
+
+/// The run a row names.
+fn entry_of(row: &sqlx::postgres::PgRow) -> Result<Entry, StoreError> {
+    let running: bool = row.try_get("running").map_err(from_sqlx)?;
+    let owner: String = row.try_get("owner").map_err(from_sqlx)?;
+    Ok(Entry {
+        place: row.try_get("place").map_err(from_sqlx)?,
+        id: MessageId(row.try_get::<Uuid, _>("id").map_err(from_sqlx)?),
+        owner: running.then_some(owner),
+        record: row.try_get("record").map_err(from_sqlx)?,
+    })
 }

@@ -21,7 +21,7 @@ use crate::store::contract::{
     Burst, Fence, Inserted, NewMessage, Page, PageSize, Record, StoredProvider,
 };
 use crate::store::error::StoreError;
-use crate::store::run_listing::{RunCursor, RunPage};
+use crate::store::run_listing::{ConversationPage, RunCursor, RunPage};
 
 impl Embedded {
     /// Writes a burst's records, then its events: nothing of it is durable until the
@@ -179,6 +179,17 @@ impl crate::store::contract::Conversations for Embedded {
         limit: usize,
     ) -> Result<RunPage, StoreError> {
         self.list_runs(tenant, filter, after, limit)
+    }
+
+    async fn list_conversations(
+        &self,
+        tenant: &Tenant,
+        user: Option<&str>,
+        as_of: Option<RunCursor>,
+        after: Option<RunCursor>,
+        limit: usize,
+    ) -> Result<ConversationPage, StoreError> {
+        self.list_conversations(tenant, user, as_of, after, limit)
     }
 
     async fn get_run_spec(

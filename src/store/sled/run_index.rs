@@ -1,4 +1,4 @@
-//! A tenant's runs newest first: the `runs` tree (top-level messages) and the `children`
+//! A tenant's runs newest first, and its conversations by last activity: the `runs` tree (top-level messages) and the `children`
 //! tree (sub-agents' runs by parent) hold keys only; listing reads the index the filter
 //! names backwards from its cursor. Ids are time-ordered (v7) and minted by the one process
 //! that writes the store, so an index's key order is the order runs were made.
@@ -6,7 +6,9 @@
 use super::admission::CHILD_MARKER;
 use super::{decode, keys, Embedded, StoreError, Trees};
 use crate::domain::{Message, MessageId, RunFilter, RunIndex, Tenant};
-use crate::store::run_listing::{Flow, Gather, ListedRun, RunCursor, RunPage};
+use crate::store::run_listing::{
+    ConversationPage, Flow, Gather, ListedConversation, ListedRun, RunCursor, RunPage,
+};
 
 /// Marks a database whose run indexes hold every message (written once they were built
 /// from an earlier version's messages). Tenants are never empty, so no entry starts so.
@@ -82,6 +84,18 @@ impl Scan<'_> {
     }
 }
 
+/// The place of the newest entry under `prefix`.
+fn newest_place(tree: &sled::Tree, prefix: &[u8]) -> Result<Option<RunCursor>, StoreError> {
+    let Some(entry) = tree.scan_prefix(prefix).next_back() else {
+        return Ok(None);
+    };
+    let (key, _) = entry?;
+    Ok(key
+        .get(prefix.len()..)
+        .and_then(|suffix| <[u8; 16]>::try_from(suffix).ok())
+        .map(|bytes| RunCursor(u128::from_be_bytes(bytes))))
+}
+
 fn id_of(bytes: [u8; 16]) -> MessageId {
     MessageId(uuid::Uuid::from_bytes(bytes))
 }
@@ -116,7 +130,7 @@ impl Embedded {
         let t = self.t()?;
         let scan = scan_of(&t, tenant, filter);
         let end = scan.end(after);
-        let mut gather = Gather::new(filter, limit);
+        let mut gather = Gather::new(limit);
         for entry in scan.tree.range(scan.prefix.clone()..end).rev() {
             let (key, value) = entry?;
             let Some((place, id)) = scan.read(&key, &value) else {
@@ -126,11 +140,97 @@ impl Embedded {
                 Some(id) => self.listed(&t, tenant, id)?,
                 None => None,
             };
-            if gather.offer(place, run) == Flow::Done {
+            let kept = run.filter(|run| filter.keeps(&run.message));
+            if gather.offer(place, kept) == Flow::Done {
                 break;
             }
         }
         Ok(gather.finish())
+    }
+
+    /// A page of the tenant's conversations by last activity as of `as_of`, from `after`
+    /// down.
+    pub fn list_conversations(
+        &self,
+        tenant: &Tenant,
+        user: Option<&str>,
+        as_of: Option<RunCursor>,
+        after: Option<RunCursor>,
+        limit: usize,
+    ) -> Result<ConversationPage, StoreError> {
+        let t = self.t()?;
+        let prefix = keys::tenant_prefix(tenant, 0);
+        let as_of = match as_of {
+            Some(as_of) => as_of,
+            None => match newest_place(&t.runs, &prefix)? {
+                Some(newest) => newest,
+                None => return Ok(ConversationPage::default()),
+            },
+        };
+        let below = after.map_or(as_of.0.saturating_add(1), |after| after.0.min(as_of.0 + 1));
+        let mut end = prefix.clone();
+        end.extend_from_slice(&below.to_be_bytes());
+        let mut gather = Gather::new(limit);
+        for entry in t.runs.range(prefix.clone()..end).rev() {
+            let (key, _) = entry?;
+            let Some(bytes) = key
+                .get(prefix.len()..)
+                .and_then(|suffix| <[u8; 16]>::try_from(suffix).ok())
+            else {
+                continue;
+            };
+            let place = RunCursor(u128::from_be_bytes(bytes));
+            let kept = self.conversation_at(&t, tenant, id_of(bytes), as_of, user)?;
+            if gather.offer(place, kept) == Flow::Done {
+                break;
+            }
+        }
+        Ok(ConversationPage {
+            as_of: Some(as_of),
+            page: gather.finish(),
+        })
+    }
+
+    /// The conversation of run `id` when that run was its newest as of `as_of` (and `user`
+    /// started it, when given).
+    fn conversation_at(
+        &self,
+        t: &Trees,
+        tenant: &Tenant,
+        id: MessageId,
+        as_of: RunCursor,
+        user: Option<&str>,
+    ) -> Result<Option<ListedConversation>, StoreError> {
+        let Some(last) = self.listed(t, tenant, id)? else {
+            return Ok(None);
+        };
+        let id = last.message.conversation_id;
+        let index = keys::conversation_messages(tenant, id);
+        let later = keys::conversation_message(tenant, id, last.message.seq.saturating_add(1));
+        for entry in t.conversation_messages.range(later..) {
+            let (key, value) = entry?;
+            if !key.starts_with(&index) {
+                break;
+            }
+            let Ok(bytes) = <[u8; 16]>::try_from(value.as_ref()) else {
+                continue;
+            };
+            if u128::from_be_bytes(bytes) <= as_of.0 {
+                // A later run that existed then: this one was not the newest.
+                return Ok(None);
+            }
+        }
+        let Some(conversation) = self.get_conversation(tenant, id)? else {
+            return Ok(None);
+        };
+        if user.is_some_and(|user| conversation.user != user) {
+            return Ok(None);
+        }
+        Ok(Some(ListedConversation {
+            conversation,
+            messages: last.message.seq,
+            last,
+        }))
     }
 
     /// A message as a listing shows it: its record without the answer kept apart.
@@ -217,13 +317,13 @@ mod tests {
         assert!(store
             .list_runs(&tenant, &all, None, 10)
             .unwrap()
-            .runs
+            .items
             .is_empty());
         Embedded::build_run_index(&t).unwrap();
         let listed: Vec<MessageId> = store
             .list_runs(&tenant, &all, None, 10)
             .unwrap()
-            .runs
+            .items
             .into_iter()
             .map(|run| run.message.id)
             .collect();
