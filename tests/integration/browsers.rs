@@ -169,6 +169,50 @@ async fn a_grpc_web_client_over_http1_streams_a_run_to_its_end() {
     }
 }
 
+/// gRPC-Web over HTTP/2 without TLS (h2c, as a proxy in front of browsers speaks it): the
+/// same events and the status in the trailer frame.
+#[tokio::test]
+async fn a_grpc_web_client_over_h2c_streams_a_run_to_its_end() {
+    use http_body_util::BodyExt as _;
+    let (llm, server, _client) = start(vec![]).await;
+    llm.repeat(Reply::text(&["Hello ", "over ", "h2c."], (3, 4)));
+    let stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let body = frame(0, &run_request("say hello", &[]).encode_to_vec());
+    let request = http::Request::post(format!("http://{}{RUN}", server.addr))
+        .header("content-type", BINARY)
+        .header("x-grpc-web", "1")
+        .body(http_body_util::Full::new(hyper::body::Bytes::from(body)))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.version(), http::Version::HTTP_2);
+    assert_eq!(response.status(), 200);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let mut bytes = body.to_vec();
+    let (mut events, mut trailers) = (Vec::new(), String::new());
+    while bytes.len() >= 5 {
+        let len = u32::from_be_bytes(bytes[1..5].try_into().unwrap()) as usize;
+        let payload = bytes[5..5 + len].to_vec();
+        if bytes[0] & 0x80 != 0 {
+            trailers.push_str(std::str::from_utf8(&payload).unwrap());
+        } else {
+            events.push(pb::RunEvent::decode(payload.as_slice()).unwrap());
+        }
+        bytes.drain(..5 + len);
+    }
+    assert!(trailers.contains("grpc-status:0"), "{trailers:?}");
+    match events.last().and_then(|e| e.event.clone()) {
+        Some(pb::run_event::Event::End(end)) => assert_eq!(end.answer, "Hello over h2c."),
+        other => panic!("the last event is not `end`: {other:?}"),
+    }
+}
+
 /// Another tenant attaching to a run is told `NOT_FOUND` in the trailers, as natively;
 /// a request the service refuses to decode is `INVALID_ARGUMENT` naming the field.
 #[tokio::test]
