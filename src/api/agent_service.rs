@@ -14,7 +14,7 @@ use crate::domain::{ConversationId, FileId, MessageId, SHOWN_TEXT_LIMIT};
 use crate::pb;
 use crate::pb::agent_service_server::AgentService;
 use crate::runner::{ClientOutput, Decision, RunError, Runner};
-use crate::store::{PageSize, Store};
+use crate::store::{ConversationQuery, PageSize, RunQuery, Store};
 use crate::telemetry::TraceParent;
 
 /// Largest page `ListMessages` and `ListThoughts` return.
@@ -259,7 +259,14 @@ impl AgentService for AgentApi {
         let after = run_listing::cursor_of(&request)?;
         let page = self
             .store
-            .list_runs(&tenant, &filter, after, limit)
+            .list_runs(
+                &tenant,
+                &RunQuery {
+                    filter: &filter,
+                    after,
+                    limit,
+                },
+            )
             .await
             .map_err(from_error)?;
         Ok(Response::new(pb::ListRunsResponse {
@@ -280,7 +287,15 @@ impl AgentService for AgentApi {
         let user = (!request.user.is_empty()).then_some(request.user.as_str());
         let listed = self
             .store
-            .list_conversations(&tenant, user, as_of, after, limit)
+            .list_conversations(
+                &tenant,
+                &ConversationQuery {
+                    user,
+                    as_of,
+                    after,
+                    limit,
+                },
+            )
             .await
             .map_err(from_error)?;
         Ok(Response::new(pb::ListConversationsResponse {

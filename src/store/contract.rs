@@ -8,11 +8,11 @@ use async_trait::async_trait;
 use tokio::sync::{broadcast, watch};
 
 use super::error::StoreError;
-use super::run_listing::{ConversationPage, RunCursor, RunPage};
+use super::run_listing::{ConversationPage, ConversationQuery, RunPage, RunQuery};
 use crate::domain::{
     Adoption, AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, ApiKeyRecord,
     Conversation, ConversationId, EventEnvelope, FileId, FileRecord, IdempotencyRecord, Lease,
-    Message, MessageId, PastMessage, ProviderRecord, RunCommand, RunFilter, Tenant, Thought,
+    Message, MessageId, PastMessage, ProviderRecord, RunCommand, Tenant, Thought,
 };
 
 /// One page of a listing, in order.
@@ -284,34 +284,27 @@ pub trait Conversations: Send + Sync {
         limit: usize,
     ) -> Result<Page<MessageId>, StoreError>;
 
-    /// A page of the tenant's runs `filter` keeps, newest first in the order the store
+    /// A page of the tenant's runs the query's filter keeps, newest first in the order the store
     /// wrote them (its own clock, never a replica's), from the one after `after`. It reads
     /// the filter's [`RunIndex`](crate::domain::RunIndex) and at most
     /// [`MAX_SCANNED`](super::run_listing::MAX_SCANNED) entries of it. Paging is stable:
     /// every run written before the first page appears exactly once; one written since may
     /// or may not.
-    async fn list_runs(
-        &self,
-        tenant: &Tenant,
-        filter: &RunFilter,
-        after: Option<RunCursor>,
-        limit: usize,
-    ) -> Result<RunPage, StoreError>;
+    async fn list_runs(&self, tenant: &Tenant, query: &RunQuery<'_>)
+        -> Result<RunPage, StoreError>;
 
     /// A page of the tenant's conversations (sub-agents' aside), by last activity, newest
     /// first: each at the place of its newest run as of `as_of` (the newest run's place when
-    /// the first page was read, which the store gives with that page). Every conversation
+    /// the first page was read, which the store gives with that page; see
+    /// [`ConversationQuery`]). Every conversation
     /// that existed then appears exactly once across the pages, as it stood then. Reads the
     /// top-level runs index from `after` down, at most
     /// [`MAX_SCANNED`](super::run_listing::MAX_SCANNED) entries (a conversation's older runs
-    /// are passed over), keeping those `user` started when given.
+    /// are passed over).
     async fn list_conversations(
         &self,
         tenant: &Tenant,
-        user: Option<&str>,
-        as_of: Option<RunCursor>,
-        after: Option<RunCursor>,
-        limit: usize,
+        query: &ConversationQuery<'_>,
     ) -> Result<ConversationPage, StoreError>;
 
     /// What the run of `message` was started with; `None` for messages of earlier versions.

@@ -35,7 +35,8 @@ pub use error::{Category, StoreError};
 pub use postgres::{describe as describe_database, with_database};
 pub use retire::retire_old_events;
 pub use run_listing::{
-    ConversationPage, ListedConversation, ListedRun, Listing, RunCursor, RunPage, MAX_SCANNED,
+    ConversationPage, ConversationQuery, ListedConversation, ListedRun, Listing, RunCursor,
+    RunPage, RunQuery, MAX_SCANNED,
 };
 pub use sealed::SecretKey;
 pub use settings::{DatabaseSettings, StoreSettings};

@@ -15,6 +15,30 @@ pub const MAX_SCANNED: usize = 10_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RunCursor(pub u128);
 
+/// What one page of a run listing asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct RunQuery<'a> {
+    /// The runs to keep.
+    pub filter: &'a crate::domain::RunFilter,
+    /// Where the page starts; `None` for the first.
+    pub after: Option<RunCursor>,
+    /// The most runs it holds.
+    pub limit: usize,
+}
+
+/// What one page of a conversation listing asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct ConversationQuery<'a> {
+    /// Only conversations this end user started.
+    pub user: Option<&'a str>,
+    /// The newest run's place when the listing began; `None` on its first page.
+    pub as_of: Option<RunCursor>,
+    /// Where the page starts; `None` for the first.
+    pub after: Option<RunCursor>,
+    /// The most conversations it holds.
+    pub limit: usize,
+}
+
 /// A run as listed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListedRun {

@@ -126,11 +126,21 @@ pub(crate) async fn start(
     conversation: ConversationId,
     start: Option<&Conversation>,
 ) -> Message {
-    let mut message = running_message(conversation, 0);
+    insert(store, &tenant(), start, running_message(conversation, 0)).await
+}
+
+/// Writes `message` of `tenant` as its run starts (with its conversation when `opening`
+/// holds it); returns it as written.
+pub(crate) async fn insert(
+    store: &Store,
+    tenant: &Tenant,
+    opening: Option<&Conversation>,
+    mut message: Message,
+) -> Message {
     let inserted = store
         .insert_message(NewMessage {
-            tenant: &tenant(),
-            conversation: start,
+            tenant,
+            conversation: opening,
             message: &mut message,
             spec: &spec(),
             idempotency: None,

@@ -5,14 +5,13 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::{commit, conversation, spec, tenant, Harness, NewMessage, Record, Store};
+use super::{commit, conversation, insert, tenant, Harness, Record, Store};
 use crate::domain::{
     CallAt, ConversationId, FinishReason, Message, MessageId, MessageStatus, ParentLink,
     PinnedAgent, RunFilter, Tenant,
 };
-use crate::store::contract::Inserted;
 use crate::store::test_records::running_message;
-use crate::store::RunCursor;
+use crate::store::{ConversationQuery, RunCursor, RunQuery};
 
 /// Starts a run of `tenant` in `conversation` (new when `opening`), shaped by `shape`.
 async fn start_as(
@@ -30,19 +29,7 @@ async fn start_as(
         user: message.user.clone(),
         created_at: message.created_at,
     });
-    let inserted = store
-        .insert_message(NewMessage {
-            tenant,
-            conversation: new_conversation.as_ref(),
-            message: &mut message,
-            spec: &spec(),
-            idempotency: None,
-            admission: crate::store::Admission::default(),
-        })
-        .await
-        .expect("a message is written");
-    assert_eq!(inserted, Inserted::Yes);
-    message
+    insert(store, tenant, new_conversation.as_ref(), message).await
 }
 
 /// Moves `message` to `status` (ending it with `reason` when given), as its run would.
@@ -68,7 +55,14 @@ async fn all_pages(
     let mut after: Option<RunCursor> = None;
     for _ in 0..1000 {
         let page = store
-            .list_runs(tenant, filter, after, limit)
+            .list_runs(
+                tenant,
+                &RunQuery {
+                    filter,
+                    after,
+                    limit,
+                },
+            )
             .await
             .expect("a page of runs");
         assert!(page.items.len() <= limit, "a page holds at most its limit");
@@ -345,7 +339,14 @@ pub async fn every_run_filter_holds(harness: &dyn Harness) {
         }
     }
     let last = store
-        .list_runs(&tenant(), &RunFilter::default(), None, 4)
+        .list_runs(
+            &tenant(),
+            &RunQuery {
+                filter: &RunFilter::default(),
+                after: None,
+                limit: 4,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -444,7 +445,15 @@ async fn conversation_pages(
     let mut between = Some(between);
     for _ in 0..1000 {
         let page = store
-            .list_conversations(tenant, user, as_of, after, limit)
+            .list_conversations(
+                tenant,
+                &ConversationQuery {
+                    user,
+                    as_of,
+                    after,
+                    limit,
+                },
+            )
             .await
             .expect("a page of conversations");
         listed.extend(

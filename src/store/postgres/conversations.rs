@@ -8,12 +8,11 @@ use super::error::from_sqlx;
 use super::paged::{decode, encode, Paged};
 use super::Postgres;
 use crate::domain::{
-    Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, RunFilter,
-    Tenant,
+    Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
 };
 use crate::store::contract::{Admission, Inserted, NewMessage, Page, PageSize, Refusal};
 use crate::store::error::StoreError;
-use crate::store::run_listing::{ConversationPage, RunCursor, RunPage};
+use crate::store::run_listing::{ConversationPage, ConversationQuery, RunPage, RunQuery};
 
 /// Messages, a page at a time in their conversation.
 const MESSAGES: Paged = Paged {
@@ -227,23 +226,17 @@ impl crate::store::contract::Conversations for Postgres {
     async fn list_runs(
         &self,
         tenant: &Tenant,
-        filter: &RunFilter,
-        after: Option<RunCursor>,
-        limit: usize,
+        query: &RunQuery<'_>,
     ) -> Result<RunPage, StoreError> {
-        self.list_runs_now(tenant, filter, after, limit).await
+        self.list_runs_now(tenant, query).await
     }
 
     async fn list_conversations(
         &self,
         tenant: &Tenant,
-        user: Option<&str>,
-        as_of: Option<RunCursor>,
-        after: Option<RunCursor>,
-        limit: usize,
+        query: &ConversationQuery<'_>,
     ) -> Result<ConversationPage, StoreError> {
-        self.list_conversations_now(tenant, user, as_of, after, limit)
-            .await
+        self.list_conversations_now(tenant, query).await
     }
 
     async fn get_run_spec(

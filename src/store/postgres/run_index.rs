@@ -10,7 +10,8 @@ use super::Postgres;
 use crate::domain::{Conversation, Message, MessageId, RunFilter, RunIndex, Tenant};
 use crate::store::error::StoreError;
 use crate::store::run_listing::{
-    ConversationPage, Flow, Gather, ListedConversation, ListedRun, RunCursor, RunPage,
+    ConversationPage, ConversationQuery, Flow, Gather, ListedConversation, ListedRun, RunCursor,
+    RunPage, RunQuery,
 };
 
 /// The statement that reads one batch below the place `$2` (by `$place`): `$1` tenant,
@@ -76,10 +77,13 @@ impl Postgres {
     pub(super) async fn list_runs_now(
         &self,
         tenant: &Tenant,
-        filter: &RunFilter,
-        after: Option<RunCursor>,
-        limit: usize,
+        query: &RunQuery<'_>,
     ) -> Result<RunPage, StoreError> {
+        let RunQuery {
+            filter,
+            after,
+            limit,
+        } = *query;
         let index = filter.index();
         let sql = statement(index);
         let mut below = after.map_or(i64::MAX, |RunCursor(place)| {
@@ -135,12 +139,9 @@ impl Postgres {
     pub(super) async fn list_conversations_now(
         &self,
         tenant: &Tenant,
-        user: Option<&str>,
-        as_of: Option<RunCursor>,
-        after: Option<RunCursor>,
-        limit: usize,
+        query: &ConversationQuery<'_>,
     ) -> Result<ConversationPage, StoreError> {
-        let as_of = match as_of {
+        let as_of = match query.as_of {
             Some(RunCursor(place)) => i64::try_from(place).unwrap_or(i64::MAX),
             None => {
                 let newest: Option<(i64,)> = sqlx::query_as(
@@ -158,10 +159,10 @@ impl Postgres {
             }
         };
         let mut below = as_of.saturating_add(1);
-        if let Some(RunCursor(after)) = after {
+        if let Some(RunCursor(after)) = query.after {
             below = below.min(i64::try_from(after).unwrap_or(i64::MAX));
         }
-        let mut gather = Gather::new(limit);
+        let mut gather = Gather::new(query.limit);
         loop {
             let wanted = gather.wanted();
             let rows = sqlx::query(CONVERSATIONS)
@@ -177,7 +178,9 @@ impl Postgres {
                 let entry = entry_of(&row)?;
                 below = entry.place;
                 let place = RunCursor(u128::try_from(entry.place).unwrap_or_default());
-                let kept = self.conversation_of(tenant, &row, entry, user).await?;
+                let kept = self
+                    .conversation_of(tenant, &row, entry, query.user)
+                    .await?;
                 if gather.offer(place, kept) == Flow::Done {
                     return Ok(self.conversations(as_of, gather));
                 }

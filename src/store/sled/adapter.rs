@@ -14,14 +14,14 @@ use super::flusher::Writing;
 use super::Embedded;
 use crate::domain::{
     ApiKeyRecord, Conversation, ConversationId, EventEnvelope, FileId, FileRecord,
-    IdempotencyRecord, Message, MessageId, MessageStatus, PastMessage, ProviderRecord, RunFilter,
-    Tenant, Thought,
+    IdempotencyRecord, Message, MessageId, MessageStatus, PastMessage, ProviderRecord, Tenant,
+    Thought,
 };
 use crate::store::contract::{
     Burst, Fence, Inserted, NewMessage, Page, PageSize, Record, StoredProvider,
 };
 use crate::store::error::StoreError;
-use crate::store::run_listing::{ConversationPage, RunCursor, RunPage};
+use crate::store::run_listing::{ConversationPage, ConversationQuery, RunPage, RunQuery};
 
 impl Embedded {
     /// Writes a burst's records, then its events: nothing of it is durable until the
@@ -174,22 +174,17 @@ impl crate::store::contract::Conversations for Embedded {
     async fn list_runs(
         &self,
         tenant: &Tenant,
-        filter: &RunFilter,
-        after: Option<RunCursor>,
-        limit: usize,
+        query: &RunQuery<'_>,
     ) -> Result<RunPage, StoreError> {
-        self.list_runs(tenant, filter, after, limit)
+        self.list_runs(tenant, query)
     }
 
     async fn list_conversations(
         &self,
         tenant: &Tenant,
-        user: Option<&str>,
-        as_of: Option<RunCursor>,
-        after: Option<RunCursor>,
-        limit: usize,
+        query: &ConversationQuery<'_>,
     ) -> Result<ConversationPage, StoreError> {
-        self.list_conversations(tenant, user, as_of, after, limit)
+        self.list_conversations(tenant, query)
     }
 
     async fn get_run_spec(

@@ -7,7 +7,8 @@ use super::admission::CHILD_MARKER;
 use super::{decode, keys, Embedded, StoreError, Trees};
 use crate::domain::{Message, MessageId, RunFilter, RunIndex, Tenant};
 use crate::store::run_listing::{
-    ConversationPage, Flow, Gather, ListedConversation, ListedRun, RunCursor, RunPage,
+    ConversationPage, ConversationQuery, Flow, Gather, ListedConversation, ListedRun, RunCursor,
+    RunPage, RunQuery,
 };
 
 /// Marks a database whose run indexes hold every message (written once they were built
@@ -120,13 +121,12 @@ impl Embedded {
     }
 
     /// A page of the tenant's runs `filter` keeps, newest first, after `after`.
-    pub fn list_runs(
-        &self,
-        tenant: &Tenant,
-        filter: &RunFilter,
-        after: Option<RunCursor>,
-        limit: usize,
-    ) -> Result<RunPage, StoreError> {
+    pub fn list_runs(&self, tenant: &Tenant, query: &RunQuery<'_>) -> Result<RunPage, StoreError> {
+        let RunQuery {
+            filter,
+            after,
+            limit,
+        } = *query;
         let t = self.t()?;
         let scan = scan_of(&t, tenant, filter);
         let end = scan.end(after);
@@ -153,24 +153,23 @@ impl Embedded {
     pub fn list_conversations(
         &self,
         tenant: &Tenant,
-        user: Option<&str>,
-        as_of: Option<RunCursor>,
-        after: Option<RunCursor>,
-        limit: usize,
+        query: &ConversationQuery<'_>,
     ) -> Result<ConversationPage, StoreError> {
         let t = self.t()?;
         let prefix = keys::tenant_prefix(tenant, 0);
-        let as_of = match as_of {
+        let as_of = match query.as_of {
             Some(as_of) => as_of,
             None => match newest_place(&t.runs, &prefix)? {
                 Some(newest) => newest,
                 None => return Ok(ConversationPage::default()),
             },
         };
-        let below = after.map_or(as_of.0.saturating_add(1), |after| after.0.min(as_of.0 + 1));
+        let below = query
+            .after
+            .map_or(as_of.0.saturating_add(1), |after| after.0.min(as_of.0 + 1));
         let mut end = prefix.clone();
         end.extend_from_slice(&below.to_be_bytes());
-        let mut gather = Gather::new(limit);
+        let mut gather = Gather::new(query.limit);
         for entry in t.runs.range(prefix.clone()..end).rev() {
             let (key, _) = entry?;
             let Some(bytes) = key
@@ -180,7 +179,7 @@ impl Embedded {
                 continue;
             };
             let place = RunCursor(u128::from_be_bytes(bytes));
-            let kept = self.conversation_at(&t, tenant, id_of(bytes), as_of, user)?;
+            let kept = self.conversation_at(&t, tenant, id_of(bytes), as_of, query.user)?;
             if gather.offer(place, kept) == Flow::Done {
                 break;
             }
@@ -314,14 +313,19 @@ mod tests {
         let t = store.t().unwrap();
         t.runs.clear().unwrap();
         let all = RunFilter::default();
+        let first_page = RunQuery {
+            filter: &all,
+            after: None,
+            limit: 10,
+        };
         assert!(store
-            .list_runs(&tenant, &all, None, 10)
+            .list_runs(&tenant, &first_page)
             .unwrap()
             .items
             .is_empty());
         Embedded::build_run_index(&t).unwrap();
         let listed: Vec<MessageId> = store
-            .list_runs(&tenant, &all, None, 10)
+            .list_runs(&tenant, &first_page)
             .unwrap()
             .items
             .into_iter()
