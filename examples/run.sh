@@ -59,15 +59,7 @@ OPENAI_BASE_URL="http://127.0.0.1:$LLM_PORT/v1" OPENAI_API_KEY= \
   "$BIN/agent-runner" serve --listen "127.0.0.1:$WEB_API_PORT" --data-dir "$WORK/data-web" \
   --cors-origin "http://127.0.0.1:$WEB_PORT" >"$WORK/server-web.log" 2>&1 &
 pids+=($!)
-if [ ! -x /usr/bin/chromium ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >"$WORK/chromium-install.log" 2>&1 ||
-      { tail -20 "$WORK/chromium-install.log"; exit 1; }
-  else
-    echo "the web example needs Debian's chromium (apt-get install chromium)" >&2
-    exit 1
-  fi
-fi
+bash .ci/chromium "$WORK/chromium-install.log"
 (cd examples/web && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build) ||
   { echo "the web example did not build" >&2; exit 1; }
 python3 -m http.server "$WEB_PORT" --bind 127.0.0.1 --directory examples/web \

@@ -46,6 +46,8 @@ pub struct BrowserSettings {
     /// With API keys off, the hosts besides loopback ones a request may name; `None` when
     /// keys are on and any host may be named.
     pub allowed_hosts: Option<Vec<String>>,
+    /// Whether the browser console is served.
+    pub console: bool,
 }
 
 /// Puts the [`FrontDoor`] before the API's services.
@@ -122,8 +124,18 @@ where
             Way::Plain => Either::Left(Either::Left(self.plain.call(request))),
             Way::Cors => Either::Left(Either::Right(self.cors.call(request))),
             Way::Page => {
+                let console = self.settings.console;
                 let pages = self.pages.clone();
-                Either::Right(Box::pin(async move { Ok(page(pages, request).await) }))
+                Either::Right(Box::pin(async move {
+                    let path = request.uri().path();
+                    let answer = console
+                        .then(|| super::console::answer(path, request.method()))
+                        .flatten();
+                    match answer {
+                        Some(answer) => Ok(answer),
+                        None => Ok(page(pages, request).await),
+                    }
+                }))
             }
             Way::Refused(status, reason) => {
                 Either::Right(Box::pin(async move { Ok(plain_text(status, reason)) }))
@@ -310,6 +322,7 @@ mod tests {
         let settings = Arc::new(BrowserSettings {
             cors_origins: origins.iter().map(|o| (*o).to_owned()).collect(),
             allowed_hosts: hosts.map(|h| h.iter().map(|h| (*h).to_owned()).collect()),
+            console: false,
         });
         FrontDoor {
             plain: (),

@@ -9,6 +9,7 @@ pub mod admin_service;
 pub mod agent_registry_service;
 pub mod agent_service;
 pub mod auth;
+mod console;
 pub mod convert;
 pub mod deadline;
 pub mod decode_status;

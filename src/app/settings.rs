@@ -63,6 +63,7 @@ pub fn browsers(config: &Config) -> crate::api::front_door::BrowserSettings {
     crate::api::front_door::BrowserSettings {
         cors_origins: config.server.cors_origins.clone(),
         allowed_hosts: (!config.auth.required).then(|| config.server.allowed_hosts.clone()),
+        console: config.console.enabled,
     }
 }
 

@@ -59,6 +59,9 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub cors_origins: Vec<String>,
+    /// Serve the browser console at `/` [default: true]. Replaces `[console] enabled`.
+    #[arg(long, env = "AGENT_RUNNER_CONSOLE", action = clap::ArgAction::Set)]
+    pub console: Option<bool>,
 }
 
 /// A flag's value kept as a secret: never shown in help, errors or debug output.

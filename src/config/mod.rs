@@ -18,12 +18,14 @@ use crate::domain::{ProviderApi, ProviderConfig};
 mod a2a;
 mod args;
 mod cluster;
+mod console;
 mod outbound;
 mod server;
 mod store;
 pub use a2a::A2aConfig;
 pub use args::ServeArgs;
 pub use cluster::ClusterConfig;
+pub use console::ConsoleConfig;
 pub use outbound::OutboundConfig;
 pub use server::ServerConfig;
 pub use store::StoreConfig;
@@ -332,6 +334,9 @@ pub struct Config {
     /// `[a2a]`: the A2A protocol for every stored agent.
     #[serde(default)]
     pub a2a: A2aConfig,
+    /// `[console]`: the browser console on the API's port.
+    #[serde(default)]
+    pub console: ConsoleConfig,
 }
 
 /// A configuration that cannot be used.
@@ -399,6 +404,9 @@ impl Config {
         }
         if !args.cors_origins.is_empty() {
             config.server.cors_origins.clone_from(&args.cors_origins);
+        }
+        if let Some(console) = args.console {
+            config.console.enabled = console;
         }
         config.auth.required |= args.require_auth;
         config.auth.insecure_no_auth |= args.insecure_no_auth;

@@ -569,3 +569,98 @@ async fn rich_status_details_reach_a_grpc_web_client() {
         status.details
     );
 }
+
+/// The console is served from the binary at `/` and at its deep links, never cached and
+/// under a strict Content-Security-Policy, its assets content-hashed and cached for good;
+/// a foreign `Host` is refused as gRPC-Web is; `[console] enabled = false` turns it off
+/// while gRPC-Web stays.
+#[tokio::test]
+async fn the_console_is_served_from_the_binary_under_a_strict_policy() {
+    let (_llm, server, _client) = start(vec![]).await;
+    let get = |path: &str, host: Option<&str>| {
+        let mut request = client().get(format!("http://{}{path}", server.addr));
+        if let Some(host) = host {
+            request = request.header("host", host);
+        }
+        request.send()
+    };
+    let page = get("/", None).await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    let headers = page.headers().clone();
+    assert!(headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    assert_eq!(headers["cache-control"], "no-cache");
+    let policy = headers["content-security-policy"].to_str().unwrap();
+    assert!(policy.contains("script-src 'self'") && policy.contains("frame-ancestors 'none'"));
+    assert!(!policy.contains("unsafe-inline"), "{policy}");
+    let html = page.text().await.unwrap();
+    assert!(!html.contains("<script>"), "no inline script");
+    let script = html
+        .split('"')
+        .find(|part| part.starts_with("/assets/app-") && part.ends_with(".js"))
+        .expect("the page names its hashed script")
+        .to_owned();
+    let asset = get(&script, None).await.unwrap();
+    assert_eq!(asset.status().as_u16(), 200);
+    assert!(asset.headers()["cache-control"]
+        .to_str()
+        .unwrap()
+        .contains("immutable"));
+    assert!(asset.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/javascript"));
+    for deep in [
+        "/runs/01a21dd8-0000-7000-8000-000000000000",
+        "/conversations/x",
+        "/agents/support",
+    ] {
+        let page = get(deep, None).await.unwrap();
+        assert_eq!(page.status().as_u16(), 200, "{deep}");
+        assert_eq!(
+            page.text().await.unwrap(),
+            html,
+            "{deep} is the console's page"
+        );
+    }
+    assert_eq!(
+        get("/assets/none.js", None)
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        404
+    );
+    assert_eq!(
+        get("/", Some("rebound.example"))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        403
+    );
+    assert_eq!(
+        get(&script, Some("rebound.example"))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        403
+    );
+
+    let llm = FakeOpenAi::start(vec![]).await;
+    let off =
+        TestServer::start_edited(&llm.base_url(), |config| config.console.enabled = false).await;
+    let page = client()
+        .get(format!("http://{}/", off.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status().as_u16(), 404);
+    llm.repeat(Reply::text(&["Still here."], (1, 1)));
+    let request = run_request("still", &[]).encode_to_vec();
+    let answered = answer(BINARY, run_web(&off, &request, &[]).await).await;
+    assert_eq!(answered.grpc_status.as_deref(), Some("0"));
+}

@@ -1,0 +1,37 @@
+// The API's clients over gRPC-Web on this origin, with the caller's credentials: an API
+// key kept for this tab only (sessionStorage, never a cookie or the URL), or, with keys
+// off, the tenant typed in.
+import { createClient, type Interceptor } from "@connectrpc/connect";
+import { createGrpcWebTransport } from "@connectrpc/connect-web";
+import { AgentService } from "./gen/agentrunner/v1/agent_pb.js";
+import { AgentRegistry } from "./gen/agentrunner/v1/agents_pb.js";
+
+const KEY = "agent-runner.key";
+const TENANT = "agent-runner.tenant";
+
+export function credentials() {
+  return {
+    key: sessionStorage.getItem(KEY) ?? "",
+    tenant: sessionStorage.getItem(TENANT) ?? "",
+  };
+}
+
+export function remember(key: string, tenant: string) {
+  sessionStorage.setItem(KEY, key);
+  sessionStorage.setItem(TENANT, tenant);
+}
+
+const signed: Interceptor = (next) => (request) => {
+  const { key, tenant } = credentials();
+  if (key) request.header.set("authorization", `Bearer ${key}`);
+  else if (tenant) request.header.set("x-tenant-id", tenant);
+  return next(request);
+};
+
+const transport = createGrpcWebTransport({
+  baseUrl: location.origin,
+  interceptors: [signed],
+});
+
+export const agents = createClient(AgentService, transport);
+export const registry = createClient(AgentRegistry, transport);

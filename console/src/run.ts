@@ -1,0 +1,251 @@
+// A run as a timeline, drawn from Attach (every event from the first, then live ones): one
+// row per round with the model that answered and its tool calls, the answer as it streams,
+// retries, sub-agents' runs, and the run's end. A run waiting for an approval or for a
+// client tool's output can be answered here.
+import { FinishReason, MessageStatus, type RunEvent } from "./gen/agentrunner/v1/agent_pb.js";
+import type { AgentThought, ToolCall } from "./gen/agentrunner/v1/common_pb.js";
+import { agents } from "./api.js";
+import { el, isNotFound, link, problem, when } from "./dom.js";
+import { badge, cost } from "./runs.js";
+
+interface Round {
+  row: HTMLElement;
+  calls: HTMLElement;
+}
+
+/// Draws run `id` into `view`; returns a function that closes its stream.
+export function showRun(view: HTMLElement, id: string): () => void {
+  const abort = new AbortController();
+  const status = el("span", { id: "status" });
+  const facts = el("dl", { class: "facts" });
+  const actions = el("div", { class: "actions" });
+  const answer = el("p", { class: "answer", id: "answer" });
+  const timeline = el("ol", { class: "timeline", id: "timeline" });
+  const waits = el("div", { id: "waits" });
+  view.replaceChildren(
+    el("p", {}, link("/", "← Runs")),
+    el("h1", {}, "Run ", status),
+    facts,
+    actions,
+    waits,
+    el("h2", {}, "Timeline"),
+    timeline,
+    el("h2", {}, "Answer"),
+    answer,
+  );
+  const rounds = new Map<number, Round>();
+
+  const fact = (name: string, value: Node | string) => facts.append(el("dt", {}, name), el("dd", {}, value));
+  const setStatus = (value: MessageStatus) => status.replaceChildren(badge(value));
+  const note = (kind: string, ...children: (Node | string)[]) =>
+    timeline.append(el("li", { class: `event ${kind}` }, ...children));
+
+  const round = (position: number): Round => {
+    let found = rounds.get(position);
+    if (!found) {
+      const calls = el("ul", { class: "calls" });
+      const row = el("li", { class: "event round", "data-position": String(position) });
+      row.append(el("div", { class: "round-head" }, `Round ${position}`), calls);
+      timeline.append(row);
+      found = { row, calls };
+      rounds.set(position, found);
+    }
+    return found;
+  };
+
+  const callRow = (call: ToolCall, state: string) => {
+    const seconds = call.meta ? `${call.meta.timeCost.toFixed(2)} s` : "";
+    return el(
+      "li",
+      { class: `call ${state}`, "data-call": call.id },
+      el("span", { class: "tool" }, `${call.provider ? `${call.provider}/` : ""}${call.name}`),
+      el("code", {}, call.arguments),
+      call.observation ? el("span", { class: "observation" }, `→ ${call.observation}`) : null,
+      seconds ? el("span", { class: "time" }, seconds) : null,
+    );
+  };
+
+  const drawThought = (thought: AgentThought) => {
+    const { row, calls } = round(thought.position);
+    const head = row.querySelector(".round-head");
+    if (head) {
+      const usage = thought.usage;
+      head.textContent = [
+        `Round ${thought.position}`,
+        thought.model && `${thought.provider}/${thought.model}`,
+        usage && `${usage.totalTokens} tokens`,
+        usage && usage.latency > 0 && `${usage.latency.toFixed(2)} s`,
+        usage && usage.queueTime > 0 && `queued ${usage.queueTime.toFixed(2)} s`,
+        cost(usage),
+      ]
+        .filter(Boolean)
+        .join(" · ");
+    }
+    if (thought.thought) {
+      const text = row.querySelector(".thought") ?? row.insertBefore(el("p", { class: "thought" }), calls);
+      text.textContent = thought.thought;
+    }
+    calls.replaceChildren(...thought.toolCalls.map((call) => callRow(call, call.observation ? "done" : "asked")));
+  };
+
+  const replaceCall = (position: number, call: ToolCall, state: string) => {
+    const { calls } = round(position);
+    const held = [...calls.children].find((child) => child.getAttribute("data-call") === call.id);
+    const fresh = callRow(call, state);
+    if (held) held.replaceWith(fresh);
+    else calls.append(fresh);
+  };
+
+  const decide = (calls: ToolCall[], approve: boolean) =>
+    agents.approveToolCalls({
+      messageId: id,
+      decisions: calls.map((call) => ({ toolCallId: call.id, approve, reason: approve ? "" : "declined in the console" })),
+    });
+
+  const askApproval = (calls: ToolCall[]) => {
+    const approve = el("button", { type: "button", id: "approve" }, "Approve");
+    const decline = el("button", { type: "button", id: "decline", class: "secondary" }, "Decline");
+    const panel = el(
+      "section",
+      { class: "wait" },
+      el("h2", {}, "Waiting for your approval"),
+      el("ul", {}, ...calls.map((call) => callRow(call, "asked"))),
+      approve,
+      decline,
+    );
+    const act = (yes: boolean) => async () => {
+      approve.disabled = decline.disabled = true;
+      try {
+        await decide(calls, yes);
+        panel.remove();
+      } catch (err) {
+        panel.append(problem(err));
+        approve.disabled = decline.disabled = false;
+      }
+    };
+    approve.onclick = act(true);
+    decline.onclick = act(false);
+    waits.replaceChildren(panel);
+  };
+
+  const askOutputs = (calls: ToolCall[]) => {
+    const fields = calls.map((call) => el("textarea", { rows: "2", "data-call": call.id, "aria-label": `output of ${call.name}` }));
+    const submit = el("button", { type: "button", id: "submit-outputs" }, "Send outputs");
+    const panel = el(
+      "section",
+      { class: "wait" },
+      el("h2", {}, "Waiting for your tools' outputs"),
+      ...calls.map((call, index) => el("label", {}, callRow(call, "asked"), fields[index])),
+      submit,
+    );
+    submit.onclick = async () => {
+      submit.disabled = true;
+      try {
+        await agents.submitToolOutputs({
+          messageId: id,
+          outputs: calls.map((call, index) => ({ toolCallId: call.id, output: fields[index].value })),
+        });
+        panel.remove();
+      } catch (err) {
+        panel.append(problem(err));
+        submit.disabled = false;
+      }
+    };
+    waits.replaceChildren(panel);
+  };
+
+  const draw = (event: RunEvent) => {
+    const payload = event.event;
+    switch (payload.case) {
+      case "started":
+        note("started", `Started ${when(event.createdAt)} · ${payload.value.provider}/${payload.value.model} · up to ${payload.value.maxIteration + 1} model calls`);
+        break;
+      case "thought":
+        drawThought(payload.value);
+        break;
+      case "toolStarted":
+        if (payload.value.toolCall) replaceCall(payload.value.position, payload.value.toolCall, "running");
+        break;
+      case "toolFinished":
+        if (payload.value.toolCall) replaceCall(payload.value.position, payload.value.toolCall, "done");
+        break;
+      case "delta":
+        answer.textContent += payload.value.text;
+        break;
+      case "retry":
+        note("retry", `Model call retried (attempt ${payload.value.attempt}, ${payload.value.code}): ${payload.value.message}`);
+        break;
+      case "roundRestarted":
+        note("restarted", `Round ${payload.value.position} restarted: ${payload.value.reason}`);
+        answer.textContent = "";
+        break;
+      case "approvalRequired":
+        askApproval(payload.value.toolCalls);
+        break;
+      case "toolCallsRequired":
+        askOutputs(payload.value.toolCalls);
+        break;
+      case "child": {
+        const child = payload.value;
+        const inner = child.event?.event.case;
+        if (inner === "started" || inner === "end" || inner === "error") {
+          const agent = child.agentId ? `${child.agentId}@${child.agentVersion}` : "sub-agent";
+          note("child", `Sub-agent ${agent} ${inner}: `, link(`/runs/${child.messageId}`, child.messageId));
+        }
+        break;
+      }
+      case "end": {
+        const end = payload.value;
+        answer.textContent = end.answer;
+        waits.replaceChildren();
+        const reason = (FinishReason[end.finishReason] ?? "").toLowerCase();
+        note("end", `Ended ${when(event.createdAt)} · ${reason} · ${end.iterations} model calls · ${end.usage?.totalTokens ?? 0n} tokens ${cost(end.usage)}`);
+        setStatus(end.finishReason === FinishReason.CANCELLED ? MessageStatus.CANCELLED : MessageStatus.COMPLETED);
+        actions.replaceChildren();
+        break;
+      }
+      case "error":
+        waits.replaceChildren();
+        note("error", `Failed: ${payload.value.code}: ${payload.value.message}`);
+        setStatus(MessageStatus.FAILED);
+        actions.replaceChildren();
+        break;
+      default:
+        break;
+    }
+  };
+
+  const follow = async () => {
+    try {
+      const message = await agents.getMessage({ messageId: id }, { signal: abort.signal });
+      setStatus(message.status);
+      fact("query", message.query);
+      fact("conversation", link(`/conversations/${message.conversationId}`, message.conversationId));
+      if (message.parentMessageId) fact("started by", link(`/runs/${message.parentMessageId}`, message.parentMessageId));
+      if (message.agentId) fact("agent", link(`/agents/${message.agentId}`, `${message.agentId}@${message.agentVersion}`));
+      fact("model", `${message.provider}/${message.model}`);
+      fact("end user", message.user || "—");
+      fact("created", when(message.createdAt));
+      if ([MessageStatus.RUNNING, MessageStatus.WAITING_APPROVAL, MessageStatus.WAITING_TOOL_OUTPUTS].includes(message.status)) {
+        const cancel = el("button", { type: "button", id: "cancel", class: "secondary" }, "Cancel run");
+        cancel.onclick = async () => {
+          cancel.disabled = true;
+          try {
+            await agents.cancel({ messageId: id });
+          } catch (err) {
+            actions.append(problem(err));
+          }
+        };
+        actions.replaceChildren(cancel);
+      }
+      for await (const event of agents.attach({ messageId: id, afterSeq: 0n }, { signal: abort.signal })) {
+        draw(event);
+      }
+    } catch (err) {
+      if (abort.signal.aborted) return;
+      view.append(isNotFound(err) ? el("p", { class: "problem", role: "alert" }, "No such run.") : problem(err));
+    }
+  };
+  void follow();
+  return () => abort.abort();
+}
