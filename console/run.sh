@@ -18,7 +18,22 @@ fi
 echo "console: dist/ is what its sources build"
 
 source .ci/scripted-service.sh
-start_scripted 20
+# 50 ms a piece: slowly enough to see a live run's answer grow.
+start_scripted 50
+# A second service with API keys on, and a key of tenant `acme` on it.
+KEYED_PORT=$(free_port)
+export AGENT_RUNNER_ADMIN_TOKEN="console-test-admin-$$"
+rm -rf "$WORK/data-keyed"
+OPENAI_BASE_URL="http://127.0.0.1:$LLM_PORT/v1" OPENAI_API_KEY= \
+  "$BIN/agent-runner" serve --listen "127.0.0.1:$KEYED_PORT" --data-dir "$WORK/data-keyed" \
+  --require-auth >"$WORK/server-keyed.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+  "$BIN/agent-runner" health --addr "127.0.0.1:$KEYED_PORT" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+KEY=$("$BIN/agent-runner" keys create --addr "127.0.0.1:$KEYED_PORT" --tenant acme | tail -1)
 bash .ci/chromium "$WORK/chromium-install.log"
-(cd console && CONSOLE_URL="http://127.0.0.1:$PORT" CONSOLE_SHOTS="$WORK" node test.mjs) ||
+(cd console && CONSOLE_URL="http://127.0.0.1:$PORT" CONSOLE_KEYED_URL="http://127.0.0.1:$KEYED_PORT" \
+  CONSOLE_KEY="$KEY" CONSOLE_SHOTS="${CONSOLE_SHOTS:-$WORK}" node test.mjs) ||
   { tail -20 "$WORK/server.log"; exit 1; }

@@ -1,13 +1,25 @@
-// Drives the console in headless Chromium against a real server: the runs explorer lists
-// the runs newest first, "waiting for me" holds the run waiting for an approval, its page
-// draws the timeline and approving it ends the run; a deep link loads by itself; a run of
-// no one is "not found"; the page breaks no rule of its Content-Security-Policy.
-// CONSOLE_URL is the server; CONSOLE_SHOTS the folder for screenshots.
+// Drives the console in headless Chromium against real servers on the scripted model:
+// - the explorer lists runs newest first; "waiting for me" holds the waiting runs;
+// - a run waiting for approval is approved from its page and ends, its timeline drawn
+//   (rounds, the tool call and its result, tokens); a client tool's output is sent from
+//   its page; a waiting run is cancelled from its page; a live run's answer grows on its
+//   page;
+// - a deep link loads by itself; an unknown run is "No such run";
+// - text from runs and agents holding markup runs nothing and adds no element;
+// - with API keys on, no key shows the API's refusal, a key lists its tenant's runs, and
+//   the first tenant's run is "No such run";
+// - no request leaves the service's origin; no element overflows at 1280 or at 400 px wide;
+//   the page breaks no rule of its Content-Security-Policy; an accessibility scan finds no
+//   serious or critical violation.
+// CONSOLE_URL and CONSOLE_KEYED_URL are the servers (keys off, on), CONSOLE_KEY a key of
+// the second; screenshots go to CONSOLE_SHOTS.
 import { mkdirSync } from "node:fs";
 import { chromium } from "playwright-core";
 import * as esbuild from "esbuild";
 
 const base = process.env.CONSOLE_URL;
+const keyed = process.env.CONSOLE_KEYED_URL;
+const key = process.env.CONSOLE_KEY;
 const shots = process.env.CONSOLE_SHOTS ?? "shots";
 mkdirSync(shots, { recursive: true });
 await esbuild.build({
@@ -18,45 +30,74 @@ await esbuild.build({
   outfile: "node_modules/.cache/console-test/support.mjs",
   logLevel: "warning",
 });
-const { run } = await import("./node_modules/.cache/console-test/support.mjs");
+const { run, agent, start } = await import("./node_modules/.cache/console-test/support.mjs");
 
-const first = await run(base, "What time is it in Paris?");
-const second = await run(base, "And in Tokyo?");
-const waiting = await run(base, "May I read the clock?", true);
+const HOSTILE = `<img src=x onerror="window.__hacked=1"><script>window.__hacked=2</script> <a href="javascript:window.__hacked=3">x</a>`;
+const paris = await run(base, "What time is it in Paris?");
+const hostile = await run(base, HOSTILE);
+const outputs = await run(base, "What does your clock say?", "outputs");
+const doomed = await run(base, "May I read the clock, or not?", "approval");
+const waiting = await run(base, "May I read the clock?", "approval");
+await agent(base, "hostile-agent", HOSTILE);
+const theirs = await run(keyed, "A question of acme's", "end", key);
 
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
   args: ["--no-sandbox"],
 });
 const problems = [];
+const foreign = [];
 const fail = async (message) => {
   console.error(`console test: ${message}`);
   await browser.close();
   process.exit(1);
 };
-try {
-  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
-  page.on("console", (line) => {
-    if (line.type() === "error") problems.push(line.text());
-  });
+const watch = (page, origin) => {
+  page.on("console", (line) => line.type() === "error" && problems.push(line.text()));
   page.on("pageerror", (error) => problems.push(error.message));
+  page.on("request", (request) => {
+    if (!request.url().startsWith(origin) && !request.url().startsWith("data:")) foreign.push(request.url());
+  });
+};
+const overflowing = (page) =>
+  page.evaluate(() =>
+    [...document.querySelectorAll("body *")]
+      .filter((element) => {
+        const box = element.getBoundingClientRect();
+        if (box.width === 0 || box.right <= document.documentElement.clientWidth + 1) return false;
+        // Inside a box that scrolls sideways (a wide table), it is reachable, not cut.
+        for (let up = element.parentElement; up; up = up.parentElement) {
+          if (["auto", "scroll"].includes(getComputedStyle(up).overflowX)) return false;
+        }
+        return true;
+      })
+      .map((element) => `${element.tagName.toLowerCase()}.${element.className}`),
+  );
+const texts = (page, selector) => page.locator(selector).allTextContents();
 
+try {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  watch(page, base);
+
+  // The explorer.
   const response = await page.goto(`${base}/`);
   const policy = response.headers()["content-security-policy"] ?? "";
   if (!policy.includes("frame-ancestors 'none'") || policy.includes("unsafe-inline")) {
     await fail(`the page's policy is not strict: ${policy}`);
   }
-  await page.locator("table.runs tbody tr").nth(2).waitFor({ timeout: 10_000 });
-  const queries = await page.locator("table.runs tbody td.query").allTextContents();
-  if (queries[0] !== "May I read the clock?" || queries[2] !== "What time is it in Paris?") {
-    await fail(`runs are not newest first: ${queries.join(" | ")}`);
+  await page.locator("table.runs tbody tr").nth(4).waitFor({ timeout: 10_000 });
+  const queries = await texts(page, "table.runs tbody td.query");
+  if (queries[0] !== "May I read the clock?" || queries[4] !== "What time is it in Paris?" || queries[3] !== HOSTILE) {
+    await fail(`runs are not listed newest first, each by its query: ${queries.join(" | ")}`);
   }
+  if ((await overflowing(page)).length) await fail(`overflows at 1280 px: ${await overflowing(page)}`);
   await page.screenshot({ path: `${shots}/console-runs.png`, fullPage: true });
 
-  await page.click("text=Waiting for me");
+  // The inbox, and approving from a run's page.
+  await page.click("nav >> text=Waiting for me");
   await page.locator("h1", { hasText: "Waiting for me" }).waitFor();
-  await page.waitForFunction(() => document.querySelectorAll("table.runs tbody tr").length === 1);
-  await page.click("table.runs tbody td.query a");
+  await page.waitForFunction(() => document.querySelectorAll("table.runs tbody tr").length === 3);
+  await page.click(`a[href="/runs/${waiting}"]`);
   await page.waitForURL(`**/runs/${waiting}`);
   await page.locator("#approve").waitFor({ timeout: 10_000 });
   const call = await page.locator(".wait .call .tool").first().textContent();
@@ -65,28 +106,111 @@ try {
   await page.click("#approve");
   await page.locator(".timeline .end").waitFor({ timeout: 15_000 });
   const answer = (await page.textContent("#answer")) ?? "";
-  if (!answer.includes("word")) await fail(`the approved run did not answer: ${answer}`);
-  const status = await page.textContent("#status");
-  if (status !== "completed") await fail(`the approved run's status: ${status}`);
+  if (!answer.includes("word19")) await fail(`the approved run did not answer: ${answer}`);
+  if ((await page.textContent("#status")) !== "completed") await fail("the approved run is not completed");
   const rounds = await page.locator(".timeline .round").count();
   if (rounds !== 2) await fail(`expected two rounds, saw ${rounds}`);
-  await page.screenshot({ path: `${shots}/console-run.png`, fullPage: true });
-
-  await page.goto(`${base}/runs/${first}`);
-  await page.locator(".timeline .end").waitFor({ timeout: 10_000 });
+  const head = (await page.locator(".round-head").first().textContent()) ?? "";
+  if (!/tokens/.test(head)) await fail(`a round shows no tokens: ${head}`);
   const observation = await page.locator(".timeline .call .observation").first().textContent();
   if (!observation?.startsWith("→ ")) await fail(`the tool's result is not on the timeline: ${observation}`);
+  await page.screenshot({ path: `${shots}/console-run.png`, fullPage: true });
 
+  // A client tool's output sent from the page.
+  await page.goto(`${base}/runs/${outputs}`);
+  await page.locator("#submit-outputs").waitFor({ timeout: 10_000 });
+  await page.fill(".wait textarea", "It is 10:10 on my clock.");
+  await page.click("#submit-outputs");
+  await page.locator(".timeline .end").waitFor({ timeout: 15_000 });
+  const sent = await page.locator(".timeline .call .observation").first().textContent();
+  if (!sent?.includes("10:10")) await fail(`the output sent is not the call's result: ${sent}`);
+
+  // Cancel from the page.
+  await page.goto(`${base}/runs/${doomed}`);
+  await page.locator("#cancel").waitFor({ timeout: 10_000 });
+  await page.click("#cancel");
+  await page.locator(".timeline .end").waitFor({ timeout: 15_000 });
+  if ((await page.textContent("#status")) !== "cancelled") await fail("the run was not cancelled");
+
+  // A live run's answer grows while its page is open.
+  const live = await start(base, "Tell me the time, slowly.");
+  await page.goto(`${base}/runs/${live}`);
+  const lengths = new Set();
+  const until = Date.now() + 15_000;
+  while (!(await page.locator(".timeline .end").count())) {
+    if (Date.now() > until) await fail("the live run did not end on its page");
+    const length = ((await page.textContent("#answer")) ?? "").length;
+    if (length) lengths.add(length);
+    await page.waitForTimeout(20);
+  }
+  if (lengths.size < 3) await fail(`the answer did not grow live (lengths seen: ${[...lengths]})`);
+
+  // Deep links by themselves; markup in runs' and agents' text stays text.
+  await page.goto(`${base}/runs/${hostile}`);
+  await page.locator(".timeline .end").waitFor({ timeout: 10_000 });
+  await page.goto(`${base}/agents/hostile-agent`);
+  await page.locator(".facts dd", { hasText: "onerror" }).first().waitFor({ timeout: 10_000 });
+  await page.goto(`${base}/?agent=hostile-agent`);
+  await page.goto(`${base}/`);
+  await page.locator("table.runs tbody tr").first().waitFor();
+  const hacked = await page.evaluate(() => window.__hacked ?? null);
+  const injected = await page.locator("main img, main script, main a[href^='javascript']").count();
+  if (hacked !== null || injected) await fail(`markup in text ran (${hacked}) or became elements (${injected})`);
   await page.goto(`${base}/runs/01a21dd8-0000-7000-8000-000000000000`);
   await page.locator(".problem").waitFor({ timeout: 10_000 });
-  const missing = await page.textContent(".problem");
-  if (missing !== "No such run.") await fail(`an unknown run reads: ${missing}`);
+  if ((await page.textContent(".problem")) !== "No such run.") await fail("an unknown run is not 'No such run.'");
+
+  // At 400 px wide.
+  await page.setViewportSize({ width: 400, height: 800 });
+  for (const path of ["/", `/runs/${paris}`]) {
+    await page.goto(`${base}${path}`);
+    await page.locator(path === "/" ? "table.runs" : ".timeline .end").waitFor({ timeout: 10_000 });
+    const wide = await overflowing(page);
+    if (wide.length) await fail(`overflows at 400 px on ${path}: ${[...new Set(wide)].join(", ")}`);
+  }
+  await page.screenshot({ path: `${shots}/console-run-narrow.png`, fullPage: true });
+
+  // API keys on: no key, a key, another tenant's run.
+  const signed = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  watch(signed, keyed);
+  await signed.goto(`${keyed}/`);
+  await signed.locator(".problem").waitFor({ timeout: 10_000 });
+  const refusal = (await signed.textContent(".problem")) ?? "";
+  if (!refusal.startsWith("Unauthenticated")) await fail(`no key did not show the refusal: ${refusal}`);
+  await signed.fill("#key", key);
+  await signed.click("#signin button");
+  await signed.locator("table.runs td.query", { hasText: "A question of acme's" }).waitFor({ timeout: 10_000 });
+  if (await signed.evaluate(() => document.cookie)) await fail("the key went into a cookie");
+  if (signed.url().includes(key)) await fail("the key went into the URL");
+  await signed.goto(`${keyed}/runs/${theirs}`);
+  await signed.locator(".timeline .end").waitFor({ timeout: 10_000 });
+  await signed.goto(`${keyed}/runs/${paris}`);
+  await signed.locator(".problem").waitFor({ timeout: 10_000 });
+  if ((await signed.textContent(".problem")) !== "No such run.") await fail("another tenant's run is not 'No such run.'");
+
+  // An accessibility scan (axe-core) of the explorer, a run page and an agent's page: no
+  // serious or critical violation. axe is injected as a script, which the page's policy
+  // would refuse: this one page bypasses it.
+  const audited = await browser.newPage({ viewport: { width: 1280, height: 800 }, bypassCSP: true });
+  for (const [path, ready] of [["/", "table.runs"], [`/runs/${paris}`, ".timeline .end"], ["/agents/hostile-agent", ".facts"]]) {
+    await audited.goto(`${base}${path}`);
+    await audited.locator(ready).first().waitFor({ timeout: 10_000 });
+    await audited.addScriptTag({ path: "node_modules/axe-core/axe.min.js" });
+    const violations = await audited.evaluate(async () =>
+      (await window.axe.run(document, { runOnly: ["wcag2a", "wcag2aa"] })).violations
+        .filter((violation) => ["serious", "critical"].includes(violation.impact))
+        .map((violation) => `${violation.id} (${violation.nodes.length})`),
+    );
+    if (violations.length) await fail(`accessibility on ${path}: ${violations.join(", ")}`);
+  }
 
   const cspProblems = problems.filter((text) => /Content Security Policy|Refused to/.test(text));
   if (cspProblems.length) await fail(`the page broke its policy: ${cspProblems.join("; ")}`);
-  const errors = problems.filter((text) => !/404|NotFound|not_found|Failed to load resource/.test(text));
-  if (errors.length) await fail(`the page logged errors: ${errors.join("; ")}`);
-  console.log(`console test: listed ${queries.length} runs, approved ${waiting} from its page, drew ${rounds} rounds; ${second} listed too`);
+  if (foreign.length) await fail(`requests left the service's origin: ${foreign.join(", ")}`);
+  console.log(
+    `console test: listed ${queries.length} runs newest first, approved, answered and cancelled waiting runs from their pages, ` +
+      `markup stayed text, 1280 and 400 px fit, keys held per tab (${theirs} seen only with its key)`,
+  );
 } finally {
   await browser.close();
 }

@@ -1,5 +1,4 @@
 // The console: a router over the page's paths, and the views that are not their own module.
-import { MessageStatus } from "./gen/agentrunner/v1/agent_pb.js";
 import { agents, credentials, registry, remember } from "./api.js";
 import { ago, el, isNotFound, link, problem } from "./dom.js";
 import { showRun } from "./run.js";
@@ -37,10 +36,14 @@ async function showConversation(id: string) {
     );
     view.append(
       el(
-        "table",
-        { class: "runs" },
-        el("thead", {}, el("tr", {}, ...["started", "query", "status", "answer"].map((name) => el("th", {}, name)))),
-        el("tbody", {}, ...rows),
+        "div",
+        { class: "scroll" },
+        el(
+          "table",
+          { class: "runs" },
+          el("thead", {}, el("tr", {}, ...["started", "query", "status", "answer"].map((name) => el("th", {}, name)))),
+          el("tbody", {}, ...rows),
+        ),
       ),
       page.nextPageToken ? el("p", { class: "muted" }, "Older messages follow (first 100 shown).") : "",
     );
@@ -99,5 +102,4 @@ signin.addEventListener("submit", (submitted) => {
   route();
 });
 
-void MessageStatus;
 route();

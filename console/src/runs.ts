@@ -64,10 +64,14 @@ function row(run: RunSummary) {
 export function runsTable(runs: RunSummary[]) {
   const head = ["started", "query", "agent", "model", "status", "finish", "rounds", "tokens", "cost", "latency"];
   return el(
-    "table",
-    { class: "runs" },
-    el("thead", {}, el("tr", {}, ...head.map((name) => el("th", {}, name)))),
-    el("tbody", {}, ...runs.map(row)),
+    "div",
+    { class: "scroll" },
+    el(
+      "table",
+      { class: "runs" },
+      el("thead", {}, el("tr", {}, ...head.map((name) => el("th", {}, name)))),
+      el("tbody", {}, ...runs.map(row)),
+    ),
   );
 }
 

@@ -1,27 +1,65 @@
-// What the console's browser test needs from the API beside the page: runs to look at,
-// made over gRPC-Web with the same generated client (Node's fetch carries it).
-import { createClient } from "@connectrpc/connect";
+// What the console's browser test needs from the API beside the page: runs and an agent
+// to look at, made over gRPC-Web with the same generated client (Node's fetch carries it).
+import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcWebTransport } from "@connectrpc/connect-web";
 import { AgentService } from "../src/gen/agentrunner/v1/agent_pb.js";
+import { AgentRegistry } from "../src/gen/agentrunner/v1/agents_pb.js";
 
-export function client(baseUrl: string) {
-  return createClient(AgentService, createGrpcWebTransport({ baseUrl }));
+function transport(baseUrl: string, key = "") {
+  const signed: Interceptor = (next) => (request) => {
+    if (key) request.header.set("authorization", `Bearer ${key}`);
+    return next(request);
+  };
+  return createGrpcWebTransport({ baseUrl, interceptors: [signed] });
 }
 
-/// Runs `query` on the scripted model with the time tool, to its end, or until it waits
-/// for an approval when `approval` holds; returns the run's message id.
-export async function run(baseUrl: string, query: string, approval = false) {
-  const stream = client(baseUrl).run({
+/// How a run made for the test stops: at its end, or where it waits for the caller.
+export type Until = "end" | "approval" | "outputs";
+
+/// Runs `query` on the scripted model with the time tool (needing approval, or run by the
+/// caller itself, as `until` says); returns the run's message id once it ends or waits.
+export async function run(baseUrl: string, query: string, until: Until = "end", key = "") {
+  const agents = createClient(AgentService, transport(baseUrl, key));
+  const stream = agents.run({
     query,
     agent: {
       model: { provider: "openai", name: "mock" },
-      tools: [{ provider: "time", name: "current_time", requireApproval: approval }],
+      tools: until === "outputs" ? [] : [{ provider: "time", name: "current_time", requireApproval: until === "approval" }],
     },
+    clientTools: until === "outputs" ? [{ name: "current_time", description: "The caller's clock" }] : [],
   });
   let id = "";
   for await (const event of stream) {
     id = event.messageId;
-    if (event.event.case === "approvalRequired") break;
+    if (event.event.case === "approvalRequired" || event.event.case === "toolCallsRequired") break;
   }
   return id;
+}
+
+/// A stored agent whose name and description are `text`.
+export async function agent(baseUrl: string, id: string, text: string) {
+  const registry = createClient(AgentRegistry, transport(baseUrl));
+  await registry.createAgent({
+    agentId: id,
+    name: text.slice(0, 200),
+    description: text,
+    config: { model: { provider: "openai", name: "mock" } },
+  });
+}
+
+/// Starts a run of `query` and returns its message id at its first event; the run goes on
+/// (its stream read to the end in the background).
+export async function start(baseUrl: string, query: string) {
+  const agents = createClient(AgentService, transport(baseUrl));
+  const stream = agents.run({
+    query,
+    agent: { model: { provider: "openai", name: "mock" }, tools: [{ provider: "time", name: "current_time" }] },
+  })[Symbol.asyncIterator]();
+  const first = await stream.next();
+  void (async () => {
+    while (!(await stream.next()).done) {
+      // drained
+    }
+  })();
+  return first.value?.messageId ?? "";
 }
