@@ -1,5 +1,7 @@
 // Drives the console in headless Chromium against real servers on the scripted model:
 // - the explorer lists runs newest first; "waiting for me" holds the waiting runs;
+// - agents are listed with their labels, an agent's versions newest first and side by side,
+//   an alias moved by compare-and-set; a conversation deleted, or refused while it waits;
 // - a run waiting for approval is approved from its page and ends, its timeline drawn
 //   (rounds, the tool call and its result, tokens); a client tool's output is sent from
 //   its page; a waiting run is cancelled from its page; a live run's answer grows on its
@@ -30,7 +32,7 @@ await esbuild.build({
   outfile: "node_modules/.cache/console-test/support.mjs",
   logLevel: "warning",
 });
-const { run, agent, start } = await import("./node_modules/.cache/console-test/support.mjs");
+const { run, agent, start, versioned } = await import("./node_modules/.cache/console-test/support.mjs");
 
 const HOSTILE = `<img src=x onerror="window.__hacked=1"><script>window.__hacked=2</script> <a href="javascript:window.__hacked=3">x</a>`;
 const paris = await run(base, "What time is it in Paris?");
@@ -39,6 +41,9 @@ const outputs = await run(base, "What does your clock say?", "outputs");
 const doomed = await run(base, "May I read the clock, or not?", "approval");
 const waiting = await run(base, "May I read the clock?", "approval");
 await agent(base, "hostile-agent", HOSTILE);
+await versioned(base, "support-bot");
+const farewell = await run(base, "A conversation to delete");
+const stillWaiting = await run(base, "A conversation that cannot go yet", "approval");
 const theirs = await run(keyed, "A question of acme's", "end", key);
 
 const browser = await chromium.launch({
@@ -85,9 +90,9 @@ try {
   if (!policy.includes("frame-ancestors 'none'") || policy.includes("unsafe-inline")) {
     await fail(`the page's policy is not strict: ${policy}`);
   }
-  await page.locator("table.runs tbody tr").nth(4).waitFor({ timeout: 10_000 });
+  await page.locator("table.runs tbody tr").nth(6).waitFor({ timeout: 10_000 });
   const queries = await texts(page, "table.runs tbody td.query");
-  if (queries[0] !== "May I read the clock?" || queries[4] !== "What time is it in Paris?" || queries[3] !== HOSTILE) {
+  if (queries[2] !== "May I read the clock?" || queries[6] !== "What time is it in Paris?" || queries[5] !== HOSTILE) {
     await fail(`runs are not listed newest first, each by its query: ${queries.join(" | ")}`);
   }
   if ((await overflowing(page)).length) await fail(`overflows at 1280 px: ${await overflowing(page)}`);
@@ -96,7 +101,7 @@ try {
   // The inbox, and approving from a run's page.
   await page.click("nav >> text=Waiting for me");
   await page.locator("h1", { hasText: "Waiting for me" }).waitFor();
-  await page.waitForFunction(() => document.querySelectorAll("table.runs tbody tr").length === 3);
+  await page.waitForFunction(() => document.querySelectorAll("table.runs tbody tr").length === 4);
   await page.click(`a[href="/runs/${waiting}"]`);
   await page.waitForURL(`**/runs/${waiting}`);
   await page.locator("#approve").waitFor({ timeout: 10_000 });
@@ -160,6 +165,56 @@ try {
   await page.locator(".problem").waitFor({ timeout: 10_000 });
   if ((await page.textContent(".problem")) !== "No such run.") await fail("an unknown run is not 'No such run.'");
 
+  // Agents: the list, versions newest first side by side, an alias moved by
+  // compare-and-set (a stale expectation is refused in words).
+  await page.goto(`${base}/agents`);
+  await page.locator("#agents td", { hasText: "support-bot" }).waitFor({ timeout: 10_000 });
+  const labels = await texts(page, "#agents .chip");
+  if (!labels.includes("team=support")) await fail(`the agent's labels are not listed: ${labels}`);
+  await page.click("#agents a[href='/agents/support-bot']");
+  await page.locator("#versions li").nth(1).waitFor({ timeout: 10_000 });
+  const versions = await texts(page, "#versions summary");
+  if (!versions[0]?.startsWith("version 2") || !versions[1]?.startsWith("version 1")) {
+    await fail(`versions are not newest first: ${versions}`);
+  }
+  const changed = await texts(page, "#compare .changed");
+  if (!changed.some((line) => line.includes("Answer at length.")) || !changed.some((line) => line.includes("Answer briefly."))) {
+    await fail(`the two versions' difference is not marked: ${changed}`);
+  }
+  await page.fill("#move-alias [name=alias]", "prod");
+  await page.fill("#move-alias [name=version]", "2");
+  await page.fill("#move-alias [name=expected]", "2");
+  await page.click("#move-alias button");
+  await page.locator("#alias-outcome .problem").waitFor({ timeout: 10_000 });
+  const stale = (await page.textContent("#alias-outcome")) ?? "";
+  if (!stale.startsWith("FailedPrecondition")) await fail(`a stale expectation read: ${stale}`);
+  await page.fill("#move-alias [name=expected]", "1");
+  await page.click("#move-alias button");
+  await page.locator("#alias-outcome", { hasText: "Moved." }).waitFor({ timeout: 10_000 });
+  if (!((await page.textContent("#aliases")) ?? "").includes("prod → 2")) await fail("the alias did not move");
+  await page.screenshot({ path: `${shots}/console-agent.png`, fullPage: true });
+
+  // Deleting a conversation: refused in words while its run waits, done once none does.
+  page.on("dialog", (dialog) => dialog.accept());
+  const conversationOf = async (id) => {
+    await page.goto(`${base}/runs/${id}`);
+    const href = await page.locator(".facts a[href^='/conversations/']").getAttribute("href");
+    await page.goto(`${base}${href}`);
+    await page.locator("#delete").waitFor({ timeout: 10_000 });
+  };
+  await conversationOf(stillWaiting);
+  await page.click("#delete");
+  await page.locator("#delete-outcome .problem").waitFor({ timeout: 10_000 });
+  const busy = (await page.textContent("#delete-outcome")) ?? "";
+  if (!busy.startsWith("FailedPrecondition")) await fail(`deleting a live conversation read: ${busy}`);
+  await conversationOf(farewell);
+  await page.click("#delete");
+  await page.waitForURL(`${base}/`);
+  await page.locator("table.runs tbody tr").first().waitFor({ timeout: 10_000 });
+  if ((await texts(page, "table.runs td.query")).includes("A conversation to delete")) {
+    await fail("a deleted conversation's run is still listed");
+  }
+
   // At 400 px wide.
   await page.setViewportSize({ width: 400, height: 800 });
   for (const path of ["/", `/runs/${paris}`]) {
@@ -192,7 +247,7 @@ try {
   // serious or critical violation. axe is injected as a script, which the page's policy
   // would refuse: this one page bypasses it.
   const audited = await browser.newPage({ viewport: { width: 1280, height: 800 }, bypassCSP: true });
-  for (const [path, ready] of [["/", "table.runs"], [`/runs/${paris}`, ".timeline .end"], ["/agents/hostile-agent", ".facts"]]) {
+  for (const [path, ready] of [["/", "table.runs"], [`/runs/${paris}`, ".timeline .end"], ["/agents", "#agents"], ["/agents/support-bot", "#versions"]]) {
     await audited.goto(`${base}${path}`);
     await audited.locator(ready).first().waitFor({ timeout: 10_000 });
     await audited.addScriptTag({ path: "node_modules/axe-core/axe.min.js" });

@@ -1,8 +1,9 @@
 // The console: a router over the page's paths, and the views that are not their own module.
-import { agents, credentials, registry, remember } from "./api.js";
+import { showAgent, showAgents } from "./agents.js";
+import { agents, credentials, remember } from "./api.js";
 import { ago, el, isNotFound, link, problem } from "./dom.js";
 import { showRun } from "./run.js";
-import { badge, runsTable, showRuns } from "./runs.js";
+import { badge, showRuns } from "./runs.js";
 
 const view = document.getElementById("view") as HTMLElement;
 let leave: () => void = () => {};
@@ -15,13 +16,32 @@ function route() {
   const params = new URLSearchParams(location.search);
   if (section === "runs" && id) leave = showRun(view, decodeURIComponent(id));
   else if (section === "conversations" && id) void showConversation(decodeURIComponent(id));
-  else if (section === "agents" && id) void showAgent(decodeURIComponent(id));
+  else if (section === "agents" && id) void showAgent(view, decodeURIComponent(id));
+  else if (section === "agents") void showAgents(view);
   else if (section === "operator") view.replaceChildren(el("h1", {}, "Operator"), el("p", { class: "muted" }, "Not available yet."));
   else leave = showRuns(view, params);
 }
 
 async function showConversation(id: string) {
-  view.replaceChildren(el("p", {}, link("/", "← Runs")), el("h1", {}, "Conversation"), el("p", { class: "muted" }, id));
+  const remove = el("button", { type: "button", id: "delete", class: "secondary" }, "Delete conversation");
+  const outcome = el("div", { id: "delete-outcome" });
+  remove.onclick = async () => {
+    if (!window.confirm("Delete this conversation and every record of its runs?")) return;
+    outcome.replaceChildren();
+    try {
+      await agents.deleteConversation({ conversationId: id });
+      history.pushState(null, "", "/");
+      route();
+    } catch (err) {
+      outcome.append(problem(err));
+    }
+  };
+  view.replaceChildren(
+    el("p", {}, link("/", "← Runs")),
+    el("h1", {}, "Conversation"),
+    el("p", { class: "muted" }, id),
+    el("div", { class: "actions" }, remove, outcome),
+  );
   try {
     const page = await agents.listMessages({ conversationId: id, pageSize: 100 });
     const rows = page.messages.map((message) =>
@@ -49,32 +69,6 @@ async function showConversation(id: string) {
     );
   } catch (err) {
     view.append(isNotFound(err) ? el("p", { class: "problem", role: "alert" }, "No such conversation.") : problem(err));
-  }
-}
-
-async function showAgent(id: string) {
-  view.replaceChildren(el("p", {}, link("/", "← Runs")), el("h1", {}, `Agent ${id}`));
-  try {
-    const agent = await registry.getAgent({ agentId: id });
-    const aliases = Object.entries(agent.aliases).map(([alias, version]) => `${alias} → ${version}`);
-    view.append(
-      el(
-        "dl",
-        { class: "facts" },
-        el("dt", {}, "name"),
-        el("dd", {}, agent.name || "—"),
-        el("dt", {}, "latest version"),
-        el("dd", {}, String(agent.latestVersion)),
-        el("dt", {}, "aliases"),
-        el("dd", {}, aliases.join(", ") || "—"),
-        el("dt", {}, "description"),
-        el("dd", {}, agent.description || "—"),
-      ),
-    );
-    const runs = await agents.listRuns({ agentId: id, pageSize: 50 });
-    view.append(el("h2", {}, "Its runs"), runs.runs.length ? runsTable(runs.runs) : el("p", { class: "empty" }, "No runs."));
-  } catch (err) {
-    view.append(isNotFound(err) ? el("p", { class: "problem", role: "alert" }, "No such agent.") : problem(err));
   }
 }
 

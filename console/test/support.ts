@@ -63,3 +63,18 @@ export async function start(baseUrl: string, query: string) {
   })();
   return first.value?.messageId ?? "";
 }
+
+/// A stored agent `id` with two versions (the second with another instruction) and the
+/// alias `prod` on the first.
+export async function versioned(baseUrl: string, id: string) {
+  const registry = createClient(AgentRegistry, transport(baseUrl));
+  const model = { provider: "openai", name: "mock" };
+  await registry.createAgent({
+    agentId: id,
+    name: "Support bot",
+    labels: { team: "support" },
+    config: { model, instruction: "Answer briefly." },
+  });
+  await registry.createAgentVersion({ agentId: id, config: { model, instruction: "Answer at length." } });
+  await registry.setAlias({ agentId: id, alias: "prod", version: 1 });
+}

@@ -68,9 +68,9 @@ pub fn answer(path: &str, method: &Method) -> Option<Response<Body>> {
 }
 
 /// `/`, or a deep link the console draws: `/runs/{id}`, `/conversations/{id}`,
-/// `/agents/{id}` and `/operator`.
+/// `/agents` and `/agents/{id}`, and `/operator`.
 fn is_page(path: &str) -> bool {
-    if path == "/" || path == "/operator" {
+    if matches!(path, "/" | "/operator" | "/agents" | "/agents/") {
         return true;
     }
     let mut parts = path
