@@ -2,6 +2,7 @@
 // - the explorer lists runs newest first; "waiting for me" holds the waiting runs;
 // - agents are listed with their labels, an agent's versions newest first and side by side,
 //   an alias moved by compare-and-set; a conversation deleted, or refused while it waits;
+//   the tenant's tokens today shown against its limits;
 // - a run waiting for approval is approved from its page and ends, its timeline drawn
 //   (rounds, the tool call and its result, tokens); a client tool's output is sent from
 //   its page; a waiting run is cancelled from its page; a live run's answer grows on its
@@ -214,6 +215,12 @@ try {
   if ((await texts(page, "table.runs td.query")).includes("A conversation to delete")) {
     await fail("a deleted conversation's run is still listed");
   }
+
+  // The tenant's usage today against its limits.
+  await page.click("nav >> text=Usage");
+  await page.locator("#usage dd").nth(1).waitFor({ timeout: 10_000 });
+  const used = (await texts(page, "#usage dd"))[1] ?? "";
+  if (!/^[1-9]\d* \(no limit\)$/.test(used)) await fail(`tokens today read: ${used}`);
 
   // At 400 px wide.
   await page.setViewportSize({ width: 400, height: 800 });

@@ -18,7 +18,7 @@ function route() {
   else if (section === "conversations" && id) void showConversation(decodeURIComponent(id));
   else if (section === "agents" && id) void showAgent(view, decodeURIComponent(id));
   else if (section === "agents") void showAgents(view);
-  else if (section === "operator") view.replaceChildren(el("h1", {}, "Operator"), el("p", { class: "muted" }, "Not available yet."));
+  else if (section === "operator") void showUsage();
   else leave = showRuns(view, params);
 }
 
@@ -69,6 +69,34 @@ async function showConversation(id: string) {
     );
   } catch (err) {
     view.append(isNotFound(err) ? el("p", { class: "problem", role: "alert" }, "No such conversation.") : problem(err));
+  }
+}
+
+/// The caller's tenant today against the limits its calls run under.
+async function showUsage() {
+  view.replaceChildren(el("h1", {}, "Usage today"));
+  try {
+    const usage = await agents.getUsage({});
+    const limits = usage.limits;
+    const of = (used: string, limit: bigint | number | string | undefined) =>
+      limit && String(limit) !== "0" ? `${used} of ${limit}` : `${used} (no limit)`;
+    const day = String(usage.day).replace(/(\d{4})(\d{2})(\d{2})/, "$1-$2-$3");
+    const rows: [string, string][] = [
+      ["tenant", usage.tenant],
+      [`tokens on ${day} (UTC)`, of(String(usage.tokensToday), limits?.tokensPerDay)],
+      ["runs not yet ended", of(String(usage.liveRuns), limits?.maxConcurrentRuns)],
+      ["runs started per minute", of("—", limits?.runsPerMinute)],
+      ["tokens per run", of("—", limits?.maxRunTokens)],
+      ["cost per run", of("—", limits?.maxRunCost)],
+      ["seconds per run", of("—", limits?.maxRunSeconds)],
+      ["tool calls per run", of("—", limits?.maxRunToolCalls)],
+    ];
+    view.append(
+      el("dl", { class: "facts", id: "usage" }, ...rows.flatMap(([name, value]) => [el("dt", {}, name), el("dd", {}, value)])),
+      el("p", { class: "muted" }, "The limits are your API key's, else the server's."),
+    );
+  } catch (err) {
+    view.append(problem(err));
   }
 }
 

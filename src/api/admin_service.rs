@@ -110,20 +110,6 @@ fn api_key(record: ApiKeyRecord) -> pb::ApiKey {
         name,
         created_at: Some(timestamp(created_at)),
         last_used_at: last_used_at.map(timestamp),
-        limits: Some(pb::TenantLimits {
-            max_concurrent_runs: limits.max_concurrent_runs,
-            runs_per_minute: limits.runs_per_minute,
-            tokens_per_day: limits.tokens_per_day,
-            max_run_tokens: limits.max_run_tokens,
-            max_run_cost: if limits.max_run_cost.is_zero() {
-                String::new()
-            } else {
-                limits.max_run_cost.to_string()
-            },
-            max_run_seconds: limits.max_run_seconds,
-            max_run_tool_calls: limits.max_run_tool_calls,
-            max_concurrent_child_runs: limits.max_concurrent_child_runs,
-            max_follow_streams: limits.max_follow_streams,
-        }),
+        limits: Some(limits.into()),
     }
 }

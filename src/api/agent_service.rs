@@ -10,7 +10,9 @@ use super::convert::{parse_id, run_listing, run_spec};
 use super::deadline::deadline_of;
 use super::status::from_error;
 use super::stream::RunEventStream;
-use crate::domain::{ConversationId, FileId, MessageId, SHOWN_TEXT_LIMIT};
+use crate::domain::{
+    ConversationId, FileId, MessageId, MessageStatus, RunFilter, SHOWN_TEXT_LIMIT,
+};
 use crate::pb;
 use crate::pb::agent_service_server::AgentService;
 use crate::runner::{ClientOutput, Decision, RunError, Runner};
@@ -24,6 +26,8 @@ const MAX_PAGE_SIZE: usize = 1000;
 const PAGE_BYTES: usize = 3 * 1024 * 1024;
 /// The longest reason for declining a call; the model reads it.
 const MAX_REASON_BYTES: usize = 4096;
+/// The most live runs `GetUsage` counts.
+const MAX_LIVE_COUNTED: usize = 1000;
 /// Page size when the request gives none.
 const DEFAULT_PAGE_SIZE: usize = 100;
 
@@ -306,6 +310,46 @@ impl AgentService for AgentApi {
             ),
             stopped_early: listed.page.stopped_early,
             conversations: listed.page.items.into_iter().map(Into::into).collect(),
+        }))
+    }
+
+    async fn get_usage(
+        &self,
+        request: Request<pb::GetUsageRequest>,
+    ) -> Result<Response<pb::GetUsageResponse>, Status> {
+        let caller = caller_of(&request)?;
+        let day = crate::runner::today();
+        let tokens_today = self
+            .store
+            .tenant_tokens(&caller.tenant, day)
+            .await
+            .map_err(from_error)?;
+        let live = RunFilter {
+            statuses: vec![
+                MessageStatus::Running,
+                MessageStatus::WaitingApproval,
+                MessageStatus::WaitingToolOutputs,
+            ],
+            ..RunFilter::default()
+        };
+        let listed = self
+            .store
+            .list_runs(
+                &caller.tenant,
+                &RunQuery {
+                    filter: &live,
+                    after: None,
+                    limit: MAX_LIVE_COUNTED,
+                },
+            )
+            .await
+            .map_err(from_error)?;
+        Ok(Response::new(pb::GetUsageResponse {
+            tenant: caller.tenant.as_str().to_owned(),
+            day,
+            tokens_today,
+            live_runs: u32::try_from(listed.items.len()).unwrap_or(u32::MAX),
+            limits: Some(caller.limits.into()),
         }))
     }
 

@@ -43,6 +43,7 @@ use tracing::Instrument;
 
 pub use error::RunError;
 pub use live::{ClientOutput, Decision, EventStream};
+pub use quota::today;
 pub use settings::RunnerSettings;
 pub use spec::{
     AgentDefinition, AgentReference, AgentSpec, Idempotency, ImageSource, InputImage, ModelMode,

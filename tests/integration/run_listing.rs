@@ -244,6 +244,27 @@ async fn a_tenants_runs_are_listed_newest_first_and_filtered() {
     );
     assert!(second.next_page_token.is_empty());
 
+    let usage = client
+        .get_usage(pb::GetUsageRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(usage.tenant, "default");
+    assert_eq!(usage.live_runs, 1, "the run waiting for its tool's output");
+    assert!(
+        usage.tokens_today >= 50,
+        "five runs of 10 tokens: {usage:?}"
+    );
+    let elsewhere_usage = client
+        .get_usage(as_tenant(pb::GetUsageRequest {}, "other"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (elsewhere_usage.tokens_today, elsewhere_usage.live_runs),
+        (0, 0)
+    );
+
     let other = client
         .list_runs(as_tenant(pb::ListRunsRequest::default(), "other"))
         .await

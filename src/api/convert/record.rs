@@ -3,10 +3,30 @@
 use super::json::json_to_struct;
 use super::scalar::timestamp;
 use crate::domain::{
-    FinishReason, Message, MessageStatus, RetrieverResource, RunFailure, StrategyKind, Thought,
-    ToolCallRecord, ToolInvokeMeta, Usage,
+    FinishReason, Message, MessageStatus, RetrieverResource, RunFailure, StrategyKind,
+    TenantLimits, Thought, ToolCallRecord, ToolInvokeMeta, Usage,
 };
 use crate::pb;
+
+impl From<TenantLimits> for pb::TenantLimits {
+    fn from(limits: TenantLimits) -> Self {
+        Self {
+            max_concurrent_runs: limits.max_concurrent_runs,
+            runs_per_minute: limits.runs_per_minute,
+            tokens_per_day: limits.tokens_per_day,
+            max_run_tokens: limits.max_run_tokens,
+            max_run_cost: if limits.max_run_cost.is_zero() {
+                String::new()
+            } else {
+                limits.max_run_cost.to_string()
+            },
+            max_run_seconds: limits.max_run_seconds,
+            max_run_tool_calls: limits.max_run_tool_calls,
+            max_concurrent_child_runs: limits.max_concurrent_child_runs,
+            max_follow_streams: limits.max_follow_streams,
+        }
+    }
+}
 
 impl From<Usage> for pb::Usage {
     fn from(usage: Usage) -> Self {
