@@ -6,7 +6,7 @@
 //! - [`app`] wires the rooms together and owns the background work; [`config`] says how.
 //! - [`cli`]: the command line's client side, over the generated client.
 //! - [`api`]: the only code that knows tonic and protobuf; thin handlers over the core,
-//!   the A2A binding among them.
+//!   the A2A binding among them, gRPC-Web, and the browser console embedded.
 //! - [`replica`]: what this process does as one replica among others: takes over the
 //!   runs whose owner was lost, and takes the commands peers keep for its runs.
 //! - [`library`]: stored agents, versions and aliases, resolved as a run starts.
