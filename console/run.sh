@@ -35,5 +35,6 @@ done
 KEY=$("$BIN/agent-runner" keys create --addr "127.0.0.1:$KEYED_PORT" --tenant acme | tail -1)
 bash .ci/chromium "$WORK/chromium-install.log"
 (cd console && CONSOLE_URL="http://127.0.0.1:$PORT" CONSOLE_KEYED_URL="http://127.0.0.1:$KEYED_PORT" \
-  CONSOLE_KEY="$KEY" CONSOLE_SHOTS="${CONSOLE_SHOTS:-$WORK}" node test.mjs) ||
+  CONSOLE_KEY="$KEY" CONSOLE_SHOTS="${CONSOLE_SHOTS:-$WORK}" CONSOLE_WORK="$WORK" \
+  CONSOLE_BIN="$BIN/agent-runner" CONSOLE_LLM_PORT="$LLM_PORT" node test.mjs) ||
   { tail -20 "$WORK/server.log"; exit 1; }

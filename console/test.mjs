@@ -6,7 +6,8 @@
 // - a run waiting for approval is approved from its page and ends, its timeline drawn
 //   (rounds, the tool call and its result, tokens); a client tool's output is sent from
 //   its page; a waiting run is cancelled from its page; a live run's answer grows on its
-//   page;
+//   page; a run whose service is killed and started again is followed to its end, the
+//   page saying it is reconnecting meanwhile;
 // - a deep link loads by itself; an unknown run is "No such run";
 // - text from runs and agents holding markup runs nothing and adds no element;
 // - with API keys on, no key shows the API's refusal, a key lists its tenant's runs, and
@@ -16,7 +17,9 @@
 //   serious or critical violation.
 // CONSOLE_URL and CONSOLE_KEYED_URL are the servers (keys off, on), CONSOLE_KEY a key of
 // the second; screenshots go to CONSOLE_SHOTS.
-import { mkdirSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { mkdirSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
 import { chromium } from "playwright-core";
 import * as esbuild from "esbuild";
 
@@ -51,6 +54,35 @@ const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
   args: ["--no-sandbox"],
 });
+// A service of this test's own, to kill and start again on one port and data directory.
+const freePort = () =>
+  new Promise((resolve) => {
+    const probe = createServer().listen(0, "127.0.0.1", () => {
+      const { port } = probe.address();
+      probe.close(() => resolve(port));
+    });
+  });
+const ownPort = await freePort();
+const ownBase = `http://127.0.0.1:${ownPort}`;
+const ownData = `${process.env.CONSOLE_WORK ?? shots}/data-restarted`;
+rmSync(ownData, { recursive: true, force: true });
+const serve = async () => {
+  const child = spawn(process.env.CONSOLE_BIN, ["serve", "--listen", `127.0.0.1:${ownPort}`, "--data-dir", ownData], {
+    env: { ...process.env, OPENAI_BASE_URL: `http://127.0.0.1:${process.env.CONSOLE_LLM_PORT}/v1`, OPENAI_API_KEY: "" },
+    stdio: "ignore",
+  });
+  for (let tries = 0; tries < 200; tries += 1) {
+    try {
+      if ((await fetch(`${ownBase}/`)).ok) return child;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error("the test's own service did not start");
+};
+let own = await serve();
+
 const problems = [];
 const foreign = [];
 const fail = async (message) => {
@@ -216,6 +248,23 @@ try {
     await fail("a deleted conversation's run is still listed");
   }
 
+  // A run whose service is killed (kill -9) while its page follows it: the page says it is
+  // reconnecting, attaches again after the last event it drew once the service is back,
+  // and draws the run going on to its end.
+  const resumed = await start(ownBase, "Tell me the time, and then some.");
+  const follower = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  watch(follower, ownBase);
+  await follower.goto(`${ownBase}/runs/${resumed}`);
+  await follower.waitForFunction(() => (document.getElementById("answer")?.textContent ?? "").length > 0, null, { timeout: 15_000 });
+  own.kill("SIGKILL");
+  await follower.locator("#reconnecting:not([hidden])").waitFor({ timeout: 15_000 });
+  own = await serve();
+  await follower.locator(".timeline .end").waitFor({ timeout: 30_000 });
+  if (!(await follower.locator("#reconnecting").isHidden())) await fail("still reconnecting after the run ended");
+  const finalAnswer = (await follower.textContent("#answer")) ?? "";
+  if (!finalAnswer.includes("word19")) await fail(`the resumed run's answer: ${finalAnswer}`);
+  await follower.close();
+
   // The tenant's usage today against its limits.
   await page.click("nav >> text=Usage");
   await page.locator("#usage dd").nth(1).waitFor({ timeout: 10_000 });
@@ -275,4 +324,5 @@ try {
   );
 } finally {
   await browser.close();
+  own.kill("SIGKILL");
 }

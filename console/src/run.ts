@@ -4,9 +4,14 @@
 // client tool's output can be answered here.
 import { FinishReason, MessageStatus, type RunEvent } from "./gen/agentrunner/v1/agent_pb.js";
 import type { AgentThought, ToolCall } from "./gen/agentrunner/v1/common_pb.js";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { agents } from "./api.js";
 import { el, isNotFound, link, problem, when } from "./dom.js";
 import { badge, cost } from "./runs.js";
+
+/// How often, and how far apart, a cut stream is attached again before the page gives up.
+const RECONNECTS = 60;
+const RECONNECT_MS = 1000;
 
 interface Round {
   row: HTMLElement;
@@ -215,6 +220,31 @@ export function showRun(view: HTMLElement, id: string): () => void {
     }
   };
 
+  // Follows the run's events from the first; a stream cut by the service going away (a
+  // restart, a hand-over) is attached again after the last event drawn, saying so meanwhile.
+  const reconnecting = el("p", { class: "reconnecting", id: "reconnecting", role: "status", hidden: "" }, "Reconnecting…");
+  view.insertBefore(reconnecting, facts);
+  const attach = async () => {
+    let last = 0n;
+    for (let attempt = 0; ; attempt += 1) {
+      try {
+        for await (const event of agents.attach({ messageId: id, afterSeq: last }, { signal: abort.signal })) {
+          reconnecting.hidden = true;
+          attempt = 0;
+          last = event.seq;
+          draw(event);
+        }
+        return;
+      } catch (err) {
+        const code = ConnectError.from(err).code;
+        const cut = code === Code.Unavailable || code === Code.Unknown || code === Code.Canceled;
+        if (abort.signal.aborted || !cut || attempt >= RECONNECTS) throw err;
+        reconnecting.hidden = false;
+        await new Promise((resolve) => window.setTimeout(resolve, RECONNECT_MS));
+      }
+    }
+  };
+
   const follow = async () => {
     try {
       const message = await agents.getMessage({ messageId: id }, { signal: abort.signal });
@@ -238,9 +268,7 @@ export function showRun(view: HTMLElement, id: string): () => void {
         };
         actions.replaceChildren(cancel);
       }
-      for await (const event of agents.attach({ messageId: id, afterSeq: 0n }, { signal: abort.signal })) {
-        draw(event);
-      }
+      await attach();
     } catch (err) {
       if (abort.signal.aborted) return;
       view.append(isNotFound(err) ? el("p", { class: "problem", role: "alert" }, "No such run.") : problem(err));
