@@ -20,6 +20,12 @@ echo "console: dist/ is what its sources build"
 source .ci/scripted-service.sh
 # 50 ms a piece: slowly enough to see a live run's answer grow.
 start_scripted 50
+# A scripted model that calls the tool `helper` (a stored agent the test makes), for a
+# parent run with a sub-agent's run.
+DELEGATING_LLM_PORT=$(free_port)
+"$BIN/agent-runner-mock-llm" --listen "127.0.0.1:$DELEGATING_LLM_PORT" --chunk-delay-ms 50 \
+  --tool helper --arguments '{"input": "What time is it?"}' >"$WORK/mock-llm-delegating.log" 2>&1 &
+pids+=($!)
 # A second service with API keys on, and a key of tenant `acme` on it.
 KEYED_PORT=$(free_port)
 export AGENT_RUNNER_ADMIN_TOKEN="console-test-admin-$$"
@@ -36,5 +42,6 @@ KEY=$("$BIN/agent-runner" keys create --addr "127.0.0.1:$KEYED_PORT" --tenant ac
 bash .ci/chromium "$WORK/chromium-install.log"
 (cd console && CONSOLE_URL="http://127.0.0.1:$PORT" CONSOLE_KEYED_URL="http://127.0.0.1:$KEYED_PORT" \
   CONSOLE_KEY="$KEY" CONSOLE_SHOTS="${CONSOLE_SHOTS:-$WORK}" CONSOLE_WORK="$WORK" \
-  CONSOLE_BIN="$BIN/agent-runner" CONSOLE_LLM_PORT="$LLM_PORT" node test.mjs) ||
+  CONSOLE_BIN="$BIN/agent-runner" CONSOLE_LLM_PORT="$LLM_PORT" \
+  CONSOLE_DELEGATING_LLM_PORT="$DELEGATING_LLM_PORT" node test.mjs) ||
   { tail -20 "$WORK/server.log"; exit 1; }

@@ -7,7 +7,7 @@
 //   (rounds, the tool call and its result, tokens); a client tool's output is sent from
 //   its page; a waiting run is cancelled from its page; a live run's answer grows on its
 //   page; a run whose service is killed and started again is followed to its end, the
-//   page saying it is reconnecting meanwhile;
+//   page saying it is reconnecting meanwhile; a sub-agent's run is drawn under its call;
 // - a deep link loads by itself; an unknown run is "No such run";
 // - text from runs and agents holding markup runs nothing and adds no element;
 // - with API keys on, no key shows the API's refusal, a key lists its tenant's runs, and
@@ -36,7 +36,7 @@ await esbuild.build({
   outfile: "node_modules/.cache/console-test/support.mjs",
   logLevel: "warning",
 });
-const { run, agent, start, versioned } = await import("./node_modules/.cache/console-test/support.mjs");
+const { run, agent, start, versioned, delegated } = await import("./node_modules/.cache/console-test/support.mjs");
 
 const HOSTILE = `<img src=x onerror="window.__hacked=1"><script>window.__hacked=2</script> <a href="javascript:window.__hacked=3">x</a>`;
 const paris = await run(base, "What time is it in Paris?");
@@ -66,14 +66,14 @@ const ownPort = await freePort();
 const ownBase = `http://127.0.0.1:${ownPort}`;
 const ownData = `${process.env.CONSOLE_WORK ?? shots}/data-restarted`;
 rmSync(ownData, { recursive: true, force: true });
-const serve = async () => {
-  const child = spawn(process.env.CONSOLE_BIN, ["serve", "--listen", `127.0.0.1:${ownPort}`, "--data-dir", ownData], {
-    env: { ...process.env, OPENAI_BASE_URL: `http://127.0.0.1:${process.env.CONSOLE_LLM_PORT}/v1`, OPENAI_API_KEY: "" },
+const serveOn = async (port, data, llmPort) => {
+  const child = spawn(process.env.CONSOLE_BIN, ["serve", "--listen", `127.0.0.1:${port}`, "--data-dir", data], {
+    env: { ...process.env, OPENAI_BASE_URL: `http://127.0.0.1:${llmPort}/v1`, OPENAI_API_KEY: "" },
     stdio: "ignore",
   });
   for (let tries = 0; tries < 200; tries += 1) {
     try {
-      if ((await fetch(`${ownBase}/`)).ok) return child;
+      if ((await fetch(`http://127.0.0.1:${port}/`)).ok) return child;
     } catch {
       // not listening yet
     }
@@ -81,7 +81,14 @@ const serve = async () => {
   }
   throw new Error("the test's own service did not start");
 };
+const serve = () => serveOn(ownPort, ownData, process.env.CONSOLE_LLM_PORT);
 let own = await serve();
+// And one on the model that calls the `helper` tool: a parent agent calling a sub-agent.
+const delegatingPort = await freePort();
+const delegatingBase = `http://127.0.0.1:${delegatingPort}`;
+const delegatingData = `${process.env.CONSOLE_WORK ?? shots}/data-delegating`;
+rmSync(delegatingData, { recursive: true, force: true });
+const delegating = await serveOn(delegatingPort, delegatingData, process.env.CONSOLE_DELEGATING_LLM_PORT);
 
 const problems = [];
 const foreign = [];
@@ -265,6 +272,24 @@ try {
   if (!finalAnswer.includes("word19")) await fail(`the resumed run's answer: ${finalAnswer}`);
   await follower.close();
 
+  // A sub-agent's run drawn under the call that started it, its answer in place, linked to
+  // its own page, which links back to the parent.
+  const boss = await delegated(delegatingBase, "Ask your helper.");
+  const parent = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  watch(parent, delegatingBase);
+  await parent.goto(`${delegatingBase}/runs/${boss}`);
+  await parent.locator(".timeline .end").waitFor({ timeout: 15_000 });
+  const nested = parent.locator(".call .child");
+  if ((await nested.count()) !== 1) await fail(`expected one sub-agent run under its call, saw ${await nested.count()}`);
+  const childAnswer = (await nested.locator(".child-answer").textContent()) ?? "";
+  if (!childAnswer.includes("word19")) await fail(`the sub-agent's answer is not in place: ${childAnswer}`);
+  const childTool = await parent.locator(".call:has(.child) .tool").textContent();
+  if (!childTool?.endsWith("helper")) await fail(`the sub-agent is not under its call: ${childTool}`);
+  await parent.screenshot({ path: `${shots}/console-sub-agent.png`, fullPage: true });
+  await nested.locator("a").click();
+  await parent.locator(".facts a[href='/runs/" + boss + "']").waitFor({ timeout: 10_000 });
+  await parent.close();
+
   // The tenant's usage today against its limits.
   await page.click("nav >> text=Usage");
   await page.locator("#usage dd").nth(1).waitFor({ timeout: 10_000 });
@@ -325,4 +350,5 @@ try {
 } finally {
   await browser.close();
   own.kill("SIGKILL");
+  delegating.kill("SIGKILL");
 }

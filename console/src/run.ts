@@ -1,8 +1,9 @@
 // A run as a timeline, drawn from Attach (every event from the first, then live ones): one
 // row per round with the model that answered and its tool calls, the answer as it streams,
-// retries, sub-agents' runs, and the run's end. A run waiting for an approval or for a
+// retries, sub-agents' runs under the calls that started them, and the run's end. A run
+// waiting for an approval or for a
 // client tool's output can be answered here.
-import { FinishReason, MessageStatus, type RunEvent } from "./gen/agentrunner/v1/agent_pb.js";
+import { FinishReason, MessageStatus, type ChildEvent, type RunEvent } from "./gen/agentrunner/v1/agent_pb.js";
 import type { AgentThought, ToolCall } from "./gen/agentrunner/v1/common_pb.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { agents } from "./api.js";
@@ -58,6 +59,10 @@ export function showRun(view: HTMLElement, id: string): () => void {
     return found;
   };
 
+  // Sub-agents' runs, by the call that started them: drawn under that call, kept when the
+  // call's row is drawn again.
+  const children = new Map<string, { box: HTMLElement; answer: HTMLElement }>();
+
   const callRow = (call: ToolCall, state: string) => {
     const seconds = call.meta ? `${call.meta.timeCost.toFixed(2)} s` : "";
     return el(
@@ -67,7 +72,30 @@ export function showRun(view: HTMLElement, id: string): () => void {
       el("code", {}, call.arguments),
       call.observation ? el("span", { class: "observation" }, `→ ${call.observation}`) : null,
       seconds ? el("span", { class: "time" }, seconds) : null,
+      children.get(call.id)?.box,
     );
+  };
+
+  const drawChild = (child: ChildEvent) => {
+    const inner = child.event?.event;
+    let held = children.get(child.toolCallId);
+    if (!held) {
+      const agent = child.agentId ? `${child.agentId}@${child.agentVersion}` : "sub-agent";
+      const answer = el("p", { class: "child-answer" });
+      const box = el(
+        "details",
+        { class: "child", open: "", "data-child": child.messageId },
+        el("summary", {}, `Sub-agent ${agent} · `, link(`/runs/${child.messageId}`, "its run")),
+        answer,
+      );
+      held = { box, answer };
+      children.set(child.toolCallId, held);
+      const call = [...timeline.querySelectorAll(".call")].find((row) => row.getAttribute("data-call") === child.toolCallId);
+      (call ?? timeline).append(box);
+    }
+    if (inner?.case === "delta") held.answer.textContent += inner.value.text;
+    if (inner?.case === "end") held.answer.textContent = inner.value.answer;
+    if (inner?.case === "error") held.answer.textContent = `failed: ${inner.value.message}`;
   };
 
   const drawThought = (thought: AgentThought) => {
@@ -190,15 +218,9 @@ export function showRun(view: HTMLElement, id: string): () => void {
       case "toolCallsRequired":
         askOutputs(payload.value.toolCalls);
         break;
-      case "child": {
-        const child = payload.value;
-        const inner = child.event?.event.case;
-        if (inner === "started" || inner === "end" || inner === "error") {
-          const agent = child.agentId ? `${child.agentId}@${child.agentVersion}` : "sub-agent";
-          note("child", `Sub-agent ${agent} ${inner}: `, link(`/runs/${child.messageId}`, child.messageId));
-        }
+      case "child":
+        if (payload.value.depth === 1) drawChild(payload.value);
         break;
-      }
       case "end": {
         const end = payload.value;
         answer.textContent = end.answer;

@@ -80,3 +80,16 @@ export async function versioned(baseUrl: string, id: string) {
   await registry.createAgentVersion({ agentId: id, config: { model, instruction: "Answer at length." } });
   await registry.setAlias({ agentId: id, alias: "prod", version: 1 });
 }
+
+/// Two stored agents: `helper`, and `boss`, which may call `helper` as a tool; runs `boss`
+/// on `query` to its end and returns the run's message id.
+export async function delegated(baseUrl: string, query: string) {
+  const registry = createClient(AgentRegistry, transport(baseUrl));
+  const model = { provider: "openai", name: "mock" };
+  await registry.createAgent({ agentId: "helper", description: "Answers what it is asked", config: { model } });
+  await registry.createAgent({ agentId: "boss", config: { model, subAgents: [{ agentId: "helper" }] } });
+  const stream = createClient(AgentService, transport(baseUrl)).run({ query, agentRef: { agentId: "boss" } });
+  let id = "";
+  for await (const event of stream) id = event.messageId;
+  return id;
+}
