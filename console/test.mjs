@@ -4,7 +4,8 @@
 //   an alias moved by compare-and-set; a conversation deleted, or refused while it waits;
 //   the tenant's tokens today shown against its limits;
 // - a run waiting for approval is approved from its page and ends, its timeline drawn
-//   (rounds, the tool call and its result, tokens); a client tool's output is sent from
+//   (rounds, the tool call and its result, tokens), a call's inspector opened; a client
+//   tool's output is sent from
 //   its page; a waiting run is cancelled from its page; a live run's answer grows on its
 //   page; a run whose service is killed and started again is followed to its end, the
 //   page saying it is reconnecting meanwhile; a sub-agent's run is drawn under its call;
@@ -159,6 +160,13 @@ try {
   if (!/tokens/.test(head)) await fail(`a round shows no tokens: ${head}`);
   const observation = await page.locator(".timeline .call .observation").first().textContent();
   if (!observation?.startsWith("→ ")) await fail(`the tool's result is not on the timeline: ${observation}`);
+  // A call's inspector: its arguments as indented JSON, its provider and id.
+  await page.locator(".timeline .call summary").first().click();
+  const inspected = (await page.locator(".timeline .call .inspector pre.arguments").first().textContent()) ?? "";
+  if (inspected !== '{\n  "timezone": "UTC"\n}') await fail(`the inspector's arguments: ${JSON.stringify(inspected)}`);
+  if ((await page.locator(".timeline .call .inspector dd[data-fact=provider]").first().textContent()) !== "time") {
+    await fail("the inspector does not name the call's provider");
+  }
   await page.screenshot({ path: `${shots}/console-run.png`, fullPage: true });
 
   // A client tool's output sent from the page.

@@ -19,6 +19,55 @@ interface Round {
   calls: HTMLElement;
 }
 
+/// The longest text a call's row shows before its inspector is opened.
+const SHORT_CHARS = 160;
+/// The longest text the inspector shows before "Show all".
+const INSPECT_CHARS = 8192;
+
+function shortened(text: string) {
+  return text.length > SHORT_CHARS ? `${text.slice(0, SHORT_CHARS)}…` : text;
+}
+
+/// `text` as indented JSON when it is JSON, else as it is.
+function formatted(text: string) {
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch {
+    return text;
+  }
+}
+
+/// A block of text cut at INSPECT_CHARS, with a button that shows the rest.
+function block(name: string, text: string) {
+  const whole = formatted(text);
+  const pre = el("pre", { class: name }, whole.length > INSPECT_CHARS ? `${whole.slice(0, INSPECT_CHARS)}…` : whole);
+  const more = whole.length > INSPECT_CHARS ? el("button", { type: "button", class: "secondary" }, `Show all ${whole.length} characters`) : null;
+  if (more) {
+    more.onclick = () => {
+      pre.textContent = whole;
+      more.remove();
+    };
+  }
+  return el("div", {}, el("h4", {}, name), pre, more);
+}
+
+/// A call's arguments and result in full, with its provider, id, time and error.
+function inspector(call: ToolCall) {
+  const facts: [string, string][] = [
+    ["provider", call.provider || "—"],
+    ["call id", call.id],
+    ["time", call.meta ? `${call.meta.timeCost.toFixed(3)} s` : "—"],
+  ];
+  if (call.meta?.error) facts.push(["error", call.meta.error]);
+  return el(
+    "div",
+    { class: "inspector" },
+    el("dl", { class: "facts" }, ...facts.flatMap(([name, value]) => [el("dt", {}, name), el("dd", { "data-fact": name }, value)])),
+    block("arguments", call.arguments),
+    call.observation ? block("result", call.observation) : null,
+  );
+}
+
 /// Draws run `id` into `view`; returns a function that closes its stream.
 export function showRun(view: HTMLElement, id: string): () => void {
   const abort = new AbortController();
@@ -65,13 +114,18 @@ export function showRun(view: HTMLElement, id: string): () => void {
 
   const callRow = (call: ToolCall, state: string) => {
     const seconds = call.meta ? `${call.meta.timeCost.toFixed(2)} s` : "";
+    const summary = el(
+      "summary",
+      {},
+      el("span", { class: "tool" }, `${call.provider ? `${call.provider}/` : ""}${call.name}`),
+      el("code", {}, shortened(call.arguments)),
+      call.observation ? el("span", { class: "observation" }, `→ ${shortened(call.observation)}`) : null,
+      seconds ? el("span", { class: "time" }, seconds) : null,
+    );
     return el(
       "li",
       { class: `call ${state}`, "data-call": call.id },
-      el("span", { class: "tool" }, `${call.provider ? `${call.provider}/` : ""}${call.name}`),
-      el("code", {}, call.arguments),
-      call.observation ? el("span", { class: "observation" }, `→ ${call.observation}`) : null,
-      seconds ? el("span", { class: "time" }, seconds) : null,
+      el("details", { class: "inspect" }, summary, inspector(call)),
       children.get(call.id)?.box,
     );
   };
