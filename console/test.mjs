@@ -4,7 +4,8 @@
 //   an alias moved by compare-and-set; a conversation deleted, or refused while it waits;
 //   the tenant's tokens today shown against its limits;
 // - a run waiting for approval is approved from its page and ends, its timeline drawn
-//   (rounds, the tool call and its result, tokens), a call's inspector opened; a client
+//   (rounds, the tool call and its result, tokens), a call's inspector opened; a run's
+//   budget shown against what it spent; a client
 //   tool's output is sent from
 //   its page; a waiting run is cancelled from its page; a live run's answer grows on its
 //   page; a run whose service is killed and started again is followed to its end, the
@@ -40,7 +41,7 @@ await esbuild.build({
 const { run, agent, start, versioned, delegated } = await import("./node_modules/.cache/console-test/support.mjs");
 
 const HOSTILE = `<img src=x onerror="window.__hacked=1"><script>window.__hacked=2</script> <a href="javascript:window.__hacked=3">x</a>`;
-const paris = await run(base, "What time is it in Paris?");
+const paris = await run(base, "What time is it in Paris?", "end", "", 100000n);
 const hostile = await run(base, HOSTILE);
 const outputs = await run(base, "What does your clock say?", "outputs");
 const doomed = await run(base, "May I read the clock, or not?", "approval");
@@ -160,6 +161,15 @@ try {
   if (!/tokens/.test(head)) await fail(`a round shows no tokens: ${head}`);
   const observation = await page.locator(".timeline .call .observation").first().textContent();
   if (!observation?.startsWith("→ ")) await fail(`the tool's result is not on the timeline: ${observation}`);
+  // The budget in force, and what the run spent against it.
+  await page.goto(`${base}/runs/${paris}`);
+  await page.locator(".timeline .end").waitFor({ timeout: 10_000 });
+  const announced = (await page.textContent(".timeline .started .budget")) ?? "";
+  const against = (await page.textContent(".timeline .end .budget")) ?? "";
+  if (!announced.includes("≤ 100000 tokens") || !/\d+ of 100000 tokens/.test(against)) {
+    await fail(`the budget is not shown against its limit: ${announced} / ${against}`);
+  }
+
   // A call's inspector: its arguments as indented JSON, its provider and id.
   await page.locator(".timeline .call summary").first().click();
   const inspected = (await page.locator(".timeline .call .inspector pre.arguments").first().textContent()) ?? "";

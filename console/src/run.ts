@@ -3,8 +3,8 @@
 // retries, sub-agents' runs under the calls that started them, and the run's end. A run
 // waiting for an approval or for a
 // client tool's output can be answered here.
-import { FinishReason, MessageStatus, type ChildEvent, type RunEvent } from "./gen/agentrunner/v1/agent_pb.js";
-import type { AgentThought, ToolCall } from "./gen/agentrunner/v1/common_pb.js";
+import { FinishReason, MessageStatus, type Budget, type ChildEvent, type RunEvent } from "./gen/agentrunner/v1/agent_pb.js";
+import type { AgentThought, ToolCall, Usage } from "./gen/agentrunner/v1/common_pb.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { agents } from "./api.js";
 import { el, isNotFound, link, problem, when } from "./dom.js";
@@ -68,6 +68,29 @@ function inspector(call: ToolCall) {
   );
 }
 
+/// A budget's limits, in words.
+function limits(budget: Budget) {
+  return [
+    budget.maxTokens !== undefined && `≤ ${budget.maxTokens} tokens`,
+    budget.maxCost && `≤ ${budget.maxCost} cost`,
+    budget.maxSeconds !== undefined && `≤ ${budget.maxSeconds} s`,
+    budget.maxToolCalls !== undefined && `≤ ${budget.maxToolCalls} tool calls`,
+  ]
+    .filter(Boolean)
+    .join(", ");
+}
+
+/// What a run spent against its budget's limits.
+function spent(budget: Budget, usage?: Usage) {
+  return [
+    budget.maxTokens !== undefined && `${usage?.totalTokens ?? 0n} of ${budget.maxTokens} tokens`,
+    budget.maxCost && `${usage?.totalPrice || "0"} of ${budget.maxCost} cost`,
+    budget.maxSeconds !== undefined && `${(usage?.latency ?? 0).toFixed(1)} of ${budget.maxSeconds} s`,
+  ]
+    .filter(Boolean)
+    .join(", ");
+}
+
 /// Draws run `id` into `view`; returns a function that closes its stream.
 export function showRun(view: HTMLElement, id: string): () => void {
   const abort = new AbortController();
@@ -89,6 +112,7 @@ export function showRun(view: HTMLElement, id: string): () => void {
     answer,
   );
   const rounds = new Map<number, Round>();
+  let budget: Budget | undefined;
 
   const fact = (name: string, value: Node | string) => facts.append(el("dt", {}, name), el("dd", {}, value));
   const setStatus = (value: MessageStatus) => status.replaceChildren(badge(value));
@@ -245,7 +269,12 @@ export function showRun(view: HTMLElement, id: string): () => void {
     const payload = event.event;
     switch (payload.case) {
       case "started":
-        note("started", `Started ${when(event.createdAt)} · ${payload.value.provider}/${payload.value.model} · up to ${payload.value.maxIteration + 1} model calls`);
+        budget = payload.value.budget;
+        note(
+          "started",
+          `Started ${when(event.createdAt)} · ${payload.value.provider}/${payload.value.model} · up to ${payload.value.maxIteration + 1} model calls`,
+          budget ? el("span", { class: "budget" }, ` · budget: ${limits(budget)}`) : "",
+        );
         break;
       case "thought":
         drawThought(payload.value);
@@ -280,7 +309,12 @@ export function showRun(view: HTMLElement, id: string): () => void {
         answer.textContent = end.answer;
         waits.replaceChildren();
         const reason = (FinishReason[end.finishReason] ?? "").toLowerCase();
-        note("end", `Ended ${when(event.createdAt)} · ${reason} · ${end.iterations} model calls · ${end.usage?.totalTokens ?? 0n} tokens ${cost(end.usage)}`);
+        note(
+          "end",
+          `Ended ${when(event.createdAt)} · ${reason} · ${end.iterations} model calls · ${end.usage?.totalTokens ?? 0n} tokens ${cost(end.usage)}`,
+          budget ? el("span", { class: "budget" }, ` · ${spent(budget, end.usage)}`) : "",
+          end.budgetExhausted ? el("strong", {}, ` · the ${end.budgetExhausted} budget ran out`) : "",
+        );
         setStatus(end.finishReason === FinishReason.CANCELLED ? MessageStatus.CANCELLED : MessageStatus.COMPLETED);
         actions.replaceChildren();
         break;

@@ -18,13 +18,14 @@ export type Until = "end" | "approval" | "outputs";
 
 /// Runs `query` on the scripted model with the time tool (needing approval, or run by the
 /// caller itself, as `until` says); returns the run's message id once it ends or waits.
-export async function run(baseUrl: string, query: string, until: Until = "end", key = "") {
+export async function run(baseUrl: string, query: string, until: Until = "end", key = "", maxTokens?: bigint) {
   const agents = createClient(AgentService, transport(baseUrl, key));
   const stream = agents.run({
     query,
     agent: {
       model: { provider: "openai", name: "mock" },
       tools: until === "outputs" ? [] : [{ provider: "time", name: "current_time", requireApproval: until === "approval" }],
+      budget: maxTokens === undefined ? undefined : { maxTokens },
     },
     clientTools: until === "outputs" ? [{ name: "current_time", description: "The caller's clock" }] : [],
   });

@@ -29,6 +29,10 @@ pub enum RunEvent {
         /// The stored agent and version that runs; `None` for an inline agent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         agent: Option<super::PinnedAgent>,
+        /// The budget in force (the agent's, lowered by the run's overrides and the
+        /// tenant's ceilings); `None` when nothing is limited.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget: Option<super::RunBudget>,
     },
     /// A piece of answer text as the model writes it.
     AnswerDelta {

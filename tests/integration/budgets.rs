@@ -307,7 +307,8 @@ async fn error_ends_the_run_failed_with_its_usage() {
 }
 
 /// `[limits] max_run_tool_calls` holds every run of the tenant, also one without a budget
-/// of its own, and the run's end is counted on `/metrics`.
+/// of its own: `started` announces it as the budget in force, and the run's end is counted
+/// on `/metrics`.
 #[tokio::test]
 async fn the_tenants_ceiling_holds_a_run_without_a_budget() {
     let llm = FakeOpenAi::start(vec![Reply::calls(
@@ -323,6 +324,15 @@ async fn the_tenants_ceiling_holds_a_run_without_a_budget() {
     let mut client = server.agents().await;
     let events = run_to_end(&mut client, time_request("Time twice?")).await;
 
+    // The budget in force is announced as the run starts: the tenant's ceiling.
+    match &events[0].event {
+        Some(pb::run_event::Event::Started(started)) => {
+            let budget = started.budget.as_ref().expect("the budget in force");
+            assert_eq!(budget.max_tool_calls, Some(1));
+            assert_eq!(budget.max_tokens, None);
+        }
+        other => panic!("the first event is not `started`: {other:?}"),
+    }
     let end = end_of(&events);
     assert_eq!(end.budget_exhausted, "tool_calls");
     let calls = &final_thoughts(&events)[0].tool_calls;

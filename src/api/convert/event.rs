@@ -136,6 +136,7 @@ fn run_started(event: RunEvent) -> pb::RunStarted {
         max_iteration,
         history,
         agent,
+        budget,
     } = event
     else {
         return pb::RunStarted::default();
@@ -150,6 +151,7 @@ fn run_started(event: RunEvent) -> pb::RunStarted {
         history_tokens_dropped: history.dropped_tokens,
         agent_version: agent.as_ref().map_or(0, |pin| pin.version),
         agent_id: agent.map(|pin| pin.agent_id).unwrap_or_default(),
+        budget: budget.and_then(super::budget::budget_pb),
     }
 }
 

@@ -325,6 +325,7 @@ impl RunTask {
                 dropped_tokens: trim.tokens + self.agent.history.left_out_tokens,
             },
             agent: self.spec.pinned.clone(),
+            budget: Some(self.spec.agent.budget.clone()).filter(|budget| !budget.is_unlimited()),
         });
         fitted.map_err(overflow)?;
         log_trim(trim);
