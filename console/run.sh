@@ -43,5 +43,6 @@ bash .ci/chromium "$WORK/chromium-install.log"
 (cd console && CONSOLE_URL="http://127.0.0.1:$PORT" CONSOLE_KEYED_URL="http://127.0.0.1:$KEYED_PORT" \
   CONSOLE_KEY="$KEY" CONSOLE_SHOTS="${CONSOLE_SHOTS:-$WORK}" CONSOLE_WORK="$WORK" \
   CONSOLE_BIN="$BIN/agent-runner" CONSOLE_LLM_PORT="$LLM_PORT" \
-  CONSOLE_DELEGATING_LLM_PORT="$DELEGATING_LLM_PORT" node test.mjs) ||
+  CONSOLE_DELEGATING_LLM_PORT="$DELEGATING_LLM_PORT" CONSOLE_ADMIN_TOKEN="$AGENT_RUNNER_ADMIN_TOKEN" \
+  node test.mjs) ||
   { tail -20 "$WORK/server.log"; exit 1; }

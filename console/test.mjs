@@ -2,7 +2,8 @@
 // - the explorer lists runs newest first; "waiting for me" holds the waiting runs;
 // - agents are listed with their labels, an agent's versions newest first and side by side,
 //   an alias moved by compare-and-set; a conversation deleted, or refused while it waits;
-//   the tenant's tokens today shown against its limits;
+//   the tenant's tokens today shown against its limits; the replicas shown to the admin
+//   token, which never goes with a tenant's call;
 // - a run waiting for approval is approved from its page and ends, its timeline drawn
 //   (rounds, the tool call and its result, tokens), a call's inspector opened; a run's
 //   budget shown against what it spent; a client
@@ -323,6 +324,27 @@ try {
     if (wide.length) await fail(`overflows at 400 px on ${path}: ${[...new Set(wide)].join(", ")}`);
   }
   await page.screenshot({ path: `${shots}/console-run-narrow.png`, fullPage: true });
+
+  // The replicas, with the admin token (kept for the tab, sent with admin calls alone).
+  const operator = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  watch(operator, keyed);
+  const tenantCalls = [];
+  operator.on("request", (request) => {
+    if (request.url().includes("/agentrunner.v1.AgentService/")) tenantCalls.push(request.headers()["authorization"] ?? "");
+  });
+  await operator.goto(`${keyed}/operator`);
+  await operator.fill("#key", key);
+  await operator.click("#signin button");
+  await operator.fill("#admin-token", process.env.CONSOLE_ADMIN_TOKEN);
+  await operator.click("#admin button");
+  await operator.locator("#replicas td", { hasText: "(this one)" }).waitFor({ timeout: 10_000 });
+  const replica = await texts(operator, "#replicas tbody td");
+  if (replica[1] !== "live") await fail(`the replica is not shown live: ${replica}`);
+  if (tenantCalls.some((header) => header.includes(process.env.CONSOLE_ADMIN_TOKEN))) {
+    await fail("the admin token went with a tenant's call");
+  }
+  await operator.screenshot({ path: `${shots}/console-operator.png`, fullPage: true });
+  await operator.close();
 
   // API keys on: no key, a key, another tenant's run.
   const signed = await browser.newPage({ viewport: { width: 1280, height: 800 } });

@@ -4,9 +4,11 @@
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcWebTransport } from "@connectrpc/connect-web";
 import { AgentService } from "./gen/agentrunner/v1/agent_pb.js";
+import { AdminService } from "./gen/agentrunner/v1/admin_pb.js";
 import { AgentRegistry } from "./gen/agentrunner/v1/agents_pb.js";
 
 const KEY = "agent-runner.key";
+const ADMIN = "agent-runner.admin";
 const TENANT = "agent-runner.tenant";
 
 export function credentials() {
@@ -35,3 +37,24 @@ const transport = createGrpcWebTransport({
 
 export const agents = createClient(AgentService, transport);
 export const registry = createClient(AgentRegistry, transport);
+
+/// The admin token, kept for this tab only and sent with admin calls alone, never with a
+/// tenant's.
+export function rememberAdmin(token: string) {
+  sessionStorage.setItem(ADMIN, token);
+}
+
+export function adminToken() {
+  return sessionStorage.getItem(ADMIN) ?? "";
+}
+
+const asAdmin: Interceptor = (next) => (request) => {
+  const token = adminToken();
+  if (token) request.header.set("authorization", `Bearer ${token}`);
+  return next(request);
+};
+
+export const admin = createClient(
+  AdminService,
+  createGrpcWebTransport({ baseUrl: location.origin, interceptors: [asAdmin] }),
+);

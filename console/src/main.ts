@@ -1,7 +1,7 @@
 // The console: a router over the page's paths, and the views that are not their own module.
 import { showAgent, showAgents } from "./agents.js";
-import { agents, credentials, remember } from "./api.js";
-import { ago, el, isNotFound, link, problem } from "./dom.js";
+import { admin, adminToken, agents, credentials, remember, rememberAdmin } from "./api.js";
+import { ago, el, isNotFound, link, problem, when } from "./dom.js";
 import { showRun } from "./run.js";
 import { badge, showRuns } from "./runs.js";
 
@@ -98,6 +98,45 @@ async function showUsage() {
   } catch (err) {
     view.append(problem(err));
   }
+  showReplicas();
+}
+
+/// The replicas on the store, for the holder of the admin token.
+function showReplicas() {
+  const token = el("input", { id: "admin-token", type: "password", placeholder: "admin token", "aria-label": "admin token", size: "24" });
+  token.value = adminToken();
+  const list = el("div", { id: "replicas" });
+  const form = el("form", { class: "filters", id: "admin" }, token, el("button", { type: "submit" }, "Show replicas"));
+  const load = async () => {
+    list.replaceChildren();
+    try {
+      const { replicas } = await admin.listReplicas({});
+      const rows = replicas.map((replica) =>
+        el(
+          "tr",
+          {},
+          el("td", {}, replica.id + (replica.answering ? " (this one)" : "")),
+          el("td", {}, replica.live ? "live" : "gone"),
+          el("td", {}, when(replica.startedAt)),
+          el("td", {}, replica.leaseUntil ? when(replica.leaseUntil) : "—"),
+          el("td", { class: "number" }, String(replica.runsHeld)),
+        ),
+      );
+      const head = ["replica", "lease", "started", "lease until", "runs held"];
+      list.append(
+        el("div", { class: "scroll" }, el("table", { class: "runs" }, el("thead", {}, el("tr", {}, ...head.map((name) => el("th", {}, name)))), el("tbody", {}, ...rows))),
+      );
+    } catch (err) {
+      list.append(problem(err));
+    }
+  };
+  form.addEventListener("submit", (submitted) => {
+    submitted.preventDefault();
+    rememberAdmin(token.value.trim());
+    void load();
+  });
+  view.append(el("h2", {}, "Replicas"), el("p", { class: "muted" }, "For operators: needs the admin token, kept for this tab only and sent with these calls alone."), form, list);
+  if (token.value) void load();
 }
 
 // Links within the console change the view without reloading the page.

@@ -11,16 +11,18 @@ use crate::access::Keys;
 use crate::domain::{ApiKeyRecord, TenantLimits};
 use crate::pb;
 use crate::pb::admin_service_server::AdminService;
+use crate::store::Store;
 
 /// Implements `AdminService`.
 pub struct AdminApi {
     keys: Arc<Keys>,
+    store: Store,
 }
 
 impl AdminApi {
-    /// Handlers over the keys.
-    pub fn new(keys: Arc<Keys>) -> Self {
-        Self { keys }
+    /// Handlers over the keys, and the store for its replicas.
+    pub fn new(keys: Arc<Keys>, store: Store) -> Self {
+        Self { keys, store }
     }
 }
 
@@ -64,6 +66,27 @@ impl AdminService for AdminApi {
         let pb::RevokeApiKeyRequest { id } = request.into_inner();
         self.keys.revoke(&id).await.map_err(from_error)?;
         Ok(Response::new(pb::RevokeApiKeyResponse {}))
+    }
+
+    async fn list_replicas(
+        &self,
+        _request: Request<pb::ListReplicasRequest>,
+    ) -> Result<Response<pb::ListReplicasResponse>, Status> {
+        let me = self.store.fence().owner;
+        let replicas = self.store.replicas().await.map_err(from_error)?;
+        Ok(Response::new(pb::ListReplicasResponse {
+            replicas: replicas
+                .into_iter()
+                .map(|replica| pb::Replica {
+                    answering: replica.id == me,
+                    id: replica.id,
+                    started_at: Some(timestamp(replica.started_at)),
+                    lease_until: replica.lease_until.map(timestamp),
+                    live: replica.live,
+                    runs_held: replica.runs_held,
+                })
+                .collect(),
+        }))
     }
 }
 

@@ -144,7 +144,8 @@ pub fn router(
         .add_optional_service(v1alpha)
         .add_optional_service(a2a)
         .add_service(InterceptedService::new(
-            AgentServiceServer::new(AgentApi::new(runner, store)).max_decoding_message_size(limit),
+            AgentServiceServer::new(AgentApi::new(runner, store.clone()))
+                .max_decoding_message_size(limit),
             settings.gate.clone(),
         ))
         .add_service(InterceptedService::new(
@@ -158,7 +159,7 @@ pub fn router(
             settings.gate,
         ))
         .add_service(InterceptedService::new(
-            AdminServiceServer::new(AdminApi::new(keys)).max_decoding_message_size(limit),
+            AdminServiceServer::new(AdminApi::new(keys, store)).max_decoding_message_size(limit),
             settings.admin,
         )))
 }

@@ -580,6 +580,25 @@ pub trait Ownership: Send + Sync {
     fn hear(&self) -> Option<broadcast::Receiver<Heard>> {
         None
     }
+
+    /// The replicas on the store, by id, each with its lease and the runs it holds: one
+    /// (this process) on a store one process opens.
+    async fn replicas(&self) -> Result<Vec<ReplicaEntry>, StoreError>;
+}
+
+/// A replica as the store knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaEntry {
+    /// Its id (the fence owner of the runs it holds).
+    pub id: String,
+    /// When its current process claimed the id.
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    /// Until when its lease holds; `None` on a store one process opens.
+    pub lease_until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Whether its lease holds now (always, for the process that opened a store alone).
+    pub live: bool,
+    /// The runs not yet ended that it owns.
+    pub runs_held: u64,
 }
 
 /// What a peer said through the store.

@@ -29,7 +29,7 @@ pub use crate::domain::Adoption;
 pub use contract::{
     Admission, Adopted, Agents, Backend, Burst, Conversations, EventLog, Fence, Health, Heard,
     Inserted, NewMessage, Ownership, Page, PageSize, Record, Records, Refusal, Registry,
-    RegistryChanges, StoredProvider, Swept, TakenCommand,
+    RegistryChanges, ReplicaEntry, StoredProvider, Swept, TakenCommand,
 };
 pub use error::{Category, StoreError};
 pub use postgres::{describe as describe_database, with_database};

@@ -790,3 +790,46 @@ async fn tokens_per_day_are_counted_across_restarts() {
     // Nothing was written for the refused runs.
     assert_eq!(llm.requests().len(), 2);
 }
+
+/// `ListReplicas` needs the admin token and lists the one replica of an embedded store:
+/// live, answering, holding the run waiting for its caller; a tenant's key is refused.
+#[tokio::test]
+async fn replicas_are_listed_to_the_admin_token_only() {
+    let llm = FakeOpenAi::start(vec![crate::support::replicas::calls_order_lookup()]).await;
+    let server = auth_server(&llm, |config| config.runner.client_tool_timeout_secs = 60).await;
+    let (_, key) = create_key(&server, "acme", pb::TenantLimits::default()).await;
+    let mut request = crate::support::run_request("Where is order A1?", &[]);
+    request
+        .client_tools
+        .push(crate::support::replicas::order_lookup());
+    let mut agents = server.agents().await;
+    let mut stream = agents
+        .run(signed(request, &key, None))
+        .await
+        .unwrap()
+        .into_inner();
+    while let Some(event) = stream.message().await.unwrap() {
+        if matches!(
+            event.event,
+            Some(pb::run_event::Event::ToolCallsRequired(_))
+        ) {
+            break;
+        }
+    }
+    let mut admin = admin(&server).await;
+    let refused = admin
+        .list_replicas(signed(pb::ListReplicasRequest {}, &key, None))
+        .await;
+    assert_eq!(code_of(refused).0, Code::Unauthenticated);
+    let replicas = admin
+        .list_replicas(signed(pb::ListReplicasRequest {}, ADMIN_TOKEN, None))
+        .await
+        .unwrap()
+        .into_inner()
+        .replicas;
+    assert_eq!(replicas.len(), 1, "{replicas:?}");
+    let me = &replicas[0];
+    assert!(me.live && me.answering, "{me:?}");
+    assert_eq!(me.runs_held, 1, "the run waiting for its caller");
+    assert!(me.started_at.is_some());
+}

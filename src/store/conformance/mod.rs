@@ -19,8 +19,8 @@ pub use lifecycle::{a_store_that_cannot_write_says_unavailable, retired_events_l
 pub use ownership::{
     a_burst_under_another_fence_writes_nothing, children_are_counted_apart_from_top_level_runs,
     commands_reach_running_runs_once, orphans_are_taken_over_until_their_limit,
-    registry_changes_are_counted, running_children_are_found_by_their_parent,
-    tenant_limits_admit_exactly,
+    registry_changes_are_counted, replicas_are_listed_with_the_runs_they_hold,
+    running_children_are_found_by_their_parent, tenant_limits_admit_exactly,
 };
 pub use runs::{
     conversations_are_listed_by_last_activity_once_each, every_run_filter_holds,
@@ -93,6 +93,7 @@ macro_rules! every_check {
             every_run_filter_holds,
             runs_are_listed_per_tenant_and_leave_with_their_conversation,
             conversations_are_listed_by_last_activity_once_each,
+            replicas_are_listed_with_the_runs_they_hold,
         );
     };
 }

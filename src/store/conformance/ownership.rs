@@ -358,3 +358,23 @@ pub async fn orphans_are_taken_over_until_their_limit(harness: &dyn Harness) {
     assert!(matches!(events[2].event, RunEvent::Error { .. }));
     assert_eq!(events[2].seq, 3);
 }
+
+/// The store lists this process's replica, live, holding the runs it owns that have not
+/// ended.
+pub async fn replicas_are_listed_with_the_runs_they_hold(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let held = |replicas: Vec<crate::store::ReplicaEntry>| {
+        let me = replicas
+            .into_iter()
+            .find(|replica| replica.id == store.fence().owner)
+            .expect("this replica is listed");
+        assert!(me.live, "{me:?}");
+        me.runs_held
+    };
+    assert_eq!(held(store.replicas().await.unwrap()), 0);
+    let opening = conversation(&tenant());
+    let mut running = start(&store, opening.id, Some(&opening)).await;
+    assert_eq!(held(store.replicas().await.unwrap()), 1);
+    finish(&store, &mut running, "done").await;
+    assert_eq!(held(store.replicas().await.unwrap()), 0);
+}

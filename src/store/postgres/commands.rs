@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
@@ -13,7 +14,7 @@ use super::conversations::FIRST_EPOCH;
 use super::error::{codec, from_sqlx};
 use super::Postgres;
 use crate::domain::{Adoption, Lease, MessageId, RunCommand, Tenant};
-use crate::store::contract::{Fence, Heard, Swept, TakenCommand};
+use crate::store::contract::{Fence, Heard, ReplicaEntry, Swept, TakenCommand};
 use crate::store::error::StoreError;
 
 #[async_trait]
@@ -36,6 +37,28 @@ impl crate::store::contract::Ownership for Postgres {
 
     fn hear(&self) -> Option<broadcast::Receiver<Heard>> {
         self.heard.as_ref().map(broadcast::Sender::subscribe)
+    }
+
+    async fn replicas(&self) -> Result<Vec<ReplicaEntry>, StoreError> {
+        type Row = (String, DateTime<Utc>, DateTime<Utc>, bool, i64);
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT r.id, r.started_at, r.lease_until, r.lease_until > now(), \
+                 (SELECT count(*) FROM messages m WHERE m.owner = r.id AND m.running) \
+             FROM replicas r ORDER BY r.id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(from_sqlx)?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, started_at, lease_until, live, held)| ReplicaEntry {
+                id,
+                started_at,
+                lease_until: Some(lease_until),
+                live,
+                runs_held: u64::try_from(held).unwrap_or_default(),
+            })
+            .collect())
     }
 
     /// Kept while the message's row is held, so a run that ends at the same moment either

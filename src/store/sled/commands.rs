@@ -166,4 +166,22 @@ impl crate::store::contract::Ownership for Embedded {
         let taken = self.take_kept(runs);
         self.written(taken).await
     }
+
+    /// This process, the one replica, holding every run not yet ended.
+    async fn replicas(&self) -> Result<Vec<crate::store::contract::ReplicaEntry>, StoreError> {
+        let t = self.t()?;
+        let mut held = 0;
+        for key in t.running.iter().keys() {
+            if keys::parse_message(&key?).is_some() {
+                held += 1;
+            }
+        }
+        Ok(vec![crate::store::contract::ReplicaEntry {
+            id: crate::store::contract::Fence::local().owner,
+            started_at: self.opened_at,
+            lease_until: None,
+            live: true,
+            runs_held: held,
+        }])
+    }
 }

@@ -173,6 +173,8 @@ pub struct Embedded {
     /// Held while an agent record is read and written back, so changes to one agent (a
     /// new version, an alias moved) apply one at a time.
     agent_writes: Arc<std::sync::Mutex<()>>,
+    /// When this process opened the database: when its one replica started.
+    opened_at: chrono::DateTime<chrono::Utc>,
 }
 
 /// Locks that give each conversation one writer of new messages at a time, striped so
@@ -232,6 +234,7 @@ impl Embedded {
             changes: Arc::default(),
             admissions: Arc::default(),
             agent_writes: Arc::default(),
+            opened_at: crate::domain::now(),
         })
     }
 
