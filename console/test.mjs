@@ -10,7 +10,8 @@
 //   tool's output is sent from
 //   its page; a waiting run is cancelled from its page; a live run's answer grows on its
 //   page; a run whose service is killed and started again is followed to its end, the
-//   page saying it is reconnecting meanwhile; a sub-agent's run is drawn under its call;
+//   page saying it is reconnecting meanwhile and marking the round made again, its void
+//   text struck out; a sub-agent's run is drawn under its call;
 // - a deep link loads by itself; an unknown run is "No such run";
 // - text from runs and agents holding markup runs nothing and adds no element;
 // - with API keys on, no key shows the API's refusal, a key lists its tenant's runs, and
@@ -289,6 +290,11 @@ try {
   if (!(await follower.locator("#reconnecting").isHidden())) await fail("still reconnecting after the run ended");
   const finalAnswer = (await follower.textContent("#answer")) ?? "";
   if (!finalAnswer.includes("word19")) await fail(`the resumed run's answer: ${finalAnswer}`);
+  const marker = follower.locator(".timeline .restarted");
+  if ((await marker.count()) !== 1) await fail("the round made again after the restart has no marker");
+  const voided = (await marker.locator("s.void").textContent()) ?? "";
+  if (!voided.startsWith("word0")) await fail(`the void text is not struck out on the marker: ${voided}`);
+  await follower.screenshot({ path: `${shots}/console-takeover.png`, fullPage: true });
   await follower.close();
 
   // A sub-agent's run drawn under the call that started it, its answer in place, linked to

@@ -291,10 +291,19 @@ export function showRun(view: HTMLElement, id: string): () => void {
       case "retry":
         note("retry", `Model call retried (attempt ${payload.value.attempt}, ${payload.value.code}): ${payload.value.message}`);
         break;
-      case "roundRestarted":
-        note("restarted", `Round ${payload.value.position} restarted: ${payload.value.reason}`);
+      case "roundRestarted": {
+        // The round is made again (its run taken over, or resumed after a restart): what it
+        // had written is void, shown struck out on the marker.
+        const voided = answer.textContent ?? "";
+        note(
+          "restarted",
+          el("strong", {}, "Taken over"),
+          ` · round ${payload.value.position} made again: ${payload.value.reason}`,
+          voided ? el("s", { class: "void" }, voided) : "",
+        );
         answer.textContent = "";
         break;
+      }
       case "approvalRequired":
         askApproval(payload.value.toolCalls);
         break;
