@@ -6,9 +6,8 @@
 //   token, which never goes with a tenant's call;
 // - a run waiting for approval is approved from its page and ends, its timeline drawn
 //   (rounds, the tool call and its result, tokens), a call's inspector opened; a run's
-//   budget shown against what it spent; a client
-//   tool's output is sent from
-//   its page; a waiting run is cancelled from its page; a live run's answer grows on its
+//   budget shown against what it spent; a call is declined on its own with a reason; a
+//   client tool's output is sent from its page; a waiting run is cancelled from its page; a live run's answer grows on its
 //   page; a run whose service is killed and started again is followed to its end, the
 //   page saying it is reconnecting meanwhile and marking the round made again, its void
 //   text struck out; a sub-agent's run is drawn under its call;
@@ -52,6 +51,7 @@ await agent(base, "hostile-agent", HOSTILE);
 await versioned(base, "support-bot");
 const farewell = await run(base, "A conversation to delete");
 const stillWaiting = await run(base, "A conversation that cannot go yet", "approval");
+const refused = await run(base, "May I? I will take no for an answer.", "approval");
 const theirs = await run(keyed, "A question of acme's", "end", key);
 
 const browser = await chromium.launch({
@@ -134,9 +134,9 @@ try {
   if (!policy.includes("frame-ancestors 'none'") || policy.includes("unsafe-inline")) {
     await fail(`the page's policy is not strict: ${policy}`);
   }
-  await page.locator("table.runs tbody tr").nth(6).waitFor({ timeout: 10_000 });
+  await page.locator("table.runs tbody tr").nth(7).waitFor({ timeout: 10_000 });
   const queries = await texts(page, "table.runs tbody td.query");
-  if (queries[2] !== "May I read the clock?" || queries[6] !== "What time is it in Paris?" || queries[5] !== HOSTILE) {
+  if (queries[3] !== "May I read the clock?" || queries[7] !== "What time is it in Paris?" || queries[6] !== HOSTILE) {
     await fail(`runs are not listed newest first, each by its query: ${queries.join(" | ")}`);
   }
   if ((await overflowing(page)).length) await fail(`overflows at 1280 px: ${await overflowing(page)}`);
@@ -145,7 +145,7 @@ try {
   // The inbox, and approving from a run's page.
   await page.click("nav >> text=Waiting for me");
   await page.locator("h1", { hasText: "Waiting for me" }).waitFor();
-  await page.waitForFunction(() => document.querySelectorAll("table.runs tbody tr").length === 4);
+  await page.waitForFunction(() => document.querySelectorAll("table.runs tbody tr").length === 5);
   await page.click(`a[href="/runs/${waiting}"]`);
   await page.waitForURL(`**/runs/${waiting}`);
   await page.locator("#approve").waitFor({ timeout: 10_000 });
@@ -189,6 +189,16 @@ try {
   await page.locator(".timeline .end").waitFor({ timeout: 15_000 });
   const sent = await page.locator(".timeline .call .observation").first().textContent();
   if (!sent?.includes("10:10")) await fail(`the output sent is not the call's result: ${sent}`);
+
+  // A call declined on its own, with a reason the model reads.
+  await page.goto(`${base}/runs/${refused}`);
+  await page.locator("#decide").waitFor({ timeout: 10_000 });
+  await page.selectOption(".decision select", "decline");
+  await page.fill(".decision input", "not during the demo");
+  await page.click("#decide");
+  await page.locator(".timeline .end").waitFor({ timeout: 15_000 });
+  const declined = (await page.locator(".timeline .call .observation").first().textContent()) ?? "";
+  if (!declined.includes("declined this call: not during the demo")) await fail(`the declined call's result: ${declined}`);
 
   // Cancel from the page.
   await page.goto(`${base}/runs/${doomed}`);

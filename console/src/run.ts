@@ -207,35 +207,47 @@ export function showRun(view: HTMLElement, id: string): () => void {
     else calls.append(fresh);
   };
 
-  const decide = (calls: ToolCall[], approve: boolean) =>
-    agents.approveToolCalls({
-      messageId: id,
-      decisions: calls.map((call) => ({ toolCallId: call.id, approve, reason: approve ? "" : "declined in the console" })),
-    });
-
   const askApproval = (calls: ToolCall[]) => {
-    const approve = el("button", { type: "button", id: "approve" }, "Approve");
-    const decline = el("button", { type: "button", id: "decline", class: "secondary" }, "Decline");
+    // Each call approved or declined on its own, a reason going with a decline (the model
+    // reads it); or all at once.
+    const choices = calls.map((call) => {
+      const choice = el("select", { "aria-label": `decision on ${call.name}`, "data-call": call.id });
+      choice.append(el("option", { value: "approve" }, "approve"), el("option", { value: "decline" }, "decline"));
+      const reason = el("input", { placeholder: "reason, if declined", "aria-label": `reason for ${call.name}`, size: "30" });
+      return { call, choice, reason };
+    });
+    const approve = el("button", { type: "button", id: "approve" }, "Approve all");
+    const decline = el("button", { type: "button", id: "decline", class: "secondary" }, "Decline all");
+    const send = el("button", { type: "button", id: "decide", class: "secondary" }, "Send these decisions");
     const panel = el(
       "section",
       { class: "wait" },
       el("h2", {}, "Waiting for your approval"),
-      el("ul", {}, ...calls.map((call) => callRow(call, "asked"))),
+      el("ul", { class: "calls" }, ...choices.map(({ call, choice, reason }) => el("li", { class: "decision" }, callRow(call, "asked"), choice, reason))),
       approve,
       decline,
+      send,
     );
-    const act = (yes: boolean) => async () => {
-      approve.disabled = decline.disabled = true;
+    const act = (pick: (index: number) => boolean) => async () => {
+      approve.disabled = decline.disabled = send.disabled = true;
       try {
-        await decide(calls, yes);
+        await agents.approveToolCalls({
+          messageId: id,
+          decisions: choices.map(({ call, reason }, index) => ({
+            toolCallId: call.id,
+            approve: pick(index),
+            reason: pick(index) ? "" : reason.value.trim(),
+          })),
+        });
         panel.remove();
       } catch (err) {
         panel.append(problem(err));
-        approve.disabled = decline.disabled = false;
+        approve.disabled = decline.disabled = send.disabled = false;
       }
     };
-    approve.onclick = act(true);
-    decline.onclick = act(false);
+    approve.onclick = act(() => true);
+    decline.onclick = act(() => false);
+    send.onclick = act((index) => choices[index].choice.value === "approve");
     waits.replaceChildren(panel);
   };
 
