@@ -5,7 +5,7 @@ import { toJsonString } from "@bufbuild/protobuf";
 import { AgentConfigSchema } from "./gen/agentrunner/v1/agent_pb.js";
 import type { AgentVersion } from "./gen/agentrunner/v1/agents_pb.js";
 import { agents, registry } from "./api.js";
-import { ago, el, isNotFound, link, problem } from "./dom.js";
+import { ago, el, isNotFound, link, problem, table } from "./dom.js";
 import { runsTable } from "./runs.js";
 
 export async function showAgents(view: HTMLElement) {
@@ -30,16 +30,7 @@ export async function showAgents(view: HTMLElement) {
     );
     const head = ["agent", "name", "labels", "latest", "aliases", "changed"];
     view.append(
-      el(
-        "div",
-        { class: "scroll" },
-        el(
-          "table",
-          { class: "runs", id: "agents" },
-          el("thead", {}, el("tr", {}, ...head.map((name) => el("th", {}, name)))),
-          el("tbody", {}, ...rows),
-        ),
-      ),
+      table(head, rows, "agents"),
       page.nextPageToken ? el("p", { class: "muted" }, "More agents follow (first 100 shown).") : "",
     );
   } catch (err) {

@@ -15,6 +15,18 @@ export function el<K extends keyof HTMLElementTagNameMap>(
   return element;
 }
 
+/// A table with a head row of `head`, in a box that scrolls sideways when it is wider
+/// than the page.
+export function table(head: string[], rows: HTMLElement[], id = "") {
+  const attributes: Record<string, string> = { class: "runs" };
+  if (id) attributes.id = id;
+  return el(
+    "div",
+    { class: "scroll" },
+    el("table", attributes, el("thead", {}, el("tr", {}, ...head.map((name) => el("th", {}, name)))), el("tbody", {}, ...rows)),
+  );
+}
+
 export function link(href: string, text: string, className = "") {
   return el("a", { href, class: className, "data-nav": "" }, text);
 }

@@ -1,7 +1,7 @@
 // The console: a router over the page's paths, and the views that are not their own module.
 import { showAgent, showAgents } from "./agents.js";
 import { admin, adminToken, agents, credentials, remember, rememberAdmin } from "./api.js";
-import { ago, el, isNotFound, link, problem, when } from "./dom.js";
+import { ago, el, isNotFound, link, problem, table, when } from "./dom.js";
 import { showRun } from "./run.js";
 import { badge, showRuns } from "./runs.js";
 
@@ -55,16 +55,7 @@ async function showConversation(id: string) {
       ),
     );
     view.append(
-      el(
-        "div",
-        { class: "scroll" },
-        el(
-          "table",
-          { class: "runs" },
-          el("thead", {}, el("tr", {}, ...["started", "query", "status", "answer"].map((name) => el("th", {}, name)))),
-          el("tbody", {}, ...rows),
-        ),
-      ),
+      table(["started", "query", "status", "answer"], rows),
       page.nextPageToken ? el("p", { class: "muted" }, "Older messages follow (first 100 shown).") : "",
     );
   } catch (err) {
@@ -124,7 +115,7 @@ function showReplicas() {
       );
       const head = ["replica", "lease", "started", "lease until", "runs held"];
       list.append(
-        el("div", { class: "scroll" }, el("table", { class: "runs" }, el("thead", {}, el("tr", {}, ...head.map((name) => el("th", {}, name)))), el("tbody", {}, ...rows))),
+        table(head, rows),
       );
     } catch (err) {
       list.append(problem(err));

@@ -10,7 +10,7 @@ import {
   type RunSummary,
 } from "./gen/agentrunner/v1/agent_pb.js";
 import { agents } from "./api.js";
-import { ago, el, link, problem } from "./dom.js";
+import { ago, el, link, problem, table } from "./dom.js";
 
 const POLL_MS = 5000;
 const WAITING = [MessageStatus.WAITING_APPROVAL, MessageStatus.WAITING_TOOL_OUTPUTS];
@@ -63,16 +63,7 @@ function row(run: RunSummary) {
 
 export function runsTable(runs: RunSummary[]) {
   const head = ["started", "query", "agent", "model", "status", "finish", "rounds", "tokens", "cost", "latency"];
-  return el(
-    "div",
-    { class: "scroll" },
-    el(
-      "table",
-      { class: "runs" },
-      el("thead", {}, el("tr", {}, ...head.map((name) => el("th", {}, name)))),
-      el("tbody", {}, ...runs.map(row)),
-    ),
-  );
+  return table(head, runs.map(row));
 }
 
 /// Draws the explorer into `view`; returns a function that stops its polling.
