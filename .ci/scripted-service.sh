@@ -10,12 +10,14 @@ free_port() {
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true' EXIT
 
-# start_scripted CHUNK_DELAY_MS: the scripted model (it calls the offered tool once, then
-# answers in 20 pieces CHUNK_DELAY_MS apart) and a service on it, data under $WORK/data.
+# start_scripted CHUNK_DELAY_MS: the scripted model (it reasons a little, as reasoning
+# models do beside their text, calls the offered tool once, then answers in 20 pieces
+# CHUNK_DELAY_MS apart) and a service on it, data under $WORK/data.
 start_scripted() {
   LLM_PORT=$(free_port)
   PORT=$(free_port)
   "$BIN/agent-runner-mock-llm" --listen "127.0.0.1:$LLM_PORT" --chunk-delay-ms "$1" \
+    --reasoning "First the clock, then the answer. " \
     >"$WORK/mock-llm.log" 2>&1 &
   pids+=($!)
   rm -rf "$WORK/data"

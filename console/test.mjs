@@ -6,7 +6,8 @@
 //   token, which never goes with a tenant's call;
 // - a run waiting for approval is approved from its page and ends, its timeline drawn
 //   (rounds, the tool call and its result, tokens), a call's inspector opened; a run's
-//   budget shown against what it spent; a call is declined on its own with a reason; a
+//   budget shown against what it spent, its calls drawn as they formed and its kept
+//   reasoning on its rounds; a call is declined on its own with a reason; a
 //   client tool's output is sent from its page; a waiting run is cancelled from its page; a live run's answer grows on its
 //   page; a run whose service is killed and started again is followed to its end, the
 //   page saying it is reconnecting meanwhile and marking the round made again, its void
@@ -42,7 +43,7 @@ await esbuild.build({
 const { run, agent, start, versioned, delegated } = await import("./node_modules/.cache/console-test/support.mjs");
 
 const HOSTILE = `<img src=x onerror="window.__hacked=1"><script>window.__hacked=2</script> <a href="javascript:window.__hacked=3">x</a>`;
-const paris = await run(base, "What time is it in Paris?", "end", "", 100000n);
+const paris = await run(base, "What time is it in Paris?", "end", "", 100000n, true);
 const hostile = await run(base, HOSTILE);
 const outputs = await run(base, "What does your clock say?", "outputs");
 const doomed = await run(base, "May I read the clock, or not?", "approval");
@@ -163,7 +164,18 @@ try {
   if (!/tokens/.test(head)) await fail(`a round shows no tokens: ${head}`);
   const observation = await page.locator(".timeline .call .observation").first().textContent();
   if (!observation?.startsWith("→ ")) await fail(`the tool's result is not on the timeline: ${observation}`);
-  // The budget in force, and what the run spent against it.
+  // The budget in force, and what the run spent against it; the call drawn as it formed
+  // (replayed from the run's events), then replaced by the call as made.
+  await page.addInitScript(() => {
+    window.formed = [];
+    new MutationObserver((changes) => {
+      for (const change of changes) {
+        for (const node of change.removedNodes) {
+          if (node.classList?.contains("forming")) window.formed.push(node.querySelector(".forming-args")?.textContent);
+        }
+      }
+    }).observe(document, { childList: true, subtree: true });
+  });
   await page.goto(`${base}/runs/${paris}`);
   await page.locator(".timeline .end").waitFor({ timeout: 10_000 });
   const announced = (await page.textContent(".timeline .started .budget")) ?? "";
@@ -171,6 +183,17 @@ try {
   if (!announced.includes("≤ 100000 tokens") || !/\d+ of 100000 tokens/.test(against)) {
     await fail(`the budget is not shown against its limit: ${announced} / ${against}`);
   }
+  const formed = await page.evaluate(() => window.formed);
+  if (JSON.stringify(formed) !== JSON.stringify(['{"timezone": "UTC"}'])) {
+    await fail(`the call was not drawn as it formed: ${JSON.stringify(formed)}`);
+  }
+  if (await page.locator(".timeline .call.forming").count()) await fail("a formed call stayed on the timeline");
+  // The reasoning the run kept, dimmed above each round's text; none in the answer.
+  const reasoning = await texts(page, ".timeline .round .reasoning");
+  if (reasoning.length !== 2 || !reasoning.every((text) => text === "First the clock, then the answer. ")) {
+    await fail(`the kept reasoning is not on its rounds: ${JSON.stringify(reasoning)}`);
+  }
+  if (((await page.textContent("#answer")) ?? "").includes("First the clock")) await fail("reasoning leaked into the answer");
 
   // A call's inspector: its arguments as indented JSON, its provider and id.
   await page.locator(".timeline .call summary").first().click();

@@ -3,7 +3,7 @@
 // retries, sub-agents' runs under the calls that started them, and the run's end. A run
 // waiting for an approval or for a
 // client tool's output can be answered here.
-import { FinishReason, MessageStatus, type Budget, type ChildEvent, type RunEvent } from "./gen/agentrunner/v1/agent_pb.js";
+import { FinishReason, MessageStatus, type Budget, type ChildEvent, type RunEvent, type ToolCallDelta } from "./gen/agentrunner/v1/agent_pb.js";
 import type { AgentThought, ToolCall, Usage } from "./gen/agentrunner/v1/common_pb.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { agents } from "./api.js";
@@ -176,7 +176,14 @@ export function showRun(view: HTMLElement, id: string): () => void {
     if (inner?.case === "error") held.answer.textContent = `failed: ${inner.value.message}`;
   };
 
+  // The model's reasoning in a round, dimmed above its text: streamed, or kept on the thought.
+  const reasoningOf = (position: number) => {
+    const { row, calls } = round(position);
+    return row.querySelector(".reasoning") ?? row.insertBefore(el("p", { class: "reasoning" }), row.querySelector(".thought") ?? calls);
+  };
+
   const drawThought = (thought: AgentThought) => {
+    if (thought.reasoning) reasoningOf(thought.position).textContent = thought.reasoning;
     const { row, calls } = round(thought.position);
     const head = row.querySelector(".round-head");
     if (head) {
@@ -199,8 +206,27 @@ export function showRun(view: HTMLElement, id: string): () => void {
     calls.replaceChildren(...thought.toolCalls.map((call) => callRow(call, call.observation ? "done" : "asked")));
   };
 
+  // A call the model is still writing: its arguments grow under the round until the call
+  // is whole (the round's thought then lists it); a retry or a takeover voids it.
+  const drawForming = (forming: ToolCallDelta) => {
+    const { calls } = round(forming.position);
+    let row = [...calls.children].find((child) => child.getAttribute("data-forming") === forming.toolCallId);
+    if (!row) {
+      row = el("li", { class: "call forming", "data-forming": forming.toolCallId }, el("span", { class: "tool" }, `${forming.name || "a tool"} ⋯ `), el("code", { class: "forming-args" }));
+      calls.append(row);
+    }
+    const args = row.querySelector(".forming-args");
+    if (args) args.textContent += forming.argumentsDelta + (forming.truncated ? " …" : "");
+  };
+  const dropForming = (position?: number) => {
+    for (const row of timeline.querySelectorAll(".call.forming")) {
+      if (position === undefined || row.closest(`[data-position="${position}"]`)) row.remove();
+    }
+  };
+
   const replaceCall = (position: number, call: ToolCall, state: string) => {
     const { calls } = round(position);
+    [...calls.children].find((child) => child.getAttribute("data-forming") === call.id)?.remove();
     const held = [...calls.children].find((child) => child.getAttribute("data-call") === call.id);
     const fresh = callRow(call, state);
     if (held) held.replaceWith(fresh);
@@ -300,7 +326,14 @@ export function showRun(view: HTMLElement, id: string): () => void {
       case "delta":
         answer.textContent += payload.value.text;
         break;
+      case "toolCallDelta":
+        drawForming(payload.value);
+        break;
+      case "reasoningDelta":
+        reasoningOf(payload.value.position).textContent += payload.value.text;
+        break;
       case "retry":
+        dropForming(payload.value.position);
         note("retry", `Model call retried (attempt ${payload.value.attempt}, ${payload.value.code}): ${payload.value.message}`);
         break;
       case "roundRestarted": {
@@ -314,6 +347,7 @@ export function showRun(view: HTMLElement, id: string): () => void {
           voided ? el("s", { class: "void" }, voided) : "",
         );
         answer.textContent = "";
+        dropForming();
         break;
       }
       case "approvalRequired":
@@ -362,7 +396,8 @@ export function showRun(view: HTMLElement, id: string): () => void {
         for await (const event of agents.attach({ messageId: id, afterSeq: last }, { signal: abort.signal })) {
           reconnecting.hidden = true;
           attempt = 0;
-          last = event.seq;
+          // An unstored event (seq 0: reasoning shown, not kept) is no place to resume.
+          if (event.seq > last) last = event.seq;
           draw(event);
         }
         return;

@@ -2,7 +2,7 @@
 // to look at, made over gRPC-Web with the same generated client (Node's fetch carries it).
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcWebTransport } from "@connectrpc/connect-web";
-import { AgentService } from "../src/gen/agentrunner/v1/agent_pb.js";
+import { AgentService, Reasoning } from "../src/gen/agentrunner/v1/agent_pb.js";
 import { AgentRegistry } from "../src/gen/agentrunner/v1/agents_pb.js";
 
 function transport(baseUrl: string, key = "") {
@@ -17,8 +17,9 @@ function transport(baseUrl: string, key = "") {
 export type Until = "end" | "approval" | "outputs";
 
 /// Runs `query` on the scripted model with the time tool (needing approval, or run by the
-/// caller itself, as `until` says); returns the run's message id once it ends or waits.
-export async function run(baseUrl: string, query: string, until: Until = "end", key = "", maxTokens?: bigint) {
+/// caller itself, as `until` says), keeping the model's reasoning when asked; returns the
+/// run's message id once it ends or waits.
+export async function run(baseUrl: string, query: string, until: Until = "end", key = "", maxTokens?: bigint, keepReasoning = false) {
   const agents = createClient(AgentService, transport(baseUrl, key));
   const stream = agents.run({
     query,
@@ -26,6 +27,7 @@ export async function run(baseUrl: string, query: string, until: Until = "end", 
       model: { provider: "openai", name: "mock" },
       tools: until === "outputs" ? [] : [{ provider: "time", name: "current_time", requireApproval: until === "approval" }],
       budget: maxTokens === undefined ? undefined : { maxTokens },
+      reasoning: keepReasoning ? Reasoning.KEEP : Reasoning.UNSPECIFIED,
     },
     clientTools: until === "outputs" ? [{ name: "current_time", description: "The caller's clock" }] : [],
   });

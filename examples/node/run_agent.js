@@ -88,6 +88,15 @@ function show(event) {
     case 'delta':
       process.stdout.write(event.delta.text);
       break;
+    case 'toolCallDelta':
+      // A call's arguments as the model writes them: a preview; run only toolStarted's.
+      if (event.toolCallDelta.name) process.stdout.write(`\n[forming] ${event.toolCallDelta.name} `);
+      process.stdout.write(event.toolCallDelta.argumentsDelta);
+      break;
+    case 'reasoningDelta':
+      // The model's reasoning, when the agent asks for it (seq 0 when not kept).
+      process.stdout.write(`\x1b[2m${event.reasoningDelta.text}\x1b[0m`);
+      break;
     case 'toolStarted':
       console.log(`\n[tool] ${event.toolStarted.toolCall.provider}/${event.toolStarted.toolCall.name} ${event.toolStarted.toolCall.arguments}`);
       break;

@@ -67,6 +67,15 @@ def show(event):
         print(f"[started] {event.started.provider}/{event.started.model}")
     elif kind == "delta":
         print(event.delta.text, end="", flush=True)
+    elif kind == "tool_call_delta":
+        # A call's arguments as the model writes them: a preview; run only tool_started's.
+        forming = event.tool_call_delta
+        if forming.name:
+            print(f"\n[forming] {forming.name} ", end="")
+        print(forming.arguments_delta, end="", flush=True)
+    elif kind == "reasoning_delta":
+        # The model's reasoning, when the agent asks for it (seq 0 when not kept).
+        print(f"\033[2m{event.reasoning_delta.text}\033[0m", end="", flush=True)
     elif kind == "tool_started":
         call = event.tool_started.tool_call
         print(f"\n[tool] {call.provider}/{call.name} {call.arguments}")

@@ -9,7 +9,7 @@ use crate::config::{
     ClusterConfig, Config, ConfigError, OutboundConfig, RunnerConfig, ServerConfig, StoreConfig,
 };
 use crate::net::ListenerLimits;
-use crate::runner::RunnerSettings;
+use crate::runner::{DeltaPacing, RunnerSettings};
 use crate::store::{DatabaseSettings, StoreSettings};
 use crate::tools::schema::SchemaLimits;
 use crate::tools::{OutboundPolicy, ProviderSettings};
@@ -133,6 +133,12 @@ pub fn runner_settings(runner: &RunnerConfig, store: &StoreConfig) -> RunnerSett
         max_tree_runs_total: runner.max_tree_runs_total,
         tool_output_limit: runner.tool_output_limit_bytes,
         write_timeout: Duration::from_secs(store.write_timeout_secs),
+        argument_deltas: DeltaPacing {
+            interval: Duration::from_millis(runner.tool_delta_interval_ms),
+            bytes: runner.tool_delta_bytes,
+            max_bytes: runner.max_tool_delta_bytes,
+        },
+        allow_keep_reasoning: runner.allow_keep_reasoning,
         hand_over: runner.resume_after_restart,
     }
 }

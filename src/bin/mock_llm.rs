@@ -26,6 +26,12 @@ struct Args {
     /// Arguments of each call (JSON).
     #[arg(long, default_value = r#"{"timezone": "UTC"}"#)]
     arguments: String,
+    /// Pieces each call's arguments are streamed in.
+    #[arg(long, default_value_t = 2)]
+    argument_pieces: u32,
+    /// Reasoning streamed as `reasoning_content` before each turn, a word a piece.
+    #[arg(long, default_value = "")]
+    reasoning: String,
     /// Chunks of the final answer.
     #[arg(long, default_value_t = 20)]
     answer_chunks: u32,
@@ -48,6 +54,8 @@ async fn main() -> anyhow::Result<()> {
         parallel_tools: args.parallel_tools,
         tool: args.tool,
         arguments: args.arguments,
+        argument_pieces: args.argument_pieces,
+        reasoning: args.reasoning,
         answer_chunks: args.answer_chunks,
         chunk_bytes: args.chunk_bytes,
         time_to_first_token: Duration::from_millis(args.ttft_ms),

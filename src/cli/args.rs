@@ -105,6 +105,9 @@ pub struct AgentArgs {
     /// How the agent calls tools [default: function calling when the model can].
     #[arg(long, value_enum, conflicts_with = "agent")]
     pub strategy: Option<StrategyArg>,
+    /// Show the model's reasoning (stream: shown, not kept; keep: shown and stored).
+    #[arg(long, value_enum, conflicts_with = "agent")]
+    pub reasoning: Option<ReasoningArg>,
     /// The system prompt (with --agent: added to the stored one).
     #[arg(long, short)]
     pub instruction: Option<String>,
@@ -154,6 +157,17 @@ pub enum StrategyArg {
     Fc,
     /// Chain of thought (ReAct).
     Cot,
+}
+
+/// `--reasoning`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReasoningArg {
+    /// Neither shown nor kept.
+    Off,
+    /// Shown as it is written, never stored.
+    Stream,
+    /// Shown and kept with the run.
+    Keep,
 }
 
 /// `run`.

@@ -19,6 +19,18 @@ pub fn event(event: &pb::RunEvent) -> Value {
     let (kind, body) = match &event.event {
         Some(Event::Started(started)) => ("started", started_json(started)),
         Some(Event::Delta(delta)) => ("delta", json!({"text": delta.text})),
+        Some(Event::ToolCallDelta(delta)) => (
+            "tool_call_delta",
+            json!({"thought_id": delta.thought_id, "position": delta.position,
+                   "tool_call_id": delta.tool_call_id, "index": delta.index,
+                   "name": delta.name, "arguments_delta": delta.arguments_delta,
+                   "truncated": delta.truncated}),
+        ),
+        Some(Event::ReasoningDelta(reasoning)) => (
+            "reasoning_delta",
+            json!({"thought_id": reasoning.thought_id, "position": reasoning.position,
+                   "text": reasoning.text}),
+        ),
         Some(Event::Thought(thought)) => ("thought", thought_json(thought)),
         Some(Event::ToolStarted(started)) => (
             "tool_started",

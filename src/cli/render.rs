@@ -129,6 +129,9 @@ pub struct HumanView {
     round_column: usize,
     /// The views of sub-agents' runs, by message id, and whether each is at a line's start.
     children: std::collections::HashMap<String, (HumanView, bool)>,
+    /// The forming calls' names by id, and the call whose arguments the cursor follows.
+    forming: std::collections::HashMap<String, String>,
+    forming_now: Option<String>,
 }
 
 /// What a sub-agent's lines start with, under the call that started it.
@@ -146,13 +149,20 @@ impl HumanView {
             column: 0,
             round_column: 0,
             children: std::collections::HashMap::new(),
+            forming: std::collections::HashMap::new(),
+            forming_now: None,
         }
     }
 
     /// The text one event adds to the screen.
     pub fn render(&mut self, event: &pb::RunEvent) -> String {
         let p = self.paint;
+        if !matches!(event.event, Some(Event::ToolCallDelta(_))) {
+            self.forming_now = None;
+        }
         let lines = match &event.event {
+            Some(Event::ToolCallDelta(delta)) => return self.forming(delta),
+            Some(Event::ReasoningDelta(reasoning)) => return self.reasoning(&reasoning.text),
             Some(Event::Delta(delta)) => {
                 self.streamed = true;
                 self.streamed_since_thought = true;
@@ -216,6 +226,44 @@ impl HumanView {
             None => Vec::new(),
         };
         self.lines(lines)
+    }
+
+    /// The model's reasoning, dimmed, where the text goes: it is not answer text.
+    fn reasoning(&mut self, text: &str) -> String {
+        self.column = column_after(self.column, text);
+        self.mid_line = self.column > 0;
+        self.paint.dim(text)
+    }
+
+    /// A forming call's arguments, dimmed on a line of their own under the text; the
+    /// call's line follows once it is whole.
+    fn forming(&mut self, delta: &pb::ToolCallDelta) -> String {
+        let mut out = String::new();
+        if !delta.name.is_empty() {
+            self.forming
+                .insert(delta.tool_call_id.clone(), delta.name.clone());
+        }
+        if self.forming_now.as_deref() != Some(delta.tool_call_id.as_str()) {
+            if std::mem::take(&mut self.mid_line) {
+                out.push('\n');
+            }
+            let name = self
+                .forming
+                .get(&delta.tool_call_id)
+                .map_or("a tool", String::as_str);
+            let head = format!("  ⋯ {name} ");
+            self.column = head.chars().count();
+            out.push_str(&self.paint.dim(&head));
+            self.forming_now = Some(delta.tool_call_id.clone());
+        }
+        let mut text = delta.arguments_delta.clone();
+        if delta.truncated {
+            text.push_str(" …");
+        }
+        out.push_str(&self.paint.dim(&text));
+        self.column = column_after(self.column, &text);
+        self.mid_line = self.column > 0;
+        out
     }
 
     /// A sub-agent's event, shown as its own run would be, indented under the call that
@@ -575,6 +623,47 @@ mod tests {
             }),
         ));
         assert_eq!(nothing_void, "");
+    }
+
+    /// A call forming shows its arguments under the text as they come, on a line of its
+    /// own, then its call line; reasoning shows where the text goes.
+    #[test]
+    fn a_forming_call_and_reasoning_show_under_the_text() {
+        let mut view = HumanView::new(Paint { colour: false });
+        let forming = |name: &str, text: &str| {
+            Event::ToolCallDelta(pb::ToolCallDelta {
+                tool_call_id: "c1".into(),
+                name: name.into(),
+                arguments_delta: text.into(),
+                ..Default::default()
+            })
+        };
+        let mut screen = String::new();
+        screen.push_str(
+            &view.render(&event(Event::ReasoningDelta(pb::ReasoningDelta {
+                text: "Tokyo is UTC+9. ".into(),
+                ..Default::default()
+            }))),
+        );
+        screen.push_str(&view.render(&event(Event::Delta(pb::MessageDelta {
+            text: "Checking.".into(),
+        }))));
+        screen.push_str(&view.render(&event(forming("current_time", "{\"timezone\": "))));
+        screen.push_str(&view.render(&event(forming("", "\"Asia/Tokyo\"}"))));
+        screen.push_str(&view.render(&event(Event::ToolStarted(pb::ToolStarted {
+            tool_call: Some(pb::ToolCall {
+                id: "c1".into(),
+                provider: "time".into(),
+                name: "current_time".into(),
+                arguments: "{\"timezone\": \"Asia/Tokyo\"}".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))));
+        let lines: Vec<&str> = screen.lines().collect();
+        assert_eq!(lines[0], "Tokyo is UTC+9. Checking.");
+        assert_eq!(lines[1], "  ⋯ current_time {\"timezone\": \"Asia/Tokyo\"}");
+        assert!(lines[2].starts_with("→ time/current_time"), "{screen}");
     }
 
     #[test]

@@ -4,7 +4,9 @@
 use anyhow::Context;
 use tokio::io::AsyncBufReadExt;
 
-use super::args::{AgentArgs, AttachArgs, ChatArgs, ClientArgs, RunArgs, StrategyArg, MODEL_ENV};
+use super::args::{
+    AgentArgs, AttachArgs, ChatArgs, ClientArgs, ReasoningArg, RunArgs, StrategyArg, MODEL_ENV,
+};
 use super::connection::{agents, status_error, Authed};
 use super::render::Printer;
 use super::Outcome;
@@ -173,6 +175,12 @@ fn run_request(
         Some(StrategyArg::Cot) => pb::Strategy::ChainOfThought,
         None => pb::Strategy::Unspecified,
     };
+    let reasoning = match agent.reasoning {
+        None => pb::Reasoning::Unspecified,
+        Some(ReasoningArg::Off) => pb::Reasoning::Off,
+        Some(ReasoningArg::Stream) => pb::Reasoning::Stream,
+        Some(ReasoningArg::Keep) => pb::Reasoning::Keep,
+    };
     Ok(pb::RunRequest {
         conversation_id,
         query,
@@ -183,6 +191,7 @@ fn run_request(
                 ..Default::default()
             }),
             strategy: strategy as i32,
+            reasoning: reasoning as i32,
             max_iteration: agent.max_iteration.unwrap_or(0),
             instruction: agent.instruction.clone().unwrap_or_default(),
             tools,
@@ -266,7 +275,8 @@ async fn follow(
                 let Some(event) = next else { break };
                 message_id.get_or_insert_with(|| event.message_id.clone());
                 conversation_id.get_or_insert_with(|| event.conversation_id.clone());
-                last_seq = event.seq;
+                // An unstored event (seq 0: reasoning shown, not kept) is no place to resume.
+                last_seq = last_seq.max(event.seq);
                 printer.event(&event)?;
                 outcome = outcome_of(&event).or(outcome);
             }
@@ -340,6 +350,8 @@ fn outcome_of(event: &pb::RunEvent) -> Option<Outcome> {
         Some(
             Event::Started(_)
             | Event::Delta(_)
+            | Event::ToolCallDelta(_)
+            | Event::ReasoningDelta(_)
             | Event::Thought(_)
             | Event::ToolStarted(_)
             | Event::ToolFinished(_)

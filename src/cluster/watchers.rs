@@ -100,6 +100,13 @@ impl Watchers {
             return false;
         };
         entry.heard = tokio::time::Instant::now();
+        if notice.last_seq == 0 {
+            // Unstored events: handed to whoever follows now, outside the count.
+            if !notice.events.is_empty() {
+                let _ = entry.notices.send(Arc::new(notice));
+            }
+            return true;
+        }
         let Some(handed) = entry.handed else {
             // Nothing handed yet: the followers read what this notice does not carry
             // themselves, once, and past it every one of them holds what it announces:

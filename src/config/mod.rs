@@ -74,6 +74,15 @@ fn default_max_instruction_bytes() -> usize {
 fn default_max_agent_depth() -> u32 {
     3
 }
+fn default_tool_delta_interval_ms() -> u64 {
+    50
+}
+fn default_tool_delta_bytes() -> usize {
+    1024
+}
+fn default_max_tool_delta_bytes() -> usize {
+    64 * 1024
+}
 fn default_max_tree_runs() -> u32 {
     32
 }
@@ -212,6 +221,21 @@ pub struct RunnerConfig {
     /// also the most one schema may compile to.
     #[serde(default = "default_schema_cache_mb")]
     pub schema_cache_mb: usize,
+    /// A forming tool call's arguments are sent once this many milliseconds passed since
+    /// the call's last `tool_call_delta` (or `tool_delta_bytes` gathered).
+    #[serde(default = "default_tool_delta_interval_ms")]
+    pub tool_delta_interval_ms: u64,
+    /// ... or once this many bytes of them gathered, whichever comes first.
+    #[serde(default = "default_tool_delta_bytes")]
+    pub tool_delta_bytes: usize,
+    /// The most of one call's arguments streamed as `tool_call_delta`; past it one delta
+    /// says `truncated` (the call is whole in `tool_started`); 0 streams none.
+    #[serde(default = "default_max_tool_delta_bytes")]
+    pub max_tool_delta_bytes: usize,
+    /// Whether agents may keep their model's reasoning (`reasoning: KEEP`, stored with the
+    /// run); `false` refuses KEEP with `INVALID_ARGUMENT` naming `agent.reasoning`.
+    #[serde(default = "default_true")]
+    pub allow_keep_reasoning: bool,
     /// Record prompts and completions on exported LLM spans. Also turned on by the GenAI
     /// conventions' `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`.
     #[serde(default)]
@@ -247,6 +271,10 @@ impl Default for RunnerConfig {
             max_tree_runs_total: default_max_tree_runs_total(),
             max_schema_patterns: default_max_schema_patterns(),
             schema_cache_mb: default_schema_cache_mb(),
+            allow_keep_reasoning: true,
+            tool_delta_interval_ms: default_tool_delta_interval_ms(),
+            tool_delta_bytes: default_tool_delta_bytes(),
+            max_tool_delta_bytes: default_max_tool_delta_bytes(),
         }
     }
 }
@@ -609,6 +637,21 @@ fn runner_problem(runner: &RunnerConfig) -> Option<(&'static str, String)> {
     }
     if runner.max_tree_runs == 0 {
         return Some(("runner.max_tree_runs", "must be at least 1".to_owned()));
+    }
+    if runner.tool_delta_interval_ms > 10_000 {
+        return Some((
+            "runner.tool_delta_interval_ms",
+            "must be at most 10000".to_owned(),
+        ));
+    }
+    if runner.tool_delta_bytes == 0 {
+        return Some(("runner.tool_delta_bytes", "must be at least 1".to_owned()));
+    }
+    if runner.max_tool_delta_bytes > MAX_ANSWER_LIMIT {
+        return Some((
+            "runner.max_tool_delta_bytes",
+            format!("must be at most {MAX_ANSWER_LIMIT}"),
+        ));
     }
     if runner.max_tree_runs_total < runner.max_tree_runs {
         return Some((

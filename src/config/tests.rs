@@ -157,3 +157,29 @@ fn allowed_hosts_are_bare_hosts() {
         assert!(err.contains("server.allowed_hosts"), "{bad}: {err}");
     }
 }
+
+/// The pace of forming calls' deltas is bounded: every delta is a stored event, so an
+/// operator's typo must not make one per byte, nor hold text for minutes.
+#[test]
+fn argument_delta_pacing_is_bounded() {
+    let refused = |toml: &str| {
+        Config::from_toml(toml)
+            .unwrap()
+            .validated()
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(
+        refused("[runner]\ntool_delta_bytes = 0"),
+        "invalid configuration: runner.tool_delta_bytes must be at least 1"
+    );
+    assert!(refused("[runner]\ntool_delta_interval_ms = 60000")
+        .starts_with("invalid configuration: runner.tool_delta_interval_ms must be at most"));
+    assert!(refused("[runner]\nmax_tool_delta_bytes = 99999999999")
+        .starts_with("invalid configuration: runner.max_tool_delta_bytes must be at most"));
+    let off = Config::from_toml("[runner]\nmax_tool_delta_bytes = 0")
+        .unwrap()
+        .validated()
+        .unwrap();
+    assert_eq!(off.runner.max_tool_delta_bytes, 0);
+}

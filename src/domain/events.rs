@@ -39,6 +39,19 @@ pub enum RunEvent {
         /// The text.
         text: String,
     },
+    /// A piece of a tool call's arguments as the model writes them, before the call is
+    /// whole. Only the call `tool_started` announces is run; these show it forming.
+    ToolCallDelta(Box<CallDelta>),
+    /// A piece of the model's reasoning, when its agent asks to see it: stored like any
+    /// event under `keep`; under `stream` sent with `seq` 0 to live followers only.
+    ReasoningDelta {
+        /// The round's thought id.
+        thought_id: ThoughtId,
+        /// The round's position.
+        position: u32,
+        /// The text.
+        text: String,
+    },
     /// A thought record as it stands now.
     Thought(Box<Thought>),
     /// A tool call is about to run.
@@ -91,8 +104,9 @@ pub enum RunEvent {
         model: String,
     },
     /// The run's owner was lost and another took it over: round `position` is made again
-    /// from its start. The `AnswerDelta` events from `discard_from_seq` up to this event
-    /// are void (an empty range when the cut round had shown nothing).
+    /// from its start. The `AnswerDelta`, `ToolCallDelta` and `ReasoningDelta` events from
+    /// `discard_from_seq` up to this event are void (an empty range when the cut round had
+    /// shown nothing).
     RoundRestarted {
         /// The round made again.
         position: u32,
@@ -174,6 +188,8 @@ impl RunEvent {
             }
             RunEvent::Started { .. }
             | RunEvent::AnswerDelta { .. }
+            | RunEvent::ToolCallDelta(_)
+            | RunEvent::ReasoningDelta { .. }
             | RunEvent::Thought(_)
             | RunEvent::ToolStarted { .. }
             | RunEvent::ToolFinished { .. }
@@ -189,6 +205,27 @@ impl RunEvent {
             run: None,
         })
     }
+}
+
+/// A piece of one forming tool call's arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallDelta {
+    /// The round's thought id.
+    pub thought_id: ThoughtId,
+    /// The round's position.
+    pub position: u32,
+    /// The id the call has in `tool_started`.
+    pub tool_call_id: String,
+    /// The call's place among the round's calls, from 0.
+    pub index: u32,
+    /// The tool's name, on a call's first delta only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The text that follows what earlier deltas of the call carried.
+    pub arguments_delta: String,
+    /// The call's arguments passed the most that is streamed; no delta of it follows.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
 
 /// A wait an event announces.

@@ -16,6 +16,7 @@ mod lease;
 mod message;
 mod model_provider;
 mod provider;
+mod reasoning;
 pub mod redact;
 mod run_filter;
 mod secret;
@@ -33,7 +34,7 @@ pub use agent::{
 pub use budget::{BudgetKind, OnExhausted, Raised, RunBudget, Spent, MAX_BUDGET_COST};
 pub use command::{ClientOutput, Decision, RunCommand};
 pub use error::{ErrorKind, FieldError};
-pub use events::{ChildEvent, EventEnvelope, HistoryReport, RunEvent, Wait};
+pub use events::{CallDelta, ChildEvent, EventEnvelope, HistoryReport, RunEvent, Wait};
 pub use file::FileRecord;
 pub use ids::{ConversationId, FileId, MessageId, Tenant, ThoughtId};
 pub use lease::Lease;
@@ -46,6 +47,7 @@ pub use model_provider::{
     DEFAULT_QUEUE_TIMEOUT_SECS, DEFAULT_RETRY_BASE_MS, DEFAULT_RETRY_MAX_DELAY_MS,
 };
 pub use provider::{McpToolDef, ProviderKind, ProviderRecord, ProviderSource};
+pub use reasoning::{ProviderReasoning, Reasoning};
 pub use run_filter::{RunFilter, RunIndex};
 pub use secret::Secret;
 pub use takeover::{adopt, end_orphan, fate, Adoption, Fate, OWNER_LOST, STOPPED};

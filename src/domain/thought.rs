@@ -138,6 +138,11 @@ pub struct Thought {
     /// The model that answered the round.
     #[serde(default)]
     pub model: String,
+    /// The model's reasoning in the round, kept when its agent asks to keep it.
+    pub reasoning: String,
+    /// The blocks its provider needs back to go on with the round's calls; sealed at
+    /// rest, never shown.
+    pub provider_reasoning: super::ProviderReasoning,
     /// When the round began.
     pub created_at: DateTime<Utc>,
 }
@@ -162,13 +167,18 @@ impl Thought {
                     + PASSAGE_OVERHEAD
             })
             .sum();
-        self.thought.len() + self.answer.len() + calls + passages + self.file_ids.len() * 48
+        self.thought.len()
+            + self.answer.len()
+            + self.reasoning.len()
+            + calls
+            + passages
+            + self.file_ids.len() * 48
     }
 
     /// The thought as a client is shown it: whole when it fits `limit` bytes; otherwise cut
     /// in this order until it does, each cut with a marker giving the original size: the
     /// longest observations and passages (all to one length), the calls' error texts, the
-    /// longest arguments, the thought text, and last (a round of thousands of calls) the
+    /// longest arguments, the kept reasoning, the thought text, and last (a round of thousands of calls) the
     /// calls past those that fit, which a note in the thought text counts. The stored
     /// record stays whole.
     pub fn fitted(&self, limit: usize) -> std::borrow::Cow<'_, Thought> {
@@ -205,6 +215,15 @@ impl Thought {
                     .collect(),
                 excess,
             );
+        }
+        if copy.text_len() > limit {
+            let keep = copy
+                .reasoning
+                .len()
+                .saturating_sub(copy.text_len() - limit + MARKER_ROOM);
+            if keep < copy.reasoning.len() {
+                cut(&mut copy.reasoning, keep);
+            }
         }
         if copy.text_len() > limit {
             let keep = copy
@@ -361,6 +380,10 @@ struct ThoughtWire {
     provider: String,
     #[serde(default)]
     model: String,
+    #[serde(default)]
+    reasoning: String,
+    #[serde(default)]
+    sealed_reasoning: Option<String>,
     created_at: DateTime<Utc>,
 }
 
@@ -383,6 +406,11 @@ impl From<ThoughtWire> for Thought {
             usage: wire.usage,
             provider: wire.provider,
             model: wire.model,
+            reasoning: wire.reasoning,
+            provider_reasoning: wire.sealed_reasoning.map_or(
+                super::ProviderReasoning::None,
+                super::ProviderReasoning::Sealed,
+            ),
             created_at: wire.created_at,
         }
     }
@@ -409,6 +437,13 @@ impl Serialize for Thought {
         out.serialize_field("usage", &self.usage)?;
         out.serialize_field("provider", &self.provider)?;
         out.serialize_field("model", &self.model)?;
+        if !self.reasoning.is_empty() {
+            out.serialize_field("reasoning", &self.reasoning)?;
+        }
+        // Only ever sealed: open blocks are the run's, not the record's.
+        if let Some(sealed) = self.provider_reasoning.sealed() {
+            out.serialize_field("sealed_reasoning", sealed)?;
+        }
         out.serialize_field("created_at", &self.created_at)?;
         out.end()
     }
@@ -429,6 +464,8 @@ impl Thought {
             usage: None,
             provider: String::new(),
             model: String::new(),
+            reasoning: String::new(),
+            provider_reasoning: super::ProviderReasoning::None,
             created_at: super::now(),
         }
     }
@@ -455,6 +492,23 @@ mod tests {
             thought,
             "records of earlier versions"
         );
+    }
+
+    /// A round's signed thinking is written only sealed: open blocks never reach a record
+    /// (or an event), sealed ones read back as they were.
+    #[test]
+    fn provider_reasoning_is_never_written_open() {
+        let mut thought = Thought::begin(MessageId::new(), 1);
+        thought.provider_reasoning =
+            super::super::ProviderReasoning::Open(vec![super::super::Reasoning::Thinking {
+                thinking: "secret plan".into(),
+                signature: "sig".into(),
+            }]);
+        let json = serde_json::to_string(&thought).unwrap();
+        assert!(!json.contains("secret plan"), "{json}");
+        thought.provider_reasoning = super::super::ProviderReasoning::Sealed("c2VhbGVk".into());
+        let json = serde_json::to_string(&thought).unwrap();
+        assert_eq!(serde_json::from_str::<Thought>(&json).unwrap(), thought);
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub use registry::{
 };
 pub use tokens::Tokenizer;
 
+pub use crate::domain::Reasoning;
 use crate::domain::TokenUsage;
 
 /// A chat completion request in provider-neutral form.
@@ -154,34 +155,34 @@ pub struct ToolCallRequest {
     pub arguments: String,
 }
 
-/// A block of a model's reasoning, kept only to be sent back: never answer text.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Reasoning {
-    /// Thinking in the clear, with the signature that vouches for it.
-    Thinking {
-        /// The thinking text.
-        thinking: String,
-        /// The provider's signature of it, returned byte for byte.
-        signature: String,
-    },
-    /// Thinking the provider encrypted.
-    RedactedThinking {
-        /// The opaque data.
-        data: String,
-    },
-}
-
 /// A piece of a streamed model turn.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ChatChunk {
     /// Answer text.
     Text(String),
+    /// A piece of a tool call's arguments as the model writes them.
+    Arguments(ArgumentsPiece),
+    /// Reasoning the model writes beside its answer (never answer text).
+    Reasoning(String),
     /// Token counts as the provider reported them. Sent as soon as they are known, so a
     /// stream that fails afterwards (some gateways send usage, then an error) keeps them.
     Usage(TokenUsage),
     /// The turn is complete; always the last item of a successful stream.
     Finished(TurnEnd),
+}
+
+/// A piece of one tool call's arguments, before the turn is complete.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ArgumentsPiece {
+    /// The call's place in [`TurnEnd::tool_calls`].
+    pub index: u32,
+    /// The call's id, once the provider gave it (a call given none gets one minted at the
+    /// turn's end).
+    pub id: Option<String>,
+    /// The tool's name, once known.
+    pub name: Option<String>,
+    /// Argument text following the call's earlier pieces.
+    pub text: String,
 }
 
 /// What is known only once a turn is complete.

@@ -64,3 +64,18 @@ pub fn sse_frames(
     frames.push("data: [DONE]\n\n".to_owned());
     frames
 }
+
+/// Chunks of reasoning as reasoning parsers send it: `reasoning_content` beside a null
+/// `content`.
+pub fn reasoning_frames(model: &str, pieces: &[&str]) -> Vec<String> {
+    pieces
+        .iter()
+        .map(|piece| {
+            chunk(
+                model,
+                json!({"content": null, "reasoning_content": piece}),
+                None,
+            )
+        })
+        .collect()
+}

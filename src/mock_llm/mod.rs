@@ -23,7 +23,7 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
-pub use frames::{sse_frames, ScriptedCall};
+pub use frames::{reasoning_frames, sse_frames, ScriptedCall};
 
 /// How the scripted model behaves.
 #[derive(Debug, Clone)]
@@ -36,6 +36,11 @@ pub struct MockSettings {
     pub tool: String,
     /// Arguments of every call, as JSON text.
     pub arguments: String,
+    /// Pieces each call's arguments are streamed in.
+    pub argument_pieces: u32,
+    /// Reasoning streamed as `reasoning_content` before each turn (none when empty), in
+    /// pieces of a word.
+    pub reasoning: String,
     /// Chunks the final answer is split into.
     pub answer_chunks: u32,
     /// Bytes of each answer chunk; 0 sends short words (`word7 `).
@@ -53,6 +58,8 @@ impl Default for MockSettings {
             parallel_tools: 1,
             tool: "current_time".to_owned(),
             arguments: r#"{"timezone": "UTC"}"#.to_owned(),
+            argument_pieces: 2,
+            reasoning: String::new(),
             answer_chunks: 20,
             chunk_bytes: 0,
             time_to_first_token: Duration::ZERO,
@@ -112,12 +119,12 @@ async fn completions(
     let model = body["model"].as_str().unwrap_or("mock").to_owned();
     let done = rounds_done(&body);
     let offers_tools = body.get("tools").is_some();
-    let frames = if done < settings.rounds && offers_tools {
+    let mut frames = if done < settings.rounds && offers_tools {
         let calls: Vec<ScriptedCall> = (0..settings.parallel_tools)
             .map(|i| ScriptedCall {
                 id: format!("call_{done}_{i}"),
                 name: settings.tool.clone(),
-                argument_chunks: split_in_two(&settings.arguments),
+                argument_chunks: split_in(&settings.arguments, settings.argument_pieces),
             })
             .collect();
         sse_frames(&model, &[], &calls, (40, 10))
@@ -128,6 +135,10 @@ async fn completions(
         let text: Vec<&str> = text.iter().map(String::as_str).collect();
         sse_frames(&model, &text, &[], (60, u64::from(settings.answer_chunks)))
     };
+    if !settings.reasoning.is_empty() {
+        let pieces: Vec<&str> = settings.reasoning.split_inclusive(' ').collect();
+        frames.splice(1..1, reasoning_frames(&model, &pieces));
+    }
     paced(frames, settings.time_to_first_token, settings.chunk_delay)
 }
 
@@ -142,12 +153,14 @@ fn chunk_text(i: u32, bytes: usize) -> String {
     text
 }
 
-fn split_in_two(text: &str) -> Vec<String> {
-    let middle = text
-        .char_indices()
-        .nth(text.chars().count() / 2)
-        .map_or(0, |(i, _)| i);
-    vec![text[..middle].to_owned(), text[middle..].to_owned()]
+/// `text` in `pieces` parts of about one length (at least one), cut at characters.
+fn split_in(text: &str, pieces: u32) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let pieces = usize::try_from(pieces.max(1)).unwrap_or(1);
+    let size = chars.len().div_ceil(pieces).max(1);
+    let mut parts: Vec<String> = chars.chunks(size).map(|c| c.iter().collect()).collect();
+    parts.resize(pieces.max(parts.len()), String::new());
+    parts
 }
 
 /// An SSE response sending `frames` after `first`, then one every `each`.

@@ -44,11 +44,11 @@ use tracing::Instrument;
 pub use error::RunError;
 pub use live::{ClientOutput, Decision, EventStream};
 pub use quota::today;
-pub use settings::RunnerSettings;
+pub use settings::{DeltaPacing, RunnerSettings};
 pub use spec::{
     AgentDefinition, AgentReference, AgentSpec, Idempotency, ImageSource, InputImage, ModelMode,
-    ModelRef, ModelSpec, OutputFallback, OutputSpec, RunSpec, StoredSpec, SubAgentRef,
-    DEFAULT_MAX_ITERATION, MAX_FALLBACKS, MAX_ITERATION_LIMIT,
+    ModelRef, ModelSpec, OutputFallback, OutputSpec, ReasoningMode, RunSpec, StoredSpec,
+    SubAgentRef, DEFAULT_MAX_ITERATION, MAX_FALLBACKS, MAX_ITERATION_LIMIT,
 };
 
 use crate::domain::{

@@ -9,7 +9,7 @@ use super::error::RunError;
 use super::history::{self, History};
 use super::run::{Agent, Output};
 use super::settings::RunnerSettings;
-use super::spec::{RunSpec, StoredSpec};
+use super::spec::{ReasoningMode, RunSpec, StoredSpec};
 use super::strategy;
 use crate::domain::Tenant;
 use crate::domain::{
@@ -144,6 +144,7 @@ struct Resolved {
     strategy: Box<dyn strategy::Strategy>,
     tools: ToolSet,
     output: Option<Output>,
+    reasoning: ReasoningMode,
 }
 
 impl Resolved {
@@ -155,6 +156,7 @@ impl Resolved {
             tools: Arc::new(self.tools),
             history,
             output: self.output,
+            reasoning: self.reasoning,
         }
     }
 }
@@ -168,6 +170,13 @@ fn resolve(
     settings: &RunnerSettings,
     agent_tools: &[SubAgentTool],
 ) -> Result<Resolved, RunError> {
+    if spec.agent.reasoning == ReasoningMode::Keep && !settings.allow_keep_reasoning {
+        return Err(crate::domain::FieldError::new(
+            "agent.reasoning",
+            "KEEP is not allowed on this server (runner.allow_keep_reasoning = false)",
+        )
+        .into());
+    }
     let model = models.resolve(&spec.agent.model.provider, &spec.agent.model.name)?;
     let fallbacks = spec
         .agent
@@ -212,6 +221,7 @@ fn resolve(
         strategy,
         tools: bound,
         output,
+        reasoning: spec.agent.reasoning,
     })
 }
 

@@ -37,6 +37,11 @@ pub struct RunnerSettings {
     /// How long a run tries to commit its records while the store is unavailable before
     /// it stops as on a full disk (it announces nothing meanwhile).
     pub write_timeout: Duration,
+    /// How a forming tool call's arguments are streamed.
+    pub argument_deltas: DeltaPacing,
+    /// Whether an agent may keep its model's reasoning (`reasoning: KEEP`); operators who
+    /// must not store it turn this off.
+    pub allow_keep_reasoning: bool,
     /// On shutdown, hand runs over (each stops at the end of its step and is left for the
     /// next process or a peer to go on with) instead of ending them interrupted.
     pub hand_over: bool,
@@ -60,7 +65,32 @@ impl Default for RunnerSettings {
             max_tree_runs: 32,
             max_tree_runs_total: 256,
             write_timeout: Duration::from_secs(10),
+            argument_deltas: DeltaPacing::default(),
+            allow_keep_reasoning: true,
             hand_over: false,
+        }
+    }
+}
+
+/// How often a forming tool call's arguments are sent: each delta event is stored, so
+/// pieces are gathered rather than sent one by one as the model writes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeltaPacing {
+    /// A call's gathered text is sent once this long has passed since its last delta.
+    pub interval: Duration,
+    /// ... or once this many bytes have gathered, whichever comes first.
+    pub bytes: usize,
+    /// The most of one call's arguments that is streamed; past it one delta says
+    /// `truncated` and no more follow (the call itself is whole in `tool_started`).
+    pub max_bytes: usize,
+}
+
+impl Default for DeltaPacing {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_millis(50),
+            bytes: 1024,
+            max_bytes: 64 * 1024,
         }
     }
 }

@@ -86,6 +86,29 @@ pub struct AgentSpec {
     /// What one run may spend (before the tenant's ceilings).
     #[serde(skip_serializing_if = "RunBudget::is_unset")]
     pub budget: RunBudget,
+    /// Whether the model's reasoning is shown, and kept.
+    #[serde(skip_serializing_if = "ReasoningMode::is_off")]
+    pub reasoning: ReasoningMode,
+}
+
+/// What happens to the reasoning a model streams beside its answer. It decides showing
+/// and keeping, never whether the model reasons, and the text never goes back to a model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningMode {
+    /// Neither shown nor kept.
+    #[default]
+    Off,
+    /// Sent to the run's live followers only, outside the stored log.
+    Stream,
+    /// Sent and stored like any event, and kept on the round's thought.
+    Keep,
+}
+
+impl ReasoningMode {
+    fn is_off(&self) -> bool {
+        *self == ReasoningMode::Off
+    }
 }
 
 /// A stored agent offered to the model as a tool.

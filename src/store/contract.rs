@@ -351,7 +351,8 @@ pub trait Records: Send + Sync {
         size: PageSize,
     ) -> Result<Page<Thought>, StoreError>;
 
-    /// Every thought of a message, for the runner (a run has few hundred at most).
+    /// Every thought of a message, for the runner (a run has few hundred at most), with
+    /// its provider reasoning opened.
     async fn all_thoughts(
         &self,
         tenant: &Tenant,
@@ -367,10 +368,15 @@ pub trait Records: Send + Sync {
             let page = self.list_thoughts(tenant, message, after, size).await?;
             thoughts.extend(page.items);
             if !page.more {
+                self.open_reasoning(&mut thoughts);
                 return Ok(thoughts);
             }
         }
     }
+
+    /// Opens the provider reasoning `thoughts` carry sealed (see [`Thought`]'s
+    /// `provider_reasoning`), with the key the store sealed it with.
+    fn open_reasoning(&self, thoughts: &mut [Thought]);
 
     /// Stores a file a tool produced, with its bytes when it has them.
     async fn put_file(

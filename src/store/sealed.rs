@@ -136,6 +136,69 @@ impl Sealer {
         Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
     }
 
+    /// `thought` as it is written: its provider reasoning (signed thinking) sealed, so the
+    /// thinking text is never at rest in the clear. Borrowed when there is none.
+    pub fn seal_thought<'a>(
+        &self,
+        thought: &'a crate::domain::Thought,
+    ) -> Result<std::borrow::Cow<'a, crate::domain::Thought>, StoreError> {
+        use crate::domain::ProviderReasoning;
+        let ProviderReasoning::Open(blocks) = &thought.provider_reasoning else {
+            return Ok(std::borrow::Cow::Borrowed(thought));
+        };
+        let plain = serde_json::to_vec(blocks)
+            .map_err(|_| StoreError::Sealed("cannot seal a round's reasoning".to_owned()))?;
+        let mut sealed = thought.clone();
+        sealed.provider_reasoning = ProviderReasoning::Sealed(self.seal(&plain)?);
+        Ok(std::borrow::Cow::Owned(sealed))
+    }
+
+    /// `burst` as it is written: every thought in it as [`Sealer::seal_thought`] makes
+    /// it. Borrowed when none carries open reasoning.
+    pub fn seal_burst<'a>(
+        &self,
+        burst: &'a super::Burst,
+    ) -> Result<std::borrow::Cow<'a, super::Burst>, StoreError> {
+        use super::Record;
+        let open = |record: &Record| {
+            matches!(record, Record::Thought(thought)
+                if matches!(thought.provider_reasoning, crate::domain::ProviderReasoning::Open(_)))
+        };
+        if !burst.records.iter().any(open) {
+            return Ok(std::borrow::Cow::Borrowed(burst));
+        }
+        let mut sealed = burst.clone();
+        for record in &mut sealed.records {
+            if let Record::Thought(thought) = record {
+                *thought = self.seal_thought(thought)?.into_owned();
+            }
+        }
+        Ok(std::borrow::Cow::Owned(sealed))
+    }
+
+    /// Opens the provider reasoning of `thoughts` for the run that goes on with them; a
+    /// value that does not open (another key's) is dropped: the provider is then asked
+    /// without it.
+    pub fn open_thoughts(&self, thoughts: &mut [crate::domain::Thought]) {
+        use crate::domain::ProviderReasoning;
+        for thought in thoughts {
+            let Some(sealed) = thought.provider_reasoning.sealed() else {
+                continue;
+            };
+            let blocks = self
+                .open(sealed)
+                .ok()
+                .and_then(|plain| serde_json::from_slice(&plain).ok());
+            thought.provider_reasoning = match blocks {
+                Some(blocks) => ProviderReasoning::Open(blocks),
+                None => {
+                    tracing::warn!("a round's sealed reasoning does not open; it is left out");
+                    ProviderReasoning::None
+                }
+            };
+        }
+    }
+
     /// The plaintext of a sealed value; fails for another key's value or a changed one.
     pub fn open(&self, sealed: &str) -> Result<Vec<u8>, StoreError> {
         let wrong = || {

@@ -72,7 +72,10 @@ impl TaskEvents {
                 let note = self.ids.agent_message("error", vec![text_part(text)]);
                 (vec![self.status(a2a::TaskState::Failed, Some(note))], true)
             }
+            // Forming arguments and reasoning are not the task's output (see docs/a2a.md).
             RunEvent::Started { .. }
+            | RunEvent::ToolCallDelta(_)
+            | RunEvent::ReasoningDelta { .. }
             | RunEvent::Thought(_)
             | RunEvent::ToolStarted { .. }
             | RunEvent::ToolFinished { .. }

@@ -9,7 +9,9 @@ use super::scalar::timestamp;
 use crate::api::status::invalid;
 use crate::domain::{AgentRecord, AgentVersionRecord, StrategyKind};
 use crate::pb;
-use crate::runner::{AgentDefinition, AgentSpec, ModelMode, ModelSpec, OutputFallback};
+use crate::runner::{
+    AgentDefinition, AgentSpec, ModelMode, ModelSpec, OutputFallback, ReasoningMode,
+};
 use crate::tools::{ClientToolSpec, ToolRef};
 
 /// A version's definition from a request's `config` and `client_tools`.
@@ -93,6 +95,7 @@ fn config_pb(agent: AgentSpec) -> pb::AgentConfig {
         keep_tool_choice,
         sub_agents,
         budget,
+        reasoning,
     } = agent;
     let (output_schema, output_fallback) = match output {
         Some(output) => (
@@ -131,6 +134,12 @@ fn config_pb(agent: AgentSpec) -> pb::AgentConfig {
             })
             .collect(),
         budget: super::budget::budget_pb(budget),
+        reasoning: match reasoning {
+            ReasoningMode::Off => pb::Reasoning::Unspecified,
+            ReasoningMode::Stream => pb::Reasoning::Stream,
+            ReasoningMode::Keep => pb::Reasoning::Keep,
+        }
+        .into(),
     }
 }
 
@@ -243,6 +252,7 @@ mod tests {
                 max_tool_calls: Some(3),
                 on_exhausted: pb::OnExhausted::Error.into(),
             }),
+            reasoning: pb::Reasoning::Keep.into(),
         };
         let tools = vec![pb::ClientTool {
             name: "lookup".into(),

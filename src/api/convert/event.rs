@@ -23,6 +23,16 @@ fn event(event: RunEvent) -> Event {
         started @ RunEvent::Started { .. } => Event::Started(run_started(started)),
         RunEvent::Child(child) => Event::Child(Box::new(child_event(*child))),
         RunEvent::AnswerDelta { text } => Event::Delta(pb::MessageDelta { text }),
+        RunEvent::ToolCallDelta(delta) => Event::ToolCallDelta(call_delta(*delta)),
+        RunEvent::ReasoningDelta {
+            thought_id,
+            position,
+            text,
+        } => Event::ReasoningDelta(pb::ReasoningDelta {
+            thought_id: thought_id.to_string(),
+            position,
+            text,
+        }),
         RunEvent::Thought(thought) => Event::Thought((*thought).into()),
         RunEvent::ToolStarted {
             thought_id,
@@ -94,6 +104,19 @@ fn event(event: RunEvent) -> Event {
             iterations,
             ..failure.into()
         }),
+    }
+}
+
+/// A piece of a forming call's arguments.
+fn call_delta(delta: crate::domain::CallDelta) -> pb::ToolCallDelta {
+    pb::ToolCallDelta {
+        thought_id: delta.thought_id.to_string(),
+        position: delta.position,
+        tool_call_id: delta.tool_call_id,
+        index: delta.index,
+        name: delta.name.unwrap_or_default(),
+        arguments_delta: delta.arguments_delta,
+        truncated: delta.truncated,
     }
 }
 

@@ -85,6 +85,7 @@ impl From<Thought> for pb::AgentThought {
             usage: thought.usage.map(Into::into),
             provider: thought.provider,
             model: thought.model,
+            reasoning: thought.reasoning,
             created_at: Some(timestamp(thought.created_at)),
             retriever_resources: thought
                 .retriever_resources

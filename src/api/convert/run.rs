@@ -13,7 +13,7 @@ use crate::domain::{StrategyKind, Tenant};
 use crate::pb;
 use crate::runner::{
     AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelRef, ModelSpec,
-    OutputFallback, OutputSpec, RunSpec, SubAgentRef,
+    OutputFallback, OutputSpec, ReasoningMode, RunSpec, SubAgentRef,
 };
 use crate::telemetry::TraceParent;
 use crate::tools::{ClientToolSpec, ToolRef};
@@ -199,6 +199,7 @@ pub(super) fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {
         keep_tool_choice,
         sub_agents,
         budget,
+        reasoning,
     } = agent;
     let max_history_turns = memory.map_or(0, |pb::MemoryConfig { max_turns }| max_turns);
     let model = model.ok_or_else(|| invalid("agent.model", "is required"))?;
@@ -227,7 +228,20 @@ pub(super) fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {
             )
             .collect(),
         budget: super::budget::run_budget(budget, "agent.budget")?,
+        reasoning: reasoning_mode(reasoning)?,
     })
+}
+
+fn reasoning_mode(value: i32) -> Result<ReasoningMode, Status> {
+    match pb::Reasoning::try_from(value) {
+        Ok(pb::Reasoning::Unspecified | pb::Reasoning::Off) => Ok(ReasoningMode::Off),
+        Ok(pb::Reasoning::Stream) => Ok(ReasoningMode::Stream),
+        Ok(pb::Reasoning::Keep) => Ok(ReasoningMode::Keep),
+        Err(_) => Err(invalid(
+            "agent.reasoning",
+            &format!("has unknown value {value}"),
+        )),
+    }
 }
 
 fn output_spec(

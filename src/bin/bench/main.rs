@@ -42,6 +42,12 @@ enum Preset {
     /// 1000 concurrent gRPC-Web streams over HTTP/1.1 against the slow model: every run
     /// must end with all its events in order.
     WebStreams1k,
+    /// 50 at a time, 400 runs whose call streams 2 KiB of arguments in 40 pieces over
+    /// about 1 s, as `tool_call_delta` events (every frame 25 ms apart).
+    ArgsC50,
+    /// The same, with argument deltas turned off (`runner.max_tool_delta_bytes = 0`): what
+    /// streaming them costs is the CPU per run of `args-c50` over this.
+    ArgsC50Off,
     /// Ten runs answering 2 MB each: memory after, and disk per answer byte.
     Large,
     /// Time per `ListRuns` page with 100 runs stored and with 100,000: unfiltered, and the
@@ -121,6 +127,8 @@ fn case(
         service_env: service_env.to_vec(),
         admin_token: admin_token.map(str::to_owned),
         web: false,
+        mock_args: Vec::new(),
+        service_config: String::new(),
     };
     let slow = |name: &'static str, concurrency| Case {
         name,
@@ -131,6 +139,14 @@ fn case(
         service_env: service_env.to_vec(),
         admin_token: admin_token.map(str::to_owned),
         web: false,
+        mock_args: Vec::new(),
+        service_config: String::new(),
+    };
+    let streamed_arguments = |name: &'static str, config: &str| Case {
+        chunk_delay: Duration::from_millis(25),
+        mock_args: long_arguments(),
+        service_config: config.to_owned(),
+        ..fast(name, 50, 400)
     };
     Some(match preset {
         Preset::C1 => fast("c1", 1, 200),
@@ -145,6 +161,10 @@ fn case(
             web: true,
             ..slow("web-streams1k", 1000)
         },
+        Preset::ArgsC50 => streamed_arguments("args-c50", ""),
+        Preset::ArgsC50Off => {
+            streamed_arguments("args-c50-off", "[runner]\nmax_tool_delta_bytes = 0\n")
+        }
         Preset::Large
         | Preset::ListRuns
         | Preset::Long
@@ -153,6 +173,17 @@ fn case(
         | Preset::ReplicaStreams
         | Preset::Takeover => return None,
     })
+}
+
+/// The scripted model's arguments for the argument cases: 2 KiB of JSON in 40 pieces.
+fn long_arguments() -> Vec<String> {
+    let note = "x".repeat(2048 - r#"{"timezone": "UTC", "note": ""}"#.len());
+    vec![
+        "--arguments".into(),
+        format!(r#"{{"timezone": "UTC", "note": "{note}"}}"#),
+        "--argument-pieces".into(),
+        "40".into(),
+    ]
 }
 
 #[tokio::main]

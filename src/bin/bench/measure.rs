@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::Channel;
 
-use crate::processes::{cpu_time, memory_kib, start_mock, start_service};
+use crate::processes::{cpu_time, memory_kib, start_mock_with, start_service_with};
 use crate::workload::{bench_request, RunResult};
 
 /// Concurrent streams per gRPC connection.
@@ -35,6 +35,10 @@ pub struct Case {
     pub admin_token: Option<String>,
     /// Runs over gRPC-Web on HTTP/1.1, as browsers make them, instead of gRPC.
     pub web: bool,
+    /// Extra arguments of the scripted model (its calls' arguments, say).
+    pub mock_args: Vec<String>,
+    /// Appended to the service's configuration file.
+    pub service_config: String,
 }
 
 /// The `authorization` header runs send, if the service requires one.
@@ -144,12 +148,18 @@ pub async fn run_case(case: Case) -> anyhow::Result<Report> {
 }
 
 async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
-    let mock = start_mock(case.ttft, case.chunk_delay).await?;
+    let mock_args: Vec<&str> = case.mock_args.iter().map(String::as_str).collect();
+    let mock = start_mock_with(case.ttft, case.chunk_delay, &mock_args).await?;
     let metrics = crate::processes::free_addr()?;
     let mut env = case.service_env.clone();
     env.push(("AGENT_RUNNER_METRICS_LISTEN".into(), metrics.to_string()));
-    let service = start_service(dir, mock.addr, &env).await?;
-    let samples = if case.ttft.is_zero() { 200 } else { 3 };
+    let service = start_service_with(dir, mock.addr, &env, &case.service_config).await?;
+    // A slow model's floor is its delays: a few samples tell it.
+    let samples = if case.ttft.is_zero() && case.chunk_delay.is_zero() {
+        200
+    } else {
+        3
+    };
     let (floor_latency, floor_ttft) = direct_floor(mock.addr, samples).await?;
     let channels = connect(service.addr, case.concurrency).await?;
     let credentials = Credentials::for_case(&channels[0], case.admin_token.as_deref()).await?;

@@ -15,13 +15,15 @@ use serde_json::Value;
 use crate::domain::TokenUsage;
 use crate::llm::http::{mint_call_id, normalize_arguments, stream_error_failure};
 use crate::llm::sse::{cut_short, keep_within, truncate, Decoder};
-use crate::llm::{ChatChunk, LlmError, Reasoning, ToolCallRequest, TurnEnd};
+use crate::llm::{ArgumentsPiece, ChatChunk, LlmError, Reasoning, ToolCallRequest, TurnEnd};
 
 /// One content block as it is assembled.
 #[derive(Debug)]
 enum Block {
     Text,
     ToolUse {
+        /// The call's place among the turn's calls.
+        call: u32,
         id: String,
         name: String,
         /// The input as the start event gave it (usually `{}`).
@@ -102,6 +104,16 @@ impl Turn {
         }
     }
 
+    /// Tool calls begun so far: the next one's place among them.
+    fn calls(&self) -> u32 {
+        let calls = self
+            .blocks
+            .iter()
+            .filter(|(_, block)| matches!(block, Block::ToolUse { .. }))
+            .count();
+        u32::try_from(calls).unwrap_or(u32::MAX)
+    }
+
     fn block(&mut self, index: u64) -> Option<&mut Block> {
         self.blocks
             .iter_mut()
@@ -149,20 +161,35 @@ impl Turn {
                 return self.text(text, out);
             }
             "tool_use" => Block::ToolUse {
+                call: self.calls(),
                 id: field("id").to_owned(),
                 name: field("name").to_owned(),
                 initial: block.get("input").cloned().unwrap_or(Value::Null),
                 json: String::new(),
             },
-            "thinking" => Block::Thinking {
-                thinking: field("thinking").to_owned(),
-                signature: field("signature").to_owned(),
-            },
+            "thinking" => {
+                let thinking = field("thinking").to_owned();
+                if !thinking.is_empty() {
+                    out.push_back(Ok(ChatChunk::Reasoning(thinking.clone())));
+                }
+                Block::Thinking {
+                    thinking,
+                    signature: field("signature").to_owned(),
+                }
+            }
             "redacted_thinking" => Block::RedactedThinking {
                 data: field("data").to_owned(),
             },
             _ => Block::Other,
         };
+        if let Block::ToolUse { call, id, name, .. } = &started {
+            out.push_back(Ok(ChatChunk::Arguments(ArgumentsPiece {
+                index: *call,
+                id: Some(id.clone()).filter(|id| !id.is_empty()),
+                name: Some(name.clone()).filter(|name| !name.is_empty()),
+                text: String::new(),
+            })));
+        }
         let bytes = match &started {
             Block::ToolUse { id, name, .. } => id.len() + name.len(),
             Block::Thinking { thinking, .. } => thinking.len(),
@@ -192,9 +219,27 @@ impl Turn {
         .to_owned();
         match (self.block(index), kind) {
             (Some(Block::Text) | None, "text_delta") => return self.text(piece, out),
-            (Some(Block::ToolUse { json, .. }), "input_json_delta") => json.push_str(&piece),
+            (
+                Some(Block::ToolUse {
+                    call,
+                    id,
+                    name,
+                    json,
+                    ..
+                }),
+                "input_json_delta",
+            ) => {
+                json.push_str(&piece);
+                out.push_back(Ok(ChatChunk::Arguments(ArgumentsPiece {
+                    index: *call,
+                    id: Some(id.clone()).filter(|id| !id.is_empty()),
+                    name: Some(name.clone()).filter(|name| !name.is_empty()),
+                    text: piece.clone(),
+                })));
+            }
             (Some(Block::Thinking { thinking, .. }), "thinking_delta") => {
                 thinking.push_str(&piece);
+                out.push_back(Ok(ChatChunk::Reasoning(piece.clone())));
             }
             (Some(Block::Thinking { signature, .. }), "signature_delta") => {
                 signature.push_str(&piece);
@@ -293,6 +338,7 @@ impl Decoder for Turn {
                     name,
                     initial,
                     json,
+                    ..
                 } => end.tool_calls.push(ToolCallRequest {
                     id: if id.is_empty() { mint_call_id() } else { id },
                     name,
@@ -425,7 +471,19 @@ mod tests {
                 ("message_stop", r#"{"type":"message_stop"}"#),
             ],
         );
-        assert!(chunks.is_empty(), "{chunks:?}");
+        // No text: the thinking as reasoning, the call's start as a piece of it.
+        assert_eq!(
+            chunks,
+            vec![
+                ChatChunk::Reasoning("Need the time.".into()),
+                ChatChunk::Arguments(ArgumentsPiece {
+                    index: 0,
+                    id: Some("toolu_9".into()),
+                    name: Some("current_time".into()),
+                    text: String::new(),
+                }),
+            ]
+        );
         assert_eq!(result, Ok(true));
         let end = turn.end();
         assert_eq!(end.tool_calls[0].arguments, "{}");

@@ -8,7 +8,7 @@ use eventsource_stream::Event;
 use super::wire::{Chunk, ToolCallDelta};
 use crate::llm::http::{mint_call_id, normalize_arguments, stream_error_failure};
 use crate::llm::sse::{cut_short, keep_within, truncate, Decoder};
-use crate::llm::{ChatChunk, LlmError, ToolCallRequest, TurnEnd};
+use crate::llm::{ArgumentsPiece, ChatChunk, LlmError, ToolCallRequest, TurnEnd};
 
 #[derive(Debug, Default)]
 struct Slot {
@@ -36,8 +36,8 @@ pub struct ToolCallAccumulator {
 }
 
 impl ToolCallAccumulator {
-    /// Adds one delta.
-    pub fn apply(&mut self, delta: ToolCallDelta) {
+    /// Adds one delta; returns it as a piece of the call it joined.
+    pub fn apply(&mut self, delta: ToolCallDelta) -> ArgumentsPiece {
         let id = delta.id.unwrap_or_default();
         let (name, arguments) = delta
             .function
@@ -52,6 +52,12 @@ impl ToolCallAccumulator {
             slot.name = name;
         }
         slot.arguments.push_str(&arguments);
+        ArgumentsPiece {
+            index: u32::try_from(position).unwrap_or(u32::MAX),
+            id: Some(slot.id.clone()).filter(|id| !id.is_empty()),
+            name: Some(slot.name.clone()).filter(|name| !name.is_empty()),
+            text: arguments,
+        }
     }
 
     /// The first slot a delta joins: with its index (and no other id), else with its id,
@@ -160,6 +166,7 @@ impl TurnState {
             message: format!("bad stream chunk ({err}): {}", truncate(data, 200)),
         })?;
         let mut text = String::new();
+        let mut reasoning = String::new();
         let mut call_bytes = 0;
         for choice in chunk.choices {
             if let Some(reason) = choice.finish_reason {
@@ -168,12 +175,21 @@ impl TurnState {
             let Some(delta) = choice.delta else { continue };
             for call in delta.tool_calls.unwrap_or_default() {
                 call_bytes += call.written_bytes();
-                self.calls.apply(call);
+                let piece = self.calls.apply(call);
+                out.push_back(Ok(ChatChunk::Arguments(piece)));
             }
             text.push_str(delta.content.as_deref().unwrap_or_default());
+            let thought = [delta.reasoning_content, delta.reasoning]
+                .into_iter()
+                .flatten()
+                .find_map(|value| value.as_str().map(str::to_owned));
+            reasoning.push_str(thought.as_deref().unwrap_or_default());
         }
         let before = self.written;
-        self.written += text.len() + call_bytes;
+        self.written += text.len() + call_bytes + reasoning.len();
+        if !reasoning.is_empty() {
+            out.push_back(Ok(ChatChunk::Reasoning(reasoning)));
+        }
         if let Some(limit) = self.limit.filter(|limit| self.written > *limit) {
             // Keep the text that still fit; nothing past the limit is shown or kept.
             keep_within(&mut text, before, limit);
@@ -256,7 +272,9 @@ mod tests {
 
     fn merged(deltas: Vec<ToolCallDelta>) -> Vec<(String, String, String)> {
         let mut acc = ToolCallAccumulator::default();
-        deltas.into_iter().for_each(|d| acc.apply(d));
+        deltas.into_iter().for_each(|d| {
+            acc.apply(d);
+        });
         acc.finish()
             .into_iter()
             .map(|c| (c.id, c.name, c.arguments))
@@ -378,7 +396,14 @@ mod tests {
             &mut state,
             r#"{"choices":[{"delta":{"content":"hi","reasoning_content":"hmm"},"finish_reason":"stop"}]}"#,
         );
-        assert_eq!(chunks, vec![ChatChunk::Text("hi".into())]);
+        assert_eq!(
+            chunks,
+            vec![
+                ChatChunk::Reasoning("hmm".into()),
+                ChatChunk::Text("hi".into())
+            ],
+            "reasoning beside the text, never in it"
+        );
         let (chunks, _) = fed(
             &mut state,
             r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}"#,

@@ -127,11 +127,17 @@ pub(crate) struct ChunkChoice {
     pub finish_reason: Option<String>,
 }
 
-/// A chunk's delta. `reasoning_content` (reasoning models) is not read: it is not answer text.
+/// A chunk's delta. Reasoning models' text beside the answer comes as `reasoning_content`
+/// (DeepSeek, vLLM, llama.cpp) or `reasoning` (OpenRouter, Ollama); read as any JSON, so
+/// a server that sends something else there (an object) fails nothing.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct Delta {
     #[serde(default)]
     pub content: Option<String>,
+    #[serde(default)]
+    pub reasoning_content: Option<serde_json::Value>,
+    #[serde(default)]
+    pub reasoning: Option<serde_json::Value>,
     #[serde(default)]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
 }

@@ -119,6 +119,20 @@ impl Emitter {
         self.outbox.put_event(envelope);
     }
 
+    /// Sends `event` to the run's live followers, here and on peers, in its place among the
+    /// events, without storing it: its `seq` is 0 and it is not replayed (reasoning the run
+    /// may show but not keep). It goes out once the events before it are durable.
+    pub fn flash(&mut self, event: RunEvent) {
+        let envelope = EventEnvelope {
+            seq: 0,
+            conversation_id: self.conversation_id,
+            message_id: self.message_id,
+            created_at: crate::domain::now(),
+            event,
+        };
+        self.outbox.put_flash(self.seq, envelope);
+    }
+
     /// Puts a record in the outbox, to be committed with the events emitted after it.
     pub fn record(&self, record: Record) {
         self.outbox.put_record(record);
@@ -161,10 +175,13 @@ impl Emitter {
 /// a run that streams without ever waiting still has its events published.
 const OUTBOX_EVENTS: usize = 64;
 
+/// Unstored events, each with the `seq` of the last event emitted before it.
+type Flashes = Vec<(u64, EventEnvelope)>;
+
 /// What the publisher is handed, in order.
 enum Outgoing {
-    /// Records and events to commit.
-    Burst(Burst),
+    /// Records and events to commit, and the unstored events among them.
+    Burst(Burst, Flashes),
     /// Answered once everything handed on before it was committed (or could not be).
     Settle(oneshot::Sender<()>),
 }
@@ -179,6 +196,7 @@ pub struct Outbox {
 
 struct Staged {
     burst: Burst,
+    flashes: Flashes,
     /// `None` once the emitter closed. Unbounded because the publisher drains it in
     /// batches and a run produces at most as fast as its model streams.
     publisher: Option<mpsc::UnboundedSender<Outgoing>>,
@@ -189,6 +207,7 @@ impl Outbox {
         Self {
             inner: Arc::new(Mutex::new(Staged {
                 burst: Burst::default(),
+                flashes: Vec::new(),
                 publisher: Some(publisher),
             })),
         }
@@ -213,6 +232,10 @@ impl Outbox {
         if staged.burst.events.len() >= OUTBOX_EVENTS {
             staged.send();
         }
+    }
+
+    fn put_flash(&self, after: u64, event: EventEnvelope) {
+        self.lock().flashes.push((after, event));
     }
 
     fn put_record(&self, record: Record) {
@@ -256,13 +279,14 @@ impl Drop for Staged {
 
 impl Staged {
     fn send(&mut self) {
-        if self.burst.is_empty() {
+        if self.burst.is_empty() && self.flashes.is_empty() {
             return;
         }
         let burst = std::mem::take(&mut self.burst);
+        let flashes = std::mem::take(&mut self.flashes);
         if let Some(publisher) = &self.publisher {
             // The publisher only stops once the emitter closed; then no one is left to tell.
-            let _ = publisher.send(Outgoing::Burst(burst));
+            let _ = publisher.send(Outgoing::Burst(burst, flashes));
         }
     }
 }
@@ -300,6 +324,7 @@ impl Publisher {
     /// is lost, then until it lands or the service shuts down.
     async fn run(mut self, mut queue: mpsc::UnboundedReceiver<Outgoing>) {
         let mut pending = Burst::default();
+        let mut flashes = Flashes::new();
         let mut failing: Option<Instant> = None;
         let mut batch = Vec::new();
         // Answered once what was handed on before them is committed, or given up on.
@@ -320,14 +345,17 @@ impl Publisher {
             }
             for outgoing in batch.drain(..) {
                 match outgoing {
-                    Outgoing::Burst(burst) => pending.extend(burst),
+                    Outgoing::Burst(burst, more) => {
+                        pending.extend(burst);
+                        flashes.extend(more);
+                    }
                     Outgoing::Settle(done) => settles.push(done),
                 }
             }
             // A failure counts from when the commit was tried: one the database never
             // answered took its deadline already.
             let attempted = Instant::now();
-            let published = self.publish(&mut pending).await;
+            let published = self.publish(&mut pending, &mut flashes).await;
             self.failing.store(published.is_err(), Ordering::SeqCst);
             match published {
                 Ok(()) => failing = None,
@@ -337,6 +365,7 @@ impl Publisher {
                     self.failed.store(true, Ordering::SeqCst);
                     self.cancel.cancel();
                     pending = Burst::default();
+                    flashes.clear();
                 }
                 Err(err) => {
                     let since = *failing.get_or_insert(attempted);
@@ -359,7 +388,7 @@ impl Publisher {
         let closing = self.destination.write_timeout.max(CLOSING_AT_LEAST);
         while !pending.is_empty() && since.elapsed() < closing {
             tokio::time::sleep(RETRY_EVERY).await;
-            if let Err(StoreError::Fenced) = self.publish(&mut pending).await {
+            if let Err(StoreError::Fenced) = self.publish(&mut pending, &mut flashes).await {
                 pending = Burst::default();
             }
         }
@@ -377,10 +406,11 @@ impl Publisher {
         self.mend(pending).await;
     }
 
-    /// Commits `pending` (records and events) and broadcasts its events; on failure it
-    /// stays pending.
-    async fn publish(&self, pending: &mut Burst) -> Result<(), StoreError> {
+    /// Commits `pending` (records and events) and broadcasts its events, each unstored one
+    /// of `flashes` in its place among them; on failure both stay pending.
+    async fn publish(&self, pending: &mut Burst, flashes: &mut Flashes) -> Result<(), StoreError> {
         if pending.is_empty() {
+            self.flash(std::mem::take(flashes)).await;
             return Ok(());
         }
         let Destination {
@@ -399,13 +429,46 @@ impl Publisher {
                 .announce(first.message_id, &pending.events)
                 .await;
         }
+        let flashes = std::mem::take(flashes);
+        // Peers hear of them after the burst's events, in one notice of their own.
+        self.announce_unstored(&flashes).await;
+        let mut unstored = flashes.into_iter().peekable();
         for envelope in pending.events.drain(..) {
-            if let Some(events) = &self.events {
-                // No follower is not an error: the events are stored for Attach.
-                let _ = events.send(envelope);
+            let Some(events) = &self.events else { continue };
+            while let Some((_, flash)) = unstored.next_if(|(after, _)| *after < envelope.seq) {
+                let _ = events.send(flash);
+            }
+            // No follower is not an error: the events are stored for Attach.
+            let _ = events.send(envelope);
+        }
+        if let Some(events) = &self.events {
+            for (_, flash) in unstored {
+                let _ = events.send(flash);
             }
         }
         Ok(())
+    }
+
+    /// Sends unstored events to the run's followers on peers and here; one that is lost
+    /// is missed by nothing that keeps count.
+    async fn flash(&self, flashes: Flashes) {
+        self.announce_unstored(&flashes).await;
+        if let Some(events) = &self.events {
+            for (_, flash) in flashes {
+                let _ = events.send(flash);
+            }
+        }
+    }
+
+    /// Tells peers' followers of unstored events (a notice whose `seq`s are all 0).
+    async fn announce_unstored(&self, flashes: &Flashes) {
+        let events: Vec<EventEnvelope> = flashes.iter().map(|(_, flash)| flash.clone()).collect();
+        if let Some(first) = events.first() {
+            self.destination
+                .bus
+                .announce(first.message_id, &events)
+                .await;
+        }
     }
 
     /// Tries the burst the run could not commit again until it lands or the service shuts
@@ -417,7 +480,7 @@ impl Publisher {
                 () = self.destination.shutdown.cancelled() => return,
                 () = wait => {}
             }
-            match self.publish(&mut pending).await {
+            match self.publish(&mut pending, &mut Flashes::new()).await {
                 Ok(()) => tracing::info!("the records of an ended run were made durable at last"),
                 Err(StoreError::Fenced) => return,
                 Err(_) => {}
@@ -509,6 +572,42 @@ mod tests {
         assert_eq!(next(&mut received).await.seq, 4);
         run.await.unwrap();
         assert_eq!(flushes.load(Ordering::SeqCst), 2);
+    }
+
+    /// An unstored event goes out in its place among the stored ones, with `seq` 0, and
+    /// costs no commit of its own; one sent while nothing else is pending goes out too.
+    #[tokio::test]
+    async fn unstored_events_go_out_in_their_place_without_a_commit() {
+        let (mut emitter, mut received, flushes) = emitter();
+        let (resume, waiting) = oneshot::channel::<()>();
+        let outbox = emitter.outbox();
+        let run = tokio::spawn(outbox.drive(async move {
+            emitter.emit(delta("a"));
+            emitter.flash(delta("thinking"));
+            emitter.emit(delta("b"));
+            let _ = waiting.await;
+            emitter.flash(delta("alone"));
+            emitter.settle().await;
+            emitter.close().await;
+        }));
+        let order: Vec<(u64, RunEvent)> = [
+            next(&mut received).await,
+            next(&mut received).await,
+            next(&mut received).await,
+        ]
+        .into_iter()
+        .map(|envelope| (envelope.seq, envelope.event))
+        .collect();
+        assert_eq!(
+            order,
+            vec![(1, delta("a")), (0, delta("thinking")), (2, delta("b"))]
+        );
+        assert_eq!(flushes.load(Ordering::SeqCst), 1);
+        resume.send(()).unwrap();
+        let alone = next(&mut received).await;
+        assert_eq!((alone.seq, alone.event), (0, delta("alone")));
+        run.await.unwrap();
+        assert_eq!(flushes.load(Ordering::SeqCst), 1, "nothing stored for it");
     }
 
     /// A run that emits without ever waiting still has its events published once the

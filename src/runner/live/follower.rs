@@ -130,6 +130,10 @@ impl Follower {
                 return None;
             }
             if let Some(event) = self.pending.pop_front() {
+                // An unstored event (seq 0) is handed out in its place and counts for nothing.
+                if event.seq == 0 {
+                    return Some(Ok(event));
+                }
                 self.last = event.seq;
                 self.done = event.event.is_terminal();
                 return Some(Ok(event));
@@ -148,6 +152,7 @@ impl Follower {
                 continue;
             };
             match live.recv().await {
+                Ok(event) if event.seq == 0 => self.pending.push_back(event),
                 Ok(event) if event.seq <= self.last => {}
                 Ok(event) if event.seq == self.last + 1 => self.pending.push_back(event),
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.refill().await,
@@ -183,6 +188,10 @@ impl Follower {
             () = store_lost(&mut self.writable) => None,
         };
         match heard {
+            // Unstored events (reasoning shown, not kept) reach live followers only.
+            Some(Ok(notice)) if notice.last_seq == 0 => {
+                self.pending.extend(notice.events.iter().cloned());
+            }
             Some(Ok(notice)) if notice.last_seq <= self.last => {}
             Some(Ok(notice))
                 if notice

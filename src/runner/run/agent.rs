@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::output::Output;
 use crate::llm::ResolvedModel;
 use crate::runner::history::History;
+use crate::runner::spec::ReasoningMode;
 use crate::runner::strategy::Strategy;
 use crate::tools::ToolSet;
 
@@ -23,6 +24,8 @@ pub struct Agent {
     pub history: History,
     /// The schema the final answer must meet, if any.
     pub output: Option<Output>,
+    /// Whether the model's reasoning is shown, and kept.
+    pub reasoning: ReasoningMode,
 }
 
 impl Agent {

@@ -367,6 +367,8 @@ fn tool_calls_in(event: &RunEvent) -> u32 {
         RunEvent::Child(child) => tool_calls_in(&child.event.event),
         RunEvent::Started { .. }
         | RunEvent::AnswerDelta { .. }
+        | RunEvent::ToolCallDelta(_)
+        | RunEvent::ReasoningDelta { .. }
         | RunEvent::Thought(_)
         | RunEvent::ToolFinished { .. }
         | RunEvent::File(_)
@@ -436,6 +438,8 @@ fn child_result(event: &RunEvent, started: Instant) -> Option<Invocation> {
         }
         RunEvent::Started { .. }
         | RunEvent::AnswerDelta { .. }
+        | RunEvent::ToolCallDelta(_)
+        | RunEvent::ReasoningDelta { .. }
         | RunEvent::Thought(_)
         | RunEvent::ToolStarted { .. }
         | RunEvent::ToolFinished { .. }

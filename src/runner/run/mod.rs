@@ -15,6 +15,7 @@ mod calls;
 mod children;
 mod deltas;
 mod finish;
+mod forming;
 mod halt;
 mod launch;
 mod model_call;

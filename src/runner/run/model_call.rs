@@ -12,14 +12,16 @@ use tracing::Instrument;
 
 use super::agent::Agent;
 use super::deltas::Deltas;
+use super::forming::{Formed, Forming};
 use super::halt::{or_cancel, Halt};
 use super::recorder::Recorder;
 use super::retry::{self, Attempts, Next};
 use super::spans::{chat_span, record_json};
 use super::state::{Round, RunState, Tally};
-use crate::domain::{RunEvent, RunFailure, TokenUsage};
+use crate::domain::{CallDelta, RunEvent, RunFailure, StrategyKind, TokenUsage};
 use crate::llm::{ChatChunk, ChatRequest, ChatStream, LlmError, ResolvedModel, TurnEnd};
 use crate::runner::settings::RunnerSettings;
+use crate::runner::spec::ReasoningMode;
 use crate::runner::strategy::{ModelStep, TurnReader};
 use crate::telemetry::{LlmCall, Metrics};
 use crate::tools::OfferedTool;
@@ -144,13 +146,21 @@ impl ModelCall<'_> {
         round.served_by(&model.provider, &model.info.name);
         let request = for_model(request, &model.info.name);
         let mut reader = self.agent.strategy.reader(tools);
+        let mut forming = Forming::new(self.settings.argument_deltas);
         let mut tally = Tally::default();
         let span = chat_span(model, round.thought.position);
         if self.settings.trace_content {
             record_json(&span, "gen_ai.input.messages", &request.messages);
         }
         let outcome = self
-            .read_turn(model, &request, reader.as_mut(), round, &mut tally)
+            .read_turn(
+                model,
+                &request,
+                reader.as_mut(),
+                &mut forming,
+                round,
+                &mut tally,
+            )
             .instrument(span.clone())
             .await;
         if let Ok(end) = &outcome {
@@ -173,12 +183,47 @@ impl ModelCall<'_> {
         let mut end = outcome?;
         round.keep_reasoning(std::mem::take(&mut end.reasoning));
         let held_back = reader.flush();
+        self.reason(round, reader.reasoning());
         self.show(round, &held_back, reader.shows_answer());
+        self.take_forming(reader.as_mut(), &mut forming, round);
         if self.settings.trace_content {
             let output = serde_json::json!([{"role": "assistant", "content": tally.written, "tool_calls": end.tool_calls}]);
             record_json(&span, "gen_ai.output.messages", &output);
         }
-        Ok(reader.finish(end))
+        let step = reader.finish(end);
+        // Function calls are streamed as the provider sends them, which is exactly their
+        // arguments; a ReAct action's input as the model wrote it.
+        let whole = self.agent.strategy.kind() == StrategyKind::FunctionCalling;
+        let formed = forming.finish(&step.calls, whole, Instant::now());
+        self.announce_formed(round, formed);
+        Ok(step)
+    }
+
+    /// Announces the pieces of forming calls `reader` read from the model's text.
+    fn take_forming(&mut self, reader: &mut dyn TurnReader, forming: &mut Forming, round: &Round) {
+        let now = Instant::now();
+        let formed: Vec<Formed> = reader
+            .forming()
+            .into_iter()
+            .filter_map(|piece| forming.push(piece, now))
+            .collect();
+        self.announce_formed(round, formed);
+    }
+
+    /// Announces forming calls' deltas as the round's.
+    fn announce_formed(&mut self, round: &Round, formed: Vec<Formed>) {
+        for delta in formed {
+            self.recorder
+                .announce(RunEvent::ToolCallDelta(Box::new(CallDelta {
+                    thought_id: round.thought.id,
+                    position: round.thought.position,
+                    tool_call_id: delta.id,
+                    index: delta.index,
+                    name: delta.name,
+                    arguments_delta: delta.text,
+                    truncated: delta.truncated,
+                })));
+        }
     }
 
     /// Records one LLM call on its span and in the GenAI client metrics.
@@ -245,11 +290,14 @@ impl ModelCall<'_> {
         }
     }
 
+    /// Reads the model's turn: its text shown as it comes, the arguments of its calls
+    /// announced as they form (each call's at its pace), until the turn is complete.
     async fn read_turn(
         &mut self,
         model: &ResolvedModel,
         request: &ChatRequest,
         reader: &mut dyn TurnReader,
+        forming: &mut Forming,
         round: &mut Round,
         tally: &mut Tally,
     ) -> Result<TurnEnd, Failure> {
@@ -260,14 +308,37 @@ impl ModelCall<'_> {
         loop {
             let item = match next.take() {
                 Some(item) => item,
-                None => or_cancel(self.work, stream.next()).await?,
+                None => match forming.next_due() {
+                    None => or_cancel(self.work, stream.next()).await?,
+                    Some(due) => {
+                        let read = tokio::time::timeout_at(due.into(), stream.next());
+                        match or_cancel(self.work, read).await? {
+                            Ok(item) => item,
+                            Err(_due) => {
+                                let formed = forming.due(Instant::now());
+                                self.announce_formed(round, formed);
+                                continue;
+                            }
+                        }
+                    }
+                },
             };
             match item {
                 Some(Ok(ChatChunk::Text(mut text))) => {
                     next = coalesce(&mut stream, &mut text);
                     tally.written.push_str(&text);
                     let visible = reader.push(&text);
+                    self.reason(round, reader.reasoning());
                     self.show(round, &visible, reader.shows_answer());
+                    self.take_forming(reader, forming, round);
+                }
+                Some(Ok(ChatChunk::Reasoning(mut text))) => {
+                    next = gather_reasoning(&mut stream, &mut text);
+                    self.reason(round, text);
+                }
+                Some(Ok(ChatChunk::Arguments(piece))) => {
+                    let formed = forming.push(piece, Instant::now());
+                    self.announce_formed(round, formed.into_iter().collect());
                 }
                 Some(Ok(ChatChunk::Usage(usage))) => tally.reported = Some(usage),
                 Some(Ok(ChatChunk::Finished(end))) => return Ok(end),
@@ -279,6 +350,31 @@ impl ModelCall<'_> {
                     .into())
                 }
             }
+        }
+    }
+
+    /// Shows and keeps the model's reasoning as its agent asks: kept on the round's thought
+    /// and announced like any event, sent to live followers only, or neither.
+    fn reason(&mut self, round: &mut Round, text: String) {
+        if text.is_empty() {
+            return;
+        }
+        let keep = match self.agent.reasoning {
+            ReasoningMode::Off => return,
+            ReasoningMode::Stream => false,
+            ReasoningMode::Keep => true,
+        };
+        if keep {
+            round.thought.reasoning.push_str(&text);
+        }
+        let event = RunEvent::ReasoningDelta {
+            thought_id: round.thought.id,
+            position: round.thought.position,
+            text,
+        };
+        match keep {
+            true => self.recorder.announce(event),
+            false => self.recorder.flash(event),
         }
     }
 
@@ -309,11 +405,53 @@ fn coalesce(
     stream: &mut ChatStream,
     text: &mut String,
 ) -> Option<Option<Result<ChatChunk, LlmError>>> {
+    gather(stream, text, answer_text)
+}
+
+/// Appends to `text` every reasoning chunk that has already arrived, as [`coalesce`] does
+/// for answer text.
+fn gather_reasoning(
+    stream: &mut ChatStream,
+    text: &mut String,
+) -> Option<Option<Result<ChatChunk, LlmError>>> {
+    gather(stream, text, reasoning_text)
+}
+
+/// Appends to `text` the text `pick` finds in each chunk that has already arrived, until
+/// one it does not take, which is returned.
+fn gather(
+    stream: &mut ChatStream,
+    text: &mut String,
+    pick: fn(&ChatChunk) -> Option<&str>,
+) -> Option<Option<Result<ChatChunk, LlmError>>> {
     loop {
         match stream.next().now_or_never() {
-            Some(Some(Ok(ChatChunk::Text(more)))) => text.push_str(&more),
+            Some(Some(Ok(chunk))) => match pick(&chunk) {
+                Some(more) => text.push_str(more),
+                None => return Some(Some(Ok(chunk))),
+            },
             Some(other) => return Some(other),
             None => return None,
         }
+    }
+}
+
+fn answer_text(chunk: &ChatChunk) -> Option<&str> {
+    match chunk {
+        ChatChunk::Text(text) => Some(text),
+        ChatChunk::Arguments(_)
+        | ChatChunk::Reasoning(_)
+        | ChatChunk::Usage(_)
+        | ChatChunk::Finished(_) => None,
+    }
+}
+
+fn reasoning_text(chunk: &ChatChunk) -> Option<&str> {
+    match chunk {
+        ChatChunk::Reasoning(text) => Some(text),
+        ChatChunk::Arguments(_)
+        | ChatChunk::Text(_)
+        | ChatChunk::Usage(_)
+        | ChatChunk::Finished(_) => None,
     }
 }

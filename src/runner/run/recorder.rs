@@ -82,6 +82,12 @@ impl Recorder {
         self.emitter.emit(event);
     }
 
+    /// Sends an event to the run's live followers without storing it (see
+    /// [`Emitter::flash`]).
+    pub fn flash(&mut self, event: RunEvent) {
+        self.emitter.flash(event);
+    }
+
     /// Records the thought as it stands, then announces it.
     pub fn thought(&mut self, thought: &Thought) {
         self.save_thought(thought);

@@ -85,13 +85,23 @@ pub fn rebuild(mut thoughts: Vec<Thought>, events: &[EventEnvelope]) -> Resumpti
     let mut void_from = None;
     let mut void_text = String::new();
     for (index, event) in events.iter().enumerate() {
-        if let RunEvent::AnswerDelta { text } = &event.event {
-            if cut_begins.is_some_and(|begins| index > begins) {
-                void_from.get_or_insert(event.seq);
-                void_text.push_str(text);
-            } else {
-                state.restore_shown(text);
-            }
+        let in_cut_round = cut_begins.is_some_and(|begins| index > begins);
+        // The cut round's forming calls and kept reasoning are void with its text; the
+        // model wrote them, so they count as its output.
+        let (text, answer) = if let RunEvent::AnswerDelta { text } = &event.event {
+            (text, true)
+        } else if let RunEvent::ToolCallDelta(delta) = &event.event {
+            (&delta.arguments_delta, false)
+        } else if let RunEvent::ReasoningDelta { text, .. } = &event.event {
+            (text, false)
+        } else {
+            continue;
+        };
+        if in_cut_round {
+            void_from.get_or_insert(event.seq);
+            void_text.push_str(text);
+        } else if answer {
+            state.restore_shown(text);
         }
     }
     let started = match &decided {
@@ -216,6 +226,37 @@ mod tests {
         );
         assert_eq!(resumed.state.answer(), "Looking");
         assert_eq!(resumed.state.iterations(), 1);
+    }
+
+    /// A call the cut round was forming is void with its text, from its first delta; a
+    /// finished round's formed call is not.
+    #[test]
+    fn a_cut_rounds_forming_call_is_void_from_its_first_delta() {
+        let message = MessageId::new();
+        let first = thought(message, 1, "", vec![call("a", Some("42"))]);
+        let cut = Thought::begin(message, 2);
+        let forming = |position: u32, text: &str| {
+            RunEvent::ToolCallDelta(Box::new(crate::domain::CallDelta {
+                thought_id: first.id,
+                position,
+                tool_call_id: "c".into(),
+                index: 0,
+                name: None,
+                arguments_delta: text.into(),
+                truncated: false,
+            }))
+        };
+        let mut log = Log::new(message);
+        log.push(RunEvent::Thought(Box::new(Thought::begin(message, 1))));
+        log.push(forming(1, "{}"));
+        log.push(RunEvent::Thought(Box::new(first.clone())));
+        log.push(RunEvent::Thought(Box::new(cut.clone())));
+        log.push(forming(2, "{\"q\": "));
+        log.delta("never");
+        let resumed = rebuild(vec![cut, first], &log.events);
+        assert_eq!(resumed.resume.void_from, Some(5));
+        assert_eq!(resumed.resume.void_text, "{\"q\": never");
+        assert_eq!(resumed.state.answer(), "");
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! joined by the same rule. For function calling that makes the answer exactly the text
 //! the deltas showed.
 
-use crate::domain::{MessageId, RetrieverResource, Thought, TokenUsage, ToolCallRecord, Usage};
+use crate::domain::{
+    MessageId, ProviderReasoning, RetrieverResource, Thought, TokenUsage, ToolCallRecord, Usage,
+};
 use crate::llm::{ChatRequest, Reasoning, Tokenizer, ToolCallRequest, TurnEnd};
 use crate::runner::strategy::{ModelStep, RoundRecord};
 use crate::tools::Invocation;
@@ -52,7 +54,6 @@ impl RunState {
         Round {
             thought: Thought::begin(message_id, position),
             shown_any: false,
-            reasoning: Vec::new(),
             resources_before: self.resources.len(),
         }
     }
@@ -146,7 +147,6 @@ impl RunState {
         self.add_written(thought.thought.len() + calls);
         let round = Round {
             shown_any: !thought.answer.is_empty(),
-            reasoning: Vec::new(),
             resources_before: self.resources.len(),
             thought,
         };
@@ -283,8 +283,6 @@ pub struct Round {
     pub thought: Thought,
     /// Whether any of the round's text was shown yet.
     shown_any: bool,
-    /// The model's reasoning in this round, kept to hand back with its calls; not stored.
-    reasoning: Vec<Reasoning>,
     /// Passages the run's earlier rounds retrieved: where this round's numbering starts.
     resources_before: usize,
 }
@@ -296,9 +294,13 @@ impl Round {
         self.shown_any
     }
 
-    /// Keeps the model's reasoning blocks for the next request of this run.
+    /// Keeps the model's reasoning blocks with the round (sealed once stored), to hand
+    /// back with its calls, here or on a replica that takes the run over.
     pub fn keep_reasoning(&mut self, reasoning: Vec<Reasoning>) {
-        self.reasoning = reasoning;
+        self.thought.provider_reasoning = match reasoning.is_empty() {
+            true => ProviderReasoning::None,
+            false => ProviderReasoning::Open(reasoning),
+        };
     }
 
     /// Records which model is answering the round.
@@ -397,7 +399,7 @@ impl Round {
                     (request, call.observation.clone().unwrap_or_default())
                 })
                 .collect(),
-            reasoning: self.reasoning.clone(),
+            reasoning: self.thought.provider_reasoning.blocks().to_vec(),
         }
     }
 }

@@ -69,16 +69,112 @@ fn push_rounds(messages: &mut Vec<ChatMessage>, rounds: &[RoundRecord]) {
     }
 }
 
-/// Shows all text as it arrives, and all of it is answer; the calls come from the turn's end.
+/// Shows all text as it arrives, and all of it is answer, except a `<think>…</think>` the
+/// turn opens with (a reasoning model on a server without a reasoning parser): that is
+/// reasoning. The calls come from the turn's end.
 #[derive(Default)]
 struct TextReader {
     text: String,
+    opening: Opening,
+    /// Text held while it may still be (part of) the opening's tags.
+    held: String,
+    /// Reasoning read, not yet taken.
+    reasoning: String,
+}
+
+/// Where the reader is in the turn's opening.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    /// Only spaces so far: a `<think>` may still open the turn.
+    #[default]
+    Undecided,
+    /// Inside the opening `<think>` block.
+    Thinking,
+    /// Past its end: the spaces before the answer are dropped.
+    Closed,
+    /// Answer text from here on.
+    Answer,
+}
+
+const THINK_OPEN: &str = "<think>";
+const THINK_CLOSE: &str = "</think>";
+
+impl TextReader {
+    /// The answer text `text` adds, reading the opening block on the way.
+    fn read(&mut self, text: &str) -> String {
+        if self.opening == Opening::Answer {
+            return text.to_owned();
+        }
+        self.held.push_str(text);
+        loop {
+            match self.opening {
+                Opening::Answer => return std::mem::take(&mut self.held),
+                Opening::Closed => {
+                    self.held = self.held.trim_start().to_owned();
+                    if self.held.is_empty() {
+                        return String::new();
+                    }
+                    self.opening = Opening::Answer;
+                }
+                Opening::Undecided => {
+                    let start = self.held.trim_start();
+                    if let Some(rest) = start.strip_prefix(THINK_OPEN) {
+                        self.held = rest.to_owned();
+                        self.opening = Opening::Thinking;
+                    } else if THINK_OPEN.starts_with(start) {
+                        return String::new();
+                    } else {
+                        self.opening = Opening::Answer;
+                    }
+                }
+                Opening::Thinking => match self.held.find(THINK_CLOSE) {
+                    Some(at) => {
+                        self.reasoning.push_str(&self.held[..at]);
+                        self.held = self.held[at + THINK_CLOSE.len()..].to_owned();
+                        self.opening = Opening::Closed;
+                    }
+                    None => {
+                        // Keep back what may be the start of the closing tag.
+                        let keep = (1..THINK_CLOSE.len())
+                            .rev()
+                            .find(|n| self.held.ends_with(&THINK_CLOSE[..*n]))
+                            .unwrap_or(0);
+                        let cut = self.held.len() - keep;
+                        self.reasoning.push_str(&self.held[..cut]);
+                        self.held.drain(..cut);
+                        return String::new();
+                    }
+                },
+            }
+        }
+    }
 }
 
 impl TurnReader for TextReader {
     fn push(&mut self, text: &str) -> String {
-        self.text.push_str(text);
-        text.to_owned()
+        let answer = self.read(text);
+        self.text.push_str(&answer);
+        answer
+    }
+
+    fn flush(&mut self) -> String {
+        // A turn that ends inside its opening: spaces are nothing, an unclosed block is
+        // reasoning.
+        let held = std::mem::take(&mut self.held);
+        match self.opening {
+            Opening::Thinking => {
+                self.reasoning.push_str(&held);
+                String::new()
+            }
+            Opening::Undecided | Opening::Closed | Opening::Answer => {
+                self.text.push_str(&held);
+                held
+            }
+        }
+    }
+
+    fn reasoning(&mut self) -> String {
+        std::mem::take(&mut self.reasoning)
     }
 
     fn shows_answer(&self) -> bool {
@@ -98,6 +194,40 @@ impl TurnReader for TextReader {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    /// What every chunking of `text` reads as: answer and reasoning.
+    fn read_in(text: &str, size: usize) -> (String, String) {
+        let mut reader = TextReader::default();
+        let (mut answer, mut reasoning) = (String::new(), String::new());
+        let chars: Vec<char> = text.chars().collect();
+        for chunk in chars.chunks(size) {
+            answer.push_str(&reader.push(&chunk.iter().collect::<String>()));
+            reasoning.push_str(&reader.reasoning());
+        }
+        answer.push_str(&reader.flush());
+        reasoning.push_str(&reader.reasoning());
+        (answer, reasoning)
+    }
+
+    #[test]
+    fn an_opening_think_block_is_reasoning_in_any_chunking() {
+        for size in [1, 2, 5, 100] {
+            assert_eq!(
+                read_in("  <think>Paris, so UTC+1.</think>\n\nIt is 11:00.", size),
+                ("It is 11:00.".to_owned(), "Paris, so UTC+1.".to_owned()),
+                "size {size}"
+            );
+            assert_eq!(
+                read_in("It is <think>not</think> 11.", size),
+                ("It is <think>not</think> 11.".to_owned(), String::new())
+            );
+            assert_eq!(read_in("<thin", size), ("<thin".to_owned(), String::new()));
+            assert_eq!(
+                read_in("<think>cut short </thi", size),
+                (String::new(), "cut short </thi".to_owned())
+            );
+        }
+    }
 
     use super::*;
     use crate::llm::{ContentPart, ToolCallRequest};

@@ -11,8 +11,8 @@ pub use react::{scratchpad, ChainOfThought, CHAT_TEMPLATE, COMPLETION_TEMPLATE, 
 
 use crate::domain::{FieldError, StrategyKind};
 use crate::llm::{
-    ChatMessage, ChatRequest, ContentPart, Feature, ModelInfo, Reasoning, ToolCallRequest,
-    ToolSpec, TurnEnd,
+    ArgumentsPiece, ChatMessage, ChatRequest, ContentPart, Feature, ModelInfo, Reasoning,
+    ToolCallRequest, ToolSpec, TurnEnd,
 };
 use crate::runner::spec::{AgentSpec, ModelMode};
 use crate::tools::{OfferedTool, ToolSet};
@@ -232,6 +232,18 @@ pub trait TurnReader: Send {
     /// The stream ended: returns the visible text still held back.
     fn flush(&mut self) -> String {
         String::new()
+    }
+
+    /// Reasoning read from the text pushed so far (a reasoning block the answer opens
+    /// with), not yet taken; never answer text.
+    fn reasoning(&mut self) -> String {
+        String::new()
+    }
+
+    /// Pieces of tool calls read from the text pushed so far (ReAct actions as the model
+    /// writes them); a strategy whose calls the provider streams reads none.
+    fn forming(&mut self) -> Vec<ArgumentsPiece> {
+        Vec::new()
     }
 
     /// Whether the text shown so far is answer rather than thought, so a turn cut short

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::react_parser::{Action, Piece, ReactParser};
 use super::{ModelStep, PastTurn, PromptContext, RoundRecord, Strategy, TurnReader};
 use crate::domain::{FieldError, StrategyKind};
-use crate::llm::{ChatMessage, ChatRequest, ToolCallRequest, TurnEnd};
+use crate::llm::{ArgumentsPiece, ChatMessage, ChatRequest, ToolCallRequest, TurnEnd};
 use crate::runner::spec::ModelMode;
 use crate::runner::template;
 use crate::tools::{OfferedTool, ToolSet};
@@ -352,6 +352,7 @@ impl Strategy for ChainOfThought {
             answer: None,
             actions: Vec::new(),
             single_parameter: tools.iter().filter_map(single_parameter).collect(),
+            ids: Vec::new(),
         })
     }
 }
@@ -375,6 +376,9 @@ struct ReactReader {
     answer: Option<String>,
     actions: Vec<Action>,
     single_parameter: HashMap<String, String>,
+    /// The ids of the calls whose input was streamed, by their place: the call made keeps
+    /// the id its forming pieces carried.
+    ids: Vec<String>,
 }
 
 impl ReactReader {
@@ -397,7 +401,16 @@ impl ReactReader {
         visible
     }
 
-    fn call(&self, action: Action) -> ToolCallRequest {
+    /// The id of the call at `index`, minted the first time it is asked for.
+    fn id(&mut self, index: usize) -> String {
+        while self.ids.len() <= index {
+            self.ids
+                .push(format!("call_{}", uuid::Uuid::new_v4().simple()));
+        }
+        self.ids[index].clone()
+    }
+
+    fn call(&mut self, index: usize, action: Action) -> ToolCallRequest {
         let arguments = match action.input {
             Value::Object(map) => Value::Object(map).to_string(),
             Value::Null => "{}".to_owned(),
@@ -414,7 +427,7 @@ impl ReactReader {
             }
         };
         ToolCallRequest {
-            id: format!("call_{}", uuid::Uuid::new_v4().simple()),
+            id: self.id(index),
             name: action.name,
             arguments,
         }
@@ -442,6 +455,19 @@ impl TurnReader for ReactReader {
         self.take(pieces)
     }
 
+    fn forming(&mut self) -> Vec<ArgumentsPiece> {
+        self.parser
+            .forming()
+            .into_iter()
+            .map(|piece| ArgumentsPiece {
+                index: piece.index,
+                id: Some(self.id(piece.index as usize)),
+                name: Some(piece.name),
+                text: piece.text,
+            })
+            .collect()
+    }
+
     fn shows_answer(&self) -> bool {
         self.answer.is_some()
     }
@@ -467,7 +493,8 @@ impl TurnReader for ReactReader {
         let calls = actions
             .into_iter()
             .filter(|a| !a.is_final_answer())
-            .map(|a| self.call(a))
+            .enumerate()
+            .map(|(index, a)| self.call(index, a))
             .collect();
         ModelStep {
             thought,

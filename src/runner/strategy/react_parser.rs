@@ -14,6 +14,11 @@
 
 use serde_json::{Map, Value};
 
+mod action_input;
+
+pub use action_input::InputPiece;
+use action_input::InputScan;
+
 /// An action the model asked for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Action {
@@ -252,6 +257,8 @@ pub struct ReactParser {
     /// Text to show, not yet handed out.
     text: String,
     out: Vec<Piece>,
+    /// The actions' inputs as they are written, read from the blob being scanned.
+    inputs: InputScan,
 }
 
 impl Default for ReactParser {
@@ -272,7 +279,14 @@ impl ReactParser {
             last: None,
             text: String::new(),
             out: Vec::new(),
+            inputs: InputScan::default(),
         }
+    }
+
+    /// The input written since the last call, of each action being written whose name is
+    /// known (the action itself comes whole as [`Piece::Actions`]).
+    pub fn forming(&mut self) -> Vec<InputPiece> {
+        self.inputs.take()
     }
 
     /// Feeds a chunk of model text and returns what it settles.
@@ -337,6 +351,7 @@ impl ReactParser {
             Mode::Text => self.step_text(c),
             Mode::Fence(fence) => {
                 fence.buffer.push(c);
+                self.inputs.push(c);
                 if fence.is_closed() {
                     if let Mode::Fence(fence) = std::mem::replace(&mut self.mode, Mode::Text) {
                         self.settle_fence(fence);
@@ -345,6 +360,7 @@ impl ReactParser {
             }
             Mode::Json(scan) => {
                 scan.push(c);
+                self.inputs.push(c);
                 if scan.is_complete() {
                     let text = std::mem::take(&mut scan.text);
                     self.mode = Mode::Text;
@@ -355,8 +371,9 @@ impl ReactParser {
                 if c.is_whitespace() {
                     buffer.push(c);
                 } else if c == '{' {
-                    let scan = JsonScan::of(&format!("{buffer}{c}"));
-                    self.mode = Mode::Json(scan);
+                    let text = format!("{buffer}{c}");
+                    text.chars().for_each(|c| self.inputs.push(c));
+                    self.mode = Mode::Json(JsonScan::of(&text));
                 } else {
                     let buffer = std::mem::take(buffer);
                     self.mode = Mode::Text;
@@ -395,7 +412,10 @@ impl ReactParser {
         }
         self.flush_fence_run();
         match c {
-            '{' => self.mode = Mode::Json(JsonScan::of("{")),
+            '{' => {
+                self.inputs.push('{');
+                self.mode = Mode::Json(JsonScan::of("{"));
+            }
             '[' => self.mode = Mode::MaybeList("[".to_owned()),
             _ if self.at_word_start() && starts_prefix(c) => self.prefix.push(c),
             _ => self.show(c),
@@ -451,6 +471,7 @@ impl ReactParser {
             None => {
                 self.text.push_str(&fence.buffer);
                 self.last = Some(fence.marker);
+                self.inputs = InputScan::default();
             }
         }
     }
@@ -470,6 +491,7 @@ impl ReactParser {
             None => {
                 self.last = text.chars().last();
                 self.text.push_str(&text);
+                self.inputs = InputScan::default();
             }
         }
     }

@@ -74,6 +74,7 @@ macro_rules! every_check {
             large_values_read_back_whole,
             deletion_removes_everything_of_a_conversation,
             credentials_are_sealed,
+            a_rounds_signed_thinking_is_sealed,
             a_reopened_store_holds_everything,
             a_store_that_cannot_write_says_unavailable,
             retired_events_leave_each_end,
@@ -725,6 +726,36 @@ pub async fn credentials_are_sealed(harness: &dyn Harness) {
     assert_eq!(all[0].2.as_ref().unwrap(), &provider(secret));
     assert!(store.delete_provider(&tenant(), "weather").await.unwrap());
     assert!(!store.delete_provider(&tenant(), "weather").await.unwrap());
+}
+
+/// A round's signed thinking (kept so a takeover can hand it back to its provider) is
+/// nowhere in the database in the clear, in the thought nor in the event announcing it;
+/// listings carry it sealed, and the runner's read opens it.
+pub async fn a_rounds_signed_thinking_is_sealed(harness: &dyn Harness) {
+    use crate::domain::{ProviderReasoning, Reasoning};
+    let store = harness.fresh().await;
+    let talk = conversation(&tenant());
+    let message = start(&store, talk.id, Some(&talk)).await;
+    let secret = "the plan no one may read 5d1e";
+    let blocks = vec![Reasoning::Thinking {
+        thinking: secret.into(),
+        signature: "sig-5d1e".into(),
+    }];
+    let mut thought = Thought::begin(message.id, 1);
+    thought.provider_reasoning = ProviderReasoning::Open(blocks.clone());
+    let announced = envelope(&message, 1, RunEvent::Thought(Box::new(thought.clone())));
+    commit(&store, vec![Record::Thought(thought)], vec![announced]).await;
+    assert_eq!(
+        store.find_bytes(secret.as_bytes()).await.unwrap(),
+        Vec::<String>::new()
+    );
+    let listed = store
+        .list_thoughts(&tenant(), message.id, None, WIDE)
+        .await
+        .unwrap();
+    assert!(listed.items[0].provider_reasoning.sealed().is_some());
+    let read = store.all_thoughts(&tenant(), message.id).await.unwrap();
+    assert_eq!(read[0].provider_reasoning, ProviderReasoning::Open(blocks));
 }
 
 /// Everything written reads back the same after the store is opened again, and a run left

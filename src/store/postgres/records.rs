@@ -32,6 +32,10 @@ impl crate::store::contract::Records for Postgres {
             .await
     }
 
+    fn open_reasoning(&self, thoughts: &mut [Thought]) {
+        self.sealer.open_thoughts(thoughts);
+    }
+
     async fn put_file(
         &self,
         tenant: &Tenant,
@@ -94,7 +98,8 @@ impl crate::store::contract::EventLog for Postgres {
             return Ok(());
         }
         let stopped = || super::unavailable("the store's committer has stopped");
-        let (job, done) = super::committer::job(tenant, fence, burst)?;
+        let burst = self.sealer.seal_burst(burst)?;
+        let (job, done) = super::committer::job(tenant, fence, &burst)?;
         self.committer.send(job).map_err(|_| stopped())?;
         done.await.map_err(|_| stopped())?
     }

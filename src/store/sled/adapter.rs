@@ -238,7 +238,13 @@ impl crate::store::contract::Records for Embedded {
         tenant: &Tenant,
         message: MessageId,
     ) -> Result<Vec<Thought>, StoreError> {
-        self.thoughts_of(tenant, message)
+        let mut thoughts = self.thoughts_of(tenant, message)?;
+        self.sealer.open_thoughts(&mut thoughts);
+        Ok(thoughts)
+    }
+
+    fn open_reasoning(&self, thoughts: &mut [Thought]) {
+        self.sealer.open_thoughts(thoughts);
     }
 
     async fn put_file(

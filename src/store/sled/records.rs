@@ -130,7 +130,7 @@ impl Embedded {
     pub fn put_thought(&self, tenant: &Tenant, thought: &Thought) -> Result<(), StoreError> {
         let t = self.t()?;
         let key = keys::thought(tenant, thought.message_id, thought.position);
-        let value = encode("thoughts", thought)?;
+        let value = encode("thoughts", &*self.sealer.seal_thought(thought)?)?;
         pieces::put(&t.thoughts, &t.pieces, Owner::Thought, &key, &value)
     }
 

@@ -44,6 +44,8 @@ pub mod transcripts {
 pub enum Turn {
     /// A recorded event stream.
     Stream(&'static str),
+    /// An event stream sent one event at a time, `delay_ms` before each.
+    Paced { events: String, delay_ms: u64 },
     /// An HTTP error with Anthropic's error body.
     Error {
         status: u16,
@@ -121,6 +123,7 @@ async fn messages(
     };
     match turn {
         Some(Turn::Stream(transcript)) => event_stream(transcript),
+        Some(Turn::Paced { events, delay_ms }) => paced_stream(events, delay_ms),
         Some(Turn::Error {
             status,
             kind,
@@ -133,6 +136,23 @@ async fn messages(
 fn error(status: u16, kind: &str, message: &str) -> Response {
     let body = json!({"type": "error", "error": {"type": kind, "message": message}});
     (StatusCode::from_u16(status).unwrap(), Json(body)).into_response()
+}
+
+/// The events of `transcript` one at a time, `delay_ms` before each.
+fn paced_stream(transcript: String, delay_ms: u64) -> Response {
+    let events: Vec<String> = transcript
+        .split_inclusive("\n\n")
+        .map(str::to_owned)
+        .collect();
+    let stream = futures::stream::iter(events).then(move |event| async move {
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        Ok::<_, std::io::Error>(Bytes::from(event))
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .unwrap()
 }
 
 /// The transcript in pieces of 7 to 60 bytes, so lines and frames arrive cut anywhere.

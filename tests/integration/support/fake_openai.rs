@@ -93,6 +93,14 @@ pub enum Reply {
         /// The error object's `code`, an HTTP status as OpenRouter sends it.
         code: u16,
     },
+    /// A streamed text turn whose model first writes `reasoning` as `reasoning_content`
+    /// deltas with `"content": null`, as llama.cpp's and vLLM's reasoning parsers send.
+    Reasoning {
+        reasoning: Vec<&'static str>,
+        text: Vec<&'static str>,
+        /// Waited before every frame (0: at once).
+        delay_ms: u64,
+    },
     /// A non-streamed `chat.completion`.
     Completion {
         text: &'static str,
@@ -261,6 +269,24 @@ async fn completions(
         Some(Reply::Stream { text, calls, usage }) => {
             let calls = with_file_id(calls, &body);
             sse(stream_frames(&model, &text, &calls, usage), false)
+        }
+        Some(Reply::Reasoning {
+            reasoning,
+            text,
+            delay_ms,
+        }) => {
+            let mut frames = stream_frames(&model, &text, &[], (10, 20));
+            let thinking = reasoning.iter().map(|piece| {
+                let chunk = json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk",
+                    "created": 1, "model": model, "choices": [{"index": 0,
+                    "delta": {"content": null, "reasoning_content": piece}, "finish_reason": null}]});
+                format!("data: {chunk}\n\n")
+            });
+            frames.splice(1..1, thinking);
+            match delay_ms {
+                0 => sse(frames, false),
+                delay => paced_sse(frames, delay),
+            }
         }
         Some(Reply::Stall(text)) => {
             let frames = stream_frames(&model, &text, &[], (0, 0))[1..text.len() + 1].to_vec();

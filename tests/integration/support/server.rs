@@ -346,6 +346,20 @@ pub async fn run_to_end(
     events
 }
 
+/// Every stored event of a message, read back with `Attach` from the start.
+pub async fn replayed(client: &mut Agents, message_id: &str) -> Vec<pb::RunEvent> {
+    let request = pb::AttachRequest {
+        message_id: message_id.to_owned(),
+        after_seq: 0,
+    };
+    let mut stream = client.attach(request).await.unwrap().into_inner();
+    let mut events = Vec::new();
+    while let Some(event) = stream.message().await.unwrap() {
+        events.push(event);
+    }
+    events
+}
+
 /// The payload of each event.
 pub fn kinds(events: &[pb::RunEvent]) -> Vec<&pb::run_event::Event> {
     events.iter().filter_map(|e| e.event.as_ref()).collect()
