@@ -50,7 +50,7 @@ pub(super) async fn open_bus(config: &Config, store: &Store) -> Result<Arc<dyn B
         return Ok(bus);
     }
     Ok(match store.hear() {
-        Some(heard) => crate::cluster::Notifications::over(heard),
+        Some(heard) => crate::cluster::Notifications::over(heard, store.clone()),
         None => Arc::new(crate::cluster::Silent::default()),
     })
 }

@@ -12,11 +12,13 @@ use tokio::sync::{broadcast, Notify};
 
 use super::{Bus, Notice, Poll, Watch, Watchers};
 use crate::domain::{EventEnvelope, MessageId};
-use crate::store::Heard;
+use crate::store::{Heard, Store};
 use crate::tasks::Tasks;
 
 /// The bus over the store's notifications.
 pub struct Notifications {
+    /// Where unstored events go to peers.
+    store: Store,
     watchers: Arc<Watchers>,
     woken: Arc<Notify>,
     /// The relay.
@@ -26,8 +28,9 @@ pub struct Notifications {
 impl Notifications {
     /// The bus over what `heard` hands on, relayed on a task of its own until the store
     /// stops sending.
-    pub fn over(heard: broadcast::Receiver<Heard>) -> Arc<Self> {
+    pub fn over(heard: broadcast::Receiver<Heard>, store: Store) -> Arc<Self> {
         let bus = Arc::new(Self {
+            store,
             watchers: Arc::default(),
             woken: Arc::default(),
             tasks: Tasks::default(),
@@ -40,8 +43,13 @@ impl Notifications {
 
 #[async_trait]
 impl Bus for Notifications {
-    /// The commit already notified.
-    async fn announce(&self, _message: MessageId, _events: &[EventEnvelope]) {}
+    /// The commit already notified; events it does not store (`seq` 0) go through the
+    /// store's notifications themselves.
+    async fn announce(&self, message: MessageId, events: &[EventEnvelope]) {
+        if events.first().is_some_and(|event| event.seq == 0) {
+            self.store.flash(message, events).await;
+        }
+    }
 
     async fn watch(&self, message: MessageId, poll: Poll) -> Watch {
         // The store hears every run at once: nothing to subscribe per message.
@@ -71,6 +79,15 @@ async fn relay(mut heard: broadcast::Receiver<Heard>, watchers: Arc<Watchers>, w
                     Notice {
                         last_seq,
                         events: Vec::new(),
+                    },
+                );
+            }
+            Ok(Heard::Flashed { message, events }) => {
+                watchers.notify(
+                    message,
+                    Notice {
+                        last_seq: 0,
+                        events,
                     },
                 );
             }

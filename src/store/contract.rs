@@ -587,6 +587,12 @@ pub trait Ownership: Send + Sync {
         None
     }
 
+    /// Tells peers' followers of `message` of events it does not store (see
+    /// [`Heard::Flashed`]), through the store where it is how peers hear each other; a
+    /// store one process opens has no peer to tell. Best effort: one too large to carry
+    /// is dropped.
+    async fn flash(&self, _message: MessageId, _events: &[EventEnvelope]) {}
+
     /// The replicas on the store, by id, each with its lease and the runs it holds: one
     /// (this process) on a store one process opens.
     async fn replicas(&self) -> Result<Vec<ReplicaEntry>, StoreError>;
@@ -608,7 +614,7 @@ pub struct ReplicaEntry {
 }
 
 /// What a peer said through the store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Heard {
     /// A commit wrote events of `message`, up to `last_seq`.
     Committed {
@@ -620,6 +626,14 @@ pub enum Heard {
     /// Notices may have been missed (the store was not heard for a while, or a notice named
     /// too many runs to list): every follower reads the store.
     Missed,
+    /// A peer sent events of `message` it does not store (reasoning shown, not kept),
+    /// for the followers here.
+    Flashed {
+        /// The run's message.
+        message: MessageId,
+        /// The events, each with `seq` 0.
+        events: Vec<EventEnvelope>,
+    },
     /// A peer kept a command for a run this replica owns.
     Woken,
 }

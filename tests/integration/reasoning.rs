@@ -149,18 +149,13 @@ async fn keeping_reasoning_is_refused_where_the_operator_forbids_it() {
     assert_eq!(text, REASONING.concat(), "STREAM still shows it");
 }
 
-/// STREAM across replicas (NATS as the bus): a client following the run on a peer sees
-/// the reasoning as the owner's caller does, `seq` 0 and outside the log, and the stored
-/// events still arrive gap-free; the peer reads none of it from the database.
-#[tokio::test]
-async fn streamed_reasoning_reaches_followers_on_a_peer() {
+/// STREAM across replicas, over NATS and over the database's notifications (sealed): a
+/// client following the run on a peer sees the reasoning as the owner's caller does, `seq`
+/// 0 and outside the log, and the stored events still arrive gap-free.
+async fn streamed_to_a_peer(bus: &crate::support::replicas::Bus) {
     use crate::support::postgres::TestDatabase;
-    use crate::support::replicas::{attach, nats_bus, replica_on, Options, TURN};
+    use crate::support::replicas::{attach, replica_on, Options};
 
-    let _turn = TURN.lock().await;
-    let Some(bus) = nats_bus().await else {
-        return;
-    };
     let Some(database) = TestDatabase::create().await else {
         return;
     };
@@ -175,7 +170,7 @@ async fn streamed_reasoning_reaches_followers_on_a_peer() {
     let dir = tempfile::tempdir().unwrap();
     let key = agent_runner::store::SecretKey::generate();
     let options = Options {
-        bus,
+        bus: bus.clone(),
         ..Options::default()
     };
     let a = replica_on(dir.path(), &llm, &database, &key, "a", &options).await;
@@ -210,3 +205,6 @@ async fn streamed_reasoning_reaches_followers_on_a_peer() {
     assert_eq!(stored, (1..=stored.len() as u64).collect::<Vec<_>>());
     assert_eq!(end_of(&seen_on_b).answer, "Done.");
 }
+
+use crate::support::replicas::{nats_bus, on_both_buses, Bus, TURN};
+on_both_buses!(streamed_to_a_peer: streamed_reasoning_reaches_followers_on_a_peer_over_nats, streamed_reasoning_reaches_followers_on_a_peer_without_nats);

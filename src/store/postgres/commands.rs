@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::conversations::FIRST_EPOCH;
 use super::error::{codec, from_sqlx};
 use super::Postgres;
-use crate::domain::{Adoption, Lease, MessageId, RunCommand, Tenant};
+use crate::domain::{Adoption, EventEnvelope, Lease, MessageId, RunCommand, Tenant};
 use crate::store::contract::{Fence, Heard, ReplicaEntry, Swept, TakenCommand};
 use crate::store::error::StoreError;
 
@@ -37,6 +37,10 @@ impl crate::store::contract::Ownership for Postgres {
 
     fn hear(&self) -> Option<broadcast::Receiver<Heard>> {
         self.heard.as_ref().map(broadcast::Sender::subscribe)
+    }
+
+    async fn flash(&self, message: MessageId, events: &[EventEnvelope]) {
+        Postgres::flash(self, message, events).await;
     }
 
     async fn replicas(&self) -> Result<Vec<ReplicaEntry>, StoreError> {

@@ -14,7 +14,7 @@ use sqlx::postgres::PgListener;
 use tokio::sync::broadcast;
 
 use super::Postgres;
-use crate::domain::MessageId;
+use crate::domain::{EventEnvelope, MessageId};
 use crate::store::contract::Heard;
 use crate::store::error::StoreError;
 
@@ -23,6 +23,10 @@ pub(super) const EVENTS: &str = "agent_runner_events";
 
 /// The channel of kept commands; the payload names the owner to wake.
 const COMMANDS: &str = "agent_runner_commands";
+
+/// The channel of events a run does not store: `message_id:` and the events sealed under
+/// the store's key (what anyone who may LISTEN on the database reads is ciphertext).
+const FLASHES: &str = "agent_runner_flashes";
 
 /// The most a notification payload holds here (PostgreSQL's limit is 8000 bytes).
 const MAX_PAYLOAD: usize = 7900;
@@ -81,6 +85,33 @@ impl Postgres {
         (!last_seqs.is_empty()).then(|| payload(&last_seqs))
     }
 
+    /// Tells peers' followers of `message` of unstored events, sealed, when commits
+    /// notify; one whose payload would pass PostgreSQL's limit is dropped.
+    pub(super) async fn flash(&self, message: MessageId, events: &[EventEnvelope]) {
+        if self.heard.is_none() || events.is_empty() {
+            return;
+        }
+        let Ok(plain) = serde_json::to_vec(events) else {
+            return;
+        };
+        let Ok(sealed) = self.sealer.seal(&plain) else {
+            return;
+        };
+        let payload = format!("{}:{sealed}", message.0);
+        if payload.len() > MAX_PAYLOAD {
+            tracing::debug!("unstored events too large for a notification were not sent to peers");
+            return;
+        }
+        let sent = sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(FLASHES)
+            .bind(payload)
+            .execute(&self.pool)
+            .await;
+        if let Err(err) = sent {
+            tracing::debug!(error = %err, "unstored events were not sent to peers");
+        }
+    }
+
     /// Starts listening, handing on what is heard to the subscribers of
     /// [`Ownership::hear`](crate::store::contract::Ownership::hear).
     pub(super) fn listen(self: &Arc<Self>) {
@@ -99,6 +130,7 @@ async fn listen(backend: Weak<Postgres>, heard: broadcast::Sender<Heard>) {
             return;
         };
         let (pool, me) = (strong.pool.clone(), strong.identity.id.clone());
+        let sealer = strong.sealer.clone();
         drop(strong);
         let mut listener = match PgListener::connect_with(&pool).await {
             Ok(listener) => listener,
@@ -107,7 +139,11 @@ async fn listen(backend: Weak<Postgres>, heard: broadcast::Sender<Heard>) {
                 continue;
             }
         };
-        if listener.listen_all([EVENTS, COMMANDS]).await.is_err() {
+        if listener
+            .listen_all([EVENTS, COMMANDS, FLASHES])
+            .await
+            .is_err()
+        {
             tokio::time::sleep(Duration::from_secs(1)).await;
             continue;
         }
@@ -133,6 +169,11 @@ async fn listen(backend: Weak<Postgres>, heard: broadcast::Sender<Heard>) {
                     let _ = heard.send(Heard::Woken);
                 }
                 EVENTS => hand_on(&heard, notification.payload()),
+                FLASHES => {
+                    if let Some(flashed) = read_flash(&sealer, notification.payload()) {
+                        let _ = heard.send(flashed);
+                    }
+                }
                 _ => {}
             }
         }
@@ -165,6 +206,18 @@ fn read_payload(payload: &str) -> Vec<Heard> {
         .collect()
 }
 
+/// The unstored events a flash notification carries; `None` for one that does not read
+/// or open (not sealed under this store's key).
+fn read_flash(sealer: &super::sealed::Sealer, payload: &str) -> Option<Heard> {
+    let (id, sealed) = payload.split_once(':')?;
+    let plain = sealer.open(sealed).ok()?;
+    let events: Vec<EventEnvelope> = serde_json::from_slice(&plain).ok()?;
+    Some(Heard::Flashed {
+        message: MessageId(id.parse().ok()?),
+        events: events.into_iter().filter(|event| event.seq == 0).collect(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +231,35 @@ mod tests {
         );
         let many: Vec<_> = (0..300).map(|i| (uuid::Uuid::from_u128(i), 1)).collect();
         assert_eq!(payload(&many), "*");
+    }
+
+    /// Unstored events travel sealed: they read back under the store's key, and not
+    /// under another's (a notification anyone who may LISTEN can send or read).
+    #[test]
+    fn a_flash_opens_only_under_its_stores_key() {
+        use crate::domain::{ConversationId, RunEvent};
+        let key = crate::store::SecretKey::generate();
+        let sealer = super::super::sealed::Sealer::new(&key);
+        let message = MessageId::new();
+        let events = vec![EventEnvelope {
+            seq: 0,
+            conversation_id: ConversationId::new(),
+            message_id: message,
+            created_at: crate::domain::now(),
+            event: RunEvent::AnswerDelta {
+                text: "thinking".into(),
+            },
+        }];
+        let sealed = sealer.seal(&serde_json::to_vec(&events).unwrap()).unwrap();
+        let payload = format!("{}:{sealed}", message.0);
+        assert!(!payload.contains("thinking"));
+        assert_eq!(
+            read_flash(&sealer, &payload),
+            Some(Heard::Flashed { message, events })
+        );
+        let other = super::super::sealed::Sealer::new(&crate::store::SecretKey::generate());
+        assert_eq!(read_flash(&other, &payload), None);
+        assert_eq!(read_flash(&sealer, "nonsense"), None);
     }
 
     #[test]
