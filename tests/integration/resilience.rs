@@ -280,13 +280,15 @@ async fn a_cancel_during_backoff_ends_the_run_at_once() {
 }
 
 /// With one call in flight allowed, a second run's round waits for the first one's slot
-/// and the wait shows in its round's timing (`queue_time`, inside `latency`).
+/// and the wait shows in its round's timing (`queue_time`, inside `latency`). The first
+/// answer goes on for 0.6 s after its first delta (within the provider's 1 s queue
+/// timeout), so the wait passes 0.2 s even when a loaded machine shows that delta late.
 #[tokio::test]
 async fn a_provider_limit_queues_calls_and_the_wait_is_reported() {
     let (llm, server, mut client) = start(vec![
         Reply::Slow {
             text: vec!["slow ", "first ", "answer"],
-            delay_ms: 80,
+            delay_ms: 100,
         },
         Reply::text(&["second"], (1, 1)),
     ])
