@@ -216,24 +216,10 @@ impl Thought {
                 excess,
             );
         }
-        if copy.text_len() > limit {
-            let keep = copy
-                .reasoning
-                .len()
-                .saturating_sub(copy.text_len() - limit + MARKER_ROOM);
-            if keep < copy.reasoning.len() {
-                cut(&mut copy.reasoning, keep);
-            }
-        }
-        if copy.text_len() > limit {
-            let keep = copy
-                .thought
-                .len()
-                .saturating_sub(copy.text_len() - limit + MARKER_ROOM);
-            if keep < copy.thought.len() {
-                cut(&mut copy.thought, keep);
-            }
-        }
+        let over = copy.text_len().saturating_sub(limit);
+        shorten(&mut copy.reasoning, over);
+        let over = copy.text_len().saturating_sub(limit);
+        shorten(&mut copy.thought, over);
         if copy.text_len() > limit {
             let total = copy.tool_calls.len();
             let mut size = copy.text_len() + MARKER_ROOM;
@@ -344,6 +330,17 @@ fn water_level(lengths: &[usize], room: usize) -> usize {
         used += length;
     }
     usize::MAX
+}
+
+/// Cuts `over` bytes (and a marker's room) off `text` when anything is over.
+fn shorten(text: &mut String, over: usize) {
+    if over == 0 {
+        return;
+    }
+    let keep = text.len().saturating_sub(over + MARKER_ROOM);
+    if keep < text.len() {
+        cut(text, keep);
+    }
 }
 
 /// Cuts `text` to at most `keep` bytes (at a character boundary) and says so.

@@ -219,22 +219,13 @@ impl Turn {
         .to_owned();
         match (self.block(index), kind) {
             (Some(Block::Text) | None, "text_delta") => return self.text(piece, out),
-            (
-                Some(Block::ToolUse {
-                    call,
-                    id,
-                    name,
-                    json,
-                    ..
-                }),
-                "input_json_delta",
-            ) => {
+            (Some(Block::ToolUse { call, json, .. }), "input_json_delta") => {
                 json.push_str(&piece);
+                // The block's start named the call; its pieces go without.
                 out.push_back(Ok(ChatChunk::Arguments(ArgumentsPiece {
                     index: *call,
-                    id: Some(id.clone()).filter(|id| !id.is_empty()),
-                    name: Some(name.clone()).filter(|name| !name.is_empty()),
                     text: piece.clone(),
+                    ..ArgumentsPiece::default()
                 })));
             }
             (Some(Block::Thinking { thinking, .. }), "thinking_delta") => {

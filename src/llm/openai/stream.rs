@@ -44,18 +44,26 @@ impl ToolCallAccumulator {
             .map(|f| (f.name.unwrap_or_default(), f.arguments.unwrap_or_default()))
             .unwrap_or_default();
         let position = self.slot_for(delta.index, &id, &name);
-        if self.slots[position].id.is_empty() && !id.is_empty() {
-            self.name_slot(position, id);
+        // A delta that names its call names the piece too; the call's later pieces go
+        // without (whoever reads them keeps the first), so nothing is copied per delta.
+        let named = Some(id).filter(|id| !id.is_empty());
+        if self.slots[position].id.is_empty() {
+            if let Some(id) = &named {
+                self.name_slot(position, id.clone());
+            }
         }
         let slot = &mut self.slots[position];
+        let titled = Some(name).filter(|name| !name.is_empty());
         if slot.name.is_empty() {
-            slot.name = name;
+            if let Some(name) = &titled {
+                slot.name.clone_from(name);
+            }
         }
         slot.arguments.push_str(&arguments);
         ArgumentsPiece {
             index: u32::try_from(position).unwrap_or(u32::MAX),
-            id: Some(slot.id.clone()).filter(|id| !id.is_empty()),
-            name: Some(slot.name.clone()).filter(|name| !name.is_empty()),
+            id: named,
+            name: titled,
             text: arguments,
         }
     }

@@ -201,9 +201,12 @@ impl ModelCall<'_> {
 
     /// Announces the pieces of forming calls `reader` read from the model's text.
     fn take_forming(&mut self, reader: &mut dyn TurnReader, forming: &mut Forming, round: &Round) {
+        let pieces = reader.forming();
+        if pieces.is_empty() {
+            return;
+        }
         let now = Instant::now();
-        let formed: Vec<Formed> = reader
-            .forming()
+        let formed: Vec<Formed> = pieces
             .into_iter()
             .filter_map(|piece| forming.push(piece, now))
             .collect();
