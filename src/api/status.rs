@@ -23,6 +23,11 @@ pub trait Classified: std::fmt::Display {
     fn retry_after(&self) -> Option<Duration> {
         None
     }
+
+    /// A reason a client can branch on (`google.rpc.ErrorInfo`) and its metadata.
+    fn reason(&self) -> Option<(&'static str, Vec<(&'static str, String)>)> {
+        None
+    }
 }
 
 macro_rules! classified {
@@ -52,6 +57,10 @@ impl Classified for RunError {
     fn retry_after(&self) -> Option<Duration> {
         RunError::retry_after(self)
     }
+
+    fn reason(&self) -> Option<(&'static str, Vec<(&'static str, String)>)> {
+        RunError::reason(self)
+    }
 }
 
 impl Classified for FieldError {
@@ -73,6 +82,7 @@ pub fn code_for(kind: ErrorKind) -> Code {
         ErrorKind::Unavailable => Code::Unavailable,
         ErrorKind::DeadlineExceeded => Code::DeadlineExceeded,
         ErrorKind::Cancelled => Code::Cancelled,
+        ErrorKind::Aborted => Code::Aborted,
         ErrorKind::Internal => Code::Internal,
     }
 }
@@ -86,15 +96,26 @@ pub fn from_error<E: Classified>(err: E) -> Status {
         tracing::error!(error = %err, "internal error");
         return Status::internal("internal error; see the server log");
     }
-    match err.retry_after() {
-        Some(delay) => Status::with_error_details(
-            code_for(kind),
-            err.to_string(),
-            ErrorDetails::with_retry_info(Some(delay)),
-        ),
-        None => Status::new(code_for(kind), err.to_string()),
+    let (retry, reason) = (err.retry_after(), err.reason());
+    if retry.is_none() && reason.is_none() {
+        return Status::new(code_for(kind), err.to_string());
     }
+    let mut details = ErrorDetails::new();
+    if let Some(delay) = retry {
+        details.set_retry_info(Some(delay));
+    }
+    if let Some((reason, metadata)) = reason {
+        let metadata: std::collections::HashMap<String, String> = metadata
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), value))
+            .collect();
+        details.set_error_info(reason, ERROR_DOMAIN, metadata);
+    }
+    Status::with_error_details(code_for(kind), err.to_string(), details)
 }
+
+/// The `domain` of the `google.rpc.ErrorInfo` this service sends.
+pub const ERROR_DOMAIN: &str = "agent-runner";
 
 /// `INVALID_ARGUMENT` naming `field`.
 pub fn invalid(field: &str, reason: &str) -> Status {

@@ -108,6 +108,10 @@ pub struct AgentArgs {
     /// Show the model's reasoning (stream: shown, not kept; keep: shown and stored).
     #[arg(long, value_enum, conflicts_with = "agent")]
     pub reasoning: Option<ReasoningArg>,
+    /// What a turn does when the conversation has a live run [default: the agent's, else
+    /// the server's].
+    #[arg(long, value_enum)]
+    pub conversation_policy: Option<PolicyArg>,
     /// The system prompt (with --agent: added to the stored one).
     #[arg(long, short)]
     pub instruction: Option<String>,
@@ -168,6 +172,15 @@ pub enum ReasoningArg {
     Stream,
     /// Shown and kept with the run.
     Keep,
+}
+
+/// `--conversation-policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PolicyArg {
+    /// Refused while another run of the conversation is live.
+    Reject,
+    /// Runs beside it, from the same history.
+    Parallel,
 }
 
 /// `run`.

@@ -5,7 +5,8 @@ use anyhow::Context;
 use tokio::io::AsyncBufReadExt;
 
 use super::args::{
-    AgentArgs, AttachArgs, ChatArgs, ClientArgs, ReasoningArg, RunArgs, StrategyArg, MODEL_ENV,
+    AgentArgs, AttachArgs, ChatArgs, ClientArgs, PolicyArg, ReasoningArg, RunArgs, StrategyArg,
+    MODEL_ENV,
 };
 use super::connection::{agents, status_error, Authed};
 use super::render::Printer;
@@ -147,9 +148,25 @@ fn run_request(
     conversation: Option<String>,
 ) -> anyhow::Result<pb::RunRequest> {
     let conversation_id = conversation.unwrap_or_default();
-    if let Some(stored) = &agent.agent {
-        return stored_run_request(agent, stored, query, conversation_id);
+    let mut request = match &agent.agent {
+        Some(stored) => stored_run_request(agent, stored, query, conversation_id)?,
+        None => inline_run_request(agent, query, conversation_id)?,
+    };
+    request.conversation_policy = match agent.conversation_policy {
+        None => pb::ConversationPolicy::Unspecified,
+        Some(PolicyArg::Reject) => pb::ConversationPolicy::Reject,
+        Some(PolicyArg::Parallel) => pb::ConversationPolicy::Parallel,
     }
+    .into();
+    Ok(request)
+}
+
+/// The request for one turn of an inline agent.
+fn inline_run_request(
+    agent: &AgentArgs,
+    query: String,
+    conversation_id: String,
+) -> anyhow::Result<pb::RunRequest> {
     // The environment's model is a default for inline runs only: it never overrides a
     // stored agent's own.
     let model = agent

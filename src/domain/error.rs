@@ -28,6 +28,8 @@ pub enum ErrorKind {
     DeadlineExceeded,
     /// The work was cancelled.
     Cancelled,
+    /// The request met a concurrent one it may not run beside; retrying later may help.
+    Aborted,
     /// A bug or an unexpected failure of our own.
     Internal,
 }

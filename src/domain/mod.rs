@@ -8,6 +8,7 @@ mod access;
 pub mod agent;
 mod budget;
 mod command;
+mod conversation_policy;
 mod error;
 mod events;
 mod file;
@@ -33,6 +34,7 @@ pub use agent::{
 };
 pub use budget::{BudgetKind, OnExhausted, Raised, RunBudget, Spent, MAX_BUDGET_COST};
 pub use command::{ClientOutput, Decision, RunCommand};
+pub use conversation_policy::ConversationPolicy;
 pub use error::{ErrorKind, FieldError};
 pub use events::{CallDelta, ChildEvent, EventEnvelope, HistoryReport, RunEvent, Wait};
 pub use file::FileRecord;

@@ -57,6 +57,15 @@ pub enum RunError {
         /// The conversation.
         id: String,
     },
+    /// The run was to start alone (`conversation_policy` REJECT) and its conversation has a
+    /// live run.
+    #[error(
+        "conversation_policy: the conversation has a live run ({live}); REJECT refuses another"
+    )]
+    ConversationTaken {
+        /// The live run's message.
+        live: crate::domain::MessageId,
+    },
     /// The message is not waiting for what was delivered to it.
     #[error("the message is not waiting for {what}")]
     NotWaiting {
@@ -111,6 +120,9 @@ fn lookup_field(source: &ModelLookupError) -> &'static str {
     }
 }
 
+/// How long a caller refused by a busy conversation is told to wait.
+const CONVERSATION_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl RunError {
     /// Fallback `index` cannot be resolved.
     pub fn fallback(index: usize, source: ModelLookupError) -> Self {
@@ -134,6 +146,7 @@ impl RunError {
             Self::KeyReused => ErrorKind::AlreadyExists,
             Self::NotWaiting { .. } => ErrorKind::FailedPrecondition,
             Self::ConversationBusy { .. } => ErrorKind::FailedPrecondition,
+            Self::ConversationTaken { .. } => ErrorKind::Aborted,
             Self::ShuttingDown | Self::EventsLost | Self::StoreUnwritable | Self::HandedOver => {
                 ErrorKind::Unavailable
             }
@@ -146,6 +159,18 @@ impl RunError {
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         if let Self::LimitExceeded { retry_after, .. } = self {
             *retry_after
+        } else if let Self::ConversationTaken { .. } = self {
+            // A live run may take long; a second is when a retry stops being a busy loop.
+            Some(CONVERSATION_RETRY)
+        } else {
+            None
+        }
+    }
+
+    /// A reason a client can branch on, with what it names.
+    pub fn reason(&self) -> Option<(&'static str, Vec<(&'static str, String)>)> {
+        if let Self::ConversationTaken { live } = self {
+            Some(("CONVERSATION_BUSY", vec![("message_id", live.to_string())]))
         } else {
             None
         }

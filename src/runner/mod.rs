@@ -56,7 +56,7 @@ use crate::domain::{
     Tenant,
 };
 use crate::llm::ModelRegistry;
-use crate::store::{Adopted, Inserted, Store, TakenCommand};
+use crate::store::{Adopted, Inserted, Refusal, Store, TakenCommand};
 use crate::telemetry::Metrics;
 use crate::tools::ToolRegistry;
 use found::Found;
@@ -513,7 +513,12 @@ impl Runner {
         match prepare::insert_message(&self.store, &spec, &prepared, &mut message).await? {
             Inserted::Yes => {}
             Inserted::KeyTaken(record) => return self.follow_retry(&spec, &record).await,
-            Inserted::Refused(refusal) => return Err(quota::refused(refusal, spec.limits)),
+            Inserted::Refused(refusal) => {
+                if let Refusal::Busy { .. } = refusal {
+                    self.metrics.conversation_busy("rejected");
+                }
+                return Err(quota::refused(refusal, spec.limits));
+            }
         }
         spec.deadline = spec
             .deadline

@@ -16,7 +16,7 @@ use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, StrategyKind,
 };
 use crate::llm::{Feature, ModelInfo, ModelRegistry};
-use crate::store::{Inserted, NewMessage, Store, StoreError};
+use crate::store::{Admission, Inserted, NewMessage, Store, StoreError};
 use crate::tools::schema::PatternBudget;
 use crate::tools::{SubAgentTool, ToolRegistry, ToolSet};
 
@@ -270,7 +270,11 @@ pub async fn insert_message(
             message,
             spec: &stored,
             idempotency: record.as_ref().map(|(key, record)| (*key, record)),
-            admission: super::quota::admission(spec.limits, spec.parent.is_some()),
+            admission: Admission {
+                // A sub-agent's run has a conversation of its own.
+                alone: spec.parent.is_none() && spec.conversation_policy().alone(),
+                ..super::quota::admission(spec.limits, spec.parent.is_some())
+            },
         })
         .await?;
     Ok(inserted)

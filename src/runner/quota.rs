@@ -45,6 +45,7 @@ pub fn admission(limits: TenantLimits, child: bool) -> Admission {
         max_running: limits.max_concurrent_runs,
         per_minute: limits.runs_per_minute,
         max_children: 0,
+        alone: false,
     }
 }
 
@@ -77,6 +78,7 @@ pub fn refused(refusal: Refusal, limits: TenantLimits) -> RunError {
             ),
             retry_after: Some(retry_after),
         },
+        Refusal::Busy { live } => RunError::ConversationTaken { live },
     }
 }
 

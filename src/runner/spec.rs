@@ -8,8 +8,8 @@ use serde_json::{Map, Value};
 
 use super::template;
 use crate::domain::{
-    ConversationId, FieldError, ParentLink, PinnedAgent, RunBudget, RunOverrides, StrategyKind,
-    Tenant, TenantLimits, VersionPick,
+    ConversationId, ConversationPolicy, FieldError, ParentLink, PinnedAgent, RunBudget,
+    RunOverrides, StrategyKind, Tenant, TenantLimits, VersionPick,
 };
 use crate::telemetry::TraceParent;
 use crate::tools::ToolRef;
@@ -89,6 +89,10 @@ pub struct AgentSpec {
     /// Whether the model's reasoning is shown, and kept.
     #[serde(skip_serializing_if = "ReasoningMode::is_off")]
     pub reasoning: ReasoningMode,
+    /// The rule for a run that arrives while its conversation has a live run; `None`
+    /// leaves it to the server's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conversation_policy: Option<ConversationPolicy>,
 }
 
 /// What happens to the reasoning a model streams beside its answer. It decides showing
@@ -265,6 +269,8 @@ pub struct RunSpec {
     /// The sub-agent tree the run belongs to, counted in this process; a top run (or a run
     /// taken over) starts its own.
     pub tree: Option<super::tree::TreeHandle>,
+    /// The request's rule for a conversation with a live run; `None` leaves it to the agent.
+    pub conversation_policy: Option<ConversationPolicy>,
 }
 
 /// A stored agent a run names instead of an inline one.
@@ -313,7 +319,13 @@ impl RunSpec {
             lineage: Vec::new(),
             message_id: None,
             tree: None,
+            conversation_policy: None,
         }
+    }
+
+    /// The rule this run follows when its conversation has a live run.
+    pub fn conversation_policy(&self) -> ConversationPolicy {
+        ConversationPolicy::resolve(self.conversation_policy, self.agent.conversation_policy)
     }
 
     /// Checks every field a run depends on; `max_iteration` 0 becomes the default.

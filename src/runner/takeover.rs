@@ -198,5 +198,7 @@ fn resumed_spec(
         lineage: stored.lineage,
         message_id: Some(message.id),
         tree: None,
+        // A run taken over has its place in the conversation already.
+        conversation_policy: None,
     }
 }

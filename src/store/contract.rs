@@ -171,6 +171,16 @@ pub struct Admission {
     /// The most sub-agents' runs of the tenant running at once, over all its trees: the
     /// limit a sub-agent's message is admitted under.
     pub max_children: u32,
+    /// Admitted only while no other message of its conversation is live (running or
+    /// waiting), checked and written in one step for every process sharing the store.
+    pub alone: bool,
+}
+
+impl Admission {
+    /// Whether no tenant limit applies (the conversation rule aside).
+    pub fn unlimited(&self) -> bool {
+        self.max_running == 0 && self.per_minute == 0 && self.max_children == 0
+    }
 }
 
 /// Why a new message was not admitted.
@@ -193,6 +203,11 @@ pub enum Refusal {
         started: u64,
         /// When a start frees.
         retry_after: Duration,
+    },
+    /// The message was to run alone, and its conversation has a live message: the oldest.
+    Busy {
+        /// The live message.
+        live: MessageId,
     },
 }
 

@@ -147,6 +147,12 @@ pub struct LlmCall<'a> {
     pub error: Option<&'a str>,
 }
 
+/// Labels of runs that met a live run in their conversation.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BusyLabels {
+    outcome: &'static str,
+}
+
 /// Labels of the replica's info gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReplicaLabels {
@@ -173,6 +179,7 @@ pub struct Metrics {
     relayed_events: Counter,
     relay_lag: Histogram,
     bus_rejected: Counter,
+    conversation_busy: Family<BusyLabels, Counter>,
     /// Whether run counts and cost carry a `tenant` label.
     tenant_label: bool,
 }
@@ -205,6 +212,7 @@ impl Metrics {
             relayed_events: Counter::default(),
             relay_lag: Histogram::new(FLUSH_BUCKETS),
             bus_rejected: Counter::default(),
+            conversation_busy: Family::default(),
             tenant_label,
         };
         metrics.register();
@@ -299,6 +307,19 @@ impl Metrics {
              replayed, or of a replica of an earlier release), dropped unread",
             self.bus_rejected.clone(),
         );
+        registry.register(
+            "agent_runner_conversation_busy",
+            "Runs that arrived while their conversation had a live run, by what their \
+             conversation policy did (rejected)",
+            self.conversation_busy.clone(),
+        );
+    }
+
+    /// A run met a live run in its conversation and its policy did `outcome`.
+    pub fn conversation_busy(&self, outcome: &'static str) {
+        self.conversation_busy
+            .get_or_create(&BusyLabels { outcome })
+            .inc();
     }
 
     /// A notice of `events` events of another replica's run arrived `lag` after the last

@@ -21,6 +21,7 @@ mod cli;
 mod cli_agents;
 mod client_tools;
 mod connections;
+mod conversation_policy;
 mod conversations;
 mod forming_calls;
 mod full_disk;

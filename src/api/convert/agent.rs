@@ -7,7 +7,7 @@ use super::json::json_to_struct;
 use super::run::{agent_spec, client_tool};
 use super::scalar::timestamp;
 use crate::api::status::invalid;
-use crate::domain::{AgentRecord, AgentVersionRecord, StrategyKind};
+use crate::domain::{AgentRecord, AgentVersionRecord, ConversationPolicy, StrategyKind};
 use crate::pb;
 use crate::runner::{
     AgentDefinition, AgentSpec, ModelMode, ModelSpec, OutputFallback, ReasoningMode,
@@ -96,6 +96,7 @@ fn config_pb(agent: AgentSpec) -> pb::AgentConfig {
         sub_agents,
         budget,
         reasoning,
+        conversation_policy,
     } = agent;
     let (output_schema, output_fallback) = match output {
         Some(output) => (
@@ -138,6 +139,12 @@ fn config_pb(agent: AgentSpec) -> pb::AgentConfig {
             ReasoningMode::Off => pb::Reasoning::Unspecified,
             ReasoningMode::Stream => pb::Reasoning::Stream,
             ReasoningMode::Keep => pb::Reasoning::Keep,
+        }
+        .into(),
+        conversation_policy: match conversation_policy {
+            None => pb::ConversationPolicy::Unspecified,
+            Some(ConversationPolicy::Reject) => pb::ConversationPolicy::Reject,
+            Some(ConversationPolicy::Parallel) => pb::ConversationPolicy::Parallel,
         }
         .into(),
     }
@@ -253,6 +260,7 @@ mod tests {
                 on_exhausted: pb::OnExhausted::Error.into(),
             }),
             reasoning: pb::Reasoning::Keep.into(),
+            conversation_policy: pb::ConversationPolicy::Reject.into(),
         };
         let tools = vec![pb::ClientTool {
             name: "lookup".into(),

@@ -9,7 +9,7 @@ use tonic::Status;
 use super::json::struct_to_json;
 use super::scalar::parse_id;
 use crate::api::status::invalid;
-use crate::domain::{StrategyKind, Tenant};
+use crate::domain::{ConversationPolicy, StrategyKind, Tenant};
 use crate::pb;
 use crate::runner::{
     AgentSpec, Idempotency, ImageSource, InputImage, ModelMode, ModelRef, ModelSpec,
@@ -39,7 +39,9 @@ pub fn run_spec(
         cancel_on_disconnect,
         agent_ref,
         overrides,
+        conversation_policy,
     } = request;
+    let conversation_policy = policy("conversation_policy", conversation_policy)?;
     let conversation_id = if conversation_id.is_empty() {
         None
     } else {
@@ -86,6 +88,7 @@ pub fn run_spec(
         lineage: Vec::new(),
         message_id: None,
         tree: None,
+        conversation_policy,
     };
     if stored {
         // The stored agent is read and the whole spec checked as the run starts.
@@ -200,6 +203,7 @@ pub(super) fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {
         sub_agents,
         budget,
         reasoning,
+        conversation_policy,
     } = agent;
     let max_history_turns = memory.map_or(0, |pb::MemoryConfig { max_turns }| max_turns);
     let model = model.ok_or_else(|| invalid("agent.model", "is required"))?;
@@ -229,7 +233,18 @@ pub(super) fn agent_spec(agent: pb::AgentConfig) -> Result<AgentSpec, Status> {
             .collect(),
         budget: super::budget::run_budget(budget, "agent.budget")?,
         reasoning: reasoning_mode(reasoning)?,
+        conversation_policy: policy("agent.conversation_policy", conversation_policy)?,
     })
+}
+
+/// A conversation policy, `None` when unset.
+fn policy(field: &str, value: i32) -> Result<Option<ConversationPolicy>, Status> {
+    match pb::ConversationPolicy::try_from(value) {
+        Ok(pb::ConversationPolicy::Unspecified) => Ok(None),
+        Ok(pb::ConversationPolicy::Reject) => Ok(Some(ConversationPolicy::Reject)),
+        Ok(pb::ConversationPolicy::Parallel) => Ok(Some(ConversationPolicy::Parallel)),
+        Err(_) => Err(invalid(field, &format!("has unknown value {value}"))),
+    }
 }
 
 fn reasoning_mode(value: i32) -> Result<ReasoningMode, Status> {

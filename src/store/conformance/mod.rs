@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod agents;
+mod conversation_rule;
 mod lifecycle;
 mod ownership;
 mod runs;
@@ -15,6 +16,7 @@ pub use agents::{
     an_agents_messages_are_listed_newest_first, nul_in_an_agents_fields_is_refused_naming_it,
     versions_are_numbered_without_gaps,
 };
+pub use conversation_rule::a_run_to_start_alone_waits_for_no_live_run;
 pub use lifecycle::{a_store_that_cannot_write_says_unavailable, retired_events_leave_each_end};
 pub use ownership::{
     a_burst_under_another_fence_writes_nothing, children_are_counted_apart_from_top_level_runs,
@@ -95,6 +97,7 @@ macro_rules! every_check {
             runs_are_listed_per_tenant_and_leave_with_their_conversation,
             conversations_are_listed_by_last_activity_once_each,
             replicas_are_listed_with_the_runs_they_hold,
+            a_run_to_start_alone_waits_for_no_live_run,
         );
     };
 }

@@ -257,6 +257,7 @@ pub async fn children_are_counted_apart_from_top_level_runs(harness: &dyn Harnes
         max_running: 1,
         per_minute: 2,
         max_children: 3,
+        alone: false,
     };
     let top = crate::domain::MessageId::new();
     assert_eq!(admitted(&store, &acme, limits).await, Inserted::Yes);

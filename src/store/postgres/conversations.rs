@@ -21,6 +21,14 @@ const MESSAGES: Paged = Paged {
     order: "seq",
 };
 
+/// Where a new message goes in its conversation, and the live message that keeps one
+/// that must run alone out.
+struct Place {
+    seq: i64,
+    ordinal: i64,
+    live: Option<MessageId>,
+}
+
 /// The epoch a run starts with on its first owner.
 pub(super) const FIRST_EPOCH: i64 = 1;
 
@@ -108,7 +116,13 @@ impl crate::store::contract::Conversations for Postgres {
             {
                 return Ok(Inserted::Refused(refusal));
             }
-            let (seq, ordinal) = self.place(&mut tx, tenant, conversation, message).await?;
+            let place = self
+                .place(&mut tx, tenant, conversation, message, admission.alone)
+                .await?;
+            if let Some(live) = place.live {
+                return Ok(Inserted::Refused(Refusal::Busy { live }));
+            }
+            let (seq, ordinal) = (place.seq, place.ordinal);
             message.seq = u64::try_from(seq).unwrap_or_default();
             message.ordinal = u64::try_from(ordinal).unwrap_or_default();
             sqlx::query(
@@ -371,7 +385,8 @@ impl Postgres {
         tenant: &Tenant,
         conversation: Option<&Conversation>,
         message: &Message,
-    ) -> Result<(i64, i64), StoreError> {
+        alone: bool,
+    ) -> Result<Place, StoreError> {
         // A new conversation is written, then the conversation's lock taken, in one round
         // trip; the place is read in the next statement, after the lock.
         let record = conversation
@@ -394,21 +409,29 @@ impl Postgres {
         .execute(&mut **tx)
         .await
         .map_err(|err| self.failed(err))?;
-        let newest: Option<(i64, i64)> = sqlx::query_as(
-            "SELECT seq, ordinal FROM messages WHERE tenant = $1 AND conversation_id = $2 \
+        // The oldest live message is read in the same statement, under the same lock: a
+        // run that must start alone costs no round trip of its own.
+        let newest: Option<(i64, i64, Option<Uuid>)> = sqlx::query_as(
+            "SELECT seq, ordinal, CASE WHEN $3 THEN (SELECT id FROM messages \
+                 WHERE tenant = $1 AND conversation_id = $2 AND running \
+                 ORDER BY seq LIMIT 1) END \
+             FROM messages WHERE tenant = $1 AND conversation_id = $2 \
              ORDER BY seq DESC LIMIT 1",
         )
         .bind(tenant.as_str())
         .bind(message.conversation_id.0)
+        .bind(alone)
         .fetch_optional(&mut **tx)
         .await
         .map_err(|err| self.failed(err))?;
-        Ok(match newest {
+        let live = newest.as_ref().and_then(|(_, _, live)| live.map(MessageId));
+        let (seq, ordinal) = match newest {
             None => (1, 1),
             // An ordinal of 0 is unknown (messages of earlier versions), and stays so.
-            Some((seq, 0)) => (seq + 1, 0),
-            Some((seq, ordinal)) => (seq + 1, ordinal + 1),
-        })
+            Some((seq, 0, _)) => (seq + 1, 0),
+            Some((seq, ordinal, _)) => (seq + 1, ordinal + 1),
+        };
+        Ok(Place { seq, ordinal, live })
     }
 
     /// Counts the tenant's running top-level messages and its top-level starts in the last
@@ -422,7 +445,7 @@ impl Postgres {
         admission: Admission,
         child: bool,
     ) -> Result<Option<Refusal>, StoreError> {
-        if admission == Admission::default() || (child && admission.max_children == 0) {
+        if admission.unlimited() || (child && admission.max_children == 0) {
             return Ok(None);
         }
         let failed = |err| self.failed(err);

@@ -363,6 +363,11 @@ fn migrator() -> Migrator {
             "listed_runs",
             include_str!("migrations/0006_listed_runs.sql"),
         ),
+        (
+            7,
+            "live_in_conversation",
+            include_str!("migrations/0007_live_in_conversation.sql"),
+        ),
     ];
     Migrator::with_migrations(
         steps

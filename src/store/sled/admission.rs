@@ -52,7 +52,7 @@ impl Embedded {
         admission: Admission,
         child: bool,
     ) -> Result<Result<Admitted<'_>, Refusal>, StoreError> {
-        if admission == Admission::default() {
+        if admission.unlimited() {
             return Ok(Ok(Admitted(None)));
         }
         let mut starts = self

@@ -11,7 +11,7 @@ use super::{decode, encode, keys, run_index, Embedded, StoreError};
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
 };
-use crate::store::contract::{Inserted, NewMessage, Page, PageSize};
+use crate::store::contract::{Inserted, NewMessage, Page, PageSize, Refusal};
 
 /// A message as stored: its answer kept apart in the `answers` tree when it has one
 /// (records of earlier versions have it inline and no flag).
@@ -117,7 +117,8 @@ impl Embedded {
             Err(refusal) => return Ok(Inserted::Refused(refusal)),
         };
         self.put_run_spec(tenant, message.id, spec)?;
-        let inserted = self.insert_in_place(tenant, conversation, message, idempotency);
+        let inserted =
+            self.insert_in_place(tenant, conversation, message, idempotency, admission.alone);
         if matches!(inserted, Ok(Inserted::Yes)) {
             admitted.started();
         } else {
@@ -133,9 +134,15 @@ impl Embedded {
         conversation: Option<&Conversation>,
         message: &mut Message,
         idempotency: Option<(&str, &IdempotencyRecord)>,
+        alone: bool,
     ) -> Result<Inserted, StoreError> {
         let t = self.t()?;
         let _place = self.order.lock(message.conversation_id);
+        if alone {
+            if let Some(live) = self.live_in(tenant, message.conversation_id)? {
+                return Ok(Inserted::Refused(Refusal::Busy { live }));
+            }
+        }
         let (seq, ordinal) = self.next_place(tenant, message.conversation_id)?;
         message.seq = seq;
         message.ordinal = ordinal;
@@ -164,6 +171,7 @@ impl Embedded {
                 .insert(message_key.as_slice(), message_value.as_slice())?;
             t.conversation_messages
                 .insert(index_key.as_slice(), message.id.as_bytes().as_slice())?;
+            self.live.started(tenant, message);
             return Ok(Inserted::Yes);
         };
         let idempotency = (keys::named(tenant, key), encode("idempotency", record)?);
@@ -191,6 +199,9 @@ impl Embedded {
             Ok::<_, ConflictableTransactionError<StoreError>>(Inserted::Yes)
         });
         let inserted = result.map_err(transaction_error)?;
+        if inserted == Inserted::Yes {
+            self.live.started(tenant, message);
+        }
         if let Inserted::KeyTaken(_) = &inserted {
             if let Some(key) = &agent_key {
                 t.agent_messages.remove(key.as_slice())?;
@@ -282,6 +293,8 @@ impl Embedded {
         self.past.forget(&key);
         if message.status.is_terminal() {
             t.running.remove(key.as_slice())?;
+            self.live
+                .ended(tenant, message.conversation_id, message.seq);
             let ended = message.updated_at.timestamp_nanos_opt().unwrap_or(i64::MAX);
             t.ended.insert(key.as_slice(), &ended.to_be_bytes())?;
         }
@@ -493,6 +506,7 @@ impl Embedded {
         {
             return Ok(None);
         }
+        self.live.forget(tenant, id);
         let mut deleted = Vec::new();
         for entry in t
             .conversation_messages

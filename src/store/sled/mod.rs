@@ -15,6 +15,7 @@ mod commands;
 mod flusher;
 mod inflight;
 pub mod keys;
+mod live_conversations;
 mod messages;
 mod past_cache;
 mod pieces;
@@ -161,6 +162,8 @@ pub struct Embedded {
     sealer: sealed::Sealer,
     /// Held while a message takes its place in its conversation.
     order: Arc<OrderLocks>,
+    /// Each conversation's live messages.
+    live: Arc<live_conversations::LiveConversations>,
     /// Events written but not yet durable, held back from readers.
     inflight: Arc<inflight::InFlight>,
     /// Whether what an earlier process left running was interrupted.
@@ -222,20 +225,23 @@ impl Embedded {
         key: &SecretKey,
     ) -> Result<Self, StoreError> {
         let state = flusher::FlushState::default();
-        Ok(Self {
+        let store = Self {
             current: Arc::new(RwLock::new(Some(Arc::new(Trees::open(db, &state)?)))),
             location: location.map(Arc::new),
             state,
             past: Arc::new(past_cache::PastCache::new(past_cache::BUDGET_BYTES)),
             sealer: sealed::Sealer::new(key),
             order: Arc::new(OrderLocks::new()),
+            live: Arc::default(),
             inflight: Arc::default(),
             swept: Arc::default(),
             changes: Arc::default(),
             admissions: Arc::default(),
             agent_writes: Arc::default(),
             opened_at: crate::domain::now(),
-        })
+        };
+        store.note_live_messages()?;
+        Ok(store)
     }
 
     /// The open database, or unavailable while it is being opened again.
