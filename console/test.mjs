@@ -12,6 +12,7 @@
 //   page; a run whose service is killed and started again is followed to its end, the
 //   page saying it is reconnecting meanwhile and marking the round made again, its void
 //   text struck out; a sub-agent's run is drawn under its call;
+// - a run queued behind a waiting one is shown queued, naming it, and runs once it ends;
 // - a deep link loads by itself; an unknown run is "No such run";
 // - text from runs and agents holding markup runs nothing and adds no element;
 // - with API keys on, no key shows the API's refusal, a key lists its tenant's runs, and
@@ -40,7 +41,7 @@ await esbuild.build({
   outfile: "node_modules/.cache/console-test/support.mjs",
   logLevel: "warning",
 });
-const { run, agent, start, versioned, delegated } = await import("./node_modules/.cache/console-test/support.mjs");
+const { run, agent, start, versioned, delegated, queuedBehind, cancel } = await import("./node_modules/.cache/console-test/support.mjs");
 
 const HOSTILE = `<img src=x onerror="window.__hacked=1"><script>window.__hacked=2</script> <a href="javascript:window.__hacked=3">x</a>`;
 const paris = await run(base, "What time is it in Paris?", "end", "", 100000n, true);
@@ -242,6 +243,20 @@ try {
     await page.waitForTimeout(20);
   }
   if (lengths.size < 3) await fail(`the answer did not grow live (lengths seen: ${[...lengths]})`);
+
+  // A run queued behind a waiting one of its conversation: shown queued, naming the run
+  // ahead; it starts and ends on its page once that one is cancelled.
+  const { blocker, queued } = await queuedBehind(base, "May I go first?", "And then me?");
+  await page.goto(`${base}/runs/${queued}`);
+  await page.locator(".timeline .queued").waitFor({ timeout: 10_000 });
+  const ahead = (await page.textContent(".timeline .queued")) ?? "";
+  if (!ahead.includes(blocker) || !ahead.includes("1 ahead")) await fail(`the queued run does not name the run ahead: ${ahead}`);
+  if ((await page.textContent("#status")) !== "queued") await fail("the queued run is not shown queued");
+  if ((await page.textContent(".facts"))?.includes(blocker) !== true) await fail("the facts do not name the run ahead");
+  await page.screenshot({ path: `${shots}/console-run-queued.png`, fullPage: true });
+  await cancel(base, blocker);
+  await page.locator(".timeline .end").waitFor({ timeout: 15_000 });
+  if ((await page.textContent("#status")) !== "completed") await fail("the queued run did not run once the run ahead ended");
 
   // Deep links by themselves; markup in runs' and agents' text stays text.
   await page.goto(`${base}/runs/${hostile}`);

@@ -303,10 +303,25 @@ export function showRun(view: HTMLElement, id: string): () => void {
     waits.replaceChildren(panel);
   };
 
+  // Whether the run was last seen queued: its start then shows it running.
+  let queued = false;
   const draw = (event: RunEvent) => {
     const payload = event.event;
     switch (payload.case) {
+      case "queued":
+        // Waiting behind the runs ahead in its conversation (ENQUEUE); it has not started.
+        note(
+          "queued",
+          "Queued behind ",
+          link(`/runs/${payload.value.messageId}`, payload.value.messageId),
+          ` · ${payload.value.ahead} ahead`,
+        );
+        setStatus(MessageStatus.QUEUED);
+        queued = true;
+        break;
       case "started":
+        if (queued) setStatus(MessageStatus.RUNNING);
+        queued = false;
         budget = payload.value.budget;
         note(
           "started",
@@ -422,7 +437,9 @@ export function showRun(view: HTMLElement, id: string): () => void {
       fact("model", `${message.provider}/${message.model}`);
       fact("end user", message.user || "—");
       fact("created", when(message.createdAt));
-      if ([MessageStatus.RUNNING, MessageStatus.WAITING_APPROVAL, MessageStatus.WAITING_TOOL_OUTPUTS].includes(message.status)) {
+      if (message.queuedBehind) fact("queued behind", link(`/runs/${message.queuedBehind}`, message.queuedBehind));
+      const live = [MessageStatus.RUNNING, MessageStatus.QUEUED, MessageStatus.WAITING_APPROVAL, MessageStatus.WAITING_TOOL_OUTPUTS];
+      if (live.includes(message.status)) {
         const cancel = el("button", { type: "button", id: "cancel", class: "secondary" }, "Cancel run");
         cancel.onclick = async () => {
           cancel.disabled = true;

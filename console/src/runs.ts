@@ -17,6 +17,7 @@ const WAITING = [MessageStatus.WAITING_APPROVAL, MessageStatus.WAITING_TOOL_OUTP
 const STATUSES: [string, MessageStatus[]][] = [
   ["any status", []],
   ["running", [MessageStatus.RUNNING]],
+  ["queued", [MessageStatus.QUEUED]],
   ["waiting", WAITING],
   ["completed", [MessageStatus.COMPLETED]],
   ["failed", [MessageStatus.FAILED]],

@@ -2,7 +2,7 @@
 // to look at, made over gRPC-Web with the same generated client (Node's fetch carries it).
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcWebTransport } from "@connectrpc/connect-web";
-import { AgentService, Reasoning } from "../src/gen/agentrunner/v1/agent_pb.js";
+import { AgentService, ConversationPolicy, Reasoning } from "../src/gen/agentrunner/v1/agent_pb.js";
 import { AgentRegistry } from "../src/gen/agentrunner/v1/agents_pb.js";
 
 function transport(baseUrl: string, key = "") {
@@ -37,6 +37,44 @@ export async function run(baseUrl: string, query: string, until: Until = "end", 
     if (event.event.case === "approvalRequired" || event.event.case === "toolCallsRequired") break;
   }
   return id;
+}
+
+/// A run of `first` that waits for approval, and a run of `then` sent after it in its
+/// conversation, which is queued behind it; returns both ids once the second is queued
+/// (its stream read on in the background).
+export async function queuedBehind(baseUrl: string, first: string, then: string) {
+  const agents = createClient(AgentService, transport(baseUrl));
+  const model = { provider: "openai", name: "mock" };
+  let blocker = "";
+  let conversationId = "";
+  for await (const event of agents.run({
+    query: first,
+    agent: { model, tools: [{ provider: "time", name: "current_time", requireApproval: true }] },
+  })) {
+    blocker = event.messageId;
+    conversationId = event.conversationId;
+    if (event.event.case === "approvalRequired") break;
+  }
+  const stream = agents
+    .run({
+      query: then,
+      conversationId,
+      conversationPolicy: ConversationPolicy.ENQUEUE,
+      agent: { model, tools: [{ provider: "time", name: "current_time" }] },
+    })
+    [Symbol.asyncIterator]();
+  const queued = (await stream.next()).value?.messageId ?? "";
+  void (async () => {
+    while (!(await stream.next()).done) {
+      // drained
+    }
+  })();
+  return { blocker, queued };
+}
+
+/// Cancels the run of `messageId`.
+export async function cancel(baseUrl: string, messageId: string) {
+  await createClient(AgentService, transport(baseUrl)).cancel({ messageId });
 }
 
 /// A stored agent whose name and description are `text`.

@@ -101,6 +101,7 @@ fn tenant_limits(limits: pb::TenantLimits) -> Result<TenantLimits, Status> {
         max_run_tool_calls,
         max_concurrent_child_runs,
         max_follow_streams,
+        max_queued_per_conversation,
     } = limits;
     let max_run_cost = amount("limits.max_run_cost", &max_run_cost)?.unwrap_or_default();
     Ok(TenantLimits {
@@ -113,6 +114,7 @@ fn tenant_limits(limits: pb::TenantLimits) -> Result<TenantLimits, Status> {
         max_run_tool_calls,
         max_concurrent_child_runs,
         max_follow_streams,
+        max_queued_per_conversation,
     })
 }
 

@@ -329,6 +329,7 @@ impl AgentService for AgentApi {
                 MessageStatus::Running,
                 MessageStatus::WaitingApproval,
                 MessageStatus::WaitingToolOutputs,
+                MessageStatus::Queued,
             ],
             ..RunFilter::default()
         };

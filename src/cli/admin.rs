@@ -126,6 +126,10 @@ fn optional_limits(limits: &pb::TenantLimits) -> String {
             limits.max_concurrent_child_runs.to_string(),
         ),
         ("max_follow_streams", limits.max_follow_streams.to_string()),
+        (
+            "max_queued_per_conversation",
+            limits.max_queued_per_conversation.to_string(),
+        ),
     ] {
         if !value.is_empty() && value != "0" {
             text.push_str(&format!(" {name}={value}"));

@@ -181,6 +181,8 @@ pub enum PolicyArg {
     Reject,
     /// Runs beside it, from the same history.
     Parallel,
+    /// Waits for it, then runs with its answer in the history.
+    Enqueue,
 }
 
 /// `run`.
@@ -353,6 +355,9 @@ pub struct KeyLimits {
     /// limit].
     #[arg(long, default_value_t = 0)]
     max_follow_streams: u32,
+    /// Runs queued at once in one conversation [default: the server's limit].
+    #[arg(long, default_value_t = 0)]
+    max_queued_per_conversation: u32,
 }
 
 impl From<KeyLimits> for crate::pb::TenantLimits {
@@ -367,6 +372,7 @@ impl From<KeyLimits> for crate::pb::TenantLimits {
             max_run_tool_calls,
             max_concurrent_child_runs,
             max_follow_streams,
+            max_queued_per_conversation,
         } = limits;
         Self {
             max_concurrent_runs,
@@ -378,6 +384,7 @@ impl From<KeyLimits> for crate::pb::TenantLimits {
             max_run_tool_calls,
             max_concurrent_child_runs,
             max_follow_streams,
+            max_queued_per_conversation,
         }
     }
 }

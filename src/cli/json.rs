@@ -19,6 +19,10 @@ pub fn event(event: &pb::RunEvent) -> Value {
     let (kind, body) = match &event.event {
         Some(Event::Started(started)) => ("started", started_json(started)),
         Some(Event::Delta(delta)) => ("delta", json!({"text": delta.text})),
+        Some(Event::Queued(queued)) => (
+            "queued",
+            json!({"ahead": queued.ahead, "message_id": queued.message_id}),
+        ),
         Some(Event::ToolCallDelta(delta)) => (
             "tool_call_delta",
             json!({"thought_id": delta.thought_id, "position": delta.position,

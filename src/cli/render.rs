@@ -177,6 +177,10 @@ impl HumanView {
             Some(Event::RoundRestarted(restarted)) => return self.restart(event.seq, restarted),
             Some(Event::Child(child)) => return self.child(child),
             Some(Event::Started(started)) => vec![p.dim(&started_line(started))],
+            Some(Event::Queued(queued)) => vec![p.yellow(&format!(
+                "… queued behind {} ({} ahead)",
+                queued.message_id, queued.ahead
+            ))],
             Some(Event::Thought(thought)) => {
                 self.round_deltas.clear();
                 self.thought_lines(thought)

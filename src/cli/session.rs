@@ -156,6 +156,7 @@ fn run_request(
         None => pb::ConversationPolicy::Unspecified,
         Some(PolicyArg::Reject) => pb::ConversationPolicy::Reject,
         Some(PolicyArg::Parallel) => pb::ConversationPolicy::Parallel,
+        Some(PolicyArg::Enqueue) => pb::ConversationPolicy::Enqueue,
     }
     .into();
     Ok(request)
@@ -366,6 +367,7 @@ fn outcome_of(event: &pb::RunEvent) -> Option<Outcome> {
         Some(Event::Error(_)) => Some(Outcome::Failed),
         Some(
             Event::Started(_)
+            | Event::Queued(_)
             | Event::Delta(_)
             | Event::ToolCallDelta(_)
             | Event::ReasoningDelta(_)

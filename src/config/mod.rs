@@ -578,6 +578,10 @@ impl Config {
         if self.limits.max_follow_streams == 0 {
             self.limits.max_follow_streams = crate::domain::DEFAULT_MAX_FOLLOW_STREAMS;
         }
+        if self.limits.max_queued_per_conversation == 0 {
+            self.limits.max_queued_per_conversation =
+                crate::domain::DEFAULT_MAX_QUEUED_PER_CONVERSATION;
+        }
         if self.runner.max_agent_depth > 10 {
             return Err(invalid("runner.max_agent_depth", "must be at most 10"));
         }

@@ -40,10 +40,17 @@ pub struct TenantLimits {
     /// replica (the server's default is [`DEFAULT_MAX_FOLLOW_STREAMS`]).
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub max_follow_streams: u32,
+    /// Runs queued at once in one conversation (`enqueue`; the server's default is
+    /// [`DEFAULT_MAX_QUEUED_PER_CONVERSATION`]).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub max_queued_per_conversation: u32,
 }
 
 /// The server's `[limits] max_follow_streams` when the configuration sets none.
 pub const DEFAULT_MAX_FOLLOW_STREAMS: u32 = 1_000;
+
+/// The server's `[limits] max_queued_per_conversation` when the configuration sets none.
+pub const DEFAULT_MAX_QUEUED_PER_CONVERSATION: u32 = 8;
 
 /// The server's `[limits] max_concurrent_child_runs` when the configuration sets none: a
 /// tree's runs take no tenant slot, so this is what bounds a tenant's trees together.
@@ -79,6 +86,10 @@ impl TenantLimits {
                 defaults.max_concurrent_child_runs,
             ),
             max_follow_streams: pick32(self.max_follow_streams, defaults.max_follow_streams),
+            max_queued_per_conversation: pick32(
+                self.max_queued_per_conversation,
+                defaults.max_queued_per_conversation,
+            ),
         }
     }
 }

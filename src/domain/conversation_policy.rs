@@ -8,10 +8,14 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "snake_case")]
 pub enum ConversationPolicy {
     /// Both run, each from the same history: a fork of the conversation, opted into.
-    #[default]
     Parallel,
     /// The new run is refused, naming the live one; nothing is written.
     Reject,
+    /// The new run is stored queued and starts once the runs ahead of it have ended, with
+    /// their questions and answers in its prompt: the default, so a conversation keeps one
+    /// history.
+    #[default]
+    Enqueue,
 }
 
 impl ConversationPolicy {
@@ -20,19 +24,12 @@ impl ConversationPolicy {
         request.or(agent).unwrap_or_default()
     }
 
-    /// Whether the run may start only while no other run of its conversation is live.
-    pub fn alone(self) -> bool {
-        match self {
-            Self::Parallel => false,
-            Self::Reject => true,
-        }
-    }
-
     /// The name metrics and logs use.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Parallel => "parallel",
             Self::Reject => "reject",
+            Self::Enqueue => "enqueue",
         }
     }
 }
@@ -42,15 +39,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_request_wins_over_the_agent_and_the_default_is_parallel() {
-        use ConversationPolicy::{Parallel, Reject};
+    fn the_request_wins_over_the_agent_and_the_default_is_enqueue() {
+        use ConversationPolicy::{Enqueue, Parallel, Reject};
         assert_eq!(
             ConversationPolicy::resolve(Some(Parallel), Some(Reject)),
             Parallel
         );
         assert_eq!(ConversationPolicy::resolve(None, Some(Reject)), Reject);
-        assert_eq!(ConversationPolicy::resolve(None, None), Parallel);
-        assert!(Reject.alone());
-        assert!(!Parallel.alone());
+        assert_eq!(ConversationPolicy::resolve(None, None), Enqueue);
     }
 }

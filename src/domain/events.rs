@@ -34,6 +34,14 @@ pub enum RunEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         budget: Option<super::RunBudget>,
     },
+    /// The run waits behind others of its conversation (`enqueue`); sent when it is queued
+    /// and again whenever the runs ahead of it change.
+    Queued {
+        /// How many live runs are ahead of it.
+        ahead: u32,
+        /// The run directly ahead, which it waits for.
+        behind: MessageId,
+    },
     /// A piece of answer text as the model writes it.
     AnswerDelta {
         /// The text.
@@ -188,6 +196,7 @@ impl RunEvent {
             }
             RunEvent::Started { .. }
             | RunEvent::AnswerDelta { .. }
+            | RunEvent::Queued { .. }
             | RunEvent::ToolCallDelta(_)
             | RunEvent::ReasoningDelta { .. }
             | RunEvent::Thought(_)

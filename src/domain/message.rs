@@ -53,13 +53,18 @@ pub enum MessageStatus {
     WaitingToolOutputs,
     /// Paused until someone approves or declines tool calls.
     WaitingApproval,
+    /// Waiting for the runs ahead of it in its conversation to end (`enqueue`); it has not
+    /// started.
+    Queued,
 }
 
 impl MessageStatus {
     /// Whether the message can still change.
     pub fn is_terminal(self) -> bool {
         match self {
-            Self::Running | Self::WaitingToolOutputs | Self::WaitingApproval => false,
+            Self::Running | Self::WaitingToolOutputs | Self::WaitingApproval | Self::Queued => {
+                false
+            }
             Self::Completed | Self::Failed | Self::Cancelled | Self::Interrupted => true,
         }
     }
@@ -214,6 +219,9 @@ pub struct Message {
     /// Set on a sub-agent's run: the run and call that started it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<Box<super::ParentLink>>,
+    /// While queued: the run directly ahead of it in its conversation, which it waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_behind: Option<MessageId>,
 }
 
 fn is_zero_f64(value: &f64) -> bool {
@@ -263,7 +271,25 @@ impl Message {
             handed_over: false,
             agent: None,
             parent: None,
+            queued_behind: None,
             ordinal: 0,
+        }
+    }
+
+    /// Ends the message with `status` and `reason`, and returns the `end` event that says
+    /// so, from what the message holds.
+    pub fn end(&mut self, status: MessageStatus, reason: FinishReason) -> super::RunEvent {
+        self.status = status;
+        self.finish_reason = Some(reason);
+        super::RunEvent::MessageEnd {
+            answer: self.answer.clone(),
+            usage: self.usage.clone(),
+            finish_reason: reason,
+            iterations: self.iterations,
+            retriever_resources: self.retriever_resources.clone(),
+            structured_output: self.structured_output.clone(),
+            output_invalid: self.output_invalid.clone(),
+            budget_exhausted: self.budget_exhausted,
         }
     }
 

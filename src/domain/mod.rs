@@ -27,6 +27,7 @@ mod usage;
 
 pub use access::{
     ApiKeyRecord, TenantLimits, DEFAULT_MAX_CONCURRENT_CHILD_RUNS, DEFAULT_MAX_FOLLOW_STREAMS,
+    DEFAULT_MAX_QUEUED_PER_CONVERSATION,
 };
 pub use agent::{
     AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, CallAt, ParentLink, PinnedAgent,

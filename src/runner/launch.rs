@@ -2,7 +2,7 @@
 
 use tokio_util::sync::CancellationToken;
 
-use super::live::{Awaited, Delivery};
+use super::live::{Awaited, Delivery, Emitter, Mailbox, Registration};
 use super::run;
 use super::spec::RunSpec;
 use crate::domain::Message;
@@ -22,4 +22,16 @@ pub(super) struct Launch {
     pub early: Option<Delivery>,
     /// The wait a run taken over while it waited enters again.
     pub coming: Option<(Awaited, Vec<String>)>,
+}
+
+/// A run registered as live here, with its open event stream: what its task (or, while it
+/// is queued, its wait) writes and is followed through. One registration and one stream
+/// serve a queued run from its first `queued` event to its end.
+pub(super) struct Opened {
+    /// Its place among the live runs here; it leaves when dropped.
+    pub registration: Registration,
+    /// Where its records and events go.
+    pub emitter: Emitter,
+    /// Where its callers' answers arrive.
+    pub mailbox: Mailbox,
 }

@@ -23,6 +23,7 @@ mod live;
 mod pin;
 mod prepare;
 mod pricing;
+mod queue;
 mod quota;
 mod remote;
 mod run;
@@ -60,7 +61,7 @@ use crate::store::{Adopted, Inserted, Refusal, Store, TakenCommand};
 use crate::telemetry::Metrics;
 use crate::tools::ToolRegistry;
 use found::Found;
-use launch::Launch;
+use launch::{Launch, Opened};
 use live::{Delivery, Emitter, LiveRun, LiveRuns, Mailbox};
 use prepare::Prepared;
 use remote::CANCEL_WAIT;
@@ -410,8 +411,22 @@ impl Runner {
             tools: &self.tools,
             settings: &self.settings,
         };
-        if let Some(launch) = pickup.launch(adopted, kept, self.run_token()).await? {
-            self.launch_task(launch);
+        match pickup.launch(adopted, kept, self.run_token()).await? {
+            Some(takeover::Picked::Run(launch)) => {
+                self.launch_task(*launch);
+            }
+            Some(takeover::Picked::Queued(requeued)) => {
+                let takeover::Requeued {
+                    spec,
+                    message,
+                    left,
+                    cancel,
+                    fence,
+                    last_seq,
+                } = *requeued;
+                self.enqueue(spec, message, left, cancel, fence, last_seq);
+            }
+            None => {}
         }
         Ok(())
     }
@@ -512,6 +527,11 @@ impl Runner {
         let mut message = prepare::new_message(&spec, &prepared);
         match prepare::insert_message(&self.store, &spec, &prepared, &mut message).await? {
             Inserted::Yes => {}
+            Inserted::Queued { .. } => {
+                self.metrics.conversation_busy("queued");
+                let left = spec.deadline.map(|d| d.saturating_sub(arrived.elapsed()));
+                return Ok(self.enqueue(spec, message, left, cancel, self.store.fence(), 0));
+            }
             Inserted::KeyTaken(record) => return self.follow_retry(&spec, &record).await,
             Inserted::Refused(refusal) => {
                 if let Refusal::Busy { .. } = refusal {
@@ -526,6 +546,55 @@ impl Runner {
         // Durable with the run's first burst: the caller learns the message's id from its
         // first event. A disk write of its own would hold the first model call back.
         Ok(self.launch(spec, prepared, message, cancel))
+    }
+
+    /// Registers a queued run as live here and hands it to its wait; its deadline (`left`
+    /// of it) counts from now, while it waits and then while it runs. `after_seq` is its
+    /// last stored event (0 for a new one).
+    fn enqueue(
+        &self,
+        mut spec: RunSpec,
+        message: Message,
+        left: Option<Duration>,
+        cancel: CancellationToken,
+        fence: crate::store::Fence,
+        after_seq: u64,
+    ) -> RunHandle {
+        spec.deadline = None;
+        if let Some(left) = left {
+            self.tracker.spawn(cancel_after(cancel.clone(), left));
+        }
+        let (message_id, conversation_id) = (message.id, message.conversation_id);
+        let tenant = spec.tenant.clone();
+        let (opened, first_follower) = self.open_live(
+            &tenant,
+            &message,
+            fence,
+            &cancel,
+            Mailbox::default(),
+            after_seq,
+        );
+        let queued = queue::Queued {
+            spec,
+            message,
+            cancel,
+            opened,
+        };
+        self.tracker
+            .spawn(queue::wait_then_run(self.clone(), queued).in_current_span());
+        RunHandle {
+            message_id,
+            conversation_id,
+            events: live::follow(
+                self.store.clone(),
+                tenant,
+                message_id,
+                after_seq,
+                Some(first_follower),
+                crate::cluster::Watch::never(),
+                live::Known::FromFirstEvent,
+            ),
+        }
     }
 
     /// Checks a stored agent's version as a run would resolve it (model and fallbacks
@@ -650,33 +719,46 @@ impl Runner {
 
     /// Registers the run as live and hands it to its own task; returns its first
     /// follower's subscription, taken before the run emits anything.
-    fn launch_task(&self, launch: Launch) -> live::Subscription {
-        let Launch {
-            spec,
-            agent,
-            message,
-            cancel,
-            fence,
-            resumption,
-            early,
-            coming,
-        } = launch;
+    fn launch_task(&self, mut launch: Launch) -> live::Subscription {
+        let mailbox = Mailbox::default();
+        if let Some((awaited, ids)) = launch.coming.take() {
+            mailbox.expect_soon(awaited, ids);
+        }
+        if let Some(early) = launch.early.take() {
+            mailbox.deliver_early(early);
+        }
+        let after_seq = launch.resumption.as_ref().map_or(0, |r| r.last_seq);
+        let (opened, first_follower) = self.open_live(
+            &launch.spec.tenant,
+            &launch.message,
+            launch.fence.clone(),
+            &launch.cancel,
+            mailbox,
+            after_seq,
+        );
+        self.spawn_run(launch, opened);
+        first_follower
+    }
+
+    /// Registers a run as live here and opens its event stream after `after_seq`; returns
+    /// them with its first follower's subscription, taken before anything is emitted.
+    fn open_live(
+        &self,
+        tenant: &Tenant,
+        message: &Message,
+        fence: crate::store::Fence,
+        cancel: &CancellationToken,
+        mailbox: Mailbox,
+        after_seq: u64,
+    ) -> (Opened, live::Subscription) {
         let (events, _) = broadcast::channel(self.settings.event_buffer.max(1));
-        let tenant = spec.tenant.clone();
         let live_run = LiveRun {
             tenant: tenant.clone(),
             cancel: cancel.clone(),
             events: events.clone(),
-            mailbox: Mailbox::default(),
+            mailbox: mailbox.clone(),
         };
         let first_follower = live_run.subscribe();
-        let mailbox = live_run.mailbox.clone();
-        if let Some((awaited, ids)) = coming {
-            mailbox.expect_soon(awaited, ids);
-        }
-        if let Some(early) = early {
-            mailbox.deliver_early(early);
-        }
         let registration = self.live.register(message.id, live_run);
         let destination = live::Destination {
             store: self.store.clone(),
@@ -694,9 +776,31 @@ impl Runner {
             cancel.clone(),
             &self.tracker,
         );
-        if let Some(resumption) = &resumption {
-            emitter.continue_after(resumption.last_seq);
-        }
+        emitter.continue_after(after_seq);
+        let opened = Opened {
+            registration,
+            emitter,
+            mailbox,
+        };
+        (opened, first_follower)
+    }
+
+    /// Hands a run registered by [`Self::open_live`] to its own task.
+    fn spawn_run(&self, launch: Launch, opened: Opened) {
+        let Launch {
+            spec,
+            agent,
+            message,
+            cancel,
+            resumption,
+            ..
+        } = launch;
+        let Opened {
+            registration,
+            emitter,
+            mailbox,
+        } = opened;
+        let tenant = spec.tenant.clone();
         if let Some(deadline) = spec.deadline {
             self.tracker.spawn(cancel_after(cancel.clone(), deadline));
         }
@@ -726,7 +830,6 @@ impl Runner {
             None => task,
         };
         self.tracker.spawn(task.drive().instrument(span));
-        first_follower
     }
 }
 

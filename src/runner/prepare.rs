@@ -11,12 +11,12 @@ use super::run::{Agent, Output};
 use super::settings::RunnerSettings;
 use super::spec::{ReasoningMode, RunSpec, StoredSpec};
 use super::strategy;
-use crate::domain::Tenant;
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, StrategyKind,
 };
+use crate::domain::{ConversationPolicy, Tenant};
 use crate::llm::{Feature, ModelInfo, ModelRegistry};
-use crate::store::{Admission, Inserted, NewMessage, Store, StoreError};
+use crate::store::{Admission, ConversationRule, Inserted, NewMessage, Store, StoreError};
 use crate::tools::schema::PatternBudget;
 use crate::tools::{SubAgentTool, ToolRegistry, ToolSet};
 
@@ -271,13 +271,30 @@ pub async fn insert_message(
             spec: &stored,
             idempotency: record.as_ref().map(|(key, record)| (*key, record)),
             admission: Admission {
-                // A sub-agent's run has a conversation of its own.
-                alone: spec.parent.is_none() && spec.conversation_policy().alone(),
+                rule: conversation_rule(spec),
                 ..super::quota::admission(spec.limits, spec.parent.is_some())
             },
         })
         .await?;
     Ok(inserted)
+}
+
+/// What the run's conversation policy asks of the store; a sub-agent's run has a
+/// conversation of its own.
+fn conversation_rule(spec: &RunSpec) -> ConversationRule {
+    if spec.parent.is_some() {
+        return ConversationRule::Beside;
+    }
+    match spec.conversation_policy() {
+        ConversationPolicy::Parallel => ConversationRule::Beside,
+        ConversationPolicy::Reject => ConversationRule::Alone,
+        ConversationPolicy::Enqueue => ConversationRule::Queue {
+            max_queued: match spec.limits.max_queued_per_conversation {
+                0 => crate::domain::DEFAULT_MAX_QUEUED_PER_CONVERSATION,
+                set => set,
+            },
+        },
+    }
 }
 
 /// The message of a new run, as running; the store gives it its place (`seq`, `ordinal`)

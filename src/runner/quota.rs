@@ -8,7 +8,7 @@ use chrono::{Datelike, Timelike};
 
 use super::error::RunError;
 use crate::domain::TenantLimits;
-use crate::store::{Admission, Refusal};
+use crate::store::{Admission, ConversationRule, Refusal};
 
 /// Refuses a run of a tenant that used its LLM tokens for today (UTC); the other limits
 /// (runs at once, runs a minute) are counted by the store as the message is written, over
@@ -45,7 +45,7 @@ pub fn admission(limits: TenantLimits, child: bool) -> Admission {
         max_running: limits.max_concurrent_runs,
         per_minute: limits.runs_per_minute,
         max_children: 0,
-        alone: false,
+        rule: ConversationRule::Beside,
     }
 }
 
@@ -79,6 +79,13 @@ pub fn refused(refusal: Refusal, limits: TenantLimits) -> RunError {
             retry_after: Some(retry_after),
         },
         Refusal::Busy { live } => RunError::ConversationTaken { live },
+        Refusal::QueueFull { queued } => RunError::LimitExceeded {
+            limit: "limits.max_queued_per_conversation",
+            detail: format!(
+                "the conversation has {queued} runs queued, the most it may have at once"
+            ),
+            retry_after: None,
+        },
     }
 }
 

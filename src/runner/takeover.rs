@@ -33,6 +33,30 @@ pub(super) struct Pickup<'a> {
     pub settings: &'a RunnerSettings,
 }
 
+/// What a run taken over goes on as.
+pub(super) enum Picked {
+    /// A run that had started: its task, from its last durable round.
+    Run(Box<Launch>),
+    /// A run still queued: its wait, from its last event.
+    Queued(Box<Requeued>),
+}
+
+/// A queued run taken over, to wait again under its new fence.
+pub(super) struct Requeued {
+    /// What it runs.
+    pub spec: RunSpec,
+    /// Its message, queued.
+    pub message: Message,
+    /// What is left of its deadline.
+    pub left: Option<std::time::Duration>,
+    /// Its token (cancelled when a kept cancel, or its caller leaving, says so).
+    pub cancel: CancellationToken,
+    /// The fence its writes go under.
+    pub fence: crate::store::Fence,
+    /// Its last stored event.
+    pub last_seq: u64,
+}
+
 impl Pickup<'_> {
     /// The launch of a run taken over, with the commands `kept` for it while it had no
     /// owner: a cancel among them ends it `CANCELLED` before anything is made again; an
@@ -43,7 +67,7 @@ impl Pickup<'_> {
         adopted: Adopted,
         kept: &[RunCommand],
         cancel: CancellationToken,
-    ) -> Result<Option<Launch>, RunError> {
+    ) -> Result<Option<Picked>, RunError> {
         let Adopted {
             tenant,
             message: id,
@@ -63,8 +87,22 @@ impl Pickup<'_> {
             .await
             .map_err(|_| RunError::NotResumable)?
             .ok_or(RunError::NotResumable)?;
-        let thoughts = self.store.all_thoughts(&tenant, id).await?;
         let events = self.store.list_events(&tenant, id, 0).await?;
+        if message.status == MessageStatus::Queued {
+            let mut spec = resumed_spec(tenant, &message, stored, &cancel);
+            if kept.iter().any(|c| matches!(c, RunCommand::Cancel)) {
+                cancel.cancel();
+            }
+            return Ok(Some(Picked::Queued(Box::new(Requeued {
+                left: spec.deadline.take(),
+                spec,
+                message,
+                cancel,
+                fence,
+                last_seq: events.last().map_or(0, |event| event.seq),
+            }))));
+        }
+        let thoughts = self.store.all_thoughts(&tenant, id).await?;
         // Answers that come before the run asks again are kept for it.
         let waiting = matches!(
             message.status,
@@ -88,7 +126,7 @@ impl Pickup<'_> {
             &message,
         )
         .await?;
-        Ok(Some(Launch {
+        Ok(Some(Picked::Run(Box::new(Launch {
             spec,
             agent,
             message,
@@ -97,7 +135,7 @@ impl Pickup<'_> {
             resumption: Some(resumption),
             early: early_answer(kept),
             coming,
-        }))
+        }))))
     }
 
     /// Whether `message` is a sub-agent's run whose parent has ended: nobody reads it, so it

@@ -171,9 +171,25 @@ pub struct Admission {
     /// The most sub-agents' runs of the tenant running at once, over all its trees: the
     /// limit a sub-agent's message is admitted under.
     pub max_children: u32,
-    /// Admitted only while no other message of its conversation is live (running or
-    /// waiting), checked and written in one step for every process sharing the store.
-    pub alone: bool,
+    /// What it may do when its conversation has a live message (running, waiting or
+    /// queued), checked and written in one step for every process sharing the store.
+    pub rule: ConversationRule,
+}
+
+/// What a new message may do when its conversation has a live message.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ConversationRule {
+    /// Start beside it.
+    #[default]
+    Beside,
+    /// Nothing: it is refused, naming the oldest live message.
+    Alone,
+    /// Be written queued (status `Queued`, `queued_behind` the newest live message), unless
+    /// `max_queued` of the conversation's messages are queued already.
+    Queue {
+        /// The most queued messages of one conversation.
+        max_queued: u32,
+    },
 }
 
 impl Admission {
@@ -181,6 +197,40 @@ impl Admission {
     pub fn unlimited(&self) -> bool {
         self.max_running == 0 && self.per_minute == 0 && self.max_children == 0
     }
+}
+
+impl ConversationRule {
+    /// What the rule makes of a new message whose conversation has the `live` messages
+    /// (oldest first, each with whether it is queued): `None` to start now, the messages
+    /// ahead of it to be queued, or why it is refused.
+    pub fn decide(self, live: &[(MessageId, bool)]) -> Result<Option<u32>, Refusal> {
+        let Some((oldest, _)) = live.first() else {
+            return Ok(None);
+        };
+        match self {
+            Self::Beside => Ok(None),
+            Self::Alone => Err(Refusal::Busy { live: *oldest }),
+            Self::Queue { max_queued } => {
+                let queued = live.iter().filter(|(_, queued)| *queued).count() as u64;
+                if queued >= u64::from(max_queued) {
+                    return Err(Refusal::QueueFull { queued });
+                }
+                Ok(Some(u32::try_from(live.len()).unwrap_or(u32::MAX)))
+            }
+        }
+    }
+
+    /// Whether the rule reads the conversation's live messages at all.
+    pub fn checks(self) -> bool {
+        self != Self::Beside
+    }
+}
+
+/// Marks `message` queued behind the newest of `live`, `ahead` of it in all: what a
+/// backend writes for a message [`ConversationRule::decide`] queued.
+pub fn queue_behind(message: &mut Message, live: &[(MessageId, bool)]) {
+    message.status = crate::domain::MessageStatus::Queued;
+    message.queued_behind = live.last().map(|(id, _)| *id);
 }
 
 /// Why a new message was not admitted.
@@ -209,6 +259,12 @@ pub enum Refusal {
         /// The live message.
         live: MessageId,
     },
+    /// The message was to be queued, and its conversation has `queued` queued already, its
+    /// limit.
+    QueueFull {
+        /// How many.
+        queued: u64,
+    },
 }
 
 /// Whether a new message was written.
@@ -216,6 +272,12 @@ pub enum Refusal {
 pub enum Inserted {
     /// It was.
     Yes,
+    /// It was, queued behind the conversation's live messages (see
+    /// [`ConversationRule::Queue`]); the message now says so.
+    Queued {
+        /// The live messages ahead of it.
+        ahead: u32,
+    },
     /// Its idempotency key already points at another message; nothing was written.
     KeyTaken(IdempotencyRecord),
     /// The tenant's limits refuse it; nothing was written.
@@ -328,6 +390,15 @@ pub trait Conversations: Send + Sync {
         tenant: &Tenant,
         message: MessageId,
     ) -> Result<Option<serde_json::Value>, StoreError>;
+
+    /// The live messages (running, waiting or queued) of a conversation placed before `seq`,
+    /// oldest first: what a queued message waits for.
+    async fn live_before(
+        &self,
+        tenant: &Tenant,
+        conversation: ConversationId,
+        seq: u64,
+    ) -> Result<Vec<MessageId>, StoreError>;
 
     /// Whether a message of the conversation is running (on any replica).
     async fn running_in(

@@ -27,9 +27,9 @@ use std::sync::Arc;
 
 pub use crate::domain::Adoption;
 pub use contract::{
-    Admission, Adopted, Agents, Backend, Burst, Conversations, EventLog, Fence, Health, Heard,
-    Inserted, NewMessage, Ownership, Page, PageSize, Record, Records, Refusal, Registry,
-    RegistryChanges, ReplicaEntry, StoredProvider, Swept, TakenCommand,
+    Admission, Adopted, Agents, Backend, Burst, ConversationRule, Conversations, EventLog, Fence,
+    Health, Heard, Inserted, NewMessage, Ownership, Page, PageSize, Record, Records, Refusal,
+    Registry, RegistryChanges, ReplicaEntry, StoredProvider, Swept, TakenCommand,
 };
 pub use error::{Category, StoreError};
 pub use postgres::{describe as describe_database, with_database};

@@ -1,6 +1,6 @@
 //! A run that arrives while its conversation has a live run follows its conversation
 //! policy: REJECT refuses it naming the live run, PARALLEL runs it beside the live one from
-//! the same history. The rule is the store's, so it holds across replicas.
+//! the same history (ENQUEUE, the default, has tests of its own). The rule is the store's, so it holds across replicas.
 
 use std::time::Duration;
 
@@ -151,9 +151,9 @@ async fn reject_refuses_a_run_while_another_is_live_naming_it() {
     assert_eq!(end_of(&events).answer, "Beside it.");
 }
 
-/// PARALLEL (and a request that sets no policy, whose default it is): a second run starts
-/// while the first streams, and both prompts hold the same history, neither the other's
-/// question.
+/// PARALLEL (the request's, or the agent's when the request sets none): a second run
+/// starts while the first streams, and both prompts hold the same history, neither the
+/// other's question.
 #[tokio::test]
 async fn parallel_runs_answer_from_the_same_history() {
     let (llm, _server, mut client) = start(vec![
@@ -166,17 +166,19 @@ async fn parallel_runs_answer_from_the_same_history() {
     .await;
     let opening = run_to_end(&mut client, run_request("Capital of France?", &[])).await;
     let conversation = opening[0].conversation_id.clone();
-    for policy in [
-        pb::ConversationPolicy::Parallel,
-        pb::ConversationPolicy::Unspecified,
-    ] {
-        let mut first = client
-            .run(asking("First?", &conversation, policy))
-            .await
-            .unwrap()
-            .into_inner();
+    for by_agent in [false, true] {
+        let parallel = |query: &str| {
+            let mut request = asking(query, &conversation, pb::ConversationPolicy::Parallel);
+            if by_agent {
+                request.conversation_policy = pb::ConversationPolicy::Unspecified.into();
+                request.agent.as_mut().unwrap().conversation_policy =
+                    pb::ConversationPolicy::Parallel.into();
+            }
+            request
+        };
+        let mut first = client.run(parallel("First?")).await.unwrap().into_inner();
         read_until_delta(&mut first).await;
-        let second = run_to_end(&mut client, asking("Second?", &conversation, policy)).await;
+        let second = run_to_end(&mut client, parallel("Second?")).await;
         assert!(matches!(
             second.last().and_then(|e| e.event.clone()),
             Some(Event::End(_))

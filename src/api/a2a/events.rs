@@ -72,8 +72,10 @@ impl TaskEvents {
                 let note = self.ids.agent_message("error", vec![text_part(text)]);
                 (vec![self.status(a2a::TaskState::Failed, Some(note))], true)
             }
-            // Forming arguments and reasoning are not the task's output (see docs/a2a.md).
+            // Forming arguments and reasoning are not the task's output (see docs/a2a.md); a
+            // queued task stays `submitted` until it starts.
             RunEvent::Started { .. }
+            | RunEvent::Queued { .. }
             | RunEvent::ToolCallDelta(_)
             | RunEvent::ReasoningDelta { .. }
             | RunEvent::Thought(_)

@@ -17,6 +17,7 @@ pub const ANSWER_ARTIFACT: &str = "answer";
 pub fn task_state(status: MessageStatus) -> a2a::TaskState {
     match status {
         MessageStatus::Running => a2a::TaskState::Working,
+        MessageStatus::Queued => a2a::TaskState::Submitted,
         MessageStatus::WaitingApproval | MessageStatus::WaitingToolOutputs => {
             a2a::TaskState::InputRequired
         }
@@ -126,6 +127,7 @@ fn wait_of(event: &RunEvent) -> Option<(&'static str, Vec<serde_json::Value>)> {
         MessageStatus::WaitingApproval => "approval_required",
         MessageStatus::WaitingToolOutputs => "tool_outputs_required",
         MessageStatus::Running
+        | MessageStatus::Queued
         | MessageStatus::Completed
         | MessageStatus::Failed
         | MessageStatus::Cancelled

@@ -145,6 +145,7 @@ fn config_pb(agent: AgentSpec) -> pb::AgentConfig {
             None => pb::ConversationPolicy::Unspecified,
             Some(ConversationPolicy::Reject) => pb::ConversationPolicy::Reject,
             Some(ConversationPolicy::Parallel) => pb::ConversationPolicy::Parallel,
+            Some(ConversationPolicy::Enqueue) => pb::ConversationPolicy::Enqueue,
         }
         .into(),
     }

@@ -1,4 +1,4 @@
-//! Domain events → protobuf, one exhaustive match.
+//! Domain events → protobuf: one exhaustive match, by family.
 
 use super::record::{document, finish_reason, strategy};
 use super::scalar::timestamp;
@@ -18,9 +18,15 @@ impl From<EventEnvelope> for pb::RunEvent {
     }
 }
 
+/// One event, by family: the run's course here, tool calls and the end in their own
+/// functions.
 fn event(event: RunEvent) -> Event {
     match event {
         started @ RunEvent::Started { .. } => Event::Started(run_started(started)),
+        RunEvent::Queued { ahead, behind } => Event::Queued(pb::Queued {
+            ahead,
+            message_id: behind.to_string(),
+        }),
         RunEvent::Child(child) => Event::Child(Box::new(child_event(*child))),
         RunEvent::AnswerDelta { text } => Event::Delta(pb::MessageDelta { text }),
         RunEvent::ToolCallDelta(delta) => Event::ToolCallDelta(call_delta(*delta)),
@@ -34,37 +40,11 @@ fn event(event: RunEvent) -> Event {
             text,
         }),
         RunEvent::Thought(thought) => Event::Thought((*thought).into()),
-        RunEvent::ToolStarted {
-            thought_id,
-            position,
-            call,
-        } => Event::ToolStarted(pb::ToolStarted {
-            thought_id: thought_id.to_string(),
-            position,
-            tool_call: Some(call.into()),
-        }),
-        RunEvent::ToolFinished {
-            thought_id,
-            position,
-            call,
-        } => Event::ToolFinished(pb::ToolFinished {
-            thought_id: thought_id.to_string(),
-            position,
-            tool_call: Some(call.into()),
-        }),
+        call @ (RunEvent::ToolStarted { .. }
+        | RunEvent::ToolFinished { .. }
+        | RunEvent::ToolCallsRequired { .. }
+        | RunEvent::ApprovalRequired { .. }) => call_event(call),
         RunEvent::File(file) => Event::File(message_file(file)),
-        RunEvent::ToolCallsRequired { thought_id, calls } => {
-            Event::ToolCallsRequired(pb::ToolCallsRequired {
-                thought_id: thought_id.to_string(),
-                tool_calls: calls.into_iter().map(Into::into).collect(),
-            })
-        }
-        RunEvent::ApprovalRequired { thought_id, calls } => {
-            Event::ApprovalRequired(pb::ApprovalRequired {
-                thought_id: thought_id.to_string(),
-                tool_calls: calls.into_iter().map(Into::into).collect(),
-            })
-        }
         retry @ RunEvent::Retry { .. } => Event::Retry(llm_retry(retry)),
         RunEvent::RoundRestarted {
             position,
@@ -75,36 +55,91 @@ fn event(event: RunEvent) -> Event {
             discard_from_seq,
             reason,
         }),
-        RunEvent::MessageEnd {
-            answer,
-            usage,
-            finish_reason: reason,
-            iterations,
-            retriever_resources,
-            structured_output,
-            output_invalid,
-            budget_exhausted,
-        } => Event::End(pb::MessageEnd {
-            answer,
-            usage: Some(usage.into()),
-            finish_reason: finish_reason(reason).into(),
-            iterations,
-            retriever_resources: retriever_resources.into_iter().map(Into::into).collect(),
-            structured_output: structured_output.as_ref().and_then(document),
-            output_invalid: output_invalid.unwrap_or_default(),
-            budget_exhausted: budget_exhausted
-                .map_or_else(String::new, |kind| kind.as_str().to_owned()),
-        }),
-        RunEvent::Error {
-            failure,
-            usage,
-            iterations,
-        } => Event::Error(pb::RunError {
+        end @ (RunEvent::MessageEnd { .. } | RunEvent::Error { .. }) => end_event(end),
+    }
+}
+
+/// A tool call starting, finishing, or waiting on the caller; an empty delta for any
+/// other event, which it is never given.
+fn call_event(event: RunEvent) -> Event {
+    if let RunEvent::ToolStarted {
+        thought_id,
+        position,
+        call,
+    } = event
+    {
+        return Event::ToolStarted(pb::ToolStarted {
+            thought_id: thought_id.to_string(),
+            position,
+            tool_call: Some(call.into()),
+        });
+    }
+    if let RunEvent::ToolFinished {
+        thought_id,
+        position,
+        call,
+    } = event
+    {
+        return Event::ToolFinished(pb::ToolFinished {
+            thought_id: thought_id.to_string(),
+            position,
+            tool_call: Some(call.into()),
+        });
+    }
+    if let RunEvent::ToolCallsRequired { thought_id, calls } = event {
+        return Event::ToolCallsRequired(pb::ToolCallsRequired {
+            thought_id: thought_id.to_string(),
+            tool_calls: calls.into_iter().map(Into::into).collect(),
+        });
+    }
+    if let RunEvent::ApprovalRequired { thought_id, calls } = event {
+        return Event::ApprovalRequired(pb::ApprovalRequired {
+            thought_id: thought_id.to_string(),
+            tool_calls: calls.into_iter().map(Into::into).collect(),
+        });
+    }
+    Event::Delta(pb::MessageDelta::default())
+}
+
+/// The run's last event: its end or its failure; an empty delta for any other event,
+/// which it is never given.
+fn end_event(event: RunEvent) -> Event {
+    if let RunEvent::Error {
+        failure,
+        usage,
+        iterations,
+    } = event
+    {
+        return Event::Error(pb::RunError {
             usage: Some(usage.into()),
             iterations,
             ..failure.into()
-        }),
+        });
     }
+    let RunEvent::MessageEnd {
+        answer,
+        usage,
+        finish_reason: reason,
+        iterations,
+        retriever_resources,
+        structured_output,
+        output_invalid,
+        budget_exhausted,
+    } = event
+    else {
+        return Event::Delta(pb::MessageDelta::default());
+    };
+    Event::End(pb::MessageEnd {
+        answer,
+        usage: Some(usage.into()),
+        finish_reason: finish_reason(reason).into(),
+        iterations,
+        retriever_resources: retriever_resources.into_iter().map(Into::into).collect(),
+        structured_output: structured_output.as_ref().and_then(document),
+        output_invalid: output_invalid.unwrap_or_default(),
+        budget_exhausted: budget_exhausted
+            .map_or_else(String::new, |kind| kind.as_str().to_owned()),
+    })
 }
 
 /// A piece of a forming call's arguments.

@@ -24,6 +24,7 @@ impl From<TenantLimits> for pb::TenantLimits {
             max_run_tool_calls: limits.max_run_tool_calls,
             max_concurrent_child_runs: limits.max_concurrent_child_runs,
             max_follow_streams: limits.max_follow_streams,
+            max_queued_per_conversation: limits.max_queued_per_conversation,
         }
     }
 }
@@ -163,6 +164,7 @@ pub fn message_status(status: MessageStatus) -> pb::MessageStatus {
         MessageStatus::Interrupted => pb::MessageStatus::Interrupted,
         MessageStatus::WaitingToolOutputs => pb::MessageStatus::WaitingToolOutputs,
         MessageStatus::WaitingApproval => pb::MessageStatus::WaitingApproval,
+        MessageStatus::Queued => pb::MessageStatus::Queued,
     }
 }
 
@@ -218,6 +220,10 @@ impl From<Message> for pb::Message {
             parent_tool_call_id: message
                 .parent
                 .map(|parent| parent.tool_call_id)
+                .unwrap_or_default(),
+            queued_behind: message
+                .queued_behind
+                .map(|id| id.to_string())
                 .unwrap_or_default(),
         }
     }

@@ -243,6 +243,7 @@ fn policy(field: &str, value: i32) -> Result<Option<ConversationPolicy>, Status>
         Ok(pb::ConversationPolicy::Unspecified) => Ok(None),
         Ok(pb::ConversationPolicy::Reject) => Ok(Some(ConversationPolicy::Reject)),
         Ok(pb::ConversationPolicy::Parallel) => Ok(Some(ConversationPolicy::Parallel)),
+        Ok(pb::ConversationPolicy::Enqueue) => Ok(Some(ConversationPolicy::Enqueue)),
         Err(_) => Err(invalid(field, &format!("has unknown value {value}"))),
     }
 }

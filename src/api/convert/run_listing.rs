@@ -250,6 +250,7 @@ fn status_of(value: i32) -> Result<MessageStatus, Status> {
         Ok(pb::MessageStatus::Interrupted) => MessageStatus::Interrupted,
         Ok(pb::MessageStatus::WaitingToolOutputs) => MessageStatus::WaitingToolOutputs,
         Ok(pb::MessageStatus::WaitingApproval) => MessageStatus::WaitingApproval,
+        Ok(pb::MessageStatus::Queued) => MessageStatus::Queued,
         Ok(pb::MessageStatus::Unspecified) | Err(_) => {
             return Err(invalid(
                 "statuses",

@@ -32,6 +32,7 @@ impl CallResults<'_> {
             match status {
                 MessageStatus::WaitingApproval | MessageStatus::WaitingToolOutputs => clock.pause(),
                 MessageStatus::Running
+                | MessageStatus::Queued
                 | MessageStatus::Completed
                 | MessageStatus::Failed
                 | MessageStatus::Cancelled

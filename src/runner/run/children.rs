@@ -366,6 +366,7 @@ fn tool_calls_in(event: &RunEvent) -> u32 {
         RunEvent::ToolStarted { .. } => 1,
         RunEvent::Child(child) => tool_calls_in(&child.event.event),
         RunEvent::Started { .. }
+        | RunEvent::Queued { .. }
         | RunEvent::AnswerDelta { .. }
         | RunEvent::ToolCallDelta(_)
         | RunEvent::ReasoningDelta { .. }
@@ -437,6 +438,7 @@ fn child_result(event: &RunEvent, started: Instant) -> Option<Invocation> {
             (text.clone(), Some(text), usage.clone(), CallOutcome::Error)
         }
         RunEvent::Started { .. }
+        | RunEvent::Queued { .. }
         | RunEvent::AnswerDelta { .. }
         | RunEvent::ToolCallDelta(_)
         | RunEvent::ReasoningDelta { .. }

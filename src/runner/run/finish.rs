@@ -53,18 +53,7 @@ pub fn conclude(
 }
 
 fn end(message: &mut Message, status: MessageStatus, reason: FinishReason) -> RunEvent {
-    message.status = status;
-    message.finish_reason = Some(reason);
-    RunEvent::MessageEnd {
-        answer: message.answer.clone(),
-        usage: message.usage.clone(),
-        finish_reason: reason,
-        iterations: message.iterations,
-        retriever_resources: message.retriever_resources.clone(),
-        structured_output: message.structured_output.clone(),
-        output_invalid: message.output_invalid.clone(),
-        budget_exhausted: message.budget_exhausted,
-    }
+    message.end(status, reason)
 }
 
 fn fail(message: &mut Message, status: MessageStatus, failure: RunFailure) -> RunEvent {

@@ -640,6 +640,7 @@ impl RunTask {
             (
                 MessageStatus::Failed
                 | MessageStatus::Running
+                | MessageStatus::Queued
                 | MessageStatus::WaitingToolOutputs
                 | MessageStatus::WaitingApproval,
                 _,

@@ -3,7 +3,7 @@
 use super::{commit, envelope, finish, tenant, Harness, WIDE};
 use crate::domain::{Conversation, Message, MessageId, MessageStatus, RunEvent};
 use crate::store::test_records::{conversation, running_message};
-use crate::store::{Admission, Inserted, NewMessage, Record, Refusal, Store};
+use crate::store::{Admission, ConversationRule, Inserted, NewMessage, Record, Refusal, Store};
 
 /// A run to start alone is refused while its conversation has a live run, naming the oldest
 /// one (a run started beside it counts too, a waiting one as well); it is admitted once they
@@ -80,6 +80,62 @@ pub async fn a_run_to_start_alone_waits_for_no_live_run(harness: &dyn Harness) {
     assert_eq!(page.items.len(), 1, "a refused run wrote nothing");
 }
 
+/// A run to be queued starts at once in an idle conversation; behind live runs it is
+/// written queued, naming the newest of them, until the conversation holds its most queued
+/// runs. Each queued run finds the live runs ahead of it, oldest first, and none once they
+/// ended; a run to start alone is refused naming the oldest.
+pub async fn queued_runs_line_up_behind_the_live_ones(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let other = harness.writer(&store).await;
+    let two = ConversationRule::Queue { max_queued: 2 };
+    let opening = conversation(&tenant());
+    let (admitted, mut first) = started_by(&store, Some(&opening), opening.id, two).await;
+    assert_eq!(admitted, Inserted::Yes, "an idle conversation starts it");
+    let (queued, second) = started_by(&other, None, opening.id, two).await;
+    assert_eq!(queued, Inserted::Queued { ahead: 1 });
+    assert_eq!(second.status, MessageStatus::Queued);
+    assert_eq!(second.queued_behind, Some(first.id));
+    let (queued, third) = started_by(&store, None, opening.id, two).await;
+    assert_eq!(queued, Inserted::Queued { ahead: 2 });
+    assert_eq!(third.queued_behind, Some(second.id));
+    let stored = store
+        .get_message(&tenant(), third.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (stored.status, stored.queued_behind),
+        (MessageStatus::Queued, Some(second.id)),
+        "written queued"
+    );
+    let (full, _) = started_by(&other, None, opening.id, two).await;
+    assert_eq!(full, Inserted::Refused(Refusal::QueueFull { queued: 2 }));
+    let (refused, _) = started(&other, None, opening.id, true).await;
+    assert_eq!(
+        refused,
+        busy(first.id),
+        "a queued run keeps its conversation live"
+    );
+    let ahead = |message: &Message| {
+        let (store, seq) = (other.clone(), message.seq);
+        async move {
+            store
+                .live_before(&tenant(), opening.id, seq)
+                .await
+                .expect("the store answers")
+        }
+    };
+    assert_eq!(ahead(&third).await, [first.id, second.id]);
+    assert_eq!(ahead(&second).await, [first.id]);
+    assert!(ahead(&first).await.is_empty());
+    finish(&store, &mut first, "one").await;
+    assert!(
+        ahead(&second).await.is_empty(),
+        "its turn once the run ahead ended"
+    );
+    assert_eq!(ahead(&third).await, [second.id]);
+}
+
 fn busy(live: MessageId) -> Inserted {
     Inserted::Refused(Refusal::Busy { live })
 }
@@ -91,6 +147,21 @@ async fn started(
     conversation_id: crate::domain::ConversationId,
     alone: bool,
 ) -> (Inserted, Message) {
+    let rule = if alone {
+        ConversationRule::Alone
+    } else {
+        ConversationRule::Beside
+    };
+    started_by(store, opening, conversation_id, rule).await
+}
+
+/// Starts a run in `conversation_id` (opening it when `opening` is given) under `rule`.
+async fn started_by(
+    store: &Store,
+    opening: Option<&Conversation>,
+    conversation_id: crate::domain::ConversationId,
+    rule: ConversationRule,
+) -> (Inserted, Message) {
     let mut message = running_message(conversation_id, 0);
     let inserted = store
         .insert_message(NewMessage {
@@ -100,7 +171,7 @@ async fn started(
             spec: &serde_json::json!({}),
             idempotency: None,
             admission: Admission {
-                alone,
+                rule,
                 ..Admission::default()
             },
         })

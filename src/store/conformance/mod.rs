@@ -16,7 +16,9 @@ pub use agents::{
     an_agents_messages_are_listed_newest_first, nul_in_an_agents_fields_is_refused_naming_it,
     versions_are_numbered_without_gaps,
 };
-pub use conversation_rule::a_run_to_start_alone_waits_for_no_live_run;
+pub use conversation_rule::{
+    a_run_to_start_alone_waits_for_no_live_run, queued_runs_line_up_behind_the_live_ones,
+};
 pub use lifecycle::{a_store_that_cannot_write_says_unavailable, retired_events_leave_each_end};
 pub use ownership::{
     a_burst_under_another_fence_writes_nothing, children_are_counted_apart_from_top_level_runs,
@@ -98,6 +100,7 @@ macro_rules! every_check {
             conversations_are_listed_by_last_activity_once_each,
             replicas_are_listed_with_the_runs_they_hold,
             a_run_to_start_alone_waits_for_no_live_run,
+            queued_runs_line_up_behind_the_live_ones,
         );
     };
 }

@@ -211,7 +211,9 @@ pub async fn tenant_limits_admit_exactly(harness: &dyn Harness) {
         match racer.await.unwrap() {
             Inserted::Yes => admitted_count += 1,
             Inserted::Refused(Refusal::Running { running }) => assert_eq!(running, 2),
-            other @ (Inserted::KeyTaken(_) | Inserted::Refused(_)) => panic!("{other:?}"),
+            other @ (Inserted::KeyTaken(_) | Inserted::Refused(_) | Inserted::Queued { .. }) => {
+                panic!("{other:?}")
+            }
         }
     }
     assert_eq!(
@@ -241,7 +243,10 @@ pub async fn tenant_limits_admit_exactly(harness: &dyn Harness) {
                 "{retry_after:?}"
             );
         }
-        other @ (Inserted::Yes | Inserted::KeyTaken(_) | Inserted::Refused(_)) => {
+        other @ (Inserted::Yes
+        | Inserted::KeyTaken(_)
+        | Inserted::Refused(_)
+        | Inserted::Queued { .. }) => {
             panic!("{other:?}")
         }
     }
@@ -257,7 +262,7 @@ pub async fn children_are_counted_apart_from_top_level_runs(harness: &dyn Harnes
         max_running: 1,
         per_minute: 2,
         max_children: 3,
-        alone: false,
+        rule: crate::store::ConversationRule::Beside,
     };
     let top = crate::domain::MessageId::new();
     assert_eq!(admitted(&store, &acme, limits).await, Inserted::Yes);
@@ -272,14 +277,19 @@ pub async fn children_are_counted_apart_from_top_level_runs(harness: &dyn Harnes
         match racer.await.unwrap() {
             Inserted::Yes => children += 1,
             Inserted::Refused(Refusal::Children { running }) => assert_eq!(running, 3),
-            other @ (Inserted::KeyTaken(_) | Inserted::Refused(_)) => panic!("{other:?}"),
+            other @ (Inserted::KeyTaken(_) | Inserted::Refused(_) | Inserted::Queued { .. }) => {
+                panic!("{other:?}")
+            }
         }
     }
     assert_eq!(children, 3, "exactly the children's limit");
     // The one top-level run still holds the only top-level slot; the children hold none.
     match admitted(&store, &acme, limits).await {
         Inserted::Refused(Refusal::Running { running }) => assert_eq!(running, 1),
-        other @ (Inserted::Yes | Inserted::KeyTaken(_) | Inserted::Refused(_)) => {
+        other @ (Inserted::Yes
+        | Inserted::KeyTaken(_)
+        | Inserted::Refused(_)
+        | Inserted::Queued { .. }) => {
             panic!("{other:?}")
         }
     }

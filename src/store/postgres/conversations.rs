@@ -10,7 +10,9 @@ use super::Postgres;
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
 };
-use crate::store::contract::{Admission, Inserted, NewMessage, Page, PageSize, Refusal};
+use crate::store::contract::{
+    queue_behind, Admission, Inserted, NewMessage, Page, PageSize, Refusal,
+};
 use crate::store::error::StoreError;
 use crate::store::run_listing::{ConversationPage, ConversationQuery, RunPage, RunQuery};
 
@@ -117,10 +119,19 @@ impl crate::store::contract::Conversations for Postgres {
                 return Ok(Inserted::Refused(refusal));
             }
             let place = self
-                .place(&mut tx, tenant, conversation, message, admission.alone)
+                .place(&mut tx, tenant, conversation, message, admission.rule.checks())
                 .await?;
-            if let Some(live) = place.live {
-                return Ok(Inserted::Refused(Refusal::Busy { live }));
+            let mut admitted = Inserted::Yes;
+            if place.live.is_some() {
+                let live = self.live_in(&mut tx, tenant, message.conversation_id).await?;
+                match admission.rule.decide(&live) {
+                    Ok(None) => {}
+                    Ok(Some(ahead)) => {
+                        queue_behind(message, &live);
+                        admitted = Inserted::Queued { ahead };
+                    }
+                    Err(refusal) => return Ok(Inserted::Refused(refusal)),
+                }
             }
             let (seq, ordinal) = (place.seq, place.ordinal);
             message.seq = u64::try_from(seq).unwrap_or_default();
@@ -150,7 +161,7 @@ impl crate::store::contract::Conversations for Postgres {
             .await
             .map_err(failed)?;
             tx.commit().await.map_err(failed)?;
-            Ok(Inserted::Yes)
+            Ok(admitted)
         })
         .await
     }
@@ -335,6 +346,25 @@ impl crate::store::contract::Conversations for Postgres {
 
     /// With one process per database, every running message is one a previous process
     /// left.
+    async fn live_before(
+        &self,
+        tenant: &Tenant,
+        conversation: ConversationId,
+        seq: u64,
+    ) -> Result<Vec<MessageId>, StoreError> {
+        let rows: Vec<(Uuid,)> = sqlx::query_as(
+            "SELECT id FROM messages \
+             WHERE tenant = $1 AND conversation_id = $2 AND running AND seq < $3 ORDER BY seq",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.0)
+        .bind(i64::try_from(seq).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(from_sqlx)?;
+        Ok(rows.into_iter().map(|(id,)| MessageId(id)).collect())
+    }
+
     async fn running_in(
         &self,
         tenant: &Tenant,
@@ -432,6 +462,29 @@ impl Postgres {
             Some((seq, ordinal, _)) => (seq + 1, ordinal + 1),
         };
         Ok(Place { seq, ordinal, live })
+    }
+
+    /// The conversation's live messages, oldest first, each with whether it is queued; read
+    /// under the conversation's lock.
+    async fn live_in(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+        tenant: &Tenant,
+        conversation: ConversationId,
+    ) -> Result<Vec<(MessageId, bool)>, StoreError> {
+        let rows: Vec<(Uuid, bool)> = sqlx::query_as(
+            "SELECT id, (record::jsonb ->> 'status') = 'queued' FROM messages \
+             WHERE tenant = $1 AND conversation_id = $2 AND running ORDER BY seq",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.0)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(|err| self.failed(err))?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, queued)| (MessageId(id), queued))
+            .collect())
     }
 
     /// Counts the tenant's running top-level messages and its top-level starts in the last

@@ -212,6 +212,16 @@ impl crate::store::contract::Conversations for Embedded {
         self.running_in(tenant, conversation)
     }
 
+    async fn live_before(
+        &self,
+        tenant: &Tenant,
+        conversation: ConversationId,
+        seq: u64,
+    ) -> Result<Vec<MessageId>, StoreError> {
+        let live = self.live_in(tenant, conversation, seq)?;
+        Ok(live.into_iter().map(|(id, _)| id).collect())
+    }
+
     async fn running_children(
         &self,
         tenant: &Tenant,

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
 
 use super::{keys, Embedded};
-use crate::domain::{ConversationId, Message, MessageId, Tenant};
+use crate::domain::{ConversationId, Message, MessageId, MessageStatus, Tenant};
 use crate::store::StoreError;
 
 /// The live (not yet ended) messages of each conversation by `seq`. Written as a message
@@ -63,20 +63,28 @@ impl LiveConversations {
 }
 
 impl Embedded {
-    /// The oldest live message of a conversation. A noted one that is not live on disk (a
-    /// write lost when the store was opened again) is forgotten on the way.
+    /// The live messages of a conversation placed before `before_seq`, oldest first, each
+    /// with whether it is queued. A noted one that is not live on disk (a write lost when
+    /// the store was opened again) is forgotten on the way.
     pub(super) fn live_in(
         &self,
         tenant: &Tenant,
         conversation: ConversationId,
-    ) -> Result<Option<MessageId>, StoreError> {
+        before_seq: u64,
+    ) -> Result<Vec<(MessageId, bool)>, StoreError> {
+        let mut live = Vec::new();
         for (seq, id) in self.live.of(tenant, conversation) {
+            if seq >= before_seq {
+                break;
+            }
             match self.get_past_message(tenant, id)? {
-                Some(message) if !message.status.is_terminal() => return Ok(Some(id)),
+                Some(message) if !message.status.is_terminal() => {
+                    live.push((id, message.status == MessageStatus::Queued));
+                }
                 Some(_) | None => self.live.ended(tenant, conversation, seq),
             }
         }
-        Ok(None)
+        Ok(live)
     }
 
     /// Notes every live message a running marker names: the store's state when it opens.

@@ -11,7 +11,9 @@ use super::{decode, encode, keys, run_index, Embedded, StoreError};
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
 };
-use crate::store::contract::{Inserted, NewMessage, Page, PageSize, Refusal};
+use crate::store::contract::{
+    queue_behind, ConversationRule, Inserted, NewMessage, Page, PageSize,
+};
 
 /// A message as stored: its answer kept apart in the `answers` tree when it has one
 /// (records of earlier versions have it inline and no flag).
@@ -118,8 +120,8 @@ impl Embedded {
         };
         self.put_run_spec(tenant, message.id, spec)?;
         let inserted =
-            self.insert_in_place(tenant, conversation, message, idempotency, admission.alone);
-        if matches!(inserted, Ok(Inserted::Yes)) {
+            self.insert_in_place(tenant, conversation, message, idempotency, admission.rule);
+        if matches!(inserted, Ok(Inserted::Yes | Inserted::Queued { .. })) {
             admitted.started();
         } else {
             self.remove_run_spec(tenant, message.id)?;
@@ -134,13 +136,20 @@ impl Embedded {
         conversation: Option<&Conversation>,
         message: &mut Message,
         idempotency: Option<(&str, &IdempotencyRecord)>,
-        alone: bool,
+        rule: ConversationRule,
     ) -> Result<Inserted, StoreError> {
         let t = self.t()?;
         let _place = self.order.lock(message.conversation_id);
-        if alone {
-            if let Some(live) = self.live_in(tenant, message.conversation_id)? {
-                return Ok(Inserted::Refused(Refusal::Busy { live }));
+        let mut admitted = Inserted::Yes;
+        if rule.checks() {
+            let live = self.live_in(tenant, message.conversation_id, u64::MAX)?;
+            match rule.decide(&live) {
+                Ok(None) => {}
+                Ok(Some(ahead)) => {
+                    queue_behind(message, &live);
+                    admitted = Inserted::Queued { ahead };
+                }
+                Err(refusal) => return Ok(Inserted::Refused(refusal)),
             }
         }
         let (seq, ordinal) = self.next_place(tenant, message.conversation_id)?;
@@ -172,7 +181,7 @@ impl Embedded {
             t.conversation_messages
                 .insert(index_key.as_slice(), message.id.as_bytes().as_slice())?;
             self.live.started(tenant, message);
-            return Ok(Inserted::Yes);
+            return Ok(admitted);
         };
         let idempotency = (keys::named(tenant, key), encode("idempotency", record)?);
         let trees = (
@@ -196,10 +205,10 @@ impl Embedded {
             messages.insert(message_key.as_slice(), message_value.as_slice())?;
             index.insert(index_key.as_slice(), message.id.as_bytes().as_slice())?;
             running.insert(message_key.as_slice(), running_marker(message))?;
-            Ok::<_, ConflictableTransactionError<StoreError>>(Inserted::Yes)
+            Ok::<_, ConflictableTransactionError<StoreError>>(admitted.clone())
         });
         let inserted = result.map_err(transaction_error)?;
-        if inserted == Inserted::Yes {
+        if matches!(inserted, Inserted::Yes | Inserted::Queued { .. }) {
             self.live.started(tenant, message);
         }
         if let Inserted::KeyTaken(_) = &inserted {
