@@ -53,8 +53,7 @@ pub use spec::{
 };
 
 use crate::domain::{
-    ConversationId, FieldError, IdempotencyRecord, Message, MessageId, MessageStatus, RunCommand,
-    Tenant,
+    ConversationId, IdempotencyRecord, Message, MessageId, MessageStatus, RunCommand, Tenant,
 };
 use crate::llm::ModelRegistry;
 use crate::store::{Adopted, Inserted, Refusal, Store, TakenCommand};
@@ -424,7 +423,15 @@ impl Runner {
                     fence,
                     last_seq,
                 } = *requeued;
-                self.enqueue(spec, message, left, cancel, fence, last_seq);
+                let enqueued = queue::Enqueued {
+                    spec,
+                    message,
+                    left,
+                    cancel,
+                    fence,
+                    after_seq: last_seq,
+                };
+                queue::enqueue(self, enqueued);
             }
             None => {}
         }
@@ -476,7 +483,7 @@ impl Runner {
         let mut spec = pin::pin(&self.store, spec).await?.validated()?;
         let own_cost = spec.agent.budget.cost;
         spec.agent.budget = spec.agent.budget.capped(&spec.limits);
-        check_sizes(&spec, &self.settings)?;
+        prepare::check_sizes(&spec, &self.settings)?;
         if let Some(record) = prepare::earlier_run(&self.store, &spec).await? {
             return self.follow_retry(&spec, &record).await;
         }
@@ -530,7 +537,17 @@ impl Runner {
             Inserted::Queued { .. } => {
                 self.metrics.conversation_busy("queued");
                 let left = spec.deadline.map(|d| d.saturating_sub(arrived.elapsed()));
-                return Ok(self.enqueue(spec, message, left, cancel, self.store.fence(), 0));
+                return Ok(queue::enqueue(
+                    self,
+                    queue::Enqueued {
+                        spec,
+                        message,
+                        left,
+                        cancel,
+                        fence: self.store.fence(),
+                        after_seq: 0,
+                    },
+                ));
             }
             Inserted::KeyTaken(record) => return self.follow_retry(&spec, &record).await,
             Inserted::Refused(refusal) => {
@@ -546,55 +563,6 @@ impl Runner {
         // Durable with the run's first burst: the caller learns the message's id from its
         // first event. A disk write of its own would hold the first model call back.
         Ok(self.launch(spec, prepared, message, cancel))
-    }
-
-    /// Registers a queued run as live here and hands it to its wait; its deadline (`left`
-    /// of it) counts from now, while it waits and then while it runs. `after_seq` is its
-    /// last stored event (0 for a new one).
-    fn enqueue(
-        &self,
-        mut spec: RunSpec,
-        message: Message,
-        left: Option<Duration>,
-        cancel: CancellationToken,
-        fence: crate::store::Fence,
-        after_seq: u64,
-    ) -> RunHandle {
-        spec.deadline = None;
-        if let Some(left) = left {
-            self.tracker.spawn(cancel_after(cancel.clone(), left));
-        }
-        let (message_id, conversation_id) = (message.id, message.conversation_id);
-        let tenant = spec.tenant.clone();
-        let (opened, first_follower) = self.open_live(
-            &tenant,
-            &message,
-            fence,
-            &cancel,
-            Mailbox::default(),
-            after_seq,
-        );
-        let queued = queue::Queued {
-            spec,
-            message,
-            cancel,
-            opened,
-        };
-        self.tracker
-            .spawn(queue::wait_then_run(self.clone(), queued).in_current_span());
-        RunHandle {
-            message_id,
-            conversation_id,
-            events: live::follow(
-                self.store.clone(),
-                tenant,
-                message_id,
-                after_seq,
-                Some(first_follower),
-                crate::cluster::Watch::never(),
-                live::Known::FromFirstEvent,
-            ),
-        }
     }
 
     /// Checks a stored agent's version as a run would resolve it (model and fallbacks
@@ -614,7 +582,7 @@ impl Runner {
         spec.agent = definition.agent;
         spec.client_tools = definition.client_tools;
         let spec = spec.validated()?;
-        check_sizes(&spec, &self.settings)?;
+        prepare::check_sizes(&spec, &self.settings)?;
         prepare::check(&self.models, &self.tools, &spec, &self.settings)?;
         Ok(AgentDefinition {
             agent: spec.agent,
@@ -833,46 +801,9 @@ impl Runner {
     }
 }
 
-/// Refuses a query (or instruction inputs) larger than the run may store and echo back, and
-/// an instruction that its inputs would fill past the limit (measured, not built).
-fn check_sizes(spec: &RunSpec, settings: &RunnerSettings) -> Result<(), RunError> {
-    let limit = settings.max_query_bytes;
-    if spec.query.len() > limit {
-        return Err(FieldError::new(
-            "query",
-            format!(
-                "is {} bytes, more than runner.max_query_bytes ({limit})",
-                spec.query.len()
-            ),
-        )
-        .into());
-    }
-    let inputs: usize = spec.inputs.iter().map(|(k, v)| k.len() + v.len()).sum();
-    if inputs > limit {
-        return Err(FieldError::new(
-            "inputs",
-            format!("are {inputs} bytes, more than runner.max_query_bytes ({limit})"),
-        )
-        .into());
-    }
-    let filled = spec.filled_instruction_len();
-    let limit = settings.max_instruction_bytes;
-    if filled > limit {
-        return Err(FieldError::new(
-            "agent.instruction",
-            format!(
-                "is {filled} bytes with its inputs filled in, more than \
-                 runner.max_instruction_bytes ({limit})"
-            ),
-        )
-        .into());
-    }
-    Ok(())
-}
-
 /// Cancels `cancel` once `deadline` has passed, unless it fired before (a run's token
 /// fires at shutdown too, so this never holds shutdown up).
-async fn cancel_after(cancel: CancellationToken, deadline: Duration) {
+pub(super) async fn cancel_after(cancel: CancellationToken, deadline: Duration) {
     tokio::select! {
         () = cancel.cancelled() => {}
         () = tokio::time::sleep(deadline) => cancel.cancel(),

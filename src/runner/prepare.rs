@@ -14,7 +14,7 @@ use super::strategy;
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, StrategyKind,
 };
-use crate::domain::{ConversationPolicy, Tenant};
+use crate::domain::{ConversationPolicy, FieldError, Tenant};
 use crate::llm::{Feature, ModelInfo, ModelRegistry};
 use crate::store::{Admission, ConversationRule, Inserted, NewMessage, Store, StoreError};
 use crate::tools::schema::PatternBudget;
@@ -480,4 +480,41 @@ impl<'a> NewestFirst<'a> {
         }
         Ok(count)
     }
+}
+
+/// Refuses a query (or instruction inputs) larger than the run may store and echo back, and
+/// an instruction that its inputs would fill past the limit (measured, not built).
+pub fn check_sizes(spec: &RunSpec, settings: &RunnerSettings) -> Result<(), RunError> {
+    let limit = settings.max_query_bytes;
+    if spec.query.len() > limit {
+        return Err(FieldError::new(
+            "query",
+            format!(
+                "is {} bytes, more than runner.max_query_bytes ({limit})",
+                spec.query.len()
+            ),
+        )
+        .into());
+    }
+    let inputs: usize = spec.inputs.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if inputs > limit {
+        return Err(FieldError::new(
+            "inputs",
+            format!("are {inputs} bytes, more than runner.max_query_bytes ({limit})"),
+        )
+        .into());
+    }
+    let filled = spec.filled_instruction_len();
+    let limit = settings.max_instruction_bytes;
+    if filled > limit {
+        return Err(FieldError::new(
+            "agent.instruction",
+            format!(
+                "is {filled} bytes with its inputs filled in, more than \
+                 runner.max_instruction_bytes ({limit})"
+            ),
+        )
+        .into());
+    }
+    Ok(())
 }

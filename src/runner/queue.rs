@@ -8,29 +8,101 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use tracing::Instrument;
+
 use super::found::Found;
 use super::launch::{Launch, Opened};
+use super::live::{self, Mailbox};
 use super::spec::RunSpec;
-use super::{prepare, Runner};
+use super::{prepare, RunHandle, Runner};
 use crate::domain::{
     FinishReason, Message, MessageId, MessageStatus, RunEvent, RunFailure, Tenant,
 };
-use crate::store::Record;
+use crate::store::{Admission, Fence, Record};
 
 /// How often a queued run reads again which runs are ahead of it when nothing woke it
-/// sooner: a run ahead that ended elsewhere unheard, or a queued one that was cancelled.
-const RECHECK_EVERY: Duration = Duration::from_millis(500);
+/// sooner: a run ahead that ended unheard, or one between the first and the last ahead of
+/// it that was cancelled.
+const RECHECK_EVERY: Duration = Duration::from_secs(1);
 
-/// A queued run, registered as live here with its stream open.
-pub(super) struct Queued {
-    /// What it runs, its deadline already counting on `cancel`.
+/// A queued run to hand to its wait: written queued, or taken over while queued.
+pub(super) struct Enqueued {
+    /// What it runs.
     pub spec: RunSpec,
     /// Its message, queued.
     pub message: Message,
-    /// Its token: its caller's cancel, its deadline, shutdown.
+    /// What is left of its caller's deadline, counting from now while it waits and then
+    /// while it runs.
+    pub left: Option<Duration>,
+    /// Its token.
     pub cancel: CancellationToken,
+    /// The fence its writes go under.
+    pub fence: Fence,
+    /// Its last stored event (0 for a new one).
+    pub after_seq: u64,
+}
+
+/// Registers a queued run as live on `runner` and hands it to its wait; returns its handle,
+/// following its events from the first.
+pub(super) fn enqueue(runner: &Runner, enqueued: Enqueued) -> RunHandle {
+    let Enqueued {
+        mut spec,
+        message,
+        left,
+        cancel,
+        fence,
+        after_seq,
+    } = enqueued;
+    spec.deadline = None;
+    if let Some(left) = left {
+        runner
+            .tracker
+            .spawn(super::cancel_after(cancel.clone(), left));
+    }
+    let (message_id, conversation_id) = (message.id, message.conversation_id);
+    let tenant = spec.tenant.clone();
+    let (opened, first_follower) = runner.open_live(
+        &tenant,
+        &message,
+        fence,
+        &cancel,
+        Mailbox::default(),
+        after_seq,
+    );
+    let queued = Queued {
+        spec,
+        message,
+        cancel,
+        opened,
+    };
+    runner
+        .tracker
+        .spawn(wait_then_run(runner.clone(), queued).in_current_span());
+    RunHandle {
+        message_id,
+        conversation_id,
+        events: live::follow(
+            runner.store.clone(),
+            tenant,
+            message_id,
+            after_seq,
+            Some(first_follower),
+            crate::cluster::Watch::never(),
+            live::Known::FromFirstEvent,
+        ),
+    }
+}
+
+/// A queued run, registered as live here with its stream open.
+struct Queued {
+    /// What it runs, its deadline already counting on `cancel`.
+    spec: RunSpec,
+    /// Its message, queued.
+    message: Message,
+    /// Its token: its caller's cancel, its deadline, shutdown.
+    cancel: CancellationToken,
     /// Its registration and stream.
-    pub opened: Opened,
+    opened: Opened,
 }
 
 /// How a queued run's wait ended.
@@ -45,14 +117,19 @@ enum Turn {
 
 /// Waits for the run's turn, then starts it; or ends it, or leaves it queued for the next
 /// owner, as its wait ended.
-pub(super) async fn wait_then_run(runner: Runner, queued: Queued) {
+async fn wait_then_run(runner: Runner, queued: Queued) {
     let Queued {
         spec,
         mut message,
         cancel,
         mut opened,
     } = queued;
-    let turn = wait_turn(&runner, &spec.tenant, &mut message, &cancel, &mut opened).await;
+    let admission = super::quota::admission(spec.limits, false);
+    let place = Place {
+        tenant: &spec.tenant,
+        admission,
+    };
+    let turn = wait_turn(&runner, &place, &mut message, &cancel, &mut opened).await;
     match turn {
         Turn::Now => start(&runner, spec, message, cancel, opened).await,
         Turn::Cancelled => {
@@ -70,42 +147,73 @@ pub(super) async fn wait_then_run(runner: Runner, queued: Queued) {
     }
 }
 
-/// Announces the run's place whenever it changes and waits until no run is ahead of it.
+/// Whose queued run it is, and the tenant limits it starts under.
+struct Place<'a> {
+    tenant: &'a Tenant,
+    admission: Admission,
+}
+
+/// Announces the run's place whenever it changes and waits until no run is ahead of it
+/// and its tenant's limits admit it.
 async fn wait_turn(
     runner: &Runner,
-    tenant: &Tenant,
+    place: &Place<'_>,
     message: &mut Message,
     cancel: &CancellationToken,
     opened: &mut Opened,
 ) -> Turn {
+    let tenant = place.tenant;
     let mut announced = None;
     loop {
         let read = runner
             .store
             .live_before(tenant, message.conversation_id, message.seq)
             .await;
-        let first = match read {
+        let watched = match read {
             Ok(ahead) => {
                 let (Some(first), Some(behind)) = (ahead.first(), ahead.last()) else {
-                    return Turn::Now;
+                    if admitted(runner, place, message.id).await {
+                        return Turn::Now;
+                    }
+                    // Its tenant has no slot free: it waits at the head of its queue.
+                    let waited = tokio::time::sleep(RECHECK_EVERY);
+                    tokio::select! {
+                        biased;
+                        () = runner.shutdown.cancelled() => return Turn::Left { handed_over: false },
+                        () = runner.draining.cancelled() => return Turn::Left { handed_over: true },
+                        () = cancel.cancelled() => return Turn::Cancelled,
+                        () = waited => continue,
+                    }
                 };
                 let count = u32::try_from(ahead.len()).unwrap_or(u32::MAX);
                 if announced != Some((*behind, count)) {
                     announced = Some((*behind, count));
                     announce(message, *behind, count, opened).await;
                 }
-                Some(*first)
+                // The first ahead ending may make it the run's turn; the one directly ahead
+                // ending (cancelled while queued) changes its place.
+                let mut watched = vec![*first];
+                if behind != first {
+                    watched.push(*behind);
+                }
+                watched
             }
             Err(err) => {
                 tracing::warn!(error = %err, "a queued run could not read its place; it reads it again");
-                None
+                Vec::new()
             }
         };
         let waited = async {
-            match first {
-                Some(first) => ended_or_a_while(runner, tenant, first).await,
-                None => tokio::time::sleep(RECHECK_EVERY).await,
-            }
+            let ends = watched
+                .iter()
+                .map(|id| Box::pin(ended(runner, tenant, *id)));
+            let any = async {
+                if watched.is_empty() {
+                    std::future::pending::<()>().await;
+                }
+                futures::future::select_all(ends).await;
+            };
+            let _ = tokio::time::timeout(RECHECK_EVERY, any).await;
         };
         tokio::select! {
             biased;
@@ -113,6 +221,26 @@ async fn wait_turn(
             () = runner.draining.cancelled() => return Turn::Left { handed_over: true },
             () = cancel.cancelled() => return Turn::Cancelled,
             () = waited => {}
+        }
+    }
+}
+
+/// Whether the tenant's limits admit the queued run now; it then holds a slot and counts
+/// as a start.
+async fn admitted(runner: &Runner, place: &Place<'_>, message: MessageId) -> bool {
+    match runner
+        .store
+        .start_queued(place.tenant, message, place.admission)
+        .await
+    {
+        Ok(None) => true,
+        Ok(Some(refusal)) => {
+            tracing::debug!(?refusal, "a queued run waits for its tenant's limits");
+            false
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "a queued run could not be admitted; it asks again");
+            false
         }
     }
 }
@@ -126,35 +254,33 @@ async fn announce(message: &mut Message, behind: MessageId, ahead: u32, opened: 
     opened.emitter.settle().await;
 }
 
-/// Returns once the run `first` has ended, or after [`RECHECK_EVERY`]: at once when it
-/// runs here and ends, on its end's notice when it runs on a peer.
-async fn ended_or_a_while(runner: &Runner, tenant: &Tenant, first: MessageId) {
-    let ended = async {
-        match Found::find(&runner.live, &runner.store, tenant, first).await {
-            Ok(Found::Local(run)) => {
-                let mut events = run.events.subscribe();
-                drop(run);
-                // The channel closes once the run has recorded its end and left here.
-                while !matches!(
-                    events.recv().await,
-                    Err(broadcast::error::RecvError::Closed)
-                ) {}
-            }
-            Ok(Found::Remote(_)) => {
-                let poll = runner.last_seq_of(tenant, first);
-                let mut watch = runner.bus.watch(first, poll).await;
-                while let Some(Ok(notice)) = watch.next().await {
-                    let ended = notice.events.iter().any(|e| e.event.is_terminal());
-                    if ended || notice.events.is_empty() {
-                        break;
-                    }
+/// Returns once the run `id` has ended: at once when it runs here and ends, on its end's
+/// notice when it runs on a peer, at once when it has ended already; never when it cannot
+/// be read (the caller's recheck reads again).
+async fn ended(runner: &Runner, tenant: &Tenant, id: MessageId) {
+    match Found::find(&runner.live, &runner.store, tenant, id).await {
+        Ok(Found::Local(run)) => {
+            let mut events = run.events.subscribe();
+            drop(run);
+            // The channel closes once the run has recorded its end and left here.
+            while !matches!(
+                events.recv().await,
+                Err(broadcast::error::RecvError::Closed)
+            ) {}
+        }
+        Ok(Found::Remote(_)) => {
+            let poll = runner.last_seq_of(tenant, id);
+            let mut watch = runner.bus.watch(id, poll).await;
+            while let Some(Ok(notice)) = watch.next().await {
+                let ended = notice.events.iter().any(|e| e.event.is_terminal());
+                if ended || notice.events.is_empty() {
+                    break;
                 }
             }
-            Ok(Found::Ended(_)) => {}
-            Err(_) => std::future::pending().await,
         }
-    };
-    let _ = tokio::time::timeout(RECHECK_EVERY, ended).await;
+        Ok(Found::Ended(_)) => {}
+        Err(_) => std::future::pending().await,
+    }
 }
 
 /// Starts the run whose turn came: its agent prepared with the history it now has, its

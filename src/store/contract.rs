@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::{broadcast, watch};
 
+use super::conversation_rule::ConversationRule;
 use super::error::StoreError;
 use super::run_listing::{ConversationPage, ConversationQuery, RunPage, RunQuery};
 use crate::domain::{
@@ -176,61 +177,11 @@ pub struct Admission {
     pub rule: ConversationRule,
 }
 
-/// What a new message may do when its conversation has a live message.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ConversationRule {
-    /// Start beside it.
-    #[default]
-    Beside,
-    /// Nothing: it is refused, naming the oldest live message.
-    Alone,
-    /// Be written queued (status `Queued`, `queued_behind` the newest live message), unless
-    /// `max_queued` of the conversation's messages are queued already.
-    Queue {
-        /// The most queued messages of one conversation.
-        max_queued: u32,
-    },
-}
-
 impl Admission {
     /// Whether no tenant limit applies (the conversation rule aside).
     pub fn unlimited(&self) -> bool {
         self.max_running == 0 && self.per_minute == 0 && self.max_children == 0
     }
-}
-
-impl ConversationRule {
-    /// What the rule makes of a new message whose conversation has the `live` messages
-    /// (oldest first, each with whether it is queued): `None` to start now, the messages
-    /// ahead of it to be queued, or why it is refused.
-    pub fn decide(self, live: &[(MessageId, bool)]) -> Result<Option<u32>, Refusal> {
-        let Some((oldest, _)) = live.first() else {
-            return Ok(None);
-        };
-        match self {
-            Self::Beside => Ok(None),
-            Self::Alone => Err(Refusal::Busy { live: *oldest }),
-            Self::Queue { max_queued } => {
-                let queued = live.iter().filter(|(_, queued)| *queued).count() as u64;
-                if queued >= u64::from(max_queued) {
-                    return Err(Refusal::QueueFull { queued });
-                }
-                Ok(Some(u32::try_from(live.len()).unwrap_or(u32::MAX)))
-            }
-        }
-    }
-
-    /// Whether the rule reads the conversation's live messages at all.
-    pub fn checks(self) -> bool {
-        self != Self::Beside
-    }
-}
-
-/// Marks `message` queued behind the newest of `live`, `ahead` of it in all: what a
-/// backend writes for a message [`ConversationRule::decide`] queued.
-pub fn queue_behind(message: &mut Message, live: &[(MessageId, bool)]) {
-    message.status = crate::domain::MessageStatus::Queued;
-    message.queued_behind = live.last().map(|(id, _)| *id);
 }
 
 /// Why a new message was not admitted.
@@ -390,6 +341,18 @@ pub trait Conversations: Send + Sync {
         tenant: &Tenant,
         message: MessageId,
     ) -> Result<Option<serde_json::Value>, StoreError>;
+
+    /// Admits the queued message `message` under `admission` and marks it started: it takes
+    /// a slot of the tenant's running messages and counts as a start from now. The count
+    /// and the mark are one step for every process sharing the store, as a new message's
+    /// are ([`Self::insert_message`]). `Some` refusal when the limits say not yet; then
+    /// nothing changes.
+    async fn start_queued(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+        admission: Admission,
+    ) -> Result<Option<Refusal>, StoreError>;
 
     /// The live messages (running, waiting or queued) of a conversation placed before `seq`,
     /// oldest first: what a queued message waits for.

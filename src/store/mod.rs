@@ -15,6 +15,7 @@
 #[cfg(any(test, feature = "test-utils"))]
 pub mod conformance;
 mod contract;
+mod conversation_rule;
 mod error;
 mod postgres;
 mod retire;
@@ -27,10 +28,11 @@ use std::sync::Arc;
 
 pub use crate::domain::Adoption;
 pub use contract::{
-    Admission, Adopted, Agents, Backend, Burst, ConversationRule, Conversations, EventLog, Fence,
-    Health, Heard, Inserted, NewMessage, Ownership, Page, PageSize, Record, Records, Refusal,
-    Registry, RegistryChanges, ReplicaEntry, StoredProvider, Swept, TakenCommand,
+    Admission, Adopted, Agents, Backend, Burst, Conversations, EventLog, Fence, Health, Heard,
+    Inserted, NewMessage, Ownership, Page, PageSize, Record, Records, Refusal, Registry,
+    RegistryChanges, ReplicaEntry, StoredProvider, Swept, TakenCommand,
 };
+pub use conversation_rule::{queue_behind, ConversationRule};
 pub use error::{Category, StoreError};
 pub use postgres::{describe as describe_database, with_database};
 pub use retire::retire_old_events;

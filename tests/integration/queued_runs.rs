@@ -459,3 +459,43 @@ async fn a_hundred_queued_runs_from_ten_clients_run_in_order_across_a_kill() {
         assert_eq!(turns(prompt, "assistant"), answers, "run {index}");
     }
 }
+
+/// With `max_concurrent_runs = 1`, a run queued behind the tenant's one running run is
+/// queued, not refused, and takes no slot while it waits; a run that would start at once
+/// elsewhere is refused; once the first ends, the queued one starts.
+#[tokio::test]
+async fn a_queued_run_takes_no_slot_until_it_starts() {
+    let llm = crate::support::FakeOpenAi::start(vec![
+        slow_answer(),
+        Reply::text(&["In its turn."], (1, 1)),
+    ])
+    .await;
+    let server = TestServer::start_edited(&llm.base_url(), |config| {
+        config.limits.max_concurrent_runs = 1;
+    })
+    .await;
+    let mut client = server.agents().await;
+    let mut first = client
+        .run(run_request("First?", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let seen = read_until_delta(&mut first).await;
+    let mut queued = client
+        .run(enqueued("Second?", &seen[0].conversation_id))
+        .await
+        .expect("queued, not refused")
+        .into_inner();
+    let refused = client
+        .run(run_request("Elsewhere?", &[]))
+        .await
+        .expect_err("the tenant's one slot is taken");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused.message().starts_with("limits.max_concurrent_runs"),
+        "{refused:?}"
+    );
+    read_rest(&mut first).await;
+    let events = read_rest(&mut queued).await;
+    assert_eq!(end_of(&events).answer, "In its turn.");
+}

@@ -136,6 +136,102 @@ pub async fn queued_runs_line_up_behind_the_live_ones(harness: &dyn Harness) {
     assert_eq!(ahead(&third).await, [second.id]);
 }
 
+/// A queued run takes no slot of its tenant's running runs and is no start until
+/// `start_queued` admits it: it is queued even with the tenant at its limit, while a run
+/// that would start at once is refused; it starts only once a slot is free, and then holds
+/// it, on any writer.
+pub async fn a_queued_run_takes_no_slot_until_it_starts(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let other = harness.writer(&store).await;
+    let acme = crate::domain::Tenant::parse("acme").expect("a tenant");
+    let one = Admission {
+        max_running: 1,
+        per_minute: 2,
+        rule: ConversationRule::Queue { max_queued: 8 },
+        ..Admission::default()
+    };
+    let opening = conversation(&acme);
+    let (admitted, mut first) = admitted_as(&store, &acme, Some(&opening), opening.id, one).await;
+    assert_eq!(admitted, Inserted::Yes);
+    let (queued, second) = admitted_as(&other, &acme, None, opening.id, one).await;
+    assert_eq!(
+        queued,
+        Inserted::Queued { ahead: 1 },
+        "queued at the tenant's limit"
+    );
+    let (third, _) = admitted_as(&other, &acme, None, opening.id, one).await;
+    assert_eq!(
+        third,
+        Inserted::Queued { ahead: 2 },
+        "a queued run is no start"
+    );
+    let elsewhere = conversation(&acme);
+    let (refused, _) = admitted_as(&other, &acme, Some(&elsewhere), elsewhere.id, one).await;
+    assert_eq!(refused, Inserted::Refused(Refusal::Running { running: 1 }));
+    let start = |writer: Store, id: MessageId| {
+        let acme = acme.clone();
+        async move {
+            writer
+                .start_queued(&acme, id, one)
+                .await
+                .expect("the store answers")
+        }
+    };
+    assert_eq!(
+        start(other.clone(), second.id).await,
+        Some(Refusal::Running { running: 1 }),
+        "not while the slot is taken"
+    );
+    first.status = MessageStatus::Completed;
+    let end = envelope(&first, 1, RunEvent::completed("one"));
+    store
+        .commit(
+            &acme,
+            &store.fence(),
+            &crate::store::Burst {
+                records: vec![Record::Message(first.clone())],
+                events: vec![end],
+            },
+        )
+        .await
+        .expect("the end commits");
+    assert_eq!(
+        start(other.clone(), second.id).await,
+        None,
+        "a slot is free"
+    );
+    let again = conversation(&acme);
+    let (refused, _) = admitted_as(&store, &acme, Some(&again), again.id, one).await;
+    assert_eq!(
+        refused,
+        Inserted::Refused(Refusal::Running { running: 1 }),
+        "the started run holds the slot"
+    );
+}
+
+/// Starts a run of `tenant` in `conversation_id` under `admission`.
+async fn admitted_as(
+    store: &Store,
+    tenant: &crate::domain::Tenant,
+    opening: Option<&Conversation>,
+    conversation_id: crate::domain::ConversationId,
+    admission: Admission,
+) -> (Inserted, Message) {
+    let mut message = running_message(conversation_id, 0);
+    let inserted = store
+        .insert_message(NewMessage {
+            tenant,
+            conversation: opening,
+            message: &mut message,
+            spec: &serde_json::json!({}),
+            idempotency: None,
+            admission,
+        })
+        .await
+        .expect("the store answers");
+    (inserted, message)
+}
+
 fn busy(live: MessageId) -> Inserted {
     Inserted::Refused(Refusal::Busy { live })
 }

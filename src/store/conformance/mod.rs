@@ -17,7 +17,8 @@ pub use agents::{
     versions_are_numbered_without_gaps,
 };
 pub use conversation_rule::{
-    a_run_to_start_alone_waits_for_no_live_run, queued_runs_line_up_behind_the_live_ones,
+    a_queued_run_takes_no_slot_until_it_starts, a_run_to_start_alone_waits_for_no_live_run,
+    queued_runs_line_up_behind_the_live_ones,
 };
 pub use lifecycle::{a_store_that_cannot_write_says_unavailable, retired_events_leave_each_end};
 pub use ownership::{
@@ -101,6 +102,7 @@ macro_rules! every_check {
             replicas_are_listed_with_the_runs_they_hold,
             a_run_to_start_alone_waits_for_no_live_run,
             queued_runs_line_up_behind_the_live_ones,
+            a_queued_run_takes_no_slot_until_it_starts,
         );
     };
 }

@@ -10,11 +10,10 @@ use super::Postgres;
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
 };
-use crate::store::contract::{
-    queue_behind, Admission, Inserted, NewMessage, Page, PageSize, Refusal,
-};
+use crate::store::contract::{Admission, Inserted, NewMessage, Page, PageSize, Refusal};
 use crate::store::error::StoreError;
 use crate::store::run_listing::{ConversationPage, ConversationQuery, RunPage, RunQuery};
+use crate::store::{queue_behind, ConversationRule};
 
 /// Messages, a page at a time in their conversation.
 const MESSAGES: Paged = Paged {
@@ -112,11 +111,14 @@ impl crate::store::contract::Conversations for Postgres {
                     return Ok(Inserted::KeyTaken(winner));
                 }
             }
-            if let Some(refusal) = self
+            // A message that will be queued is not admitted yet: the tenant's limits may
+            // refuse it only if it would start now.
+            let refused = self
                 .admit(&mut tx, tenant, admission, message.parent.is_some())
-                .await?
-            {
-                return Ok(Inserted::Refused(refusal));
+                .await?;
+            let queueing = matches!(admission.rule, ConversationRule::Queue { .. });
+            if let (Some(refusal), false) = (&refused, queueing) {
+                return Ok(Inserted::Refused(refusal.clone()));
             }
             let place = self
                 .place(&mut tx, tenant, conversation, message, admission.rule.checks())
@@ -133,12 +135,15 @@ impl crate::store::contract::Conversations for Postgres {
                     Err(refusal) => return Ok(Inserted::Refused(refusal)),
                 }
             }
+            if let (Inserted::Yes, Some(refusal)) = (&admitted, refused) {
+                return Ok(Inserted::Refused(refusal));
+            }
             let (seq, ordinal) = (place.seq, place.ordinal);
             message.seq = u64::try_from(seq).unwrap_or_default();
             message.ordinal = u64::try_from(ordinal).unwrap_or_default();
             sqlx::query(
-                "INSERT INTO messages (tenant, id, conversation_id, seq, ordinal, running, record, spec, owner, epoch, agent_id, parent_id) \
-                 VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $10, $11)",
+                "INSERT INTO messages (tenant, id, conversation_id, seq, ordinal, running, record, spec, owner, epoch, agent_id, parent_id, queued) \
+                 VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $10, $11, $12)",
             )
             .bind(tenant.as_str())
             .bind(message.id.0)
@@ -157,6 +162,7 @@ impl crate::store::contract::Conversations for Postgres {
                     .map(|pin| pin.agent_id.clone()),
             )
             .bind(message.parent.as_ref().map(|parent| parent.message_id.0))
+            .bind(admitted != Inserted::Yes)
             .execute(&mut *tx)
             .await
             .map_err(failed)?;
@@ -346,6 +352,35 @@ impl crate::store::contract::Conversations for Postgres {
 
     /// With one process per database, every running message is one a previous process
     /// left.
+    /// One transaction under the tenant's admission lock: counted as
+    /// [`Self::insert_message`] counts, then the message marked started (`created_at`, the
+    /// moment its start counts from, is now).
+    async fn start_queued(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+        admission: Admission,
+    ) -> Result<Option<Refusal>, StoreError> {
+        self.bounded(async move {
+            let mut tx = self.begin_with("BEGIN").await?;
+            if let Some(refusal) = self.admit(&mut tx, tenant, admission, false).await? {
+                return Ok(Some(refusal));
+            }
+            sqlx::query(
+                "UPDATE messages SET queued = false, created_at = now() \
+                 WHERE tenant = $1 AND id = $2",
+            )
+            .bind(tenant.as_str())
+            .bind(message.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(|err| self.failed(err))?;
+            tx.commit().await.map_err(|err| self.failed(err))?;
+            Ok(None)
+        })
+        .await
+    }
+
     async fn live_before(
         &self,
         tenant: &Tenant,
@@ -523,11 +558,11 @@ impl Postgres {
         }
         let (running, started, wait_ms): (i64, i64, Option<f64>) = sqlx::query_as(
             "SELECT (SELECT count(*) FROM messages WHERE tenant = $1 AND running \
-                     AND parent_id IS NULL), \
+                     AND parent_id IS NULL AND NOT queued), \
              count(*), \
              (extract(epoch FROM min(created_at) + interval '1 minute' - now()) * 1000)::float8 \
              FROM messages WHERE tenant = $1 AND created_at > now() - interval '1 minute' \
-             AND parent_id IS NULL",
+             AND parent_id IS NULL AND NOT queued",
         )
         .bind(tenant.as_str())
         .fetch_one(&mut **tx)

@@ -368,6 +368,7 @@ fn migrator() -> Migrator {
             "live_in_conversation",
             include_str!("migrations/0007_live_in_conversation.sql"),
         ),
+        (8, "queued", include_str!("migrations/0008_queued.sql")),
     ];
     Migrator::with_migrations(
         steps

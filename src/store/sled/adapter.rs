@@ -212,6 +212,15 @@ impl crate::store::contract::Conversations for Embedded {
         self.running_in(tenant, conversation)
     }
 
+    async fn start_queued(
+        &self,
+        tenant: &Tenant,
+        message: MessageId,
+        admission: crate::store::Admission,
+    ) -> Result<Option<crate::store::Refusal>, StoreError> {
+        self.start_queued(tenant, message, admission)
+    }
+
     async fn live_before(
         &self,
         tenant: &Tenant,

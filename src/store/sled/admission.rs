@@ -42,6 +42,9 @@ impl Admitted<'_> {
 /// written before children were told apart is).
 pub const CHILD_MARKER: &[u8] = b"c";
 
+/// The value of a queued message's running marker: live, but holding no slot.
+pub const QUEUED_MARKER: &[u8] = b"q";
+
 impl Embedded {
     /// Counts `tenant`'s running messages and recent starts against `admission`, for a
     /// sub-agent's message (`child`) its running sub-agents' messages; on success the
@@ -98,8 +101,9 @@ impl Embedded {
     }
 
     /// How many of `tenant`'s messages run now: its sub-agents' (`children`) or its
-    /// top-level ones.
+    /// top-level ones (queued ones aside).
     fn running_of(&self, tenant: &Tenant, children: bool) -> Result<u64, StoreError> {
+        let wanted: &[u8] = if children { CHILD_MARKER } else { &[] };
         let mut count = 0;
         for entry in self
             .t()?
@@ -107,10 +111,28 @@ impl Embedded {
             .scan_prefix(keys::tenant_prefix(tenant, 0))
         {
             let (_, marker) = entry?;
-            if (marker.as_ref() == CHILD_MARKER) == children {
+            if marker.as_ref() == wanted {
                 count += 1;
             }
         }
         Ok(count)
+    }
+
+    /// Admits the queued `message` under `admission` and marks it a running top-level
+    /// message, noting its start; the refusal when the limits say not yet.
+    pub(super) fn start_queued(
+        &self,
+        tenant: &Tenant,
+        message: crate::domain::MessageId,
+        admission: Admission,
+    ) -> Result<Option<Refusal>, StoreError> {
+        let admitted = match self.admit(tenant, admission, false)? {
+            Ok(admitted) => admitted,
+            Err(refusal) => return Ok(Some(refusal)),
+        };
+        let key = keys::message(tenant, message);
+        self.t()?.running.insert(key.as_slice(), &[] as &[u8])?;
+        admitted.started();
+        Ok(None)
     }
 }

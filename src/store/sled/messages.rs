@@ -11,9 +11,8 @@ use super::{decode, encode, keys, run_index, Embedded, StoreError};
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
 };
-use crate::store::contract::{
-    queue_behind, ConversationRule, Inserted, NewMessage, Page, PageSize,
-};
+use crate::store::contract::{Inserted, NewMessage, Page, PageSize};
+use crate::store::{queue_behind, ConversationRule};
 
 /// A message as stored: its answer kept apart in the `answers` tree when it has one
 /// (records of earlier versions have it inline and no flag).
@@ -44,9 +43,18 @@ fn agent_key(tenant: &Tenant, message: &Message) -> Option<Vec<u8>> {
 fn running_marker(message: &Message) -> &'static [u8] {
     if message.parent.is_some() {
         super::admission::CHILD_MARKER
+    } else if message.status == crate::domain::MessageStatus::Queued {
+        super::admission::QUEUED_MARKER
     } else {
         &[]
     }
+}
+
+/// How a new message takes its place: its conversation's rule, and the tenant limits'
+/// refusal, which holds only if it would start now.
+struct Place {
+    rule: ConversationRule,
+    refused: Option<crate::store::contract::Refusal>,
 }
 
 fn transaction_error(err: TransactionError<StoreError>) -> StoreError {
@@ -114,17 +122,27 @@ impl Embedded {
                 return Ok(Inserted::KeyTaken(decode("idempotency", &existing)?));
             }
         }
-        let admitted = match self.admit(tenant, admission, message.parent.is_some())? {
-            Ok(admitted) => admitted,
+        // A message that will be queued is not admitted yet: the tenant's limits may refuse
+        // it only if it would start now.
+        let (admitted, refused) = match self.admit(tenant, admission, message.parent.is_some())? {
+            Ok(admitted) => (Some(admitted), None),
+            Err(refusal) if matches!(admission.rule, ConversationRule::Queue { .. }) => {
+                (None, Some(refusal))
+            }
             Err(refusal) => return Ok(Inserted::Refused(refusal)),
         };
         self.put_run_spec(tenant, message.id, spec)?;
-        let inserted =
-            self.insert_in_place(tenant, conversation, message, idempotency, admission.rule);
-        if matches!(inserted, Ok(Inserted::Yes | Inserted::Queued { .. })) {
-            admitted.started();
-        } else {
-            self.remove_run_spec(tenant, message.id)?;
+        let place = Place {
+            rule: admission.rule,
+            refused,
+        };
+        let inserted = self.insert_in_place(tenant, conversation, message, idempotency, place);
+        match inserted {
+            Ok(Inserted::Yes) => admitted.into_iter().for_each(|admitted| admitted.started()),
+            Ok(Inserted::Queued { .. }) => {}
+            Ok(Inserted::KeyTaken(_) | Inserted::Refused(_)) | Err(_) => {
+                self.remove_run_spec(tenant, message.id)?;
+            }
         }
         inserted
     }
@@ -136,14 +154,14 @@ impl Embedded {
         conversation: Option<&Conversation>,
         message: &mut Message,
         idempotency: Option<(&str, &IdempotencyRecord)>,
-        rule: ConversationRule,
+        place: Place,
     ) -> Result<Inserted, StoreError> {
         let t = self.t()?;
         let _place = self.order.lock(message.conversation_id);
         let mut admitted = Inserted::Yes;
-        if rule.checks() {
+        if place.rule.checks() {
             let live = self.live_in(tenant, message.conversation_id, u64::MAX)?;
-            match rule.decide(&live) {
+            match place.rule.decide(&live) {
                 Ok(None) => {}
                 Ok(Some(ahead)) => {
                     queue_behind(message, &live);
@@ -151,6 +169,9 @@ impl Embedded {
                 }
                 Err(refusal) => return Ok(Inserted::Refused(refusal)),
             }
+        }
+        if let (Inserted::Yes, Some(refusal)) = (&admitted, place.refused) {
+            return Ok(Inserted::Refused(refusal));
         }
         let (seq, ordinal) = self.next_place(tenant, message.conversation_id)?;
         message.seq = seq;
@@ -218,49 +239,6 @@ impl Embedded {
             runs.of(&t).remove(run_key.as_slice())?;
         }
         Ok(inserted)
-    }
-
-    /// A page of the ids of the top-level messages `agent_id` answered, newest first.
-    pub fn agent_message_ids(
-        &self,
-        tenant: &Tenant,
-        agent_id: &str,
-        before: Option<MessageId>,
-        limit: usize,
-    ) -> Result<Page<MessageId>, StoreError> {
-        let t = self.t()?;
-        let prefix = keys::agent_messages(tenant, agent_id);
-        let end = match before {
-            Some(id) => keys::agent_message(tenant, agent_id, id),
-            None => {
-                let mut end = prefix.clone();
-                end.extend_from_slice(&[0xff; 17]);
-                end
-            }
-        };
-        let mut page = Page {
-            items: Vec::new(),
-            more: false,
-        };
-        for entry in t.agent_messages.range(prefix.clone()..end).rev() {
-            let (key, _) = entry?;
-            let Some(id) = key
-                .get(prefix.len()..)
-                .and_then(|bytes| <[u8; 16]>::try_from(bytes).ok())
-            else {
-                continue;
-            };
-            let id = MessageId(uuid::Uuid::from_bytes(id));
-            if !t.messages.contains_key(keys::message(tenant, id))? {
-                continue;
-            }
-            if page.items.len() >= limit {
-                page.more = true;
-                break;
-            }
-            page.items.push(id);
-        }
-        Ok(page)
     }
 
     /// The next `seq` and `ordinal` of a conversation, from its newest message.
