@@ -6,42 +6,14 @@ use std::time::Duration;
 
 use agent_runner::pb;
 use agent_runner::pb::run_event::Event;
-use serde_json::Value;
 use tonic::Code;
 use tonic_types::StatusExt;
 
+use crate::support::conversation::{asking, slow_answer, streaming, turns};
 use crate::support::postgres::TestDatabase;
 use crate::support::process::{client, Service};
 use crate::support::replicas::{nats_bus, on_both_buses, replica_on, Bus, Options, TURN};
 use crate::support::{end_of, read_until_delta, run_request, run_to_end, start, Reply};
-
-/// A reply slow enough that a second run arrives while it streams.
-fn slow_answer() -> Reply {
-    Reply::Slow {
-        text: vec!["slow ", "answer ", "still ", "going"],
-        delay_ms: 150,
-    }
-}
-
-/// A run of `query` in `conversation_id` under `policy`.
-fn asking(query: &str, conversation_id: &str, policy: pb::ConversationPolicy) -> pb::RunRequest {
-    pb::RunRequest {
-        conversation_id: conversation_id.to_owned(),
-        conversation_policy: policy.into(),
-        ..run_request(query, &[])
-    }
-}
-
-/// The text of every turn of `role` the model was sent in `request`.
-fn turns(request: &Value, role: &str) -> Vec<String> {
-    request["messages"]
-        .as_array()
-        .expect("messages")
-        .iter()
-        .filter(|m| m["role"] == role)
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
 
 /// Asserts that `status` is REJECT's refusal naming `live`, with a time to retry after.
 fn says_busy(status: &tonic::Status, live: &str) {
@@ -74,12 +46,7 @@ async fn reject_refuses_a_run_while_another_is_live_naming_it() {
         Reply::text(&["Beside it."], (1, 1)),
     ])
     .await;
-    let mut first = client
-        .run(run_request("First question?", &[]))
-        .await
-        .unwrap()
-        .into_inner();
-    let seen = read_until_delta(&mut first).await;
+    let (mut first, seen) = streaming(&mut client, run_request("First question?", &[])).await;
     let (live, conversation) = (seen[0].message_id.clone(), seen[0].conversation_id.clone());
 
     let refused = client
@@ -135,12 +102,7 @@ async fn reject_refuses_a_run_while_another_is_live_naming_it() {
     assert_eq!(messages.len(), 2, "a refused run wrote no message");
 
     // The request's PARALLEL wins over the agent's REJECT.
-    let mut third = client
-        .run(run_request("Third?", &[]))
-        .await
-        .unwrap()
-        .into_inner();
-    let seen = read_until_delta(&mut third).await;
+    let (_third, seen) = streaming(&mut client, run_request("Third?", &[])).await;
     let mut beside = asking(
         "Beside?",
         &seen[0].conversation_id,

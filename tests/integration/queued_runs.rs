@@ -6,41 +6,12 @@ use std::time::Duration;
 
 use agent_runner::pb;
 use agent_runner::pb::run_event::Event;
-use serde_json::Value;
 use tonic::Code;
 
+use crate::support::conversation::{enqueued, slow_answer, streaming, turns};
 use crate::support::{
-    end_of, message, read_rest, read_until_delta, replayed, run_request, run_to_end, start, Reply,
-    TestServer,
+    end_of, message, read_rest, replayed, run_request, run_to_end, start, Reply, TestServer,
 };
-
-/// A reply slow enough that other runs arrive while it streams.
-fn slow_answer() -> Reply {
-    Reply::Slow {
-        text: vec!["slow ", "answer ", "still ", "going"],
-        delay_ms: 150,
-    }
-}
-
-/// A run of `query` in `conversation_id`, queued when a run is live there.
-fn enqueued(query: &str, conversation_id: &str) -> pb::RunRequest {
-    pb::RunRequest {
-        conversation_id: conversation_id.to_owned(),
-        conversation_policy: pb::ConversationPolicy::Enqueue.into(),
-        ..run_request(query, &[])
-    }
-}
-
-/// The text of every turn of `role` the model was sent in `request`.
-fn turns(request: &Value, role: &str) -> Vec<String> {
-    request["messages"]
-        .as_array()
-        .expect("messages")
-        .iter()
-        .filter(|m| m["role"] == role)
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
 
 /// The `queued` events of `events`: how many were ahead, and of which run.
 fn queued_of(events: &[pb::RunEvent]) -> Vec<(u32, String)> {
@@ -64,12 +35,7 @@ async fn a_queued_run_starts_after_the_live_one_with_its_answer_in_the_prompt() 
         Reply::text(&["Second answer."], (1, 1)),
     ])
     .await;
-    let mut first = client
-        .run(run_request("First question?", &[]))
-        .await
-        .unwrap()
-        .into_inner();
-    let seen = read_until_delta(&mut first).await;
+    let (mut first, seen) = streaming(&mut client, run_request("First question?", &[])).await;
     let (live, conversation) = (seen[0].message_id.clone(), seen[0].conversation_id.clone());
 
     let mut second = client
@@ -144,12 +110,7 @@ async fn queued_runs_run_one_at_a_time_in_arrival_order() {
         Reply::text(&["Four."], (1, 1)),
     ])
     .await;
-    let mut first = client
-        .run(run_request("One?", &[]))
-        .await
-        .unwrap()
-        .into_inner();
-    let seen = read_until_delta(&mut first).await;
+    let (mut first, seen) = streaming(&mut client, run_request("One?", &[])).await;
     let conversation = seen[0].conversation_id.clone();
     let mut streams = Vec::new();
     for query in ["Two?", "Three?", "Four?"] {
@@ -201,12 +162,7 @@ async fn a_queued_run_is_cancelled_timed_out_and_retried_like_any_run() {
         Reply::text(&["After the cancelled one."], (1, 1)),
     ])
     .await;
-    let mut first = client
-        .run(run_request("First?", &[]))
-        .await
-        .unwrap()
-        .into_inner();
-    let seen = read_until_delta(&mut first).await;
+    let (mut first, seen) = streaming(&mut client, run_request("First?", &[])).await;
     let conversation = seen[0].conversation_id.clone();
 
     let mut keyed = enqueued("Cancel me?", &conversation);
@@ -292,12 +248,7 @@ async fn the_queue_of_a_conversation_is_bounded() {
     })
     .await;
     let mut client = server.agents().await;
-    let mut first = client
-        .run(run_request("First?", &[]))
-        .await
-        .unwrap()
-        .into_inner();
-    let seen = read_until_delta(&mut first).await;
+    let (_first, seen) = streaming(&mut client, run_request("First?", &[])).await;
     let conversation = seen[0].conversation_id.clone();
     let mut held = Vec::new();
     for query in ["A?", "B?"] {
@@ -330,12 +281,7 @@ async fn an_agents_policy_queues_its_runs() {
         Reply::text(&["Queued by the agent."], (1, 1)),
     ])
     .await;
-    let mut first = client
-        .run(run_request("First?", &[]))
-        .await
-        .unwrap()
-        .into_inner();
-    let seen = read_until_delta(&mut first).await;
+    let (_first, seen) = streaming(&mut client, run_request("First?", &[])).await;
     let mut request = run_request("Second?", &[]);
     request.conversation_id = seen[0].conversation_id.clone();
     request.agent.as_mut().unwrap().conversation_policy = pb::ConversationPolicy::Enqueue.into();
@@ -475,12 +421,7 @@ async fn a_queued_run_takes_no_slot_until_it_starts() {
     })
     .await;
     let mut client = server.agents().await;
-    let mut first = client
-        .run(run_request("First?", &[]))
-        .await
-        .unwrap()
-        .into_inner();
-    let seen = read_until_delta(&mut first).await;
+    let (mut first, seen) = streaming(&mut client, run_request("First?", &[])).await;
     let mut queued = client
         .run(enqueued("Second?", &seen[0].conversation_id))
         .await

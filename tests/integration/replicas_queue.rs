@@ -9,32 +9,12 @@ use std::time::{Duration, Instant};
 use agent_runner::pb;
 use agent_runner::pb::run_event::Event;
 use agent_runner::store::SecretKey;
-use serde_json::Value;
 
+use crate::support::conversation::{enqueued, turns};
 use crate::support::postgres::TestDatabase;
 use crate::support::process::{client, Service};
 use crate::support::replicas::*;
 use crate::support::{end_of, message, run_request, run_to_end, FakeOpenAi, Reply};
-
-/// A run of `query` in `conversation_id`, queued when a run is live there.
-fn enqueued(query: &str, conversation_id: &str) -> pb::RunRequest {
-    pb::RunRequest {
-        conversation_id: conversation_id.to_owned(),
-        conversation_policy: pb::ConversationPolicy::Enqueue.into(),
-        ..run_request(query, &[])
-    }
-}
-
-/// The user turns the model was sent in `request`.
-fn user_turns(request: &Value) -> Vec<String> {
-    request["messages"]
-        .as_array()
-        .expect("messages")
-        .iter()
-        .filter(|m| m["role"] == "user")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
 
 /// A run `service` starts: its stream and first event.
 async fn opened(
@@ -130,7 +110,7 @@ async fn lined_up(bus: &Bus) {
     let requests = llm.requests();
     assert_eq!(requests.len(), 3);
     assert_eq!(
-        user_turns(&requests[2]),
+        turns(&requests[2], "user"),
         ["Capital of France?", ahead_query, behind_query],
     );
     assert_eq!(database.count("messages WHERE running").await, 0);
@@ -203,8 +183,8 @@ async fn queued_runs_outlive_the_replicas_that_held_them() {
         4,
         "the cut call made again once, each queued run once"
     );
-    assert_eq!(user_turns(&requests[2]), ["First?", "Second?"]);
-    assert_eq!(user_turns(&requests[3]), ["First?", "Second?", "Third?"]);
+    assert_eq!(turns(&requests[2], "user"), ["First?", "Second?"]);
+    assert_eq!(turns(&requests[3], "user"), ["First?", "Second?", "Third?"]);
     let read = message(&mut client(&c).await, second.message_id.clone()).await;
     assert_eq!(read.status, pb::MessageStatus::Completed as i32);
     assert_eq!(database.count("messages WHERE running").await, 0);
@@ -242,5 +222,5 @@ async fn a_stopping_replica_hands_its_queued_run_over() {
         .map(|(e, _)| e)
         .collect();
     assert_eq!(end_of(&events).answer, "Handed over, then run.");
-    assert_eq!(user_turns(&llm.requests()[1]), ["First?", "Second?"]);
+    assert_eq!(turns(&llm.requests()[1], "user"), ["First?", "Second?"]);
 }

@@ -1,6 +1,7 @@
 //! What every integration test uses: the real server on an ephemeral port, the scripted
 //! OpenAI-compatible server, and a builder for run requests.
 
+pub mod conversation;
 pub mod fake_anthropic;
 pub mod fake_openai;
 pub mod postgres;
