@@ -149,6 +149,19 @@ async fn keeping_reasoning_is_refused_where_the_operator_forbids_it() {
     assert_eq!(text, REASONING.concat(), "STREAM still shows it");
 }
 
+/// A reasoning value outside the enum is refused naming `agent.reasoning`, before the
+/// model is called.
+#[tokio::test]
+async fn an_unknown_reasoning_value_is_refused_naming_its_field() {
+    let (llm, _server, mut agents) = start(thinking_model()).await;
+    let mut request = asking(pb::Reasoning::Unspecified);
+    request.agent.as_mut().unwrap().reasoning = 7;
+    let refused = agents.run(request).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert_eq!(refused.message(), "agent.reasoning has unknown value 7");
+    assert!(llm.requests().is_empty(), "the model was not called");
+}
+
 /// STREAM across replicas, over NATS and over the database's notifications (sealed): a
 /// client following the run on a peer sees the reasoning as the owner's caller does, `seq`
 /// 0 and outside the log, and the stored events still arrive gap-free.
