@@ -23,15 +23,6 @@ impl ConversationPolicy {
     pub fn resolve(request: Option<Self>, agent: Option<Self>) -> Self {
         request.or(agent).unwrap_or_default()
     }
-
-    /// The name metrics and logs use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Parallel => "parallel",
-            Self::Reject => "reject",
-            Self::Enqueue => "enqueue",
-        }
-    }
 }
 
 #[cfg(test)]

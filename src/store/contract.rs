@@ -9,6 +9,7 @@ use tokio::sync::{broadcast, watch};
 
 use super::conversation_rule::ConversationRule;
 use super::error::StoreError;
+pub use super::refusal::Refusal;
 use super::run_listing::{ConversationPage, ConversationQuery, RunPage, RunQuery};
 use crate::domain::{
     Adoption, AgentChange, AgentRecord, AgentRefusal, AgentVersionRecord, ApiKeyRecord,
@@ -182,40 +183,6 @@ impl Admission {
     pub fn unlimited(&self) -> bool {
         self.max_running == 0 && self.per_minute == 0 && self.max_children == 0
     }
-}
-
-/// Why a new message was not admitted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    /// The tenant has `running` messages running, its limit.
-    Running {
-        /// How many.
-        running: u64,
-    },
-    /// The tenant has `running` sub-agents' runs running, its limit.
-    Children {
-        /// How many.
-        running: u64,
-    },
-    /// The tenant started `started` messages in the last minute, its limit; the oldest of
-    /// them leaves the window after `retry_after`.
-    PerMinute {
-        /// How many.
-        started: u64,
-        /// When a start frees.
-        retry_after: Duration,
-    },
-    /// The message was to run alone, and its conversation has a live message: the oldest.
-    Busy {
-        /// The live message.
-        live: MessageId,
-    },
-    /// The message was to be queued, and its conversation has `queued` queued already, its
-    /// limit.
-    QueueFull {
-        /// How many.
-        queued: u64,
-    },
 }
 
 /// Whether a new message was written.

@@ -1,7 +1,7 @@
 //! The rule a new message follows when its conversation has a live message, decided the
 //! same way by every backend.
 
-use super::contract::Refusal;
+use super::refusal::Refusal;
 use crate::domain::{Message, MessageId};
 
 /// What a new message may do when its conversation has a live message.

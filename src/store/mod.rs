@@ -18,6 +18,7 @@ mod contract;
 mod conversation_rule;
 mod error;
 mod postgres;
+mod refusal;
 mod retire;
 mod run_listing;
 mod sealed;

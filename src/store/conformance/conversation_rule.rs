@@ -251,29 +251,19 @@ async fn started(
     started_by(store, opening, conversation_id, rule).await
 }
 
-/// Starts a run in `conversation_id` (opening it when `opening` is given) under `rule`.
+/// Starts a run of the test tenant in `conversation_id` (opening it when `opening` is
+/// given) under `rule`.
 async fn started_by(
     store: &Store,
     opening: Option<&Conversation>,
     conversation_id: crate::domain::ConversationId,
     rule: ConversationRule,
 ) -> (Inserted, Message) {
-    let mut message = running_message(conversation_id, 0);
-    let inserted = store
-        .insert_message(NewMessage {
-            tenant: &tenant(),
-            conversation: opening,
-            message: &mut message,
-            spec: &serde_json::json!({}),
-            idempotency: None,
-            admission: Admission {
-                rule,
-                ..Admission::default()
-            },
-        })
-        .await
-        .expect("the store answers");
-    (inserted, message)
+    let admission = Admission {
+        rule,
+        ..Admission::default()
+    };
+    admitted_as(store, &tenant(), opening, conversation_id, admission).await
 }
 
 /// Makes `message` wait for an approval, as a run asking for one does.

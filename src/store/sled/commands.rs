@@ -75,27 +75,14 @@ impl Embedded {
         Ok(taken)
     }
 
-    /// Whether a message of `conversation` is running: the running markers are few.
+    /// Whether a message of the conversation is live: read from the index of each
+    /// conversation's live messages, not a scan of every running marker.
     pub(super) fn running_in(
         &self,
         tenant: &Tenant,
         conversation: ConversationId,
     ) -> Result<bool, StoreError> {
-        for entry in self.t()?.running.iter() {
-            let (key, _) = entry?;
-            let Some((owner, id)) = keys::parse_message(&key) else {
-                continue;
-            };
-            if owner != *tenant {
-                continue;
-            }
-            let message = self.get_message(tenant, id)?;
-            if message.is_some_and(|m| m.conversation_id == conversation && !m.status.is_terminal())
-            {
-                return Ok(true);
-            }
-        }
-        Ok(false)
+        Ok(!self.live_in(tenant, conversation, u64::MAX)?.is_empty())
     }
 
     /// The running sub-agent runs of `parent`: read through the running markers of
