@@ -13,6 +13,7 @@
 //   page saying it is reconnecting meanwhile and marking the round made again, its void
 //   text struck out; a sub-agent's run is drawn under its call;
 // - a run queued behind a waiting one is shown queued, naming it, and runs once it ends;
+// - a run a newer one rolled back is shown interrupted, naming it, and rolled back;
 // - a deep link loads by itself; an unknown run is "No such run";
 // - text from runs and agents holding markup runs nothing and adds no element;
 // - with API keys on, no key shows the API's refusal, a key lists its tenant's runs, and
@@ -41,7 +42,7 @@ await esbuild.build({
   outfile: "node_modules/.cache/console-test/support.mjs",
   logLevel: "warning",
 });
-const { run, agent, start, versioned, delegated, queuedBehind, cancel } = await import("./node_modules/.cache/console-test/support.mjs");
+const { run, agent, start, versioned, delegated, queuedBehind, stoppedBy, cancel } = await import("./node_modules/.cache/console-test/support.mjs");
 
 const HOSTILE = `<img src=x onerror="window.__hacked=1"><script>window.__hacked=2</script> <a href="javascript:window.__hacked=3">x</a>`;
 const paris = await run(base, "What time is it in Paris?", "end", "", 100000n, true);
@@ -257,6 +258,17 @@ try {
   await cancel(base, blocker);
   await page.locator(".timeline .end").waitFor({ timeout: 15_000 });
   if ((await page.textContent("#status")) !== "completed") await fail("the queued run did not run once the run ahead ended");
+
+  // A run waiting for approval that a newer run of its conversation rolled back: shown
+  // interrupted, naming the run that stopped it, and rolled back.
+  const { stopped, by } = await stoppedBy(base, "Shall I wait?", "No, start over.", true);
+  await page.goto(`${base}/runs/${stopped}`);
+  await page.locator(".timeline .end").waitFor({ timeout: 10_000 });
+  if ((await page.textContent("#status")) !== "interrupted") await fail("the stopped run is not shown interrupted");
+  if ((await page.textContent(".timeline .end"))?.includes(by) !== true) await fail("the end does not name the run that stopped it");
+  const stoppedFacts = (await page.textContent(".facts")) ?? "";
+  if (!stoppedFacts.includes(by) || !stoppedFacts.includes("rolled back")) await fail(`the facts do not say who stopped it and that it was rolled back: ${stoppedFacts}`);
+  await page.screenshot({ path: `${shots}/console-run-interrupted.png`, fullPage: true });
 
   // Deep links by themselves; markup in runs' and agents' text stays text.
   await page.goto(`${base}/runs/${hostile}`);

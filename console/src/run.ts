@@ -92,6 +92,18 @@ function spent(budget: Budget, usage?: Usage) {
 }
 
 /// Draws run `id` into `view`; returns a function that closes its stream.
+/** The status a run's `end` event leaves its message in. */
+function endStatus(reason: FinishReason): MessageStatus {
+  switch (reason) {
+    case FinishReason.CANCELLED:
+      return MessageStatus.CANCELLED;
+    case FinishReason.INTERRUPTED:
+      return MessageStatus.INTERRUPTED;
+    default:
+      return MessageStatus.COMPLETED;
+  }
+}
+
 export function showRun(view: HTMLElement, id: string): () => void {
   const abort = new AbortController();
   const status = el("span", { id: "status" });
@@ -384,8 +396,9 @@ export function showRun(view: HTMLElement, id: string): () => void {
           `Ended ${when(event.createdAt)} · ${reason} · ${end.iterations} model calls · ${end.usage?.totalTokens ?? 0n} tokens ${cost(end.usage)}`,
           budget ? el("span", { class: "budget" }, ` · ${spent(budget, end.usage)}`) : "",
           end.budgetExhausted ? el("strong", {}, ` · the ${end.budgetExhausted} budget ran out`) : "",
+          end.interruptedBy ? el("strong", {}, " · stopped by ", link(`/runs/${end.interruptedBy}`, end.interruptedBy)) : "",
         );
-        setStatus(end.finishReason === FinishReason.CANCELLED ? MessageStatus.CANCELLED : MessageStatus.COMPLETED);
+        setStatus(endStatus(end.finishReason));
         actions.replaceChildren();
         break;
       }
@@ -438,6 +451,8 @@ export function showRun(view: HTMLElement, id: string): () => void {
       fact("end user", message.user || "—");
       fact("created", when(message.createdAt));
       if (message.queuedBehind) fact("queued behind", link(`/runs/${message.queuedBehind}`, message.queuedBehind));
+      if (message.interruptedBy) fact("interrupted by", link(`/runs/${message.interruptedBy}`, message.interruptedBy));
+      if (message.rolledBack) fact("history", "rolled back: left out of later prompts");
       const live = [MessageStatus.RUNNING, MessageStatus.QUEUED, MessageStatus.WAITING_APPROVAL, MessageStatus.WAITING_TOOL_OUTPUTS];
       if (live.includes(message.status)) {
         const cancel = el("button", { type: "button", id: "cancel", class: "secondary" }, "Cancel run");

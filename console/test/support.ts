@@ -72,6 +72,29 @@ export async function queuedBehind(baseUrl: string, first: string, then: string)
   return { blocker, queued };
 }
 
+/// A run of `first` that waits for approval, stopped by a run of `then` sent after it in its
+/// conversation with ROLLBACK (else INTERRUPT); returns both ids once the second has ended.
+export async function stoppedBy(baseUrl: string, first: string, then: string, rollback: boolean) {
+  const policy = rollback ? ConversationPolicy.ROLLBACK : ConversationPolicy.INTERRUPT;
+  const agents = createClient(AgentService, transport(baseUrl));
+  const model = { provider: "openai", name: "mock" };
+  let stopped = "";
+  let conversationId = "";
+  for await (const event of agents.run({
+    query: first,
+    agent: { model, tools: [{ provider: "time", name: "current_time", requireApproval: true }] },
+  })) {
+    stopped = event.messageId;
+    conversationId = event.conversationId;
+    if (event.event.case === "approvalRequired") break;
+  }
+  let by = "";
+  for await (const event of agents.run({ query: then, conversationId, conversationPolicy: policy, agent: { model } })) {
+    by = event.messageId;
+  }
+  return { stopped, by };
+}
+
 /// Cancels the run of `messageId`.
 export async function cancel(baseUrl: string, messageId: string) {
   await createClient(AgentService, transport(baseUrl)).cancel({ messageId });

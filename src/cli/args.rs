@@ -183,6 +183,10 @@ pub enum PolicyArg {
     Parallel,
     /// Waits for it, then runs with its answer in the history.
     Enqueue,
+    /// Stops it (keeping what it answered so far), then runs.
+    Interrupt,
+    /// Stops it and leaves it out of the history, then runs.
+    Rollback,
 }
 
 /// `run`.

@@ -405,6 +405,9 @@ impl HumanView {
         let finish = json::finish_reason_name(end.finish_reason);
         let head = match pb::FinishReason::try_from(end.finish_reason) {
             Ok(pb::FinishReason::Cancelled) => p.yellow("■ cancelled"),
+            Ok(pb::FinishReason::Interrupted) => {
+                p.yellow(&format!("■ interrupted by {}", end.interrupted_by))
+            }
             Ok(pb::FinishReason::MaxIterations) => {
                 p.yellow("✓ completed (the model still wanted tools after the last round)")
             }

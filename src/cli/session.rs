@@ -157,6 +157,8 @@ fn run_request(
         Some(PolicyArg::Reject) => pb::ConversationPolicy::Reject,
         Some(PolicyArg::Parallel) => pb::ConversationPolicy::Parallel,
         Some(PolicyArg::Enqueue) => pb::ConversationPolicy::Enqueue,
+        Some(PolicyArg::Interrupt) => pb::ConversationPolicy::Interrupt,
+        Some(PolicyArg::Rollback) => pb::ConversationPolicy::Rollback,
     }
     .into();
     Ok(request)

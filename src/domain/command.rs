@@ -35,4 +35,6 @@ pub enum RunCommand {
     Outputs(Vec<ClientOutput>),
     /// Decisions on the calls that need approval, every one decided.
     Decisions(Vec<Decision>),
+    /// Stop the run for a newer run of its conversation.
+    Interrupt(super::Interruption),
 }

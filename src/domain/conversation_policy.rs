@@ -16,12 +16,29 @@ pub enum ConversationPolicy {
     /// history.
     #[default]
     Enqueue,
+    /// The live runs stop now (keeping what they showed, their unanswered calls answered
+    /// "interrupted") and the new run starts after them.
+    Interrupt,
+    /// As `Interrupt`, and the stopped runs are left out of every later prompt.
+    Rollback,
 }
 
 impl ConversationPolicy {
     /// The policy a run follows: the request's, else the agent's, else the default.
     pub fn resolve(request: Option<Self>, agent: Option<Self>) -> Self {
         request.or(agent).unwrap_or_default()
+    }
+
+    /// What the new run does to the live runs ahead of it: `None` when it leaves them be.
+    pub fn stops_live(self, by: super::MessageId) -> Option<super::Interruption> {
+        match self {
+            Self::Interrupt => Some(super::Interruption {
+                by,
+                rollback: false,
+            }),
+            Self::Rollback => Some(super::Interruption { by, rollback: true }),
+            Self::Parallel | Self::Reject | Self::Enqueue => None,
+        }
     }
 }
 
@@ -38,5 +55,17 @@ mod tests {
         );
         assert_eq!(ConversationPolicy::resolve(None, Some(Reject)), Reject);
         assert_eq!(ConversationPolicy::resolve(None, None), Enqueue);
+    }
+
+    #[test]
+    fn only_interrupt_and_rollback_stop_the_live_runs_and_only_rollback_leaves_history() {
+        let by = crate::domain::MessageId::new();
+        let stops = |policy: ConversationPolicy| policy.stops_live(by);
+        assert_eq!(stops(ConversationPolicy::Enqueue), None);
+        assert_eq!(stops(ConversationPolicy::Reject), None);
+        assert_eq!(stops(ConversationPolicy::Parallel), None);
+        let interrupt = stops(ConversationPolicy::Interrupt).unwrap();
+        assert_eq!((interrupt.by, interrupt.rollback), (by, false));
+        assert!(stops(ConversationPolicy::Rollback).unwrap().rollback);
     }
 }

@@ -147,6 +147,9 @@ pub enum RunEvent {
         /// Which budget ran out, with `finish_reason` `budget_exhausted`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         budget_exhausted: Option<super::BudgetKind>,
+        /// With `finish_reason` `interrupted`: the newer run that stopped it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        interrupted_by: Option<super::MessageId>,
     },
     /// The run failed; nothing follows.
     Error {
@@ -173,6 +176,7 @@ impl RunEvent {
             budget_exhausted: None,
             structured_output: None,
             output_invalid: None,
+            interrupted_by: None,
         }
     }
 

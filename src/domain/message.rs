@@ -47,7 +47,8 @@ pub enum MessageStatus {
     Failed,
     /// A caller stopped it.
     Cancelled,
-    /// The server stopped while it ran.
+    /// Something other than its caller stopped it: the server stopped while it ran (its
+    /// `error` says so), or a newer run of its conversation (`interrupted_by`).
     Interrupted,
     /// Paused until the caller submits client-tool outputs.
     WaitingToolOutputs,
@@ -82,6 +83,8 @@ pub enum FinishReason {
     Cancelled,
     /// A budget of the run ran out (`Message::budget_exhausted` says which).
     BudgetExhausted,
+    /// A newer run of the conversation stopped it (`Message::interrupted_by` names it).
+    Interrupted,
 }
 
 /// What an idempotency key points at: the message it started and the request it came with.
@@ -125,6 +128,9 @@ pub struct PastMessage {
     /// Its tokens as history, by tokenizer.
     #[serde(default)]
     pub history_tokens: BTreeMap<String, u64>,
+    /// Left out of every later prompt (stopped by a `rollback`).
+    #[serde(default)]
+    pub rolled_back: bool,
 }
 
 impl From<&Message> for PastMessage {
@@ -138,6 +144,7 @@ impl From<&Message> for PastMessage {
             finish_reason: message.finish_reason,
             iterations: message.iterations,
             history_tokens: message.history_tokens.clone(),
+            rolled_back: message.rolled_back,
         }
     }
 }
@@ -222,6 +229,12 @@ pub struct Message {
     /// While queued: the run directly ahead of it in its conversation, which it waits for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued_behind: Option<MessageId>,
+    /// Stopped by a newer run of its conversation: that run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_by: Option<MessageId>,
+    /// Left out of every later prompt of its conversation (stopped by a `rollback`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rolled_back: bool,
 }
 
 fn is_zero_f64(value: &f64) -> bool {
@@ -272,6 +285,8 @@ impl Message {
             agent: None,
             parent: None,
             queued_behind: None,
+            interrupted_by: None,
+            rolled_back: false,
             ordinal: 0,
         }
     }
@@ -290,7 +305,16 @@ impl Message {
             structured_output: self.structured_output.clone(),
             output_invalid: self.output_invalid.clone(),
             budget_exhausted: self.budget_exhausted,
+            interrupted_by: self.interrupted_by,
         }
+    }
+
+    /// Ends the message as stopped by a newer run of its conversation, with the answer it
+    /// holds, and returns the `end` event that says so.
+    pub fn end_interrupted(&mut self, interruption: super::Interruption) -> super::RunEvent {
+        self.interrupted_by = Some(interruption.by);
+        self.rolled_back = interruption.rollback;
+        self.end(MessageStatus::Interrupted, FinishReason::Interrupted)
     }
 
     /// Ends the message as `status` (a failure or interruption) for `failure`, not by its

@@ -13,6 +13,7 @@ mod error;
 mod events;
 mod file;
 mod ids;
+mod interruption;
 mod lease;
 mod message;
 mod model_provider;
@@ -40,6 +41,7 @@ pub use error::{ErrorKind, FieldError};
 pub use events::{CallDelta, ChildEvent, EventEnvelope, HistoryReport, RunEvent, Wait};
 pub use file::FileRecord;
 pub use ids::{ConversationId, FileId, MessageId, Tenant, ThoughtId};
+pub use interruption::{Interruption, INTERRUPTED_CALL};
 pub use lease::Lease;
 pub use message::{
     Conversation, FinishReason, IdempotencyRecord, Message, MessageStatus, PastMessage, RunFailure,

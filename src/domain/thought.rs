@@ -52,6 +52,8 @@ pub enum CallOutcome {
     /// The call was under way when its run's owner was lost; it is not made again (the
     /// tool may not be idempotent), so whether it took effect is unknown.
     OutcomeUnknown,
+    /// A newer run of the conversation stopped the run before the call answered.
+    Interrupted,
 }
 
 impl CallOutcome {
@@ -66,6 +68,7 @@ impl CallOutcome {
             Self::Declined => "declined",
             Self::NotRun => "not_run",
             Self::OutcomeUnknown => "tool_outcome_unknown",
+            Self::Interrupted => "interrupted",
         }
     }
 }

@@ -1,5 +1,5 @@
-//! Commands other replicas kept for the runs this one holds (a cancel, tool outputs,
-//! approvals), as the replica takes them, handed to their runs; an answer a run being
+//! Commands other replicas kept for the runs this one holds (a cancel, an interruption,
+//! tool outputs, approvals), as the replica takes them, handed to their runs; an answer a run being
 //! handed over cannot take is kept again for its next owner.
 
 use tokio_util::sync::CancellationToken;
@@ -30,7 +30,12 @@ impl Commands<'_> {
                     run.cancel.cancel();
                     continue;
                 }
-                (None, RunCommand::Cancel) => continue,
+                (Some(run), RunCommand::Interrupt(interruption)) => {
+                    run.mailbox.interrupt(interruption);
+                    run.cancel.cancel();
+                    continue;
+                }
+                (None, RunCommand::Cancel | RunCommand::Interrupt(_)) => continue,
                 (_, RunCommand::Outputs(outputs)) => Delivery::Outputs(outputs),
                 (_, RunCommand::Decisions(decisions)) => Delivery::Decisions(decisions),
             };

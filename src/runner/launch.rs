@@ -22,6 +22,8 @@ pub(super) struct Launch {
     pub early: Option<Delivery>,
     /// The wait a run taken over while it waited enters again.
     pub coming: Option<(Awaited, Vec<String>)>,
+    /// A newer run stopped it while it had no owner (its token is cancelled too).
+    pub interrupted: Option<crate::domain::Interruption>,
 }
 
 /// A run registered as live here, with its open event stream: what its task (or, while it

@@ -17,6 +17,7 @@ mod error;
 mod family;
 mod found;
 mod history;
+mod interrupt;
 mod launch;
 mod lineage;
 mod live;
@@ -414,24 +415,8 @@ impl Runner {
             Some(takeover::Picked::Run(launch)) => {
                 self.launch_task(*launch);
             }
-            Some(takeover::Picked::Queued(requeued)) => {
-                let takeover::Requeued {
-                    spec,
-                    message,
-                    left,
-                    cancel,
-                    fence,
-                    last_seq,
-                } = *requeued;
-                let enqueued = queue::Enqueued {
-                    spec,
-                    message,
-                    left,
-                    cancel,
-                    fence,
-                    after_seq: last_seq,
-                };
-                queue::enqueue(self, enqueued);
+            Some(takeover::Picked::Queued(enqueued)) => {
+                queue::enqueue(self, *enqueued);
             }
             None => {}
         }
@@ -535,9 +520,13 @@ impl Runner {
         match prepare::insert_message(&self.store, &spec, &prepared, &mut message).await? {
             Inserted::Yes => {}
             Inserted::Queued { .. } => {
-                self.metrics.conversation_busy("queued");
+                let stops = spec.conversation_policy().stops_live(message.id);
+                if stops.is_none() {
+                    self.metrics.conversation_busy("queued");
+                }
+                let (tenant, queued) = (spec.tenant.clone(), message.clone());
                 let left = spec.deadline.map(|d| d.saturating_sub(arrived.elapsed()));
-                return Ok(queue::enqueue(
+                let handle = queue::enqueue(
                     self,
                     queue::Enqueued {
                         spec,
@@ -546,8 +535,13 @@ impl Runner {
                         cancel,
                         fence: self.store.fence(),
                         after_seq: 0,
+                        interrupted: None,
                     },
-                ));
+                );
+                if let Some(interruption) = stops {
+                    interrupt::stop_ahead(self, &tenant, &queued, interruption).await;
+                }
+                return Ok(handle);
             }
             Inserted::KeyTaken(record) => return self.follow_retry(&spec, &record).await,
             Inserted::Refused(refusal) => {
@@ -668,6 +662,7 @@ impl Runner {
             resumption: None,
             early: None,
             coming: None,
+            interrupted: None,
         };
         let first_follower = self.launch_task(launch);
         RunHandle {
@@ -694,6 +689,9 @@ impl Runner {
         }
         if let Some(early) = launch.early.take() {
             mailbox.deliver_early(early);
+        }
+        if let Some(interruption) = launch.interrupted.take() {
+            mailbox.interrupt(interruption);
         }
         let after_seq = launch.resumption.as_ref().map_or(0, |r| r.last_seq);
         let (opened, first_follower) = self.open_live(

@@ -288,7 +288,10 @@ fn conversation_rule(spec: &RunSpec) -> ConversationRule {
     match spec.conversation_policy() {
         ConversationPolicy::Parallel => ConversationRule::Beside,
         ConversationPolicy::Reject => ConversationRule::Alone,
-        ConversationPolicy::Enqueue => ConversationRule::Queue {
+        // The new run waits behind the live ones it stops, as an enqueued run would.
+        ConversationPolicy::Enqueue
+        | ConversationPolicy::Interrupt
+        | ConversationPolicy::Rollback => ConversationRule::Queue {
             max_queued: match spec.limits.max_queued_per_conversation {
                 0 => crate::domain::DEFAULT_MAX_QUEUED_PER_CONVERSATION,
                 set => set,
@@ -355,7 +358,8 @@ async fn past_turns(
             // Records of earlier versions have no ordinal: unknown then.
             history.newest_ordinal = (message.ordinal > 0).then_some(message.ordinal);
         }
-        if !message.status.is_terminal() {
+        // A rolled-back run is left out as if it had never been.
+        if !message.status.is_terminal() || message.rolled_back {
             continue;
         }
         if history.turns.len() == max_turns {

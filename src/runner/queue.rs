@@ -16,7 +16,7 @@ use super::live::{self, Mailbox};
 use super::spec::RunSpec;
 use super::{prepare, RunHandle, Runner};
 use crate::domain::{
-    FinishReason, Message, MessageId, MessageStatus, RunEvent, RunFailure, Tenant,
+    FinishReason, Interruption, Message, MessageId, MessageStatus, RunEvent, RunFailure, Tenant,
 };
 use crate::store::{Admission, Fence, Record};
 
@@ -40,6 +40,8 @@ pub(super) struct Enqueued {
     pub fence: Fence,
     /// Its last stored event (0 for a new one).
     pub after_seq: u64,
+    /// A newer run stopped it while it had no owner: it ends so, unstarted.
+    pub interrupted: Option<Interruption>,
 }
 
 /// Registers a queued run as live on `runner` and hands it to its wait; returns its handle,
@@ -52,6 +54,7 @@ pub(super) fn enqueue(runner: &Runner, enqueued: Enqueued) -> RunHandle {
         cancel,
         fence,
         after_seq,
+        interrupted,
     } = enqueued;
     spec.deadline = None;
     if let Some(left) = left {
@@ -61,14 +64,13 @@ pub(super) fn enqueue(runner: &Runner, enqueued: Enqueued) -> RunHandle {
     }
     let (message_id, conversation_id) = (message.id, message.conversation_id);
     let tenant = spec.tenant.clone();
-    let (opened, first_follower) = runner.open_live(
-        &tenant,
-        &message,
-        fence,
-        &cancel,
-        Mailbox::default(),
-        after_seq,
-    );
+    let mailbox = Mailbox::default();
+    if let Some(interruption) = interrupted {
+        mailbox.interrupt(interruption);
+        cancel.cancel();
+    }
+    let (opened, first_follower) =
+        runner.open_live(&tenant, &message, fence, &cancel, mailbox, after_seq);
     let queued = Queued {
         spec,
         message,
@@ -135,7 +137,11 @@ async fn wait_then_run(runner: Runner, queued: Queued) {
         Turn::Cancelled => {
             message.queued_behind = None;
             message.updated_at = crate::domain::now();
-            let end = message.end(MessageStatus::Cancelled, FinishReason::Cancelled);
+            // A newer run that stops the live ones ends a queued one too, unstarted.
+            let end = match opened.mailbox.interruption() {
+                Some(interruption) => message.end_interrupted(interruption),
+                None => message.end(MessageStatus::Cancelled, FinishReason::Cancelled),
+            };
             close(message, end, opened).await;
         }
         Turn::Left { handed_over } => {
@@ -332,6 +338,7 @@ async fn start(
         resumption: None,
         early: None,
         coming: None,
+        interrupted: None,
     };
     runner.spawn_run(launch, opened);
 }

@@ -1,5 +1,5 @@
 //! Commands for runs this replica does not hold. A caller may reach any replica: a cancel,
-//! tool outputs or approvals for a run held elsewhere are checked against what is stored
+//! an interruption, tool outputs or approvals for a run held elsewhere are checked against what is stored
 //! (with the refusals the owner would give), kept in the store, and only then answered;
 //! the owner takes them on its next look (`commands.rs`).
 
@@ -55,6 +55,25 @@ impl Elsewhere<'_> {
                 return Ok(status);
             }
         }
+    }
+
+    /// Stops a run this replica does not hold for a newer run of its conversation: keeps
+    /// the interruption for its owner and wakes it; the newer run waits for its end.
+    pub async fn interrupt(
+        &self,
+        tenant: &Tenant,
+        message_id: MessageId,
+        interruption: crate::domain::Interruption,
+    ) -> Result<(), RunError> {
+        let command = RunCommand::Interrupt(interruption);
+        if let Some(owner) = self
+            .store
+            .send_command(tenant, message_id, &command)
+            .await?
+        {
+            self.bus.wake(&owner).await;
+        }
+        Ok(())
     }
 
     /// Delivers outputs or decisions to a run this replica does not hold, found with

@@ -38,23 +38,7 @@ pub(super) enum Picked {
     /// A run that had started: its task, from its last durable round.
     Run(Box<Launch>),
     /// A run still queued: its wait, from its last event.
-    Queued(Box<Requeued>),
-}
-
-/// A queued run taken over, to wait again under its new fence.
-pub(super) struct Requeued {
-    /// What it runs.
-    pub spec: RunSpec,
-    /// Its message, queued.
-    pub message: Message,
-    /// What is left of its deadline.
-    pub left: Option<std::time::Duration>,
-    /// Its token (cancelled when a kept cancel, or its caller leaving, says so).
-    pub cancel: CancellationToken,
-    /// The fence its writes go under.
-    pub fence: crate::store::Fence,
-    /// Its last stored event.
-    pub last_seq: u64,
+    Queued(Box<super::queue::Enqueued>),
 }
 
 impl Pickup<'_> {
@@ -93,13 +77,14 @@ impl Pickup<'_> {
             if kept.iter().any(|c| matches!(c, RunCommand::Cancel)) {
                 cancel.cancel();
             }
-            return Ok(Some(Picked::Queued(Box::new(Requeued {
+            return Ok(Some(Picked::Queued(Box::new(super::queue::Enqueued {
                 left: spec.deadline.take(),
                 spec,
                 message,
                 cancel,
                 fence,
-                last_seq: events.last().map_or(0, |event| event.seq),
+                after_seq: events.last().map_or(0, |event| event.seq),
+                interrupted: interruption(kept),
             }))));
         }
         let thoughts = self.store.all_thoughts(&tenant, id).await?;
@@ -113,7 +98,9 @@ impl Pickup<'_> {
         resumption.resume.handed_over = handed_over;
         resumption.resume.waited = waited_for_caller(&message, &events);
         let spec = resumed_spec(tenant, &message, stored, &cancel);
-        let cancelled = kept.iter().any(|c| matches!(c, RunCommand::Cancel));
+        let cancelled = kept
+            .iter()
+            .any(|c| matches!(c, RunCommand::Cancel | RunCommand::Interrupt(_)));
         if cancelled || self.parent_has_ended(&spec.tenant, &message).await? {
             cancel.cancel();
         }
@@ -135,6 +122,7 @@ impl Pickup<'_> {
             resumption: Some(resumption),
             early: early_answer(kept),
             coming,
+            interrupted: interruption(kept),
         }))))
     }
 
@@ -154,7 +142,15 @@ fn early_answer(kept: &[RunCommand]) -> Option<Delivery> {
     kept.iter().rev().find_map(|command| match command {
         RunCommand::Outputs(outputs) => Some(Delivery::Outputs(outputs.clone())),
         RunCommand::Decisions(decisions) => Some(Delivery::Decisions(decisions.clone())),
-        RunCommand::Cancel => None,
+        RunCommand::Cancel | RunCommand::Interrupt(_) => None,
+    })
+}
+
+/// The first newer run that stopped the run while it had no owner: it ends so.
+fn interruption(kept: &[RunCommand]) -> Option<crate::domain::Interruption> {
+    kept.iter().find_map(|command| match command {
+        RunCommand::Interrupt(interruption) => Some(*interruption),
+        RunCommand::Cancel | RunCommand::Outputs(_) | RunCommand::Decisions(_) => None,
     })
 }
 

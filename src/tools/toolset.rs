@@ -290,6 +290,22 @@ impl ToolSet {
         )
     }
 
+    /// The result of a call a newer run of the conversation stopped (or never let start):
+    /// the model reads that it was interrupted.
+    pub fn interrupted(&self, name: &str) -> Invocation {
+        let provider = self
+            .bound(name)
+            .map(|bound| bound.provider.name.clone())
+            .unwrap_or_default();
+        observation::failure(
+            CallOutcome::Interrupted,
+            provider,
+            crate::domain::INTERRUPTED_CALL.to_owned(),
+            0.0,
+            Map::new(),
+        )
+    }
+
     /// Provider of the tool the model calls `name`, if the run has it.
     pub fn provider_of(&self, name: &str) -> Option<&str> {
         self.by_name

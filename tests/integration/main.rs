@@ -27,6 +27,7 @@ mod forming_calls;
 mod full_disk;
 mod hardening;
 mod hostile_inputs;
+mod interrupt;
 mod llm_failures;
 mod loop_correctness;
 mod mcp;

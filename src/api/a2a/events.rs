@@ -59,7 +59,9 @@ impl TaskEvents {
             } => {
                 let mut out = self.final_artifact(answer, structured_output.as_ref());
                 let state = match finish_reason {
-                    FinishReason::Cancelled => a2a::TaskState::Canceled,
+                    // A newer message of the context stopped it: its work was stopped, as
+                    // a cancel stops it.
+                    FinishReason::Cancelled | FinishReason::Interrupted => a2a::TaskState::Canceled,
                     FinishReason::Stop
                     | FinishReason::MaxIterations
                     | FinishReason::BudgetExhausted => a2a::TaskState::Completed,

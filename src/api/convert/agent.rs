@@ -146,6 +146,8 @@ fn config_pb(agent: AgentSpec) -> pb::AgentConfig {
             Some(ConversationPolicy::Reject) => pb::ConversationPolicy::Reject,
             Some(ConversationPolicy::Parallel) => pb::ConversationPolicy::Parallel,
             Some(ConversationPolicy::Enqueue) => pb::ConversationPolicy::Enqueue,
+            Some(ConversationPolicy::Interrupt) => pb::ConversationPolicy::Interrupt,
+            Some(ConversationPolicy::Rollback) => pb::ConversationPolicy::Rollback,
         }
         .into(),
     }

@@ -125,6 +125,7 @@ fn end_event(event: RunEvent) -> Event {
         structured_output,
         output_invalid,
         budget_exhausted,
+        interrupted_by,
     } = event
     else {
         return Event::Delta(pb::MessageDelta::default());
@@ -139,6 +140,7 @@ fn end_event(event: RunEvent) -> Event {
         output_invalid: output_invalid.unwrap_or_default(),
         budget_exhausted: budget_exhausted
             .map_or_else(String::new, |kind| kind.as_str().to_owned()),
+        interrupted_by: interrupted_by.map(|id| id.to_string()).unwrap_or_default(),
     })
 }
 

@@ -151,6 +151,7 @@ pub fn finish_reason(reason: FinishReason) -> pb::FinishReason {
         FinishReason::MaxIterations => pb::FinishReason::MaxIterations,
         FinishReason::Cancelled => pb::FinishReason::Cancelled,
         FinishReason::BudgetExhausted => pb::FinishReason::BudgetExhausted,
+        FinishReason::Interrupted => pb::FinishReason::Interrupted,
     }
 }
 
@@ -225,6 +226,11 @@ impl From<Message> for pb::Message {
                 .queued_behind
                 .map(|id| id.to_string())
                 .unwrap_or_default(),
+            interrupted_by: message
+                .interrupted_by
+                .map(|id| id.to_string())
+                .unwrap_or_default(),
+            rolled_back: message.rolled_back,
         }
     }
 }

@@ -244,6 +244,8 @@ fn policy(field: &str, value: i32) -> Result<Option<ConversationPolicy>, Status>
         Ok(pb::ConversationPolicy::Reject) => Ok(Some(ConversationPolicy::Reject)),
         Ok(pb::ConversationPolicy::Parallel) => Ok(Some(ConversationPolicy::Parallel)),
         Ok(pb::ConversationPolicy::Enqueue) => Ok(Some(ConversationPolicy::Enqueue)),
+        Ok(pb::ConversationPolicy::Interrupt) => Ok(Some(ConversationPolicy::Interrupt)),
+        Ok(pb::ConversationPolicy::Rollback) => Ok(Some(ConversationPolicy::Rollback)),
         Err(_) => Err(invalid(field, &format!("has unknown value {value}"))),
     }
 }

@@ -268,6 +268,7 @@ fn reason_of(value: i32) -> Result<Option<FinishReason>, Status> {
         Ok(pb::FinishReason::MaxIterations) => Ok(Some(FinishReason::MaxIterations)),
         Ok(pb::FinishReason::Cancelled) => Ok(Some(FinishReason::Cancelled)),
         Ok(pb::FinishReason::BudgetExhausted) => Ok(Some(FinishReason::BudgetExhausted)),
+        Ok(pb::FinishReason::Interrupted) => Ok(Some(FinishReason::Interrupted)),
         Err(_) => Err(invalid(
             "finish_reason",
             &format!("holds {value}, which is not a finish reason"),

@@ -4,13 +4,14 @@
 //!
 //! The wait itself (status, event, timeout) belongs to the run; this is only the meeting
 //! point, shared between the run and the registry. One run waits for one thing at a time.
+//! A newer run of the conversation that stops this one leaves its reason here too.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::oneshot;
 
-use crate::domain::FieldError;
 pub use crate::domain::{ClientOutput, Decision};
+use crate::domain::{FieldError, Interruption};
 use crate::runner::error::RunError;
 
 /// What a waiting run receives.
@@ -103,6 +104,9 @@ pub struct Mailbox {
     /// The wait a run taken over while it waited is about to enter again: what answers it
     /// is taken meanwhile and kept for it.
     coming: Arc<Mutex<Option<Coming>>>,
+    /// Set, once, when a newer run of the conversation stops this one: read at its end to
+    /// tell an interruption from a cancel.
+    interruption: Arc<std::sync::OnceLock<Interruption>>,
 }
 
 /// A wait about to be entered again: what it waits for, on which calls.
@@ -199,6 +203,17 @@ impl Mailbox {
     /// sent while the run had no owner.
     pub fn deliver_early(&self, delivery: Delivery) {
         *self.early.lock().unwrap_or_else(PoisonError::into_inner) = Some(delivery);
+    }
+
+    /// Marks the run as stopped by a newer run; the first interruption holds. The caller
+    /// then fires the run's token.
+    pub fn interrupt(&self, interruption: Interruption) {
+        let _ = self.interruption.set(interruption);
+    }
+
+    /// What stopped the run, when a newer run did.
+    pub fn interruption(&self) -> Option<Interruption> {
+        self.interruption.get().copied()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Pending>> {

@@ -4,16 +4,24 @@
 
 use super::halt::Halt;
 use super::state::RunState;
-use crate::domain::{FinishReason, Message, MessageStatus, RunEvent, RunFailure};
+use crate::domain::{FinishReason, Interruption, Message, MessageStatus, RunEvent, RunFailure};
+
+/// Who stopped a run that was stopped: tells a newer run's interruption and a shutdown from
+/// a caller's cancel.
+pub struct Stopper {
+    /// The process is shutting down.
+    pub shutting_down: bool,
+    /// A newer run of the conversation stopped it.
+    pub interruption: Option<Interruption>,
+}
 
 /// Sets the message's final state from `outcome` and returns the event that announces it.
-/// `shutting_down` tells a shutdown from a caller's cancel; `latency` is the run's
-/// wall-clock seconds.
+/// `stopper` tells who stopped a stopped run; `latency` is the run's wall-clock seconds.
 pub fn conclude(
     message: &mut Message,
     state: &RunState,
     outcome: Result<FinishReason, Halt>,
-    shutting_down: bool,
+    stopper: Stopper,
     latency: f64,
 ) -> RunEvent {
     message.answer = state.answer();
@@ -37,7 +45,22 @@ pub fn conclude(
                 FinishReason::BudgetExhausted,
             )
         }
-        Err(Halt::Cancelled | Halt::HandedOver) if shutting_down => fail(
+        Err(Halt::Cancelled | Halt::HandedOver) => stopped(message, stopper),
+        Err(Halt::Failed(failure)) => fail(message, MessageStatus::Failed, failure),
+    }
+}
+
+/// The end of a run stopped before its own: by a newer run, by a shutdown, or by its caller.
+fn stopped(message: &mut Message, stopper: Stopper) -> RunEvent {
+    match stopper {
+        Stopper {
+            interruption: Some(interruption),
+            ..
+        } => message.end_interrupted(interruption),
+        Stopper {
+            shutting_down: true,
+            ..
+        } => fail(
             message,
             MessageStatus::Interrupted,
             RunFailure {
@@ -45,10 +68,7 @@ pub fn conclude(
                 message: "the service shut down while the run was in progress".to_owned(),
             },
         ),
-        Err(Halt::Cancelled | Halt::HandedOver) => {
-            end(message, MessageStatus::Cancelled, FinishReason::Cancelled)
-        }
-        Err(Halt::Failed(failure)) => fail(message, MessageStatus::Failed, failure),
+        Stopper { .. } => end(message, MessageStatus::Cancelled, FinishReason::Cancelled),
     }
 }
 

@@ -627,6 +627,32 @@ impl RunTask {
             .insert(tokenizer.name().to_owned(), tokens);
     }
 
+    /// Answers the calls a newer run's interruption left open "interrupted", so the model
+    /// reads them answered in later prompts, and announces them finished so.
+    fn answer_interrupted_calls(&mut self) {
+        let tools = &self.agent.tools;
+        let Some(round) = self.state.unfinished_mut() else {
+            return;
+        };
+        let open: Vec<(usize, String)> = round
+            .thought
+            .tool_calls
+            .iter()
+            .enumerate()
+            .filter(|(_, call)| call.observation.is_none())
+            .map(|(index, call)| (index, call.name.clone()))
+            .collect();
+        let answered: Vec<_> = open
+            .into_iter()
+            .filter_map(|(index, name)| {
+                round.observe(index, tools.interrupted(&name), std::iter::empty())
+            })
+            .collect();
+        if !answered.is_empty() {
+            self.recorder.tools_finished(&round.thought, answered);
+        }
+    }
+
     /// Counts the ended run and marks its span as failed when it failed.
     fn observe_end(&self) {
         let message = &self.message;
@@ -661,8 +687,12 @@ impl RunTask {
     /// Writes the message's final state, then sends the last event and waits until every
     /// event is published. Returns what keeps the run registered.
     async fn finish(mut self, outcome: Result<FinishReason, Halt>) -> Registration {
-        let stopping = matches!(outcome, Err(Halt::HandedOver))
-            || (matches!(outcome, Err(Halt::Cancelled)) && self.control.shutdown.is_cancelled());
+        // A run a newer one stopped ends here, even while the process hands its runs over.
+        let interruption = self.control.mailbox.interruption();
+        let stopping = interruption.is_none()
+            && (matches!(outcome, Err(Halt::HandedOver))
+                || (matches!(outcome, Err(Halt::Cancelled))
+                    && self.control.shutdown.is_cancelled()));
         if stopping && self.settings.hand_over && !self.recorder.events_failed() {
             return self.release().await;
         }
@@ -678,6 +708,9 @@ impl RunTask {
         } else {
             outcome
         };
+        if interruption.is_some() && outcome.is_err() {
+            self.answer_interrupted_calls();
+        }
         if let Some(round) = self.state.unfinished() {
             self.recorder.save_thought(&round.thought);
         }
@@ -688,7 +721,10 @@ impl RunTask {
             &mut self.message,
             &self.state,
             outcome,
-            self.control.shutdown.is_cancelled(),
+            finish::Stopper {
+                shutting_down: self.control.shutdown.is_cancelled(),
+                interruption,
+            },
             self.started.elapsed().as_secs_f64(),
         );
         tracing::info!(status = ?self.message.status, iterations = self.message.iterations, "run ended");

@@ -193,6 +193,11 @@ impl RunState {
         self.unfinished.as_ref()
     }
 
+    /// The interrupted round, to answer what it left open.
+    pub fn unfinished_mut(&mut self) -> Option<&mut Round> {
+        self.unfinished.as_mut()
+    }
+
     /// The finished tool rounds, oldest first.
     pub fn rounds(&self) -> &[RoundRecord] {
         &self.rounds

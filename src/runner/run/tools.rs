@@ -349,14 +349,29 @@ impl RoundTools<'_> {
         let timeout = self.settings.tool_timeout;
         let tools = Arc::clone(self.tools);
         let (message, position) = (self.results.message.id, round.thought.position);
+        let unrepeatable = calls
+            .iter()
+            .any(|(_, call)| !tools.is_idempotent(&call.name));
+        let cancel = self.cancel.clone();
         let mut results = futures::stream::iter(calls)
             .map(|(index, call)| {
                 let span = tool_span(&tools, &call);
                 let key = call_key(message, position, &call.id);
-                invoke(Arc::clone(&tools), index, call, timeout, key).instrument(span)
+                let stops = tools.is_idempotent(&call.name).then(|| cancel.clone());
+                invoke(Arc::clone(&tools), index, call, timeout, key, stops).instrument(span)
             })
             .buffer_unordered(self.settings.tool_concurrency.max(1));
-        while let Some(first) = or_cancel(self.cancel, results.next()).await? {
+        loop {
+            let next = match or_cancel(self.cancel, results.next()).await {
+                Ok(next) => next,
+                // A newer run stops this one: a call that must not repeat is let finish
+                // (those that may are stopped at once), and its result kept.
+                Err(_) if unrepeatable && self.mailbox.interruption().is_some() => {
+                    results.next().await
+                }
+                Err(halt) => return Err(halt),
+            };
+            let Some(first) = next else { break };
             // Results that are ready as well are written with it: one write of the thought
             // for all of them, not one each.
             let mut ready = vec![first];
@@ -365,7 +380,10 @@ impl RoundTools<'_> {
             }
             self.results.record_all(round, ready).await?;
         }
-        Ok(())
+        match self.cancel.is_cancelled() {
+            true => Err(Halt::Cancelled),
+            false => Ok(()),
+        }
     }
 
     /// What is left of the run's budget for each of `children` started at once: they
@@ -548,16 +566,25 @@ fn tool_span(tools: &ToolSet, call: &ToolCallRecord) -> tracing::Span {
 }
 
 /// Runs one call in the current (tool) span, marking the span when the call failed.
+/// Makes one call; one given `stops` (a call that may be repeated) ends as interrupted
+/// when that token fires first.
 async fn invoke(
     tools: Arc<ToolSet>,
     index: usize,
     call: ToolCallRecord,
     timeout: Duration,
     key: String,
+    stops: Option<CancellationToken>,
 ) -> (usize, Invocation) {
-    let invocation = tools
-        .invoke_keyed(&call.name, &call.arguments, timeout, key)
-        .await;
+    let made = tools.invoke_keyed(&call.name, &call.arguments, timeout, key);
+    let invocation = match stops {
+        Some(stops) => tokio::select! {
+            biased;
+            () = stops.cancelled() => tools.interrupted(&call.name),
+            invocation = made => invocation,
+        },
+        None => made.await,
+    };
     if let Some(error) = &invocation.meta.error {
         let span = tracing::Span::current();
         span.record("error.type", invocation.outcome.as_str());

@@ -144,6 +144,7 @@ mod tests {
             finish_reason: None,
             iterations: 1,
             history_tokens: Default::default(),
+            rolled_back: false,
         }
     }
 
