@@ -14,6 +14,10 @@
 //   text struck out; a sub-agent's run is drawn under its call;
 // - a run queued behind a waiting one is shown queued, naming it, and runs once it ends;
 // - a run a newer one rolled back is shown interrupted, naming it, and rolled back;
+// - a finished run is run again from its page, and the new run opens;
+// - the operator page shows the server's and each service's health, with keys on too;
+// - a new version of an agent is made from an edited configuration, a refused one showing
+//   the API's words with its field selected;
 // - a deep link loads by itself; an unknown run is "No such run";
 // - text from runs and agents holding markup runs nothing and adds no element;
 // - with API keys on, no key shows the API's refusal, a key lists its tenant's runs, and
@@ -206,6 +210,13 @@ try {
   }
   await page.screenshot({ path: `${shots}/console-run.png`, fullPage: true });
 
+  // Run again: the same request from the run's page opens the new run, which ends.
+  await page.click("#run-again button");
+  await page.waitForURL((url) => url.pathname.startsWith("/runs/") && !url.pathname.endsWith(paris), { timeout: 10_000 });
+  await page.locator(".timeline .end").waitFor({ timeout: 15_000 });
+  if (!((await page.textContent(".facts")) ?? "").includes("What time is it in Paris?")) await fail("the run again did not ask the same question");
+  if ((await page.textContent("#status")) !== "completed") await fail("the run again did not complete");
+
   // A client tool's output sent from the page.
   await page.goto(`${base}/runs/${outputs}`);
   await page.locator("#submit-outputs").waitFor({ timeout: 10_000 });
@@ -314,6 +325,31 @@ try {
   if (!((await page.textContent("#aliases")) ?? "").includes("prod → 2")) await fail("the alias did not move");
   await page.screenshot({ path: `${shots}/console-agent.png`, fullPage: true });
 
+  // A new version from an edited configuration: JSON that is no configuration is refused
+  // on the page; one the API refuses shows its words with the field it names selected; a
+  // good one becomes the newest version.
+  await page.fill("#new-config", "{ not json");
+  await page.click("#new-version button");
+  await page.locator("#new-version-outcome .problem").waitFor({ timeout: 10_000 });
+  if (!((await page.textContent("#new-version-outcome")) ?? "").startsWith("Not an agent configuration")) await fail("broken JSON is not refused in words");
+  await page.fill("#new-config", JSON.stringify({ model: { provider: "openai", name: "mock" }, maxIteration: 1000 }, null, 2));
+  await page.click("#new-version button");
+  await page.locator("#new-version-outcome .problem", { hasText: "max_iteration" }).waitFor({ timeout: 10_000 });
+  const selected = await page.evaluate(() => {
+    const area = document.querySelector("#new-config");
+    return area.value.slice(area.selectionStart, area.selectionEnd);
+  });
+  if (selected !== '"maxIteration"') await fail(`the refused field is not selected in the text: ${selected}`);
+  if ((await page.getAttribute("#new-config", "aria-invalid")) !== "true") await fail("the refused configuration is not marked invalid");
+  await page.screenshot({ path: `${shots}/console-agent-refused-version.png`, fullPage: true });
+  await page.fill("#new-config", JSON.stringify({ model: { provider: "openai", name: "mock" }, instruction: "Answer in French." }, null, 2));
+  await page.click("#new-version button");
+  await page.locator("#agent-note", { hasText: "Created version 3." }).waitFor({ timeout: 10_000 });
+  await page.locator("#compare").waitFor({ timeout: 10_000 });
+  const after = await texts(page, "#versions summary");
+  if (!after[0]?.startsWith("version 3")) await fail(`the new version is not the newest: ${after}`);
+  if (!(await texts(page, "#compare .changed")).some((line) => line.includes("Answer in French."))) await fail("the new version is not compared with the one before");
+
   // Deleting a conversation: refused in words while its run waits, done once none does.
   page.on("dialog", (dialog) => dialog.accept());
   const conversationOf = async (id) => {
@@ -380,6 +416,10 @@ try {
   await page.locator("#usage dd").nth(1).waitFor({ timeout: 10_000 });
   const used = (await texts(page, "#usage dd"))[1] ?? "";
   if (!/^[1-9]\d* \(no limit\)$/.test(used)) await fail(`tokens today read: ${used}`);
+  // Beside it, the server's health and each service's, as a probe sees them.
+  await page.locator("#health dd").nth(3).waitFor({ timeout: 10_000 });
+  const healthy = await texts(page, "#health dd");
+  if (healthy.length !== 4 || healthy.some((status) => status !== "serving")) await fail(`health read: ${healthy}`);
 
   // At 400 px wide.
   await page.setViewportSize({ width: 400, height: 800 });
@@ -404,6 +444,7 @@ try {
   await operator.fill("#admin-token", process.env.CONSOLE_ADMIN_TOKEN);
   await operator.click("#admin button");
   await operator.locator("#replicas td", { hasText: "(this one)" }).waitFor({ timeout: 10_000 });
+  if ((await texts(operator, "#health dd"))[0] !== "serving") await fail("health is not open with API keys on");
   const replica = await texts(operator, "#replicas tbody td");
   if (replica[1] !== "live") await fail(`the replica is not shown live: ${replica}`);
   if (tenantCalls.some((header) => header.includes(process.env.CONSOLE_ADMIN_TOKEN))) {

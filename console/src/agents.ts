@@ -1,7 +1,8 @@
 // Stored agents: the list with labels, and one agent's page: its versions newest first with
-// their configurations, two of them side by side, its aliases moved by compare-and-set, and
-// its runs.
-import { toJsonString } from "@bufbuild/protobuf";
+// their configurations, two of them side by side, its aliases moved by compare-and-set, a
+// new version from a pasted or edited configuration, and its runs.
+import { fromJsonString, toJsonString } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { AgentConfigSchema } from "./gen/agentrunner/v1/agent_pb.js";
 import type { AgentVersion } from "./gen/agentrunner/v1/agents_pb.js";
 import { agents, registry } from "./api.js";
@@ -55,8 +56,65 @@ function compare(left: AgentVersion, right: AgentVersion) {
   return el("div", { class: "compare", id: "compare" }, side(a, b, left.version), side(b, a, right.version));
 }
 
-export async function showAgent(view: HTMLElement, id: string) {
+/// The key in a configuration's JSON that an API error's field path ends on
+/// (`agent.model.max_tokens` → `maxTokens`), if the message starts with one.
+function fieldKey(message: string) {
+  const path = /^([a-z_][a-z0-9_]*(?:\[\d+\])?(?:\.[a-z_][a-z0-9_]*(?:\[\d+\])?)*)\b/.exec(message)?.[1];
+  if (!path || !path.includes(".")) return "";
+  const last = path.split(".").pop()?.replace(/\[\d+\]$/, "") ?? "";
+  return last.replace(/_([a-z0-9])/g, (_, letter: string) => letter.toUpperCase());
+}
+
+/// A new version from a pasted or edited configuration, starting from `start` (the newest
+/// version's). JSON that is no agent configuration is refused here; what the API refuses is
+/// shown in its words, and the field it names is selected in the text.
+function newVersionForm(id: string, start: string, created: (version: number) => void) {
+  const config = el("textarea", {
+    name: "config",
+    id: "new-config",
+    rows: "12",
+    spellcheck: "false",
+    "aria-label": "configuration of the new version (JSON)",
+    "aria-describedby": "new-version-outcome",
+  });
+  config.value = start;
+  const outcome = el("div", { id: "new-version-outcome", "aria-live": "polite" });
+  const refused = (text: string) => {
+    config.setAttribute("aria-invalid", "true");
+    outcome.append(el("p", { class: "problem", role: "alert" }, text));
+    const key = fieldKey(text.replace(/^[A-Za-z]+: /, ""));
+    const at = key ? config.value.indexOf(`"${key}"`) : -1;
+    if (at >= 0) {
+      config.focus();
+      config.setSelectionRange(at, at + key.length + 2);
+    }
+  };
+  const form = el("form", { id: "new-version", class: "stack" }, config, el("button", { type: "submit" }, "Create version"), outcome);
+  form.addEventListener("submit", async (submitted) => {
+    submitted.preventDefault();
+    outcome.replaceChildren();
+    config.removeAttribute("aria-invalid");
+    let parsed;
+    try {
+      parsed = fromJsonString(AgentConfigSchema, config.value);
+    } catch (err) {
+      refused(`Not an agent configuration: ${err instanceof Error ? err.message : String(err)}`);
+      return;
+    }
+    try {
+      const version = await registry.createAgentVersion({ agentId: id, config: parsed });
+      created(version.version);
+    } catch (err) {
+      const error = ConnectError.from(err);
+      refused(`${Code[error.code]}: ${error.rawMessage}`);
+    }
+  });
+  return form;
+}
+
+export async function showAgent(view: HTMLElement, id: string, note = "") {
   view.replaceChildren(el("p", {}, link("/agents", "← Agents")), el("h1", {}, `Agent ${id}`));
+  if (note) view.append(el("p", { class: "muted", id: "agent-note", role: "status" }, note));
   try {
     const agent = await registry.getAgent({ agentId: id });
     const aliases = el("dd", { id: "aliases" });
@@ -115,6 +173,12 @@ export async function showAgent(view: HTMLElement, id: string) {
       const [newest, previous] = versions.versions;
       view.append(el("h2", {}, `Version ${previous.version} beside version ${newest.version}`), compare(previous, newest));
     }
+    const newest = versions.versions[0];
+    view.append(
+      el("h2", {}, "New version"),
+      el("p", { class: "muted" }, "Paste or edit a configuration (JSON of AgentConfig); it is checked as a run would resolve it."),
+      newVersionForm(id, newest ? configText(newest) : "{}", (created) => void showAgent(view, id, `Created version ${created}.`)),
+    );
     const runs = await agents.listRuns({ agentId: id, pageSize: 50 });
     view.append(el("h2", {}, "Its runs"), runs.runs.length ? runsTable(runs.runs) : el("p", { class: "empty" }, "No runs."));
   } catch (err) {

@@ -6,6 +6,7 @@ import { createGrpcWebTransport } from "@connectrpc/connect-web";
 import { AgentService } from "./gen/agentrunner/v1/agent_pb.js";
 import { AdminService } from "./gen/agentrunner/v1/admin_pb.js";
 import { AgentRegistry } from "./gen/agentrunner/v1/agents_pb.js";
+import { Health } from "./gen/grpc/health/v1/health_pb.js";
 
 const KEY = "agent-runner.key";
 const ADMIN = "agent-runner.admin";
@@ -36,6 +37,8 @@ const transport = createGrpcWebTransport({
 });
 
 export const agents = createClient(AgentService, transport);
+/// gRPC health, open to all (no credential is needed or sent).
+export const health = createClient(Health, createGrpcWebTransport({ baseUrl: location.origin }));
 export const registry = createClient(AgentRegistry, transport);
 
 /// The admin token, kept for this tab only and sent with admin calls alone, never with a

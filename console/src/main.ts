@@ -1,7 +1,9 @@
 // The console: a router over the page's paths, and the views that are not their own module.
 import { showAgent, showAgents } from "./agents.js";
-import { admin, adminToken, agents, credentials, remember, rememberAdmin } from "./api.js";
+import { ConnectError } from "@connectrpc/connect";
+import { admin, adminToken, agents, credentials, health, remember, rememberAdmin } from "./api.js";
 import { ago, el, isNotFound, link, problem, table, when } from "./dom.js";
+import { HealthCheckResponse_ServingStatus } from "./gen/grpc/health/v1/health_pb.js";
 import { showRun } from "./run.js";
 import { badge, showRuns } from "./runs.js";
 
@@ -63,6 +65,32 @@ async function showConversation(id: string) {
   }
 }
 
+/// The services' health as a probe sees it: the whole server and each service the console
+/// uses, asked in parallel.
+async function showHealth() {
+  const services: [string, string][] = [
+    ["server", ""],
+    ["runs", "agentrunner.v1.AgentService"],
+    ["stored agents", "agentrunner.v1.AgentRegistry"],
+    ["tools", "agentrunner.v1.ToolRegistry"],
+  ];
+  const list = el("dl", { class: "facts", id: "health" });
+  view.append(el("h2", {}, "Health"), list);
+  const answers = await Promise.all(
+    services.map(async ([name, service]) => {
+      try {
+        const { status } = await health.check({ service });
+        return [name, HealthCheckResponse_ServingStatus[status].toLowerCase().replace("_", " ")];
+      } catch (err) {
+        return [name, `unreachable: ${ConnectError.from(err).rawMessage}`];
+      }
+    }),
+  );
+  for (const [name, status] of answers) {
+    list.append(el("dt", {}, name), el("dd", { class: status === "serving" ? "good" : "problem" }, status));
+  }
+}
+
 /// The caller's tenant today against the limits its calls run under.
 async function showUsage() {
   view.replaceChildren(el("h1", {}, "Usage today"));
@@ -89,6 +117,7 @@ async function showUsage() {
   } catch (err) {
     view.append(problem(err));
   }
+  await showHealth();
   showReplicas();
 }
 

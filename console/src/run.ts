@@ -2,10 +2,11 @@
 // row per round with the model that answered and its tool calls, the answer as it streams,
 // retries, sub-agents' runs under the calls that started them, and the run's end. A run
 // waiting for an approval or for a
-// client tool's output can be answered here.
+// client tool's output can be answered here, and any run run again.
 import { FinishReason, MessageStatus, type Budget, type ChildEvent, type RunEvent, type ToolCallDelta } from "./gen/agentrunner/v1/agent_pb.js";
 import type { AgentThought, ToolCall, Usage } from "./gen/agentrunner/v1/common_pb.js";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { runAgain } from "./again.js";
 import { agents } from "./api.js";
 import { el, isNotFound, link, problem, when } from "./dom.js";
 import { badge, cost } from "./runs.js";
@@ -109,6 +110,7 @@ export function showRun(view: HTMLElement, id: string): () => void {
   const status = el("span", { id: "status" });
   const facts = el("dl", { class: "facts" });
   const actions = el("div", { class: "actions" });
+  const again = el("div", { class: "actions" });
   const answer = el("p", { class: "answer", id: "answer" });
   const timeline = el("ol", { class: "timeline", id: "timeline" });
   const waits = el("div", { id: "waits" });
@@ -118,6 +120,7 @@ export function showRun(view: HTMLElement, id: string): () => void {
     facts,
     actions,
     waits,
+    again,
     el("h2", {}, "Timeline"),
     timeline,
     el("h2", {}, "Answer"),
@@ -453,6 +456,12 @@ export function showRun(view: HTMLElement, id: string): () => void {
       if (message.queuedBehind) fact("queued behind", link(`/runs/${message.queuedBehind}`, message.queuedBehind));
       if (message.interruptedBy) fact("interrupted by", link(`/runs/${message.interruptedBy}`, message.interruptedBy));
       if (message.rolledBack) fact("history", "rolled back: left out of later prompts");
+      again.replaceChildren(
+        runAgain(id, message.agentId, message.agentVersion, (next) => {
+          history.pushState(null, "", `/runs/${next}`);
+          window.dispatchEvent(new PopStateEvent("popstate"));
+        }),
+      );
       const live = [MessageStatus.RUNNING, MessageStatus.QUEUED, MessageStatus.WAITING_APPROVAL, MessageStatus.WAITING_TOOL_OUTPUTS];
       if (live.includes(message.status)) {
         const cancel = el("button", { type: "button", id: "cancel", class: "secondary" }, "Cancel run");

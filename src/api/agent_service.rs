@@ -401,6 +401,34 @@ impl AgentService for AgentApi {
         }))
     }
 
+    async fn export_run(
+        &self,
+        request: Request<pb::ExportRunRequest>,
+    ) -> Result<Response<pb::ExportRunResponse>, Status> {
+        let tenant = tenant_of(&request)?;
+        let pb::ExportRunRequest { message_id } = request.into_inner();
+        let id: MessageId = parse_id("message_id", &message_id)?;
+        let message = self
+            .store
+            .get_message(&tenant, id)
+            .await
+            .map_err(from_error)?
+            .ok_or_else(|| from_error(RunError::not_found("message", id)))?;
+        let stored = self
+            .runner
+            .stored_spec(&tenant, id)
+            .await
+            .map_err(from_error)?
+            .ok_or_else(|| {
+                Status::failed_precondition(
+                    "message_id: the run's request was not kept (a run of an earlier version)",
+                )
+            })?;
+        Ok(Response::new(crate::api::convert::exported_run(
+            message, stored,
+        )))
+    }
+
     async fn get_file(
         &self,
         request: Request<pb::GetFileRequest>,

@@ -44,6 +44,7 @@ mod replicas_bus;
 mod replicas_queue;
 mod replicas_shared;
 mod resilience;
+mod run_again;
 mod run_control;
 mod run_function_calling;
 mod run_listing;

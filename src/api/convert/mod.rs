@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod budget;
 mod event;
+mod exported;
 pub mod json;
 pub mod provider;
 mod record;
@@ -12,6 +13,7 @@ mod run;
 pub mod run_listing;
 mod scalar;
 
+pub use exported::exported_run;
 pub use json::{json_to_struct, struct_to_json};
 pub use record::message_status;
 pub use run::run_spec;
