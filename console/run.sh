@@ -26,6 +26,11 @@ DELEGATING_LLM_PORT=$(free_port)
 "$BIN/agent-runner-mock-llm" --listen "127.0.0.1:$DELEGATING_LLM_PORT" --chunk-delay-ms 50 \
   --tool helper --arguments '{"input": "What time is it?"}' >"$WORK/mock-llm-delegating.log" 2>&1 &
 pids+=($!)
+# And one that calls `helper` three times at once, slowly: a parent with three live children.
+FANOUT_LLM_PORT=$(free_port)
+"$BIN/agent-runner-mock-llm" --listen "127.0.0.1:$FANOUT_LLM_PORT" --chunk-delay-ms 150 --parallel-tools 3 \
+  --tool helper --arguments '{"input": "What time is it?"}' >"$WORK/mock-llm-fanout.log" 2>&1 &
+pids+=($!)
 # A second service with API keys on, and a key of tenant `acme` on it.
 KEYED_PORT=$(free_port)
 export AGENT_RUNNER_ADMIN_TOKEN="console-test-admin-$$"
@@ -40,9 +45,25 @@ for _ in $(seq 100); do
 done
 KEY=$("$BIN/agent-runner" keys create --addr "127.0.0.1:$KEYED_PORT" --tenant acme | tail -1)
 bash .ci/chromium "$WORK/chromium-install.log"
+# Two replicas on PostgreSQL, for a run taken over by the replica its page follows: a
+# database of this run's own, dropped at the end. Without a reachable server the step is
+# skipped and says so, except under CI, where it must run.
+CONSOLE_DATABASE_URL=
+PG="psql -h 127.0.0.1 -U postgres -d test -qtA"
+if $PG -c 'SELECT 1' >/dev/null 2>&1; then
+  CONSOLE_DB="agent_runner_console_$$"
+  $PG -c "CREATE DATABASE $CONSOLE_DB" >/dev/null
+  trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; $PG -c "DROP DATABASE IF EXISTS $CONSOLE_DB WITH (FORCE)" >/dev/null 2>&1 || true' EXIT
+  CONSOLE_DATABASE_URL="postgres://postgres@127.0.0.1:5432/$CONSOLE_DB"
+elif [ "${CI:-}" = true ]; then
+  echo "console: PostgreSQL is not reachable at 127.0.0.1:5432; CI needs it for the replicas step" >&2
+  exit 1
+else
+  echo "console: skipped the two-replica step: PostgreSQL is not reachable at 127.0.0.1:5432"
+fi
 (cd console && CONSOLE_URL="http://127.0.0.1:$PORT" CONSOLE_KEYED_URL="http://127.0.0.1:$KEYED_PORT" \
   CONSOLE_KEY="$KEY" CONSOLE_SHOTS="${CONSOLE_SHOTS:-$WORK}" CONSOLE_WORK="$WORK" \
   CONSOLE_BIN="$BIN/agent-runner" CONSOLE_LLM_PORT="$LLM_PORT" \
   CONSOLE_DELEGATING_LLM_PORT="$DELEGATING_LLM_PORT" CONSOLE_ADMIN_TOKEN="$AGENT_RUNNER_ADMIN_TOKEN" \
-  node test.mjs) ||
+  CONSOLE_DATABASE_URL="$CONSOLE_DATABASE_URL" CONSOLE_FANOUT_LLM_PORT="$FANOUT_LLM_PORT" node test.mjs) ||
   { tail -20 "$WORK/server.log"; exit 1; }

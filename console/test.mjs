@@ -9,12 +9,15 @@
 //   budget shown against what it spent, its calls drawn as they formed and its kept
 //   reasoning on its rounds; a call is declined on its own with a reason; a
 //   client tool's output is sent from its page; a waiting run is cancelled from its page; a live run's answer grows on its
-//   page; a run whose service is killed and started again is followed to its end, the
+//   page; a run taken over by a second replica on PostgreSQL (the first killed) shows the
+//   marker on that replica's page; a run whose service is killed and started again is followed to its end, the
 //   page saying it is reconnecting meanwhile and marking the round made again, its void
 //   text struck out; a sub-agent's run is drawn under its call;
 // - a run queued behind a waiting one is shown queued, naming it, and runs once it ends;
 // - a run a newer one rolled back is shown interrupted, naming it, and rolled back;
 // - a finished run is run again from its page, and the new run opens;
+// - a parent of three live children draws them under their calls, with the explorer open
+//   beside it, never holding more than two streams;
 // - the operator page shows the server's and each service's health, with keys on too;
 // - a new version of an agent is made from an edited configuration, a refused one showing
 //   the API's words with its field selected;
@@ -28,6 +31,7 @@
 // CONSOLE_URL and CONSOLE_KEYED_URL are the servers (keys off, on), CONSOLE_KEY a key of
 // the second; screenshots go to CONSOLE_SHOTS.
 import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { mkdirSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { chromium } from "playwright-core";
@@ -46,7 +50,7 @@ await esbuild.build({
   outfile: "node_modules/.cache/console-test/support.mjs",
   logLevel: "warning",
 });
-const { run, agent, start, versioned, delegated, queuedBehind, stoppedBy, cancel } = await import("./node_modules/.cache/console-test/support.mjs");
+const { run, agent, start, versioned, delegated, delegating: startDelegating, queuedBehind, stoppedBy, cancel } = await import("./node_modules/.cache/console-test/support.mjs");
 
 const HOSTILE = `<img src=x onerror="window.__hacked=1"><script>window.__hacked=2</script> <a href="javascript:window.__hacked=3">x</a>`;
 const paris = await run(base, "What time is it in Paris?", "end", "", 100000n, true);
@@ -77,9 +81,9 @@ const ownPort = await freePort();
 const ownBase = `http://127.0.0.1:${ownPort}`;
 const ownData = `${process.env.CONSOLE_WORK ?? shots}/data-restarted`;
 rmSync(ownData, { recursive: true, force: true });
-const serveOn = async (port, data, llmPort) => {
-  const child = spawn(process.env.CONSOLE_BIN, ["serve", "--listen", `127.0.0.1:${port}`, "--data-dir", data], {
-    env: { ...process.env, OPENAI_BASE_URL: `http://127.0.0.1:${llmPort}/v1`, OPENAI_API_KEY: "" },
+const serveOn = async (port, data, llmPort, more = [], env = {}) => {
+  const child = spawn(process.env.CONSOLE_BIN, ["serve", "--listen", `127.0.0.1:${port}`, "--data-dir", data, ...more], {
+    env: { ...process.env, OPENAI_BASE_URL: `http://127.0.0.1:${llmPort}/v1`, OPENAI_API_KEY: "", ...env },
     stdio: "ignore",
   });
   for (let tries = 0; tries < 200; tries += 1) {
@@ -393,6 +397,38 @@ try {
   await follower.screenshot({ path: `${shots}/console-takeover.png`, fullPage: true });
   await follower.close();
 
+  // Two replicas on PostgreSQL: a run on A, its page open on B; A is killed (kill -9), B
+  // takes the run over and its page draws the takeover marker and the run to its end.
+  if (process.env.CONSOLE_DATABASE_URL) {
+    const secret = randomBytes(32).toString("hex");
+    const replica = async (id) => {
+      const port = await freePort();
+      const data = `${process.env.CONSOLE_WORK ?? shots}/data-replica-${id}`;
+      rmSync(data, { recursive: true, force: true });
+      const child = await serveOn(port, data, process.env.CONSOLE_LLM_PORT, ["--database-url", process.env.CONSOLE_DATABASE_URL, "--replica-id", id], { AGENT_RUNNER_SECRET_KEY: secret });
+      return { child, base: `http://127.0.0.1:${port}` };
+    };
+    const [a, b] = [await replica("console-a"), await replica("console-b")];
+    try {
+      const taken = await start(a.base, "Tell me the time on two replicas.");
+      const onB = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+      watch(onB, b.base);
+      await onB.goto(`${b.base}/runs/${taken}`);
+      await onB.waitForFunction(() => (document.getElementById("answer")?.textContent ?? "").length > 0, null, { timeout: 15_000 });
+      a.child.kill("SIGKILL");
+      await onB.locator(".timeline .restarted").waitFor({ timeout: 30_000 });
+      await onB.locator(".timeline .end").waitFor({ timeout: 30_000 });
+      if (!((await onB.textContent("#answer")) ?? "").includes("word19")) await fail("the run taken over on B did not end on its page");
+      await onB.screenshot({ path: `${shots}/console-takeover-replicas.png`, fullPage: true });
+      await onB.close();
+    } finally {
+      a.child.kill("SIGKILL");
+      b.child.kill("SIGKILL");
+    }
+  } else {
+    console.log("console test: skipped the two-replica step (no PostgreSQL)");
+  }
+
   // A sub-agent's run drawn under the call that started it, its answer in place, linked to
   // its own page, which links back to the parent.
   const boss = await delegated(delegatingBase, "Ask your helper.");
@@ -410,6 +446,49 @@ try {
   await nested.locator("a").click();
   await parent.locator(".facts a[href='/runs/" + boss + "']").waitFor({ timeout: 10_000 });
   await parent.close();
+
+  // A parent with three live children, its page and the explorer open in one browser: the
+  // children are drawn under their calls as they run, and the two pages hold at most two
+  // streams at once (a browser keeps six HTTP/1.1 connections to a host; the run page
+  // follows the parent alone, the explorer polls).
+  const fanoutPort = await freePort();
+  const fanoutBase = `http://127.0.0.1:${fanoutPort}`;
+  const fanoutData = `${process.env.CONSOLE_WORK ?? shots}/data-fanout`;
+  rmSync(fanoutData, { recursive: true, force: true });
+  const fanout = await serveOn(fanoutPort, fanoutData, process.env.CONSOLE_FANOUT_LLM_PORT);
+  try {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    const open = new Set();
+    let most = 0;
+    const streaming = (request) => /\/agentrunner\.v1\.AgentService\/(Attach|Run)$/.test(request.url());
+    context.on("request", (request) => {
+      if (!streaming(request)) return;
+      open.add(request);
+      most = Math.max(most, open.size);
+    });
+    for (const settled of ["requestfinished", "requestfailed"]) context.on(settled, (request) => open.delete(request));
+    const explorer = await context.newPage();
+    watch(explorer, fanoutBase);
+    await explorer.goto(`${fanoutBase}/`);
+    const three = await startDelegating(fanoutBase, "Ask three helpers at once.");
+    const family = await context.newPage();
+    watch(family, fanoutBase);
+    await family.goto(`${fanoutBase}/runs/${three}`);
+    await family.locator(".call .child").nth(2).waitFor({ timeout: 20_000 });
+    const liveChildren = await family.locator(".call .child").count();
+    await family.locator(".timeline .end").waitFor({ timeout: 60_000 });
+    const answers = await texts(family, ".call .child .child-answer");
+    if (liveChildren !== 3 || answers.length !== 3 || !answers.every((text) => text.includes("word19"))) {
+      await fail(`the three children were not drawn under their calls: ${liveChildren} live, answers ${JSON.stringify(answers)}`);
+    }
+    await explorer.reload();
+    await explorer.locator("table.runs td.query", { hasText: "Ask three helpers at once." }).waitFor({ timeout: 10_000 });
+    if (most < 1 || most > 2) await fail(`the pages held ${most} streams at once (one to two expected)`);
+    await family.screenshot({ path: `${shots}/console-three-children.png`, fullPage: true });
+    await context.close();
+  } finally {
+    fanout.kill("SIGKILL");
+  }
 
   // The tenant's usage today against its limits.
   await page.click("nav >> text=Usage");

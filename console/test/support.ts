@@ -145,6 +145,23 @@ export async function versioned(baseUrl: string, id: string) {
   await registry.setAlias({ agentId: id, alias: "prod", version: 1 });
 }
 
+/// `helper` and `boss` (which may call `helper`) on a fresh service, and a run of `boss` on
+/// `query`; returns its message id at its first event, the run read on in the background.
+export async function delegating(baseUrl: string, query: string) {
+  const registry = createClient(AgentRegistry, transport(baseUrl));
+  const model = { provider: "openai", name: "mock" };
+  await registry.createAgent({ agentId: "helper", description: "Answers what it is asked", config: { model } });
+  await registry.createAgent({ agentId: "boss", config: { model, subAgents: [{ agentId: "helper" }] } });
+  const stream = createClient(AgentService, transport(baseUrl)).run({ query, agentRef: { agentId: "boss" } })[Symbol.asyncIterator]();
+  const first = await stream.next();
+  void (async () => {
+    while (!(await stream.next()).done) {
+      // drained
+    }
+  })();
+  return first.value?.messageId ?? "";
+}
+
 /// Two stored agents: `helper`, and `boss`, which may call `helper` as a tool; runs `boss`
 /// on `query` to its end and returns the run's message id.
 export async function delegated(baseUrl: string, query: string) {
