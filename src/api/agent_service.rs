@@ -11,7 +11,7 @@ use super::deadline::deadline_of;
 use super::status::from_error;
 use super::stream::RunEventStream;
 use crate::domain::{
-    ConversationId, FileId, MessageId, MessageStatus, RunFilter, SHOWN_TEXT_LIMIT,
+    ConversationId, FileId, Message, MessageId, MessageStatus, RunFilter, Tenant, SHOWN_TEXT_LIMIT,
 };
 use crate::pb;
 use crate::pb::agent_service_server::AgentService;
@@ -52,6 +52,16 @@ impl AgentApi {
     /// Handlers over `runner` and `store`.
     pub fn new(runner: Runner, store: Store) -> Self {
         Self { runner, store }
+    }
+
+    /// The message `message_id` names, of `tenant`: another tenant's is not found.
+    async fn message(&self, tenant: &Tenant, message_id: &str) -> Result<Message, Status> {
+        let id: MessageId = parse_id("message_id", message_id)?;
+        self.store
+            .get_message(tenant, id)
+            .await
+            .map_err(from_error)?
+            .ok_or_else(|| from_error(RunError::not_found("message", id)))
     }
 }
 
@@ -203,13 +213,7 @@ impl AgentService for AgentApi {
     ) -> Result<Response<pb::Message>, Status> {
         let tenant = tenant_of(&request)?;
         let pb::GetMessageRequest { message_id } = request.into_inner();
-        let id: MessageId = parse_id("message_id", &message_id)?;
-        let message = self
-            .store
-            .get_message(&tenant, id)
-            .await
-            .map_err(from_error)?
-            .ok_or_else(|| from_error(RunError::not_found("message", id)))?;
+        let message = self.message(&tenant, &message_id).await?;
         Ok(Response::new(message.into()))
     }
 
@@ -364,16 +368,7 @@ impl AgentService for AgentApi {
             page_size,
             page_token,
         } = request.into_inner();
-        let id: MessageId = parse_id("message_id", &message_id)?;
-        if self
-            .store
-            .get_message(&tenant, id)
-            .await
-            .map_err(from_error)?
-            .is_none()
-        {
-            return Err(from_error(RunError::not_found("message", id)));
-        }
+        let id = self.message(&tenant, &message_id).await?.id;
         let limit = page_limit(page_size)?;
         let after = if page_token.is_empty() {
             None
@@ -407,16 +402,10 @@ impl AgentService for AgentApi {
     ) -> Result<Response<pb::ExportRunResponse>, Status> {
         let tenant = tenant_of(&request)?;
         let pb::ExportRunRequest { message_id } = request.into_inner();
-        let id: MessageId = parse_id("message_id", &message_id)?;
-        let message = self
-            .store
-            .get_message(&tenant, id)
-            .await
-            .map_err(from_error)?
-            .ok_or_else(|| from_error(RunError::not_found("message", id)))?;
+        let message = self.message(&tenant, &message_id).await?;
         let stored = self
             .runner
-            .stored_spec(&tenant, id)
+            .stored_spec(&tenant, message.id)
             .await
             .map_err(from_error)?
             .ok_or_else(|| {

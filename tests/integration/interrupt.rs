@@ -17,6 +17,7 @@ use axum::{extract::State, Json, Router};
 use serde_json::{json, Value};
 
 use crate::support::conversation::{asking, enqueued, streaming, turns};
+use crate::support::orders::orders_provider;
 use crate::support::postgres::TestDatabase;
 use crate::support::process::client;
 use crate::support::replicas::{
@@ -288,39 +289,6 @@ async fn order_service() -> (std::net::SocketAddr, Arc<Orders>) {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
     (addr, orders)
-}
-
-fn orders_provider(addr: std::net::SocketAddr) -> pb::ToolProvider {
-    let spec = format!(
-        r#"
-openapi: 3.0.3
-info: {{title: Orders}}
-servers: [{{url: "http://{addr}/api"}}]
-paths:
-  /orders:
-    post:
-      operationId: placeOrder
-      requestBody:
-        content:
-          application/json:
-            schema: {{type: object, properties: {{item: {{type: string}}}}, required: [item]}}
-  /orders/{{id}}:
-    get:
-      operationId: showOrder
-      parameters:
-        - {{name: id, in: path, required: true, schema: {{type: integer}}}}
-"#
-    );
-    pb::ToolProvider {
-        name: "orders".into(),
-        source: Some(pb::ProviderSource {
-            source: Some(pb::provider_source::Source::Openapi(pb::OpenApiSource {
-                spec,
-                server_url: String::new(),
-            })),
-        }),
-        ..Default::default()
-    }
 }
 
 on_both_buses!(across_replicas: interrupt_and_rollback_hold_across_replicas_over_nats, interrupt_and_rollback_hold_across_replicas_without_nats);

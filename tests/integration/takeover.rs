@@ -17,6 +17,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+use crate::support::orders::orders_provider;
 use crate::support::postgres::TestDatabase;
 use crate::support::process::{channel, client};
 use crate::support::replicas::*;
@@ -170,39 +171,6 @@ async fn order_service() -> (std::net::SocketAddr, Arc<Orders>) {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
     (addr, orders)
-}
-
-fn orders_provider(addr: std::net::SocketAddr) -> pb::ToolProvider {
-    let spec = format!(
-        r#"
-openapi: 3.0.3
-info: {{title: Orders}}
-servers: [{{url: "http://{addr}/api"}}]
-paths:
-  /orders:
-    post:
-      operationId: placeOrder
-      requestBody:
-        content:
-          application/json:
-            schema: {{type: object, properties: {{item: {{type: string}}}}, required: [item]}}
-  /orders/{{id}}:
-    get:
-      operationId: showOrder
-      parameters:
-        - {{name: id, in: path, required: true, schema: {{type: integer}}}}
-"#
-    );
-    pb::ToolProvider {
-        name: "orders".into(),
-        source: Some(pb::ProviderSource {
-            source: Some(pb::provider_source::Source::Openapi(pb::OpenApiSource {
-                spec,
-                server_url: String::new(),
-            })),
-        }),
-        ..Default::default()
-    }
 }
 
 /// Two calls in flight when their owner dies: the one that is not idempotent (`POST`) is
