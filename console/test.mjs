@@ -10,7 +10,8 @@
 //   reasoning on its rounds; a call is declined on its own with a reason; a
 //   client tool's output is sent from its page; a waiting run is cancelled from its page; a live run's answer grows on its
 //   page; a run taken over by a second replica on PostgreSQL (the first killed) shows the
-//   marker on that replica's page; a run whose service is killed and started again is followed to its end, the
+//   marker on that replica's page, and once its events are retired its rounds are drawn
+//   from its thoughts; a run whose service is killed and started again is followed to its end, the
 //   page saying it is reconnecting meanwhile and marking the round made again, its void
 //   text struck out; a sub-agent's run is drawn under its call;
 // - a run queued behind a waiting one is shown queued, naming it, and runs once it ends;
@@ -30,9 +31,9 @@
 //   serious or critical violation.
 // CONSOLE_URL and CONSOLE_KEYED_URL are the servers (keys off, on), CONSOLE_KEY a key of
 // the second; screenshots go to CONSOLE_SHOTS.
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdirSync, rmSync } from "node:fs";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { chromium } from "playwright-core";
 import * as esbuild from "esbuild";
@@ -401,11 +402,12 @@ try {
   // takes the run over and its page draws the takeover marker and the run to its end.
   if (process.env.CONSOLE_DATABASE_URL) {
     const secret = randomBytes(32).toString("hex");
-    const replica = async (id) => {
+    const replica = async (id, more = []) => {
       const port = await freePort();
       const data = `${process.env.CONSOLE_WORK ?? shots}/data-replica-${id}`;
       rmSync(data, { recursive: true, force: true });
-      const child = await serveOn(port, data, process.env.CONSOLE_LLM_PORT, ["--database-url", process.env.CONSOLE_DATABASE_URL, "--replica-id", id], { AGENT_RUNNER_SECRET_KEY: secret });
+      const flags = ["--database-url", process.env.CONSOLE_DATABASE_URL, "--replica-id", id, ...more];
+      const child = await serveOn(port, data, process.env.CONSOLE_LLM_PORT, flags, { AGENT_RUNNER_SECRET_KEY: secret });
       return { child, base: `http://127.0.0.1:${port}` };
     };
     const [a, b] = [await replica("console-a"), await replica("console-b")];
@@ -421,6 +423,34 @@ try {
       if (!((await onB.textContent("#answer")) ?? "").includes("word19")) await fail("the run taken over on B did not end on its page");
       await onB.screenshot({ path: `${shots}/console-takeover-replicas.png`, fullPage: true });
       await onB.close();
+
+      // The same run, its events retired (it ended "three days ago", a replica keeps one
+      // day): its page draws its rounds from its stored thoughts and says so.
+      const sql = (statement) =>
+        spawnSync("psql", [process.env.CONSOLE_DATABASE_URL, "-qtAc", statement], { encoding: "utf8" }).stdout.trim();
+      sql(`UPDATE messages SET ended_at = now() - interval '3 days' WHERE id = '${taken}'`);
+      const retention = `${process.env.CONSOLE_WORK ?? shots}/retention.toml`;
+      writeFileSync(retention, "[store]\nevent_retention_days = 1\n");
+      const c = await replica("console-c", ["--config", retention]);
+      try {
+        for (let tries = 0; sql(`SELECT events_retired FROM messages WHERE id = '${taken}'`) !== "t"; tries += 1) {
+          if (tries > 100) await fail("the run's events were not retired");
+          await new Promise((resolve) => setTimeout(resolve, 100));
+        }
+        const retired = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+        watch(retired, c.base);
+        await retired.goto(`${c.base}/runs/${taken}`);
+        await retired.locator(".timeline .retired").waitFor({ timeout: 10_000 });
+        await retired.locator(".timeline .end").waitFor({ timeout: 10_000 });
+        const drawn = await retired.locator(".timeline .round").count();
+        const call = (await retired.locator(".timeline .call .tool").first().textContent()) ?? "";
+        if (drawn !== 2 || !call.includes("current_time")) await fail(`the retired run's rounds: ${drawn} drawn, call ${call}`);
+        if (!((await retired.textContent("#answer")) ?? "").includes("word19")) await fail("the retired run's answer is not shown");
+        await retired.screenshot({ path: `${shots}/console-run-retired.png`, fullPage: true });
+        await retired.close();
+      } finally {
+        c.child.kill("SIGKILL");
+      }
     } finally {
       a.child.kill("SIGKILL");
       b.child.kill("SIGKILL");

@@ -420,6 +420,18 @@ export function showRun(view: HTMLElement, id: string): () => void {
   // restart, a hand-over) is attached again after the last event drawn, saying so meanwhile.
   const reconnecting = el("p", { class: "reconnecting", id: "reconnecting", role: "status", hidden: "" }, "Reconnecting…");
   view.insertBefore(reconnecting, facts);
+  // A run whose events were retired (`[store] event_retention_days`) keeps only its end:
+  // its rounds are drawn from its stored thoughts, and the page says so.
+  const drawStored = async () => {
+    note("retired", "Its events were retired after the retention period: its rounds are drawn from its stored thoughts.");
+    let pageToken = "";
+    do {
+      const page = await agents.listThoughts({ messageId: id, pageToken }, { signal: abort.signal });
+      page.thoughts.forEach(drawThought);
+      pageToken = page.nextPageToken;
+    } while (pageToken);
+  };
+
   const attach = async () => {
     let last = 0n;
     for (let attempt = 0; ; attempt += 1) {
@@ -427,6 +439,8 @@ export function showRun(view: HTMLElement, id: string): () => void {
         for await (const event of agents.attach({ messageId: id, afterSeq: last }, { signal: abort.signal })) {
           reconnecting.hidden = true;
           attempt = 0;
+          // Replayed from the first, a run's events start at 1 unless they were retired.
+          if (last === 0n && event.seq > 1n) await drawStored();
           // An unstored event (seq 0: reasoning shown, not kept) is no place to resume.
           if (event.seq > last) last = event.seq;
           draw(event);
