@@ -18,7 +18,7 @@ use super::{prepare, RunHandle, Runner};
 use crate::domain::{
     FinishReason, Interruption, Message, MessageId, MessageStatus, RunEvent, RunFailure, Tenant,
 };
-use crate::store::{Admission, Fence, Record};
+use crate::store::{Admission, Fence, Record, StoreError};
 
 /// How often a queued run reads again which runs are ahead of it when nothing woke it
 /// sooner: a run ahead that ended unheard, or one between the first and the last ahead of
@@ -69,12 +69,19 @@ pub(super) fn enqueue(runner: &Runner, enqueued: Enqueued) -> RunHandle {
         mailbox.interrupt(interruption);
         cancel.cancel();
     }
-    let (opened, first_follower) =
-        runner.open_live(&tenant, &message, fence, &cancel, mailbox, after_seq);
+    let (opened, first_follower) = runner.open_live(
+        &tenant,
+        &message,
+        fence.clone(),
+        &cancel,
+        mailbox,
+        after_seq,
+    );
     let queued = Queued {
         spec,
         message,
         cancel,
+        fence,
         opened,
     };
     runner
@@ -103,6 +110,8 @@ struct Queued {
     message: Message,
     /// Its token: its caller's cancel, its deadline, shutdown.
     cancel: CancellationToken,
+    /// The fence it is held under: it starts only while that is still its owner's.
+    fence: Fence,
     /// Its registration and stream.
     opened: Opened,
 }
@@ -115,6 +124,9 @@ enum Turn {
     Cancelled,
     /// This process stops; `handed_over` when a peer or the next process goes on with it.
     Left { handed_over: bool },
+    /// A peer adopted it (this replica's lease lapsed while it waited): it is not started
+    /// here, and nothing more is written of it.
+    Lost,
 }
 
 /// Waits for the run's turn, then starts it; or ends it, or leaves it queued for the next
@@ -124,11 +136,13 @@ async fn wait_then_run(runner: Runner, queued: Queued) {
         spec,
         mut message,
         cancel,
+        fence,
         mut opened,
     } = queued;
     let admission = super::quota::admission(spec.limits, false);
     let place = Place {
         tenant: &spec.tenant,
+        fence: &fence,
         admission,
     };
     let turn = wait_turn(&runner, &place, &mut message, &cancel, &mut opened).await;
@@ -144,6 +158,10 @@ async fn wait_then_run(runner: Runner, queued: Queued) {
             };
             close(message, end, opened).await;
         }
+        Turn::Lost => {
+            tracing::warn!(message_id = %message.id, "a queued run was adopted by another replica while this one was away; this one writes nothing more of it");
+            opened.emitter.close().await;
+        }
         Turn::Left { handed_over } => {
             message.handed_over = handed_over;
             message.updated_at = crate::domain::now();
@@ -153,9 +171,10 @@ async fn wait_then_run(runner: Runner, queued: Queued) {
     }
 }
 
-/// Whose queued run it is, and the tenant limits it starts under.
+/// Whose queued run it is, under which fence, and the tenant limits it starts under.
 struct Place<'a> {
     tenant: &'a Tenant,
+    fence: &'a Fence,
     admission: Admission,
 }
 
@@ -178,8 +197,10 @@ async fn wait_turn(
         let watched = match read {
             Ok(ahead) => {
                 let (Some(first), Some(behind)) = (ahead.first(), ahead.last()) else {
-                    if admitted(runner, place, message.id).await {
-                        return Turn::Now;
+                    match admitted(runner, place, message.id).await {
+                        Admitted::Yes => return Turn::Now,
+                        Admitted::Lost => return Turn::Lost,
+                        Admitted::NotYet => {}
                     }
                     // Its tenant has no slot free: it waits at the head of its queue.
                     let waited = tokio::time::sleep(RECHECK_EVERY);
@@ -231,22 +252,32 @@ async fn wait_turn(
     }
 }
 
-/// Whether the tenant's limits admit the queued run now; it then holds a slot and counts
-/// as a start.
-async fn admitted(runner: &Runner, place: &Place<'_>, message: MessageId) -> bool {
+/// Whether a queued run at the head of its queue starts now.
+enum Admitted {
+    /// Its tenant's limits admit it: it holds a slot and counts as a start.
+    Yes,
+    /// Not yet: its tenant is at a limit, or the store did not answer.
+    NotYet,
+    /// It is no longer this replica's.
+    Lost,
+}
+
+/// Whether the tenant's limits admit the queued run now, under its fence.
+async fn admitted(runner: &Runner, place: &Place<'_>, message: MessageId) -> Admitted {
     match runner
         .store
-        .start_queued(place.tenant, message, place.admission)
+        .start_queued(place.tenant, message, place.fence, place.admission)
         .await
     {
-        Ok(None) => true,
+        Ok(None) => Admitted::Yes,
         Ok(Some(refusal)) => {
             tracing::debug!(?refusal, "a queued run waits for its tenant's limits");
-            false
+            Admitted::NotYet
         }
+        Err(StoreError::Fenced) => Admitted::Lost,
         Err(err) => {
             tracing::warn!(error = %err, "a queued run could not be admitted; it asks again");
-            false
+            Admitted::NotYet
         }
     }
 }

@@ -313,11 +313,14 @@ pub trait Conversations: Send + Sync {
     /// a slot of the tenant's running messages and counts as a start from now. The count
     /// and the mark are one step for every process sharing the store, as a new message's
     /// are ([`Self::insert_message`]). `Some` refusal when the limits say not yet; then
-    /// nothing changes.
+    /// nothing changes. Only under the message's own `fence`: a replica whose queued run a
+    /// peer adopted meanwhile (its lease lapsed while it was paused) is refused
+    /// [`StoreError::Fenced`] and must not start it.
     async fn start_queued(
         &self,
         tenant: &Tenant,
         message: MessageId,
+        fence: &Fence,
         admission: Admission,
     ) -> Result<Option<Refusal>, StoreError>;
 

@@ -1,8 +1,8 @@
 //! Queued runs (ENQUEUE) across replicas on one PostgreSQL database: the queue is the
 //! store's, so runs sent to different replicas at once line up in one order, a queued run
 //! starts soon after the run ahead ends wherever that ran, and a queued run outlives the
-//! replicas that held it or the run ahead of it. The tests take turns with the other
-//! replica tests ([`TURN`]).
+//! replicas that held it (killed, paused or stopping) or the run ahead of it. The tests
+//! take turns with the other replica tests ([`TURN`]).
 
 use std::time::{Duration, Instant};
 
@@ -223,4 +223,63 @@ async fn a_stopping_replica_hands_its_queued_run_over() {
         .collect();
     assert_eq!(end_of(&events).answer, "Handed over, then run.");
     assert_eq!(turns(&llm.requests()[1], "user"), ["First?", "Second?"]);
+}
+
+/// A paused replica (SIGSTOP) holding a queued run loses it to a peer, which adopts it and
+/// starts it once the run ahead ends; woken (SIGCONT), the paused one adds not one event to
+/// it, and the run has one end, made by one model call.
+#[tokio::test]
+async fn a_queued_run_on_a_paused_replica_is_adopted_and_run_once() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![
+        slow(30, 200),
+        Reply::text(&["Adopted, then run."], (1, 1)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let a = replica(dir.path(), &llm, &database, &key, "a").await;
+    let b = replica(dir.path(), &llm, &database, &key, "b").await;
+    let (_first_stream, seen) = started(&a, "First?").await;
+    let conversation = seen[0].conversation_id.clone();
+    let (_held_by_b, queued) = opened(&b, enqueued("Second?", &conversation)).await;
+    assert!(matches!(queued.event, Some(Event::Queued(_))), "{queued:?}");
+    signal(&b, "STOP");
+    let mut on_a = attach(&a, &queued.message_id, 0).await;
+    let events: Vec<pb::RunEvent> = timed_rest(&mut on_a)
+        .await
+        .into_iter()
+        .map(|(e, _)| e)
+        .collect();
+    assert_eq!(end_of(&events).answer, "Adopted, then run.");
+    let stored = database.count("events").await;
+
+    signal(&b, "CONT");
+    // Time for the woken replica to try whatever it was about to write.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(database.count("events").await, stored, "not one event more");
+    let replay = read_within(
+        &mut attach(&a, &queued.message_id, 0).await,
+        Duration::from_secs(5),
+    )
+    .await;
+    let ends = replay
+        .iter()
+        .filter(|e| matches!(e.event, Some(Event::End(_) | Event::Error(_))))
+        .count();
+    assert_eq!(ends, 1, "one end: {replay:?}");
+    let requests = llm.requests();
+    let asked: Vec<Vec<String>> = requests.iter().map(|r| turns(r, "user")).collect();
+    assert_eq!(
+        requests.len(),
+        2,
+        "the queued run's model called once: {asked:?}"
+    );
+    assert_eq!(turns(&requests[1], "user"), ["First?", "Second?"]);
+    let read = message(&mut client(&a).await, queued.message_id.clone()).await;
+    assert_eq!(read.status, pb::MessageStatus::Completed as i32);
+    assert_eq!(database.count("messages WHERE running").await, 0);
 }

@@ -172,7 +172,7 @@ pub async fn a_queued_run_takes_no_slot_until_it_starts(harness: &dyn Harness) {
         let acme = acme.clone();
         async move {
             writer
-                .start_queued(&acme, id, one)
+                .start_queued(&acme, id, &writer.fence(), one)
                 .await
                 .expect("the store answers")
         }

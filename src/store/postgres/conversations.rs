@@ -359,22 +359,30 @@ impl crate::store::contract::Conversations for Postgres {
         &self,
         tenant: &Tenant,
         message: MessageId,
+        fence: &crate::store::Fence,
         admission: Admission,
     ) -> Result<Option<Refusal>, StoreError> {
+        let epoch = i64::try_from(fence.epoch).unwrap_or(i64::MAX);
         self.bounded(async move {
             let mut tx = self.begin_with("BEGIN").await?;
             if let Some(refusal) = self.admit(&mut tx, tenant, admission, false).await? {
                 return Ok(Some(refusal));
             }
-            sqlx::query(
+            let started = sqlx::query(
                 "UPDATE messages SET queued = false, created_at = now() \
-                 WHERE tenant = $1 AND id = $2",
+                 WHERE tenant = $1 AND id = $2 AND owner = $3 AND epoch = $4",
             )
             .bind(tenant.as_str())
             .bind(message.0)
+            .bind(&fence.owner)
+            .bind(epoch)
             .execute(&mut *tx)
             .await
             .map_err(|err| self.failed(err))?;
+            // A peer adopted it: the admission is rolled back with the transaction.
+            if started.rows_affected() == 0 {
+                return Err(StoreError::Fenced);
+            }
             tx.commit().await.map_err(|err| self.failed(err))?;
             Ok(None)
         })

@@ -216,8 +216,10 @@ impl crate::store::contract::Conversations for Embedded {
         &self,
         tenant: &Tenant,
         message: MessageId,
+        _fence: &crate::store::Fence,
         admission: crate::store::Admission,
     ) -> Result<Option<crate::store::Refusal>, StoreError> {
+        // One process opens the embedded store and owns every run in it: no fence to check.
         self.start_queued(tenant, message, admission)
     }
 
