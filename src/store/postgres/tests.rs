@@ -465,3 +465,56 @@ async fn a_statement_timed_out_while_others_are_answered_is_busy_not_lost() {
     holding.rollback().await.unwrap();
     start(&store, busy.id, None).await;
 }
+
+/// A queued run a peer adopted (its owner's lease lapsed while the owner was paused) is not
+/// started under the old fence: `start_queued` is refused `Fenced` and the run stays queued
+/// for the peer, so a woken owner makes none of its calls.
+#[tokio::test]
+async fn a_queued_run_a_peer_adopted_is_not_started_under_the_old_fence() {
+    use crate::store::conformance::{start, tenant};
+    use crate::store::contract::{Admission, Inserted, NewMessage};
+    use crate::store::error::StoreError;
+    use crate::store::test_records::{conversation, running_message};
+    use crate::store::ConversationRule;
+    let Some(databases) = Databases::new().await else {
+        return;
+    };
+    let store = databases.fresh().await;
+    let opening = conversation(&tenant());
+    let _live = start(&store, opening.id, Some(&opening)).await;
+    let mut queued = running_message(opening.id, 0);
+    let inserted = store
+        .insert_message(NewMessage {
+            tenant: &tenant(),
+            conversation: None,
+            message: &mut queued,
+            spec: &serde_json::json!({}),
+            idempotency: None,
+            admission: Admission {
+                rule: ConversationRule::Queue { max_queued: 8 },
+                ..Admission::default()
+            },
+        })
+        .await
+        .unwrap();
+    assert_eq!(inserted, Inserted::Queued { ahead: 1 });
+    let url = super::with_database(&databases.admin, &databases.last());
+    let mut peer = PgConnection::connect(&url).await.unwrap();
+    sqlx::query("UPDATE messages SET owner = 'peer', epoch = epoch + 1 WHERE id = $1")
+        .bind(queued.id.0)
+        .execute(&mut peer)
+        .await
+        .unwrap();
+
+    let started = store
+        .start_queued(&tenant(), queued.id, &store.fence(), Admission::default())
+        .await;
+    assert!(matches!(started, Err(StoreError::Fenced)), "{started:?}");
+    let (still,): (bool,) = sqlx::query_as("SELECT queued FROM messages WHERE id = $1")
+        .bind(queued.id.0)
+        .fetch_one(&mut peer)
+        .await
+        .unwrap();
+    assert!(still, "still queued, for the peer to start");
+    let _ = peer.close().await;
+}
