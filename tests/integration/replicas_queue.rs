@@ -43,6 +43,32 @@ async fn timed_rest(stream: &mut tonic::Streaming<pb::RunEvent>) -> Vec<(pb::Run
     }
 }
 
+/// Every event left on `stream`.
+async fn rest(stream: &mut tonic::Streaming<pb::RunEvent>) -> Vec<pb::RunEvent> {
+    timed_rest(stream)
+        .await
+        .into_iter()
+        .map(|(e, _)| e)
+        .collect()
+}
+
+/// A first run on `a` and a second in its conversation sent to `b`, which queues it: both
+/// streams (to keep open) and the queued run's first event.
+async fn queued_on_b_behind_a(
+    a: &Service,
+    b: &Service,
+) -> (
+    tonic::Streaming<pb::RunEvent>,
+    tonic::Streaming<pb::RunEvent>,
+    pb::RunEvent,
+) {
+    let (first_stream, seen) = started(a, "First?").await;
+    let conversation = seen[0].conversation_id.clone();
+    let (held_by_b, queued) = opened(b, enqueued("Second?", &conversation)).await;
+    assert!(matches!(queued.event, Some(Event::Queued(_))), "{queued:?}");
+    (first_stream, held_by_b, queued)
+}
+
 on_both_buses!(lined_up: enqueued_runs_on_two_replicas_line_up_over_nats, enqueued_runs_on_two_replicas_line_up_without_nats);
 
 /// Two ENQUEUE runs sent to two replicas at the same moment: one runs, the other is
@@ -158,23 +184,14 @@ async fn queued_runs_outlive_the_replicas_that_held_them() {
     }
     let mut second_on_c = attach(&c, &second.message_id, 0).await;
     let mut first_on_c = attach(&c, &first, 0).await;
-    let first_events: Vec<_> = timed_rest(&mut first_on_c).await;
-    let first_events: Vec<pb::RunEvent> = first_events.into_iter().map(|(e, _)| e).collect();
+    let first_events = rest(&mut first_on_c).await;
     assert_eq!(end_of(&first_events).answer, "First, whole.");
-    let second_events: Vec<pb::RunEvent> = timed_rest(&mut second_on_c)
-        .await
-        .into_iter()
-        .map(|(e, _)| e)
-        .collect();
+    let second_events: Vec<pb::RunEvent> = rest(&mut second_on_c).await;
     assert!(matches!(second_events[0].event, Some(Event::Queued(_))));
     assert_eq!(end_of(&second_events).answer, "Second.");
     let seqs: Vec<u64> = second_events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "no gap");
-    let third_events: Vec<pb::RunEvent> = timed_rest(&mut on_c)
-        .await
-        .into_iter()
-        .map(|(e, _)| e)
-        .collect();
+    let third_events: Vec<pb::RunEvent> = rest(&mut on_c).await;
     assert_eq!(end_of(&third_events).answer, "Third.");
 
     let requests = llm.requests();
@@ -207,20 +224,13 @@ async fn a_stopping_replica_hands_its_queued_run_over() {
     let key = SecretKey::generate();
     let a = replica(dir.path(), &llm, &database, &key, "a").await;
     let mut b = replica(dir.path(), &llm, &database, &key, "b").await;
-    let (_first_stream, seen) = started(&a, "First?").await;
-    let conversation = seen[0].conversation_id.clone();
-    let (_held_by_b, queued) = opened(&b, enqueued("Second?", &conversation)).await;
-    assert!(matches!(queued.event, Some(Event::Queued(_))), "{queued:?}");
+    let (_first_stream, _held_by_b, queued) = queued_on_b_behind_a(&a, &b).await;
     signal(&b, "TERM");
     let exited =
         crate::support::process::wait_for_exit(&mut b.child, Duration::from_secs(10)).await;
     assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
     let mut on_a = attach(&a, &queued.message_id, 0).await;
-    let events: Vec<pb::RunEvent> = timed_rest(&mut on_a)
-        .await
-        .into_iter()
-        .map(|(e, _)| e)
-        .collect();
+    let events: Vec<pb::RunEvent> = rest(&mut on_a).await;
     assert_eq!(end_of(&events).answer, "Handed over, then run.");
     assert_eq!(turns(&llm.requests()[1], "user"), ["First?", "Second?"]);
 }
@@ -243,17 +253,10 @@ async fn a_queued_run_on_a_paused_replica_is_adopted_and_run_once() {
     let key = SecretKey::generate();
     let a = replica(dir.path(), &llm, &database, &key, "a").await;
     let b = replica(dir.path(), &llm, &database, &key, "b").await;
-    let (_first_stream, seen) = started(&a, "First?").await;
-    let conversation = seen[0].conversation_id.clone();
-    let (_held_by_b, queued) = opened(&b, enqueued("Second?", &conversation)).await;
-    assert!(matches!(queued.event, Some(Event::Queued(_))), "{queued:?}");
+    let (_first_stream, _held_by_b, queued) = queued_on_b_behind_a(&a, &b).await;
     signal(&b, "STOP");
     let mut on_a = attach(&a, &queued.message_id, 0).await;
-    let events: Vec<pb::RunEvent> = timed_rest(&mut on_a)
-        .await
-        .into_iter()
-        .map(|(e, _)| e)
-        .collect();
+    let events: Vec<pb::RunEvent> = rest(&mut on_a).await;
     assert_eq!(end_of(&events).answer, "Adopted, then run.");
     let stored = database.count("events").await;
 
