@@ -16,6 +16,7 @@
 //   text struck out; a sub-agent's run is drawn under its call;
 // - a run queued behind a waiting one is shown queued, naming it, and runs once it ends;
 // - a run a newer one rolled back is shown interrupted, naming it, and rolled back;
+// - a steer sent into a waiting run shows its text at the top of the run's next round;
 // - a finished run is run again from its page, and the new run opens;
 // - a parent of three live children draws them under their calls, with the explorer open
 //   beside it, never holding more than two streams;
@@ -51,7 +52,7 @@ await esbuild.build({
   outfile: "node_modules/.cache/console-test/support.mjs",
   logLevel: "warning",
 });
-const { run, agent, start, versioned, delegated, delegating: startDelegating, queuedBehind, stoppedBy, cancel } = await import("./node_modules/.cache/console-test/support.mjs");
+const { run, agent, start, versioned, delegated, delegating: startDelegating, queuedBehind, stoppedBy, steering, cancel } = await import("./node_modules/.cache/console-test/support.mjs");
 
 const HOSTILE = `<img src=x onerror="window.__hacked=1"><script>window.__hacked=2</script> <a href="javascript:window.__hacked=3">x</a>`;
 const paris = await run(base, "What time is it in Paris?", "end", "", 100000n, true);
@@ -285,6 +286,23 @@ try {
   const stoppedFacts = (await page.textContent(".facts")) ?? "";
   if (!stoppedFacts.includes(by) || !stoppedFacts.includes("rolled back")) await fail(`the facts do not say who stopped it and that it was rolled back: ${stoppedFacts}`);
   await page.screenshot({ path: `${shots}/console-run-interrupted.png`, fullPage: true });
+
+  // A steer sent into a run waiting for approval: approved from its page, the run's next
+  // round shows the user's text at its top, and the conversation keeps one message.
+  const steerText = "Use Tokyo time, please.";
+  const { live: steeredRun, steer } = await steering(base, "What time is it?", steerText);
+  if (!steer) await fail("the steer was not answered `steered`");
+  await page.goto(`${base}/runs/${steeredRun}`);
+  await page.locator("#approve").waitFor({ timeout: 10_000 });
+  await page.click("#approve");
+  await page.locator(".timeline .end").waitFor({ timeout: 15_000 });
+  const joined = (await page.textContent('.timeline .round[data-position="2"] .steered')) ?? "";
+  if (!joined.includes(steerText)) await fail(`round 2 does not show the steer's text: ${joined}`);
+  if ((await page.locator(".steered li").count()) !== 1) await fail("the steer's text is shown more than once");
+  await page.screenshot({ path: `${shots}/console-run-steered.png`, fullPage: true });
+  await page.reload();
+  await page.locator(".timeline .end").waitFor({ timeout: 10_000 });
+  if ((await page.locator(".steered li").count()) !== 1) await fail("the steer's text is not drawn once again from the stored run");
 
   // Deep links by themselves; markup in runs' and agents' text stays text.
   await page.goto(`${base}/runs/${hostile}`);

@@ -197,7 +197,17 @@ export function showRun(view: HTMLElement, id: string): () => void {
     return row.querySelector(".reasoning") ?? row.insertBefore(el("p", { class: "reasoning" }), row.querySelector(".thought") ?? calls);
   };
 
+  // Texts steering runs added before a round's model call (STEER): the user's turns, at
+  // the top of the round that first saw them; once each, from the event or the thought.
+  const drawSteered = (position: number, steer: { messageId: string; text: string }) => {
+    const { row, calls } = round(position);
+    const list = row.querySelector(".steered") ?? row.insertBefore(el("ul", { class: "steered" }), row.querySelector(".thought") ?? calls);
+    if ([...list.children].some((item) => item.getAttribute("data-steer") === steer.messageId)) return;
+    list.append(el("li", { "data-steer": steer.messageId }, el("strong", {}, "The user adds: "), steer.text));
+  };
+
   const drawThought = (thought: AgentThought) => {
+    for (const steer of thought.steered) drawSteered(thought.position, steer);
     if (thought.reasoning) reasoningOf(thought.position).textContent = thought.reasoning;
     const { row, calls } = round(thought.position);
     const head = row.querySelector(".round-head");
@@ -333,6 +343,21 @@ export function showRun(view: HTMLElement, id: string): () => void {
         );
         setStatus(MessageStatus.QUEUED);
         queued = true;
+        break;
+      case "steered":
+        // A steer (STEER): its text joins the live run; it runs on its own only if that
+        // run makes no further model call.
+        note(
+          "steered",
+          "Steers ",
+          link(`/runs/${payload.value.messageId}`, payload.value.messageId),
+          " · joins it before its next model call, else runs on its own",
+        );
+        setStatus(MessageStatus.QUEUED);
+        queued = true;
+        break;
+      case "userTurn":
+        drawSteered(payload.value.position, { messageId: payload.value.steerMessageId, text: payload.value.text });
         break;
       case "started":
         if (queued) setStatus(MessageStatus.RUNNING);

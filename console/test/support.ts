@@ -95,6 +95,35 @@ export async function stoppedBy(baseUrl: string, first: string, then: string, ro
   return { stopped, by };
 }
 
+/// A run of `first` that waits for approval, and a steer of `text` sent into it (STEER);
+/// returns the run's id and the steer's once the steer is accepted (its stream is read to
+/// the end in the background).
+export async function steering(baseUrl: string, first: string, text: string) {
+  const agents = createClient(AgentService, transport(baseUrl));
+  const model = { provider: "openai", name: "mock" };
+  let live = "";
+  let conversationId = "";
+  for await (const event of agents.run({
+    query: first,
+    agent: { model, tools: [{ provider: "time", name: "current_time", requireApproval: true }] },
+  })) {
+    live = event.messageId;
+    conversationId = event.conversationId;
+    if (event.event.case === "approvalRequired") break;
+  }
+  const stream = agents
+    .run({ query: text, conversationId, conversationPolicy: ConversationPolicy.STEER, agent: { model } })
+    [Symbol.asyncIterator]();
+  const opening = (await stream.next()).value;
+  const steer = opening?.event.case === "steered" ? opening.event.value.steerMessageId : "";
+  void (async () => {
+    while (!(await stream.next()).done) {
+      // drained
+    }
+  })();
+  return { live, steer };
+}
+
 /// Cancels the run of `messageId`.
 export async function cancel(baseUrl: string, messageId: string) {
   await createClient(AgentService, transport(baseUrl)).cancel({ messageId });

@@ -187,6 +187,8 @@ pub enum PolicyArg {
     Interrupt,
     /// Stops it and leaves it out of the history, then runs.
     Rollback,
+    /// Joins it as a user turn before its next model call (runs on its own if it makes none).
+    Steer,
 }
 
 /// `run`.

@@ -23,6 +23,15 @@ pub fn event(event: &pb::RunEvent) -> Value {
             "queued",
             json!({"ahead": queued.ahead, "message_id": queued.message_id}),
         ),
+        Some(Event::Steered(steered)) => (
+            "steered",
+            json!({"message_id": steered.message_id, "steer_message_id": steered.steer_message_id}),
+        ),
+        Some(Event::UserTurn(turn)) => (
+            "user_turn",
+            json!({"position": turn.position, "steer_message_id": turn.steer_message_id,
+                   "text": turn.text}),
+        ),
         Some(Event::ToolCallDelta(delta)) => (
             "tool_call_delta",
             json!({"thought_id": delta.thought_id, "position": delta.position,

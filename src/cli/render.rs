@@ -181,6 +181,11 @@ impl HumanView {
                 "… queued behind {} ({} ahead)",
                 queued.message_id, queued.ahead
             ))],
+            Some(Event::Steered(steered)) => vec![p.yellow(&format!(
+                "↪ steering {} (should it not take the text: runs as {})",
+                steered.message_id, steered.steer_message_id
+            ))],
+            Some(Event::UserTurn(turn)) => vec![p.yellow(&format!("↪ user: {}", turn.text))],
             Some(Event::Thought(thought)) => {
                 self.round_deltas.clear();
                 self.thought_lines(thought)

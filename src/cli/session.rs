@@ -159,6 +159,7 @@ fn run_request(
         Some(PolicyArg::Enqueue) => pb::ConversationPolicy::Enqueue,
         Some(PolicyArg::Interrupt) => pb::ConversationPolicy::Interrupt,
         Some(PolicyArg::Rollback) => pb::ConversationPolicy::Rollback,
+        Some(PolicyArg::Steer) => pb::ConversationPolicy::Steer,
     }
     .into();
     Ok(request)
@@ -370,6 +371,8 @@ fn outcome_of(event: &pb::RunEvent) -> Option<Outcome> {
         Some(
             Event::Started(_)
             | Event::Queued(_)
+            | Event::Steered(_)
+            | Event::UserTurn(_)
             | Event::Delta(_)
             | Event::ToolCallDelta(_)
             | Event::ReasoningDelta(_)

@@ -37,4 +37,6 @@ pub enum RunCommand {
     Decisions(Vec<Decision>),
     /// Stop the run for a newer run of its conversation.
     Interrupt(super::Interruption),
+    /// A steer waits to join the run: it reads its steers before its next model call.
+    Steer,
 }

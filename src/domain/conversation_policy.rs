@@ -21,6 +21,9 @@ pub enum ConversationPolicy {
     Interrupt,
     /// As `Interrupt`, and the stopped runs are left out of every later prompt.
     Rollback,
+    /// The new text joins the live run as a user turn before its next model call; should
+    /// that run make none, the text runs on its own as an `Enqueue`d run would.
+    Steer,
 }
 
 impl ConversationPolicy {
@@ -37,7 +40,7 @@ impl ConversationPolicy {
                 rollback: false,
             }),
             Self::Rollback => Some(super::Interruption { by, rollback: true }),
-            Self::Parallel | Self::Reject | Self::Enqueue => None,
+            Self::Parallel | Self::Reject | Self::Enqueue | Self::Steer => None,
         }
     }
 }

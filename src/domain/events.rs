@@ -42,6 +42,22 @@ pub enum RunEvent {
         /// The run directly ahead, which it waits for.
         behind: MessageId,
     },
+    /// The first event of a steering run: its text is to join the live run `joined`.
+    Steered {
+        /// The live run the text joins.
+        joined: MessageId,
+        /// The steer itself: the run the text becomes should `joined` not take it.
+        steer: MessageId,
+    },
+    /// A steer's text joined this run before the model call of round `position`.
+    UserTurn {
+        /// The round whose model call first sees it.
+        position: u32,
+        /// The steer that brought it.
+        steer: MessageId,
+        /// The text.
+        text: String,
+    },
     /// A piece of answer text as the model writes it.
     AnswerDelta {
         /// The text.
@@ -201,6 +217,8 @@ impl RunEvent {
             RunEvent::Started { .. }
             | RunEvent::AnswerDelta { .. }
             | RunEvent::Queued { .. }
+            | RunEvent::Steered { .. }
+            | RunEvent::UserTurn { .. }
             | RunEvent::ToolCallDelta(_)
             | RunEvent::ReasoningDelta { .. }
             | RunEvent::Thought(_)

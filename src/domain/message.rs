@@ -235,6 +235,10 @@ pub struct Message {
     /// Left out of every later prompt of its conversation (stopped by a `rollback`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rolled_back: bool,
+    /// A steer waiting to join a live run: that run. Once joined the steer is no message
+    /// of its own; should that run end without taking it, it runs as this message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steers: Option<MessageId>,
 }
 
 fn is_zero_f64(value: &f64) -> bool {
@@ -287,6 +291,7 @@ impl Message {
             queued_behind: None,
             interrupted_by: None,
             rolled_back: false,
+            steers: None,
             ordinal: 0,
         }
     }

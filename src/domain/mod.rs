@@ -22,6 +22,7 @@ mod reasoning;
 pub mod redact;
 mod run_filter;
 mod secret;
+mod steer;
 mod takeover;
 mod thought;
 mod usage;
@@ -55,6 +56,7 @@ pub use provider::{McpToolDef, ProviderKind, ProviderRecord, ProviderSource};
 pub use reasoning::{ProviderReasoning, Reasoning};
 pub use run_filter::{RunFilter, RunIndex};
 pub use secret::Secret;
+pub use steer::SteeredText;
 pub use takeover::{adopt, end_orphan, fate, Adoption, Fate, OWNER_LOST, STOPPED};
 pub use thought::{
     CallOutcome, RetrieverResource, Thought, ToolCallRecord, ToolInvokeMeta, NOT_RUN,

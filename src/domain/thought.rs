@@ -146,6 +146,8 @@ pub struct Thought {
     /// The blocks its provider needs back to go on with the round's calls; sealed at
     /// rest, never shown.
     pub provider_reasoning: super::ProviderReasoning,
+    /// Texts steering runs added before this round's model call, as they arrived.
+    pub steered: Vec<super::SteeredText>,
     /// When the round began.
     pub created_at: DateTime<Utc>,
 }
@@ -170,7 +172,9 @@ impl Thought {
                     + PASSAGE_OVERHEAD
             })
             .sum();
+        let steered: usize = self.steered.iter().map(|s| s.text.len() + 48).sum();
         self.thought.len()
+            + steered
             + self.answer.len()
             + self.reasoning.len()
             + calls
@@ -384,6 +388,8 @@ struct ThoughtWire {
     reasoning: String,
     #[serde(default)]
     sealed_reasoning: Option<String>,
+    #[serde(default)]
+    steered: Vec<super::SteeredText>,
     created_at: DateTime<Utc>,
 }
 
@@ -411,6 +417,7 @@ impl From<ThoughtWire> for Thought {
                 super::ProviderReasoning::None,
                 super::ProviderReasoning::Sealed,
             ),
+            steered: wire.steered,
             created_at: wire.created_at,
         }
     }
@@ -419,7 +426,7 @@ impl From<ThoughtWire> for Thought {
 impl Serialize for Thought {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let same = !self.answer.is_empty() && self.answer == self.thought;
-        let mut out = serializer.serialize_struct("Thought", 12)?;
+        let mut out = serializer.serialize_struct("Thought", 13)?;
         out.serialize_field("id", &self.id)?;
         out.serialize_field("message_id", &self.message_id)?;
         out.serialize_field("position", &self.position)?;
@@ -444,6 +451,9 @@ impl Serialize for Thought {
         if let Some(sealed) = self.provider_reasoning.sealed() {
             out.serialize_field("sealed_reasoning", sealed)?;
         }
+        if !self.steered.is_empty() {
+            out.serialize_field("steered", &self.steered)?;
+        }
         out.serialize_field("created_at", &self.created_at)?;
         out.end()
     }
@@ -466,6 +476,7 @@ impl Thought {
             model: String::new(),
             reasoning: String::new(),
             provider_reasoning: super::ProviderReasoning::None,
+            steered: Vec::new(),
             created_at: super::now(),
         }
     }

@@ -35,7 +35,14 @@ impl Commands<'_> {
                     run.cancel.cancel();
                     continue;
                 }
-                (None, RunCommand::Cancel | RunCommand::Interrupt(_)) => continue,
+                (Some(run), RunCommand::Steer) => {
+                    run.mailbox.steer_waits();
+                    continue;
+                }
+                // A run that left here reads its steers where it goes on.
+                (None, RunCommand::Cancel | RunCommand::Interrupt(_) | RunCommand::Steer) => {
+                    continue
+                }
                 (_, RunCommand::Outputs(outputs)) => Delivery::Outputs(outputs),
                 (_, RunCommand::Decisions(decisions)) => Delivery::Decisions(decisions),
             };

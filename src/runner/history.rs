@@ -20,19 +20,33 @@ pub struct History {
 }
 
 /// A past turn from its message and thoughts. Calls without a result are left out: a call
-/// the model never saw answered must not be replayed as if it had been.
+/// the model never saw answered must not be replayed as if it had been. A steer's text
+/// follows the round it came after (or the question, when no round before it is replayed).
 pub fn past_turn(message: &PastMessage, thoughts: &[Thought]) -> PastTurn {
-    let rounds = thoughts
-        .iter()
-        .map(|thought| RoundRecord {
+    let mut query = message.query.clone();
+    let mut rounds: Vec<RoundRecord> = Vec::new();
+    for thought in thoughts {
+        for steered in &thought.steered {
+            match rounds.last_mut() {
+                Some(before) => before.steered.push(steered.text.clone()),
+                None => {
+                    query.push_str("\n\n");
+                    query.push_str(&steered.text);
+                }
+            }
+        }
+        let round = RoundRecord {
             text: thought.thought.clone(),
             calls: answered_calls(thought),
             reasoning: Vec::new(),
-        })
-        .filter(|round| !round.calls.is_empty())
-        .collect();
+            steered: Vec::new(),
+        };
+        if !round.calls.is_empty() {
+            rounds.push(round);
+        }
+    }
     PastTurn {
-        query: message.query.clone(),
+        query,
         rounds,
         answer: final_text(message, thoughts),
         tokens: None,
@@ -64,6 +78,7 @@ pub fn estimate_tokens(turn: &PastTurn, tokenizer: Tokenizer) -> u64 {
         .iter()
         .map(|round| {
             count(&round.text)
+                + round.steered.iter().map(|text| count(text)).sum::<usize>()
                 + round
                     .calls
                     .iter()
@@ -108,4 +123,59 @@ fn final_text(message: &PastMessage, thoughts: &[Thought]) -> String {
 /// before any answer or tool result would only add a dangling question.
 pub fn is_useful(message: &PastMessage, turn: &PastTurn) -> bool {
     message.status.is_terminal() && (!turn.answer.is_empty() || !turn.rounds.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{Message, MessageId, SteeredText, ToolCallRecord};
+
+    fn called(message: MessageId, position: u32, steered: &[&str]) -> Thought {
+        let mut thought = Thought::begin(message, position);
+        thought.tool_calls = vec![ToolCallRecord {
+            id: format!("c{position}"),
+            name: "clock".into(),
+            provider: "time".into(),
+            arguments: "{}".into(),
+            observation: Some("10:00".into()),
+            meta: None,
+        }];
+        thought.steered = steered
+            .iter()
+            .map(|text| SteeredText {
+                message_id: MessageId::new(),
+                text: (*text).into(),
+            })
+            .collect();
+        thought
+    }
+
+    #[test]
+    fn a_steers_text_follows_the_round_it_came_after_in_later_turns() {
+        let mut message = Message::running(
+            crate::domain::ConversationId::new(),
+            "What time?".into(),
+            crate::domain::StrategyKind::FunctionCalling,
+            "openai".into(),
+            "gpt".into(),
+        );
+        message.status = MessageStatus::Completed;
+        message.answer = "Ten in Tokyo.".into();
+        let past = PastMessage::from(&message);
+        let mut answer = Thought::begin(message.id, 3);
+        answer.thought = "Ten in Tokyo.".into();
+        answer.answer = answer.thought.clone();
+        answer.steered = called(message.id, 3, &["And Osaka?"]).steered;
+        let thoughts = [
+            called(message.id, 1, &[]),
+            called(message.id, 2, &["In Tokyo, please."]),
+            answer,
+        ];
+        let turn = past_turn(&past, &thoughts);
+        assert_eq!(turn.query, "What time?");
+        assert_eq!(turn.rounds.len(), 2);
+        assert_eq!(turn.rounds[0].steered, ["In Tokyo, please."]);
+        assert_eq!(turn.rounds[1].steered, ["And Osaka?"]);
+        assert_eq!(turn.answer, "Ten in Tokyo.");
+    }
 }

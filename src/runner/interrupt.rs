@@ -4,7 +4,7 @@
 
 use super::found::Found;
 use super::Runner;
-use crate::domain::{Interruption, Message, Tenant};
+use crate::domain::{Interruption, Message, RunCommand, Tenant};
 
 /// Stops every live run ahead of `message` in its conversation for `interruption`: one held
 /// here at once, one held by a peer through a command kept for its owner (so a takeover
@@ -39,7 +39,11 @@ pub(super) async fn stop_ahead(
                 run.cancel.cancel();
             }
             Ok(Found::Remote(_)) => {
-                if let Err(err) = runner.elsewhere().interrupt(tenant, id, interruption).await {
+                if let Err(err) = runner
+                    .elsewhere()
+                    .notify(tenant, id, RunCommand::Interrupt(interruption))
+                    .await
+                {
                     tracing::warn!(error = %err, message_id = %id, "a run held elsewhere could not be interrupted; the new run waits for it");
                 }
             }

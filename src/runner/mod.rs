@@ -30,6 +30,7 @@ mod remote;
 mod run;
 mod settings;
 mod spec;
+mod steer;
 pub mod strategy;
 mod takeover;
 mod template;
@@ -517,31 +518,17 @@ impl Runner {
         arrived: tokio::time::Instant,
     ) -> Result<RunHandle, RunError> {
         let mut message = prepare::new_message(&spec, &prepared);
+        let aim = steer::aim(self, &spec, &message).await;
+        message.steers = aim.map(|aim| aim.joined);
         match prepare::insert_message(&self.store, &spec, &prepared, &mut message).await? {
-            Inserted::Yes => {}
+            // Nothing live to steer: it runs as a run.
+            Inserted::Yes => message.steers = None,
             Inserted::Queued { .. } => {
-                let stops = spec.conversation_policy().stops_live(message.id);
-                if stops.is_none() {
-                    self.metrics.conversation_busy("queued");
+                if let Some(aim) = aim {
+                    return Ok(steer::start(self, spec, message, aim).await);
                 }
-                let (tenant, queued) = (spec.tenant.clone(), message.clone());
                 let left = spec.deadline.map(|d| d.saturating_sub(arrived.elapsed()));
-                let handle = queue::enqueue(
-                    self,
-                    queue::Enqueued {
-                        spec,
-                        message,
-                        left,
-                        cancel,
-                        fence: self.store.fence(),
-                        after_seq: 0,
-                        interrupted: None,
-                    },
-                );
-                if let Some(interruption) = stops {
-                    interrupt::stop_ahead(self, &tenant, &queued, interruption).await;
-                }
-                return Ok(handle);
+                return Ok(queue::hold(self, spec, message, cancel, left).await);
             }
             Inserted::KeyTaken(record) => return self.follow_retry(&spec, &record).await,
             Inserted::Refused(refusal) => {

@@ -291,7 +291,10 @@ fn conversation_rule(spec: &RunSpec) -> ConversationRule {
         // The new run waits behind the live ones it stops, as an enqueued run would.
         ConversationPolicy::Enqueue
         | ConversationPolicy::Interrupt
-        | ConversationPolicy::Rollback => ConversationRule::Queue {
+        | ConversationPolicy::Rollback
+        // A steer waits queued to join the live run, or to run itself should that run
+        // make no further model call.
+        | ConversationPolicy::Steer => ConversationRule::Queue {
             max_queued: match spec.limits.max_queued_per_conversation {
                 0 => crate::domain::DEFAULT_MAX_QUEUED_PER_CONVERSATION,
                 set => set,

@@ -44,6 +44,37 @@ pub(super) struct Enqueued {
     pub interrupted: Option<Interruption>,
 }
 
+/// Hands a run just written queued to its wait, and stops the live runs ahead of it when
+/// its policy says so (`interrupt`, `rollback`); returns its handle. `left` is what is left
+/// of its caller's deadline.
+pub(super) async fn hold(
+    runner: &Runner,
+    spec: RunSpec,
+    message: Message,
+    cancel: CancellationToken,
+    left: Option<Duration>,
+) -> RunHandle {
+    let stops = spec.conversation_policy().stops_live(message.id);
+    if stops.is_none() {
+        runner.metrics.conversation_busy("queued");
+    }
+    let (tenant, queued) = (spec.tenant.clone(), message.clone());
+    let enqueued = Enqueued {
+        spec,
+        message,
+        left,
+        cancel,
+        fence: runner.store.fence(),
+        after_seq: 0,
+        interrupted: None,
+    };
+    let handle = enqueue(runner, enqueued);
+    if let Some(interruption) = stops {
+        super::interrupt::stop_ahead(runner, &tenant, &queued, interruption).await;
+    }
+    handle
+}
+
 /// Registers a queued run as live on `runner` and hands it to its wait; returns its handle,
 /// following its events from the first.
 pub(super) fn enqueue(runner: &Runner, enqueued: Enqueued) -> RunHandle {
@@ -127,6 +158,8 @@ enum Turn {
     /// A peer adopted it (this replica's lease lapsed while it waited): it is not started
     /// here, and nothing more is written of it.
     Lost,
+    /// A steer the run it aimed at took: it leaves no message.
+    Joined(MessageId),
 }
 
 /// Waits for the run's turn, then starts it; or ends it, or leaves it queued for the next
@@ -145,6 +178,14 @@ async fn wait_then_run(runner: Runner, queued: Queued) {
         fence: &fence,
         admission,
     };
+    // A new steer's first event names the run it aims at.
+    if let (Some(joined), 1) = (message.steers, opened.emitter.next_seq()) {
+        opened.emitter.emit(RunEvent::Steered {
+            joined,
+            steer: message.id,
+        });
+        opened.emitter.settle().await;
+    }
     let turn = wait_turn(&runner, &place, &mut message, &cancel, &mut opened).await;
     match turn {
         Turn::Now => start(&runner, spec, message, cancel, opened).await,
@@ -157,6 +198,16 @@ async fn wait_then_run(runner: Runner, queued: Queued) {
                 None => message.end(MessageStatus::Cancelled, FinishReason::Cancelled),
             };
             close(message, end, opened).await;
+        }
+        Turn::Joined(joined) => {
+            opened.emitter.close().await;
+            let dropped = runner
+                .store
+                .drop_steer(&spec.tenant, message.id, joined, &fence)
+                .await;
+            if let Err(err) = dropped {
+                tracing::warn!(error = %err, message_id = %message.id, "a steer its run took could not be removed; its next owner removes it");
+            }
         }
         Turn::Lost => {
             tracing::warn!(message_id = %message.id, "a queued run was adopted by another replica while this one was away; this one writes nothing more of it");
@@ -189,6 +240,8 @@ async fn wait_turn(
 ) -> Turn {
     let tenant = place.tenant;
     let mut announced = None;
+    // A steer aims at a run until that run ends: then it either took it or not.
+    let mut aiming = message.steers;
     loop {
         let read = runner
             .store
@@ -196,6 +249,19 @@ async fn wait_turn(
             .await;
         let watched = match read {
             Ok(ahead) => {
+                if let Some(joined) = aiming.filter(|joined| !ahead.contains(joined)) {
+                    match took_steer(runner, tenant, joined, message.id).await {
+                        Ok(true) => return Turn::Joined(joined),
+                        Ok(false) => aiming = None,
+                        Err(err) => {
+                            tracing::warn!(error = %err, "whether a steer was taken could not be read; it reads again");
+                            match pause(runner, cancel).await {
+                                Some(turn) => return turn,
+                                None => continue,
+                            }
+                        }
+                    }
+                }
                 let (Some(first), Some(behind)) = (ahead.first(), ahead.last()) else {
                     match admitted(runner, place, message.id).await {
                         Admitted::Yes => return Turn::Now,
@@ -203,17 +269,14 @@ async fn wait_turn(
                         Admitted::NotYet => {}
                     }
                     // Its tenant has no slot free: it waits at the head of its queue.
-                    let waited = tokio::time::sleep(RECHECK_EVERY);
-                    tokio::select! {
-                        biased;
-                        () = runner.shutdown.cancelled() => return Turn::Left { handed_over: false },
-                        () = runner.draining.cancelled() => return Turn::Left { handed_over: true },
-                        () = cancel.cancelled() => return Turn::Cancelled,
-                        () = waited => continue,
+                    match pause(runner, cancel).await {
+                        Some(turn) => return turn,
+                        None => continue,
                     }
                 };
                 let count = u32::try_from(ahead.len()).unwrap_or(u32::MAX);
-                if announced != Some((*behind, count)) {
+                // A steer still aiming is followed through the run it aims at.
+                if aiming.is_none() && announced != Some((*behind, count)) {
                     announced = Some((*behind, count));
                     announce(message, *behind, count, opened).await;
                 }
@@ -252,6 +315,17 @@ async fn wait_turn(
     }
 }
 
+/// Waits a recheck's time; `Some` when the wait ends the run's turn instead.
+async fn pause(runner: &Runner, cancel: &CancellationToken) -> Option<Turn> {
+    tokio::select! {
+        biased;
+        () = runner.shutdown.cancelled() => Some(Turn::Left { handed_over: false }),
+        () = runner.draining.cancelled() => Some(Turn::Left { handed_over: true }),
+        () = cancel.cancelled() => Some(Turn::Cancelled),
+        () = tokio::time::sleep(RECHECK_EVERY) => None,
+    }
+}
+
 /// Whether a queued run at the head of its queue starts now.
 enum Admitted {
     /// Its tenant's limits admit it: it holds a slot and counts as a start.
@@ -280,6 +354,20 @@ async fn admitted(runner: &Runner, place: &Place<'_>, message: MessageId) -> Adm
             Admitted::NotYet
         }
     }
+}
+
+/// Whether the run `joined`, ended, took the steer `steer`: its thoughts, final once it
+/// ended, say so.
+async fn took_steer(
+    runner: &Runner,
+    tenant: &Tenant,
+    joined: MessageId,
+    steer: MessageId,
+) -> Result<bool, StoreError> {
+    let thoughts = runner.store.all_thoughts(tenant, joined).await?;
+    Ok(thoughts
+        .iter()
+        .any(|thought| thought.steered.iter().any(|s| s.message_id == steer)))
 }
 
 /// Writes the run's place on its message and sends `queued`, durable before it goes out.

@@ -1,5 +1,5 @@
 //! Commands for runs this replica does not hold. A caller may reach any replica: a cancel,
-//! an interruption, tool outputs or approvals for a run held elsewhere are checked against what is stored
+//! an interruption, a steer's notice, tool outputs or approvals for a run held elsewhere are checked against what is stored
 //! (with the refusals the owner would give), kept in the store, and only then answered;
 //! the owner takes them on its next look (`commands.rs`).
 
@@ -57,15 +57,15 @@ impl Elsewhere<'_> {
         }
     }
 
-    /// Stops a run this replica does not hold for a newer run of its conversation: keeps
-    /// the interruption for its owner and wakes it; the newer run waits for its end.
-    pub async fn interrupt(
+    /// Tells a run this replica does not hold of a newer run of its conversation (an
+    /// interruption; a steer waiting to join it): keeps `command` for its owner and wakes
+    /// it. Nothing is kept for a run that is no longer running.
+    pub async fn notify(
         &self,
         tenant: &Tenant,
         message_id: MessageId,
-        interruption: crate::domain::Interruption,
+        command: RunCommand,
     ) -> Result<(), RunError> {
-        let command = RunCommand::Interrupt(interruption);
         if let Some(owner) = self
             .store
             .send_command(tenant, message_id, &command)

@@ -142,7 +142,7 @@ fn early_answer(kept: &[RunCommand]) -> Option<Delivery> {
     kept.iter().rev().find_map(|command| match command {
         RunCommand::Outputs(outputs) => Some(Delivery::Outputs(outputs.clone())),
         RunCommand::Decisions(decisions) => Some(Delivery::Decisions(decisions.clone())),
-        RunCommand::Cancel | RunCommand::Interrupt(_) => None,
+        RunCommand::Cancel | RunCommand::Interrupt(_) | RunCommand::Steer => None,
     })
 }
 
@@ -150,7 +150,10 @@ fn early_answer(kept: &[RunCommand]) -> Option<Delivery> {
 fn interruption(kept: &[RunCommand]) -> Option<crate::domain::Interruption> {
     kept.iter().find_map(|command| match command {
         RunCommand::Interrupt(interruption) => Some(*interruption),
-        RunCommand::Cancel | RunCommand::Outputs(_) | RunCommand::Decisions(_) => None,
+        RunCommand::Cancel
+        | RunCommand::Outputs(_)
+        | RunCommand::Decisions(_)
+        | RunCommand::Steer => None,
     })
 }
 

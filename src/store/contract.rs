@@ -324,6 +324,19 @@ pub trait Conversations: Send + Sync {
         admission: Admission,
     ) -> Result<Option<Refusal>, StoreError>;
 
+    /// Removes the queued steer `steer` (see [`crate::domain::Message::steers`]) that the
+    /// live message `joined` took as a user turn: its message and events go, and its
+    /// idempotency key points at `joined` from then on, so a retry follows the run the
+    /// text joined. Only under the steer's own `fence`, as [`Self::start_queued`];
+    /// `Ok(false)` when it is no longer queued (removed already, or started).
+    async fn drop_steer(
+        &self,
+        tenant: &Tenant,
+        steer: MessageId,
+        joined: MessageId,
+        fence: &Fence,
+    ) -> Result<bool, StoreError>;
+
     /// The live messages (running, waiting or queued) of a conversation placed before `seq`,
     /// oldest first: what a queued message waits for.
     async fn live_before(

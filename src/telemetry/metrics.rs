@@ -310,7 +310,7 @@ impl Metrics {
         registry.register(
             "agent_runner_conversation_busy",
             "Runs that arrived while their conversation had a live run, by what their \
-             conversation policy did (queued, rejected, interrupted, rolled_back)",
+             conversation policy did (queued, rejected, interrupted, rolled_back, steered)",
             self.conversation_busy.clone(),
         );
     }

@@ -49,6 +49,7 @@ mod run_control;
 mod run_function_calling;
 mod run_listing;
 mod run_react;
+mod steer;
 mod stored_agents;
 mod structured_output;
 mod sub_agents;

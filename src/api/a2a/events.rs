@@ -78,6 +78,8 @@ impl TaskEvents {
             // queued task stays `submitted` until it starts.
             RunEvent::Started { .. }
             | RunEvent::Queued { .. }
+            | RunEvent::Steered { .. }
+            | RunEvent::UserTurn { .. }
             | RunEvent::ToolCallDelta(_)
             | RunEvent::ReasoningDelta { .. }
             | RunEvent::Thought(_)

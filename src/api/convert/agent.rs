@@ -148,6 +148,7 @@ fn config_pb(agent: AgentSpec) -> pb::AgentConfig {
             Some(ConversationPolicy::Enqueue) => pb::ConversationPolicy::Enqueue,
             Some(ConversationPolicy::Interrupt) => pb::ConversationPolicy::Interrupt,
             Some(ConversationPolicy::Rollback) => pb::ConversationPolicy::Rollback,
+            Some(ConversationPolicy::Steer) => pb::ConversationPolicy::Steer,
         }
         .into(),
     }

@@ -27,6 +27,19 @@ fn event(event: RunEvent) -> Event {
             ahead,
             message_id: behind.to_string(),
         }),
+        RunEvent::Steered { joined, steer } => Event::Steered(pb::Steered {
+            message_id: joined.to_string(),
+            steer_message_id: steer.to_string(),
+        }),
+        RunEvent::UserTurn {
+            position,
+            steer,
+            text,
+        } => Event::UserTurn(pb::UserTurn {
+            position,
+            steer_message_id: steer.to_string(),
+            text,
+        }),
         RunEvent::Child(child) => Event::Child(Box::new(child_event(*child))),
         RunEvent::AnswerDelta { text } => Event::Delta(pb::MessageDelta { text }),
         RunEvent::ToolCallDelta(delta) => Event::ToolCallDelta(call_delta(*delta)),

@@ -87,6 +87,14 @@ impl From<Thought> for pb::AgentThought {
             provider: thought.provider,
             model: thought.model,
             reasoning: thought.reasoning,
+            steered: thought
+                .steered
+                .into_iter()
+                .map(|steered| pb::SteeredText {
+                    message_id: steered.message_id.to_string(),
+                    text: steered.text,
+                })
+                .collect(),
             created_at: Some(timestamp(thought.created_at)),
             retriever_resources: thought
                 .retriever_resources
@@ -222,6 +230,7 @@ impl From<Message> for pb::Message {
                 .parent
                 .map(|parent| parent.tool_call_id)
                 .unwrap_or_default(),
+            steers: message.steers.map(|id| id.to_string()).unwrap_or_default(),
             queued_behind: message
                 .queued_behind
                 .map(|id| id.to_string())

@@ -246,6 +246,7 @@ fn policy(field: &str, value: i32) -> Result<Option<ConversationPolicy>, Status>
         Ok(pb::ConversationPolicy::Enqueue) => Ok(Some(ConversationPolicy::Enqueue)),
         Ok(pb::ConversationPolicy::Interrupt) => Ok(Some(ConversationPolicy::Interrupt)),
         Ok(pb::ConversationPolicy::Rollback) => Ok(Some(ConversationPolicy::Rollback)),
+        Ok(pb::ConversationPolicy::Steer) => Ok(Some(ConversationPolicy::Steer)),
         Err(_) => Err(invalid(field, &format!("has unknown value {value}"))),
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! The wait itself (status, event, timeout) belongs to the run; this is only the meeting
 //! point, shared between the run and the registry. One run waits for one thing at a time.
-//! A newer run of the conversation that stops this one leaves its reason here too.
+//! A newer run of the conversation that stops this one leaves its reason here too, and a
+//! steer that waits to join it its notice.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -107,6 +108,10 @@ pub struct Mailbox {
     /// Set, once, when a newer run of the conversation stops this one: read at its end to
     /// tell an interruption from a cancel.
     interruption: Arc<std::sync::OnceLock<Interruption>>,
+    /// Set when a steer waits to join the run; the run reads the store's steers before its
+    /// next model call and clears it. A run that starts here, or goes on after a takeover,
+    /// reads them once anyway: a notice lost with a process costs nothing.
+    steers: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A wait about to be entered again: what it waits for, on which calls.
@@ -209,6 +214,17 @@ impl Mailbox {
     /// then fires the run's token.
     pub fn interrupt(&self, interruption: Interruption) {
         let _ = self.interruption.set(interruption);
+    }
+
+    /// Tells the run a steer waits to join it.
+    pub fn steer_waits(&self) {
+        self.steers
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether a steer was said to wait since the last call, clearing the notice.
+    pub fn take_steer_notice(&self) -> bool {
+        self.steers.swap(false, std::sync::atomic::Ordering::AcqRel)
     }
 
     /// What stopped the run, when a newer run did.

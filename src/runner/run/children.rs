@@ -367,6 +367,8 @@ fn tool_calls_in(event: &RunEvent) -> u32 {
         RunEvent::Child(child) => tool_calls_in(&child.event.event),
         RunEvent::Started { .. }
         | RunEvent::Queued { .. }
+        | RunEvent::Steered { .. }
+        | RunEvent::UserTurn { .. }
         | RunEvent::AnswerDelta { .. }
         | RunEvent::ToolCallDelta(_)
         | RunEvent::ReasoningDelta { .. }
@@ -439,6 +441,8 @@ fn child_result(event: &RunEvent, started: Instant) -> Option<Invocation> {
         }
         RunEvent::Started { .. }
         | RunEvent::Queued { .. }
+        | RunEvent::Steered { .. }
+        | RunEvent::UserTurn { .. }
         | RunEvent::AnswerDelta { .. }
         | RunEvent::ToolCallDelta(_)
         | RunEvent::ReasoningDelta { .. }

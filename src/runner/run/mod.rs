@@ -26,6 +26,7 @@ mod resume;
 mod retry;
 mod spans;
 mod state;
+mod steering;
 mod takeover;
 mod tools;
 
@@ -235,6 +236,17 @@ impl RunTask {
             if let Some(kind) = self.budgeted.take_spent_out() {
                 return Err(Halt::Exhausted(kind));
             }
+            if !repairing {
+                steering::join(
+                    position,
+                    self.cut.as_ref(),
+                    &self.control.mailbox,
+                    &mut self.recorder,
+                    &self.message,
+                    &mut self.state,
+                )
+                .await;
+            }
             // A repair round offers no tools: it only corrects the answer.
             let last = repairing || position >= max_rounds;
             let tools: &[OfferedTool] = if last { &[] } else { &offered };
@@ -436,6 +448,8 @@ impl RunTask {
     /// The task goes on from `resumption` (the records a lost owner made durable) instead
     /// of starting: its events continue the stored `seq`.
     pub fn resuming(mut self, resumption: Resumption) -> Self {
+        // A steer's notice may have gone with the lost owner: the store is read once.
+        self.control.mailbox.steer_waits();
         self.state = resumption.state;
         self.resume = Some(resumption.resume);
         self

@@ -72,6 +72,24 @@ impl Recorder {
             .map(|_| ())
     }
 
+    /// The messages of `run`'s conversation placed after it that are still live: where
+    /// the steers waiting to join it are.
+    pub async fn waiting_steers(&self, run: &Message) -> Result<Vec<Message>, StoreError> {
+        let live = self
+            .store
+            .live_before(&self.tenant, run.conversation_id, u64::MAX)
+            .await?;
+        let mut after = Vec::new();
+        for id in live.into_iter().filter(|id| *id != run.id) {
+            if let Some(message) = self.store.get_message(&self.tenant, id).await? {
+                if message.seq > run.seq {
+                    after.push(message);
+                }
+            }
+        }
+        Ok(after)
+    }
+
     /// The `seq` the next event gets.
     pub fn next_seq(&self) -> u64 {
         self.emitter.next_seq()

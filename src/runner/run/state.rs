@@ -9,7 +9,8 @@
 //! the deltas showed.
 
 use crate::domain::{
-    MessageId, ProviderReasoning, RetrieverResource, Thought, TokenUsage, ToolCallRecord, Usage,
+    MessageId, ProviderReasoning, RetrieverResource, SteeredText, Thought, TokenUsage,
+    ToolCallRecord, Usage,
 };
 use crate::llm::{ChatRequest, Reasoning, Tokenizer, ToolCallRequest, TurnEnd};
 use crate::runner::strategy::{ModelStep, RoundRecord};
@@ -45,14 +46,20 @@ pub struct RunState {
     child_tokens: u64,
     /// Tool calls the finished rounds made, their sub-agents' own included.
     tool_calls: u32,
+    /// The steers the run took, so none is taken twice.
+    steers: Vec<MessageId>,
+    /// Steers taken for the round about to begin: its thought records them.
+    joining: Vec<SteeredText>,
 }
 
 impl RunState {
     /// Starts round `position`: its LLM call counts from now on.
     pub fn begin_round(&mut self, message_id: MessageId, position: u32) -> Round {
         self.iterations = position;
+        let mut thought = Thought::begin(message_id, position);
+        thought.steered = std::mem::take(&mut self.joining);
         Round {
-            thought: Thought::begin(message_id, position),
+            thought,
             shown_any: false,
             resources_before: self.resources.len(),
         }
@@ -137,9 +144,35 @@ impl RunState {
         self.close_round(round);
     }
 
+    /// Takes steers' texts as user turns after the last finished round: every later prompt
+    /// has them, and the round begun next records them. A steer taken already is skipped.
+    pub fn join_steers(&mut self, steers: Vec<SteeredText>) {
+        for steer in steers {
+            if self.steers.contains(&steer.message_id) {
+                continue;
+            }
+            self.steers.push(steer.message_id);
+            if let Some(before) = self.rounds.last_mut() {
+                before.steered.push(steer.text.clone());
+            }
+            self.joining.push(steer);
+        }
+    }
+
+    /// Whether the run took the steer `id` already.
+    pub fn took_steer(&self, id: MessageId) -> bool {
+        self.steers.contains(&id)
+    }
+
     /// A round a lost owner made durable (its usage counted), as a round in progress here.
     pub fn restore(&mut self, thought: Thought) -> Round {
         self.iterations = thought.position;
+        for steer in &thought.steered {
+            self.steers.push(steer.message_id);
+            if let Some(before) = self.rounds.last_mut() {
+                before.steered.push(steer.text.clone());
+            }
+        }
         if let Some(usage) = &thought.usage {
             self.usage.add(usage);
         }
@@ -405,6 +438,7 @@ impl Round {
                 })
                 .collect(),
             reasoning: self.thought.provider_reasoning.blocks().to_vec(),
+            steered: Vec::new(),
         }
     }
 }
@@ -576,6 +610,41 @@ mod tests {
         assert_eq!(state.iterations(), 2);
         assert_eq!(state.rounds().len(), 1, "only tool rounds are replayed");
         assert_eq!(state.rounds()[0].calls[0].1, "10:00");
+    }
+
+    #[test]
+    fn a_steer_follows_the_last_results_once_and_its_round_records_it() {
+        let mut state = RunState::default();
+        let mut first = fc_round(&mut state, 1, &["Looking."], &["a"]);
+        first.observe(0, observed("10:00"), vec![]);
+        state.close_round(first);
+        let steer = SteeredText {
+            message_id: MessageId::new(),
+            text: "In Tokyo, please.".into(),
+        };
+        state.join_steers(vec![steer.clone()]);
+        state.join_steers(vec![steer.clone()]);
+        assert!(state.took_steer(steer.message_id));
+        assert_eq!(state.rounds()[0].steered, ["In Tokyo, please."], "once");
+        let second = state.begin_round(MessageId::new(), 2);
+        assert_eq!(second.thought.steered, std::slice::from_ref(&steer));
+        let third = state.begin_round(MessageId::new(), 3);
+        assert!(third.thought.steered.is_empty(), "recorded by one round");
+
+        // A run rebuilt from its thoughts has the text in the same place, and takes the
+        // steer no second time.
+        let mut rebuilt = RunState::default();
+        let mut first = fc_round(&mut rebuilt, 1, &["Looking."], &["a"]);
+        first.observe(0, observed("10:00"), vec![]);
+        rebuilt.restore_round(first.thought);
+        let mut second = fc_round(&mut rebuilt, 2, &[], &["b"]);
+        second.thought.steered = vec![steer.clone()];
+        second.observe(0, observed("11:00"), vec![]);
+        rebuilt.restore_round(second.thought);
+        assert_eq!(rebuilt.rounds()[0].steered, ["In Tokyo, please."]);
+        assert!(rebuilt.rounds()[1].steered.is_empty());
+        rebuilt.join_steers(vec![steer]);
+        assert_eq!(rebuilt.rounds()[1].steered.len(), 0, "taken already");
     }
 
     #[test]

@@ -49,7 +49,8 @@ impl Strategy for FunctionCalling {
     }
 }
 
-/// Each round as the assistant's tool calls followed by one tool message per result.
+/// Each round as the assistant's tool calls followed by one tool message per result, then
+/// the user turns steering runs added after it.
 fn push_rounds(messages: &mut Vec<ChatMessage>, rounds: &[RoundRecord]) {
     for round in rounds {
         messages.push(ChatMessage::Assistant {
@@ -66,6 +67,7 @@ fn push_rounds(messages: &mut Vec<ChatMessage>, rounds: &[RoundRecord]) {
                     content: observation.clone(),
                 }),
         );
+        messages.extend(round.steered.iter().cloned().map(ChatMessage::user_text));
     }
 }
 
@@ -254,6 +256,7 @@ mod tests {
             reasoning: Vec::new(),
             text: "Checking.".into(),
             calls: vec![(call("a"), "10:00".into()), (call("b"), "11:00".into())],
+            steered: vec!["Also in Tokyo, please.".into()],
         }];
         let tool = OfferedTool {
             name: "current_time".into(),
@@ -261,12 +264,17 @@ mod tests {
             parameters: json!({"type": "object"}),
         };
         let request = FunctionCalling.build_request(&context(), &rounds, &[tool]);
-        assert_eq!(request.messages.len(), 5);
+        assert_eq!(request.messages.len(), 6);
         assert!(
             matches!(&request.messages[2], ChatMessage::Assistant { tool_calls, .. } if tool_calls.len() == 2)
         );
         assert!(
             matches!(&request.messages[4], ChatMessage::Tool { tool_call_id, content } if tool_call_id == "b" && content == "11:00")
+        );
+        // A steer's text comes after the results it followed, as the user's.
+        assert_eq!(
+            request.messages[5],
+            ChatMessage::user_text("Also in Tokyo, please.")
         );
         assert_eq!(request.tools.len(), 1);
     }
@@ -288,6 +296,7 @@ mod tests {
             reasoning: Vec::new(),
             text: String::new(),
             calls: vec![],
+            steered: Vec::new(),
         };
         let later = FunctionCalling.build_request(&ctx, &[round], &[]);
         assert_eq!(

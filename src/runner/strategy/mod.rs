@@ -207,6 +207,8 @@ pub struct RoundRecord {
     /// The model's reasoning before the calls, handed back with them (this run's rounds
     /// only: providers need it for the tool loop in progress, not for past turns).
     pub reasoning: Vec<Reasoning>,
+    /// User turns steering runs added after its results, before the next model call.
+    pub steered: Vec<String>,
 }
 
 /// What the model decided in one turn.

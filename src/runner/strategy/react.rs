@@ -256,8 +256,13 @@ fn render_round(round: &RoundRecord) -> String {
             .map(|(call, obs)| format!("\n- {}: {obs}", call.name))
             .collect(),
     };
+    let steered: String = round
+        .steered
+        .iter()
+        .map(|text| format!("The user adds: {text}\n\n"))
+        .collect();
     format!(
-        "Thought: {}\nAction:\n```json\n{action}\n```\nObservation: {observation}\n\n",
+        "Thought: {}\nAction:\n```json\n{action}\n```\nObservation: {observation}\n\n{steered}",
         round.text.trim()
     )
 }

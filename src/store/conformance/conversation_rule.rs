@@ -272,3 +272,86 @@ async fn wait_for_approval(store: &Store, message: &mut Message) {
     let event = envelope(message, 1, RunEvent::AnswerDelta { text: "…".into() });
     commit(store, vec![Record::Message(message.clone())], vec![event]).await;
 }
+
+/// A steer written queued and aimed at a live run, once that run took it, leaves no
+/// message: not listed, not live (the run queued behind it has only the run ahead of it
+/// left), without events; its idempotency key points at the run it joined, so a retry
+/// follows that run. Removing it again, or removing a message that is not queued, changes
+/// nothing.
+pub async fn a_steer_its_run_took_leaves_no_message(harness: &dyn Harness) {
+    let store = harness.fresh().await;
+    let queue = ConversationRule::Queue { max_queued: 8 };
+    let opening = conversation(&tenant());
+    let (admitted, first) = started_by(&store, Some(&opening), opening.id, queue).await;
+    assert_eq!(admitted, Inserted::Yes);
+    let mut steer = running_message(opening.id, 0);
+    steer.steers = Some(first.id);
+    let key = crate::domain::IdempotencyRecord {
+        message_id: steer.id,
+        fingerprint: "the steer".into(),
+    };
+    let inserted = store
+        .insert_message(NewMessage {
+            tenant: &tenant(),
+            conversation: None,
+            message: &mut steer,
+            spec: &serde_json::json!({}),
+            idempotency: Some(("steer-key", &key)),
+            admission: Admission {
+                rule: queue,
+                ..Admission::default()
+            },
+        })
+        .await
+        .expect("the store answers");
+    assert_eq!(inserted, Inserted::Queued { ahead: 1 });
+    let steered = RunEvent::Steered {
+        joined: first.id,
+        steer: steer.id,
+    };
+    commit(&store, Vec::new(), vec![envelope(&steer, 1, steered)]).await;
+    let (_, behind) = started_by(&store, None, opening.id, queue).await;
+    let fence = store.fence();
+    let dropped = store
+        .drop_steer(&tenant(), steer.id, first.id, &fence)
+        .await;
+    assert!(dropped.expect("the store answers"), "a queued steer goes");
+    assert_eq!(store.get_message(&tenant(), steer.id).await.unwrap(), None);
+    let listed: Vec<MessageId> = store
+        .list_messages(&tenant(), opening.id, 0, WIDE)
+        .await
+        .expect("the conversation reads")
+        .items
+        .iter()
+        .map(|message| message.id)
+        .collect();
+    assert_eq!(listed, [first.id, behind.id], "the steer is not listed");
+    let ahead = store
+        .live_before(&tenant(), opening.id, behind.seq)
+        .await
+        .expect("the store answers");
+    assert_eq!(ahead, [first.id], "the steer is no longer live");
+    assert!(super::events_of(&store, steer.id).await.is_empty());
+    let kept = store
+        .get_idempotency(&tenant(), "steer-key")
+        .await
+        .expect("the store answers")
+        .expect("the key is kept");
+    assert_eq!(
+        kept.message_id, first.id,
+        "a retry follows the run it joined"
+    );
+    let again = store
+        .drop_steer(&tenant(), steer.id, first.id, &fence)
+        .await;
+    assert!(!again.expect("the store answers"), "gone already");
+    let running = store
+        .drop_steer(&tenant(), first.id, first.id, &fence)
+        .await;
+    assert!(!running.expect("the store answers"), "not queued");
+    assert!(store
+        .get_message(&tenant(), first.id)
+        .await
+        .unwrap()
+        .is_some());
+}

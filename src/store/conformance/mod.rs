@@ -18,7 +18,7 @@ pub use agents::{
 };
 pub use conversation_rule::{
     a_queued_run_takes_no_slot_until_it_starts, a_run_to_start_alone_waits_for_no_live_run,
-    queued_runs_line_up_behind_the_live_ones,
+    a_steer_its_run_took_leaves_no_message, queued_runs_line_up_behind_the_live_ones,
 };
 pub use lifecycle::{a_store_that_cannot_write_says_unavailable, retired_events_leave_each_end};
 pub use ownership::{
@@ -103,6 +103,7 @@ macro_rules! every_check {
             a_run_to_start_alone_waits_for_no_live_run,
             queued_runs_line_up_behind_the_live_ones,
             a_queued_run_takes_no_slot_until_it_starts,
+            a_steer_its_run_took_leaves_no_message,
         );
     };
 }

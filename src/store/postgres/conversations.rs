@@ -389,6 +389,59 @@ impl crate::store::contract::Conversations for Postgres {
         .await
     }
 
+    async fn drop_steer(
+        &self,
+        tenant: &Tenant,
+        steer: MessageId,
+        joined: MessageId,
+        fence: &crate::store::Fence,
+    ) -> Result<bool, StoreError> {
+        let epoch = i64::try_from(fence.epoch).unwrap_or(i64::MAX);
+        self.bounded(async move {
+            let mut tx = self.begin().await?;
+            let failed = |err| self.failed(err);
+            let owned: Option<(String, i64, bool)> = sqlx::query_as(
+                "SELECT owner, epoch, queued FROM messages WHERE tenant = $1 AND id = $2 FOR UPDATE",
+            )
+            .bind(tenant.as_str())
+            .bind(steer.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(failed)?;
+            match owned {
+                None => return Ok(false),
+                Some((_, _, false)) => return Ok(false),
+                Some((owner, held, true)) if owner != fence.owner || held != epoch => {
+                    return Err(StoreError::Fenced)
+                }
+                Some(_) => {}
+            }
+            for statement in [
+                "DELETE FROM messages WHERE tenant = $1 AND id = $2",
+                "DELETE FROM events WHERE tenant = $1 AND message_id = $2",
+            ] {
+                sqlx::query(statement)
+                    .bind(tenant.as_str())
+                    .bind(steer.0)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(failed)?;
+            }
+            sqlx::query(
+                "UPDATE idempotency_keys SET message_id = $3 WHERE tenant = $1 AND message_id = $2",
+            )
+            .bind(tenant.as_str())
+            .bind(steer.0)
+            .bind(joined.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+            self.finish(tx, std::time::Instant::now()).await?;
+            Ok(true)
+        })
+        .await
+    }
+
     async fn live_before(
         &self,
         tenant: &Tenant,

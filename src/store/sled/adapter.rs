@@ -223,6 +223,18 @@ impl crate::store::contract::Conversations for Embedded {
         self.start_queued(tenant, message, admission)
     }
 
+    async fn drop_steer(
+        &self,
+        tenant: &Tenant,
+        steer: MessageId,
+        joined: MessageId,
+        _fence: &crate::store::Fence,
+    ) -> Result<bool, StoreError> {
+        // One process opens the embedded store and owns every run in it: no fence to check.
+        let dropped = self.drop_steer(tenant, steer, joined);
+        self.written(dropped).await
+    }
+
     async fn live_before(
         &self,
         tenant: &Tenant,

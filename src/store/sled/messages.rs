@@ -31,7 +31,7 @@ pub(super) fn remove_prefix(tree: &sled::Tree, prefix: &[u8]) -> Result<(), Stor
 }
 
 /// The agent index entry of `message`, when a stored agent answered it at the top.
-fn agent_key(tenant: &Tenant, message: &Message) -> Option<Vec<u8>> {
+pub(super) fn agent_key(tenant: &Tenant, message: &Message) -> Option<Vec<u8>> {
     let pin = message
         .agent
         .as_ref()

@@ -21,6 +21,7 @@ mod past_cache;
 mod pieces;
 mod records;
 mod run_index;
+mod steers;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};

@@ -35,6 +35,7 @@ fn round() -> RoundRecord {
             },
             "09:00".into(),
         )],
+        steered: Vec::new(),
     }
 }
 
@@ -156,4 +157,19 @@ fn a_reply_without_an_action_is_itself_the_answer() {
     let (_, marked) = read(&["Thought: easy\nFinal Answer: Nine."], &[]);
     assert_eq!(marked.answer, "Nine.");
     assert_eq!(marked.thought, "easy");
+}
+
+#[test]
+fn a_steers_text_follows_the_observation_it_came_after() {
+    let mut steered = round();
+    steered.steered = vec!["Make it Osaka.".into()];
+    let pad = super::scratchpad(&[steered, round()]);
+    let osaka = pad
+        .find("The user adds: Make it Osaka.")
+        .expect("the text is there");
+    let observations: Vec<_> = pad.match_indices("Observation: 09:00").collect();
+    assert!(
+        observations[0].0 < osaka && osaka < observations[1].0,
+        "{pad}"
+    );
 }
