@@ -295,6 +295,10 @@ try {
   await page.goto(`${base}/runs/${steeredRun}`);
   await page.locator("#approve").waitFor({ timeout: 10_000 });
   await page.click("#approve");
+  // The scripted model calls the tool again after a user's turn: approved too, then it answers.
+  await page.locator('.timeline .round[data-position="2"] .steered').waitFor({ timeout: 15_000 });
+  await page.locator("#approve").waitFor({ timeout: 15_000 });
+  await page.click("#approve");
   await page.locator(".timeline .end").waitFor({ timeout: 15_000 });
   const joined = (await page.textContent('.timeline .round[data-position="2"] .steered')) ?? "";
   if (!joined.includes(steerText)) await fail(`round 2 does not show the steer's text: ${joined}`);
