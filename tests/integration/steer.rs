@@ -416,6 +416,10 @@ async fn a_steer_survives_the_takeover_of_the_run_it_joins() {
         .iter()
         .flat_map(|t| t.steered.iter().map(|s| s.message_id.as_str()))
         .collect();
-    assert_eq!(steered, [steer.as_str()], "one user turn");
+    let rounds: Vec<(u32, usize)> = recorded
+        .iter()
+        .map(|t| (t.position, t.steered.len()))
+        .collect();
+    assert_eq!(steered, [steer.as_str()], "one user turn: {rounds:?}");
     assert_eq!(listed(&mut client(&b).await, &conversation).await, [live]);
 }
