@@ -326,6 +326,22 @@ pub async fn a_steer_its_run_took_leaves_no_message(harness: &dyn Harness) {
         .map(|message| message.id)
         .collect();
     assert_eq!(listed, [first.id, behind.id], "the steer is not listed");
+    for statuses in [Vec::new(), vec![MessageStatus::Queued]] {
+        let filter = crate::domain::RunFilter {
+            statuses,
+            ..crate::domain::RunFilter::default()
+        };
+        let query = crate::store::RunQuery {
+            filter: &filter,
+            after: None,
+            limit: 100,
+        };
+        let runs = store.list_runs(&tenant(), &query).await.expect("runs list");
+        assert!(
+            runs.items.iter().all(|run| run.message.id != steer.id),
+            "no run listing holds the steer"
+        );
+    }
     let ahead = store
         .live_before(&tenant(), opening.id, behind.seq)
         .await

@@ -468,7 +468,8 @@ async fn a_statement_timed_out_while_others_are_answered_is_busy_not_lost() {
 
 /// A queued run a peer adopted (its owner's lease lapsed while the owner was paused) is not
 /// started under the old fence: `start_queued` is refused `Fenced` and the run stays queued
-/// for the peer, so a woken owner makes none of its calls.
+/// for the peer, so a woken owner makes none of its calls; nor may it remove it as a steer
+/// its run took (`drop_steer`), which is the peer's to decide.
 #[tokio::test]
 async fn a_queued_run_a_peer_adopted_is_not_started_under_the_old_fence() {
     use crate::store::conformance::{start, tenant};
@@ -516,5 +517,15 @@ async fn a_queued_run_a_peer_adopted_is_not_started_under_the_old_fence() {
         .await
         .unwrap();
     assert!(still, "still queued, for the peer to start");
+    let dropped = store
+        .drop_steer(&tenant(), queued.id, queued.id, &store.fence())
+        .await;
+    assert!(matches!(dropped, Err(StoreError::Fenced)), "{dropped:?}");
+    let (kept,): (i64,) = sqlx::query_as("SELECT count(*) FROM messages WHERE id = $1")
+        .bind(queued.id.0)
+        .fetch_one(&mut peer)
+        .await
+        .unwrap();
+    assert_eq!(kept, 1, "the steer stays, for the peer");
     let _ = peer.close().await;
 }
