@@ -423,3 +423,64 @@ async fn a_steer_survives_the_takeover_of_the_run_it_joins() {
     assert_eq!(steered, [steer.as_str()], "one user turn: {rounds:?}");
     assert_eq!(listed(&mut client(&b).await, &conversation).await, [live]);
 }
+
+/// A steer sent to A for the run A holds waiting for its caller, then SIGTERM of A: A hands
+/// the run and the steer over; the caller's outputs sent to B finish the run there, its
+/// next model call holding the text exactly once, and the steer leaves no message (B
+/// adopted it with the run and found it taken).
+#[tokio::test]
+async fn a_steer_is_handed_over_with_the_run_it_joins() {
+    let _turn = TURN.lock().await;
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(vec![
+        calls_order_lookup(),
+        Reply::text(&["Shipping to Osaka."], (1, 1)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    // The run must still be waiting when B has taken it and the outputs arrive.
+    let patient = Options {
+        client_tool_timeout_secs: Some(10),
+        ..Options::default()
+    };
+    let mut a = replica_on(dir.path(), &llm, &database, &key, "a", &patient).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &patient).await;
+    // B judges its peers gone only once it has held its own lease for a whole lease.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_on_a, live, conversation) = waiting_for_lookup(&mut client(&a).await).await;
+    let mut steering = client(&a)
+        .await
+        .run(asking(OSAKA, &conversation, STEER))
+        .await
+        .unwrap()
+        .into_inner();
+    steered_into(&steering.message().await.unwrap().unwrap(), &live);
+    let mut on_b = crate::support::replicas::attach(&b, &live, 0).await;
+
+    crate::support::replicas::signal(&a, "TERM");
+    let exited =
+        crate::support::process::wait_for_exit(&mut a.child, Duration::from_secs(10)).await;
+    assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
+    read_until(
+        &mut on_b,
+        |e| matches!(&e.event, Some(Event::RoundRestarted(r)) if r.reason == "handed_over"),
+    )
+    .await;
+    answer_lookup(&mut client(&b).await, &live).await;
+    let rest = read_within(&mut on_b, Duration::from_secs(20)).await;
+    assert_eq!(end_of(&rest).answer, "Shipping to Osaka.");
+    assert_eq!(user_turns(&rest).len(), 1, "{rest:?}");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(turns(&requests[1], "user"), ["Where is my order?", OSAKA]);
+    let mut b_client = client(&b).await;
+    within("the steer leaves no message", || {
+        let (mut b_client, conversation) = (b_client.clone(), conversation.clone());
+        async move { listed(&mut b_client, &conversation).await.len() == 1 }
+    })
+    .await;
+    assert_eq!(listed(&mut b_client, &conversation).await, [live]);
+}
