@@ -290,67 +290,26 @@ async fn an_agents_policy_queues_its_runs() {
     assert_eq!(end_of(&events).answer, "Queued by the agent.");
 }
 
-/// The scripted model's answer to a prompt whose last user turn is `query`.
-fn answer_to(query: &str) -> String {
-    format!("A:{query}")
-}
-
 /// 100 ENQUEUE runs sent at once by 10 clients into one conversation (its queue may hold
 /// 100), across a `kill -9` of the service while they run and its restart on the same
 /// data: none is lost, they ran one at a time in the order the store placed them, and each
 /// prompt holds every earlier question and answer.
 #[tokio::test]
 async fn a_hundred_queued_runs_from_ten_clients_run_in_order_across_a_kill() {
+    use crate::support::hundred::{
+        all_completed, answer_each_query, answered, queue_a_hundred, ran_one_at_a_time_in_order,
+        send_a_hundred,
+    };
     use crate::support::process::{client, spawn_service_edited};
 
     let llm = crate::support::FakeOpenAi::start(Vec::new()).await;
-    llm.route(|request| {
-        let query = turns(request, "user").pop().unwrap_or_default();
-        let answer: &'static str = Box::leak(answer_to(&query).into_boxed_str());
-        Some(Reply::Slow {
-            text: vec![answer],
-            delay_ms: 40,
-        })
-    });
+    answer_each_query(&llm);
     let dir = tempfile::tempdir().unwrap();
-    let edit = |config: String| {
-        config.replacen(
-            "[runner]\n",
-            "[limits]\nmax_queued_per_conversation = 100\n\n[runner]\n",
-            1,
-        )
-    };
-    let mut service = spawn_service_edited(dir.path(), &llm, None, edit).await;
+    let mut service = spawn_service_edited(dir.path(), &llm, None, queue_a_hundred).await;
     let opening = run_to_end(&mut client(&service).await, run_request("Q0", &[])).await;
     let conversation = opening[0].conversation_id.clone();
-    let senders = (0..10).map(|sender| {
-        let (addr, conversation) = (service.addr, conversation.clone());
-        async move {
-            let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
-                .unwrap()
-                .connect()
-                .await
-                .unwrap();
-            let mut client = pb::agent_service_client::AgentServiceClient::new(channel);
-            for turn in 0..10 {
-                let query = format!("Q{sender}-{turn}");
-                let mut stream = client
-                    .run(enqueued(&query, &conversation))
-                    .await
-                    .unwrap()
-                    .into_inner();
-                stream.message().await.unwrap().expect("a first event");
-            }
-        }
-    });
-    futures::future::join_all(senders).await;
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while llm.requests().len() < 30 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("30 runs answered");
+    send_a_hundred(&[service.addr], &conversation).await;
+    answered(&llm, 30).await;
     service.child.kill().unwrap();
     service.child.wait().unwrap();
     assert!(
@@ -358,52 +317,9 @@ async fn a_hundred_queued_runs_from_ten_clients_run_in_order_across_a_kill() {
         "runs were still queued at the kill"
     );
 
-    let service = spawn_service_edited(dir.path(), &llm, None, edit).await;
-    let mut client = client(&service).await;
-    let messages = tokio::time::timeout(Duration::from_secs(90), async {
-        loop {
-            let page = client
-                .list_messages(pb::ListMessagesRequest {
-                    conversation_id: conversation.clone(),
-                    page_size: 200,
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .messages;
-            let done = pb::MessageStatus::Completed as i32;
-            if page.len() == 101 && page.iter().all(|m| m.status == done) {
-                return page;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await
-    .expect("every run completes after the restart");
-
-    let queries: Vec<String> = messages.iter().map(|m| m.query.clone()).collect();
-    let mut sent: Vec<String> = (0..10)
-        .flat_map(|s| (0..10).map(move |t| format!("Q{s}-{t}")))
-        .collect();
-    sent.push("Q0".into());
-    let mut placed = queries.clone();
-    placed.sort();
-    sent.sort();
-    assert_eq!(placed, sent, "none lost, none twice");
-    let requests = llm.requests();
-    for (index, message) in messages.iter().enumerate() {
-        assert_eq!(message.answer, answer_to(&message.query));
-        // A call cut by the kill is made again: the last one of each run is the one kept.
-        let prompt = requests
-            .iter()
-            .rev()
-            .find(|request| turns(request, "user").last() == Some(&message.query))
-            .expect("its model call");
-        assert_eq!(turns(prompt, "user"), queries[..=index], "run {index}");
-        let answers: Vec<String> = queries[..index].iter().map(|q| answer_to(q)).collect();
-        assert_eq!(turns(prompt, "assistant"), answers, "run {index}");
-    }
+    let service = spawn_service_edited(dir.path(), &llm, None, queue_a_hundred).await;
+    let messages = all_completed(&mut client(&service).await, &conversation).await;
+    ran_one_at_a_time_in_order(&messages, &llm);
 }
 
 /// With `max_concurrent_runs = 1`, a run queued behind the tenant's one running run is

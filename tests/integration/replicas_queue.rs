@@ -286,3 +286,76 @@ async fn a_queued_run_on_a_paused_replica_is_adopted_and_run_once() {
     assert_eq!(read.status, pb::MessageStatus::Completed as i32);
     assert_eq!(database.count("messages WHERE running").await, 0);
 }
+
+on_both_buses!(a_hundred_across_replicas: a_hundred_queued_runs_on_two_replicas_run_in_order_across_a_kill_over_nats, a_hundred_queued_runs_on_two_replicas_run_in_order_across_a_kill_without_nats);
+
+/// 100 ENQUEUE runs sent at once by 10 clients, half to each of two replicas, into one
+/// conversation, across a `kill -9` of the replica running one of them: the other adopts
+/// the run it held (taken over) and the runs queued on it, and none is lost; they ran one
+/// at a time in the order the store placed them, each prompt holding every earlier question
+/// and answer.
+async fn a_hundred_across_replicas(bus: &Bus) {
+    use crate::support::hundred::{
+        all_completed, answer_each_query, answered, queue_a_hundred, ran_one_at_a_time_in_order,
+        send_a_hundred,
+    };
+    let Some(database) = TestDatabase::create().await else {
+        return;
+    };
+    let llm = FakeOpenAi::start(Vec::new()).await;
+    answer_each_query(&llm);
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let options = Options {
+        bus: bus.clone(),
+        edit: Some(queue_a_hundred),
+        ..Options::default()
+    };
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", &options).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &options).await;
+    let opening = run_to_end(&mut client(&a).await, run_request("Q0", &[])).await;
+    let conversation = opening[0].conversation_id.clone();
+    send_a_hundred(&[a.addr, b.addr], &conversation).await;
+    answered(&llm, 30).await;
+    // Sender `s` went to `[a, b][s % 2]`: the replica that accepted the running run runs it.
+    let running = running_query(&mut client(&a).await, &conversation).await;
+    let sender: usize = running[1..2].parse().expect("a sender's digit");
+    let (mut doomed, survivor) = match sender % 2 {
+        0 => (a, b),
+        _ => (b, a),
+    };
+    doomed.child.kill().unwrap();
+    doomed.child.wait().unwrap();
+    assert!(
+        llm.requests().len() < 80,
+        "runs were still queued at the kill"
+    );
+
+    let messages = all_completed(&mut client(&survivor).await, &conversation).await;
+    ran_one_at_a_time_in_order(&messages, &llm);
+}
+
+/// The query of the conversation's running run, once one runs.
+async fn running_query(client: &mut crate::support::Agents, conversation: &str) -> String {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let messages = client
+                .list_messages(pb::ListMessagesRequest {
+                    conversation_id: conversation.to_owned(),
+                    page_size: 200,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .messages;
+            let running = pb::MessageStatus::Running as i32;
+            if let Some(run) = messages.iter().find(|m| m.status == running) {
+                return run.query.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("a run is running")
+}

@@ -4,6 +4,7 @@
 pub mod conversation;
 pub mod fake_anthropic;
 pub mod fake_openai;
+pub mod hundred;
 pub mod orders;
 pub mod postgres;
 pub mod process;
