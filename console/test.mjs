@@ -226,11 +226,18 @@ try {
   // A client tool's output sent from the page.
   await page.goto(`${base}/runs/${outputs}`);
   await page.locator("#submit-outputs").waitFor({ timeout: 10_000 });
-  await page.fill(".wait textarea", "It is 10:10 on my clock.");
+  // The output ends as a result an event carried cut ends (the cut itself is the
+  // service's, tested against it): its inspector offers to read the stored call whole.
+  await page.fill(".wait textarea", "It is 10:10 on my clock.\n[cut from 99 bytes to fit one message; the stored record is whole]");
   await page.click("#submit-outputs");
   await page.locator(".timeline .end").waitFor({ timeout: 15_000 });
   const sent = await page.locator(".timeline .call .observation").first().textContent();
   if (!sent?.includes("10:10")) await fail(`the output sent is not the call's result: ${sent}`);
+  await page.locator(".timeline .call summary").first().click();
+  await page.locator(".timeline .call .read-whole").first().click();
+  await page.locator(".timeline .call .read-whole").waitFor({ state: "detached", timeout: 10_000 });
+  const read = (await page.locator(".timeline .call pre.result").first().textContent()) ?? "";
+  if (!read.includes("10:10")) await fail(`the call read whole is not shown: ${read}`);
 
   // A call declined on its own, with a reason the model reads.
   await page.goto(`${base}/runs/${refused}`);

@@ -52,8 +52,30 @@ function block(name: string, text: string) {
   return el("div", {}, el("h4", {}, name), pre, more);
 }
 
+/// What a result cut to fit one event ends with: the stored call is whole.
+const CUT_MARK = "to fit one message; the stored record is whole]";
+
+/// A call's result, and when an event carried it cut, a button that reads the call whole.
+function result(call: ToolCall, whole: () => Promise<ToolCall | undefined>) {
+  const shown = block("result", call.observation);
+  if (!call.observation.endsWith(CUT_MARK)) return shown;
+  const read = el("button", { type: "button", class: "secondary read-whole" }, "Read the whole result");
+  const box = el("div", {}, shown, read);
+  read.onclick = async () => {
+    read.disabled = true;
+    try {
+      const stored = await whole();
+      if (stored) box.replaceChildren(block("result", stored.observation));
+    } catch (err) {
+      box.append(problem(err));
+      read.disabled = false;
+    }
+  };
+  return box;
+}
+
 /// A call's arguments and result in full, with its provider, id, time and error.
-function inspector(call: ToolCall) {
+function inspector(call: ToolCall, whole: () => Promise<ToolCall | undefined>) {
   const facts: [string, string][] = [
     ["provider", call.provider || "—"],
     ["call id", call.id],
@@ -65,7 +87,7 @@ function inspector(call: ToolCall) {
     { class: "inspector" },
     el("dl", { class: "facts" }, ...facts.flatMap(([name, value]) => [el("dt", {}, name), el("dd", { "data-fact": name }, value)])),
     block("arguments", call.arguments),
-    call.observation ? block("result", call.observation) : null,
+    call.observation ? result(call, whole) : null,
   );
 }
 
@@ -164,7 +186,7 @@ export function showRun(view: HTMLElement, id: string): () => void {
     return el(
       "li",
       { class: `call ${state}`, "data-call": call.id },
-      el("details", { class: "inspect" }, summary, inspector(call)),
+      el("details", { class: "inspect" }, summary, inspector(call, async () => (await agents.getToolCall({ messageId: id, toolCallId: call.id })).toolCall)),
       children.get(call.id)?.box,
     );
   };

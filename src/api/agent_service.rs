@@ -39,6 +39,10 @@ fn routed(field: &str, target: &str) -> Result<Option<MessageId>, Status> {
     }
 }
 
+/// The longest tool call id `GetToolCall` reads: ids models and the runner give are far
+/// shorter.
+const MAX_TOOL_CALL_ID: usize = 512;
+
 /// The stream type of `Run` and `Attach`.
 pub type RunStream = Pin<Box<dyn Stream<Item = Result<pb::RunEvent, Status>> + Send>>;
 
@@ -416,6 +420,49 @@ impl AgentService for AgentApi {
         Ok(Response::new(crate::api::convert::exported_run(
             message, stored,
         )))
+    }
+
+    async fn get_tool_call(
+        &self,
+        request: Request<pb::GetToolCallRequest>,
+    ) -> Result<Response<pb::GetToolCallResponse>, Status> {
+        let tenant = tenant_of(&request)?;
+        let pb::GetToolCallRequest {
+            message_id,
+            tool_call_id,
+            position,
+        } = request.into_inner();
+        if tool_call_id.is_empty() || tool_call_id.len() > MAX_TOOL_CALL_ID {
+            return Err(super::status::invalid(
+                "tool_call_id",
+                &format!("must be 1 to {MAX_TOOL_CALL_ID} bytes"),
+            ));
+        }
+        let message = self.message(&tenant, &message_id).await?;
+        let thoughts = self
+            .store
+            .all_thoughts(&tenant, message.id)
+            .await
+            .map_err(from_error)?;
+        let (thought, call) = thoughts
+            .iter()
+            .rev()
+            .filter(|thought| position == 0 || thought.position == position)
+            .find_map(|thought| {
+                let call = thought.tool_calls.iter().find(|c| c.id == tool_call_id)?;
+                Some((thought, call))
+            })
+            .ok_or_else(|| from_error(RunError::not_found("tool call", &tool_call_id)))?;
+        // Whole unless the call alone passes what one message may carry.
+        let whole = call.observation.as_ref().map_or(0, String::len);
+        let shown = call.clone().fitted(SHOWN_TEXT_LIMIT);
+        let cut = shown.observation.as_ref().map_or(0, String::len) != whole;
+        Ok(Response::new(pb::GetToolCallResponse {
+            tool_call: Some(shown.into()),
+            position: thought.position,
+            thought_id: thought.id.to_string(),
+            cut,
+        }))
     }
 
     async fn get_file(

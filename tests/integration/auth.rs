@@ -342,6 +342,20 @@ async fn a_key_reaches_only_its_own_tenant() {
     assert_eq!(code, Code::NotFound);
     let (code, _) = code_of(
         agents
+            .get_tool_call(signed(
+                pb::GetToolCallRequest {
+                    message_id: message.clone(),
+                    tool_call_id: "any".into(),
+                    position: 0,
+                },
+                &globex,
+                None,
+            ))
+            .await,
+    );
+    assert_eq!(code, Code::NotFound);
+    let (code, _) = code_of(
+        agents
             .cancel(signed(
                 pb::CancelRequest {
                     message_id: message.clone(),

@@ -318,7 +318,8 @@ async fn llm_error_bodies_are_capped_and_clocked() {
 /// Five tool answers of 1.1 MB in one round (with `tool_output_limit_bytes` raised to 2 MiB)
 /// would make a 5.5 MB thought: every event, Attach's replay and every ListThoughts page
 /// stay under the 4 MiB a default client takes, the observations cut to one length with a
-/// marker giving their size, and the run completes.
+/// marker giving their size, and the run completes. `GetToolCall` reads any one call whole;
+/// its id is bounded, and a call the run did not make is NOT_FOUND.
 #[tokio::test]
 async fn a_round_of_large_observations_fits_every_event_and_page() {
     let answer = axum::Router::new().route(
@@ -366,7 +367,7 @@ async fn a_round_of_large_observations_fits_every_event_and_page() {
         replayed += 1;
     }
     assert_eq!(replayed, events.len());
-    let rounds = thoughts(&mut client, message_id).await;
+    let rounds = thoughts(&mut client, message_id.clone()).await;
     let observation = rounds[0].tool_calls[0].observation.clone();
     assert!(observation.len() < 1_000_000, "{}", observation.len());
     assert!(
@@ -387,6 +388,39 @@ async fn a_round_of_large_observations_fits_every_event_and_page() {
         1_100_000,
         "the model reads the whole answer"
     );
+
+    let read = |tool_call_id: String, position: u32| {
+        let (mut client, message_id) = (client.clone(), message_id.clone());
+        async move {
+            client
+                .get_tool_call(pb::GetToolCallRequest {
+                    message_id,
+                    tool_call_id,
+                    position,
+                })
+                .await
+        }
+    };
+    let whole = read("b3".into(), 0).await.unwrap().into_inner();
+    let call = whole.tool_call.expect("the call");
+    assert_eq!(call.observation.len(), 1_100_000, "whole");
+    assert_eq!(
+        (call.id.as_str(), whole.position, whole.cut),
+        ("b3", 1, false)
+    );
+    assert_eq!(whole.thought_id, rounds[0].id);
+    for (id, position, code) in [
+        (String::new(), 0, tonic::Code::InvalidArgument),
+        ("x".repeat(513), 0, tonic::Code::InvalidArgument),
+        ("b9".to_owned(), 0, tonic::Code::NotFound),
+        ("b1".to_owned(), 2, tonic::Code::NotFound),
+    ] {
+        let refused = read(id, position).await.unwrap_err();
+        assert_eq!(refused.code(), code, "{refused:?}");
+        if code == tonic::Code::InvalidArgument {
+            assert!(refused.message().starts_with("tool_call_id"), "{refused:?}");
+        }
+    }
 }
 
 /// Streams following runs are capped per tenant (`limits.max_follow_streams`): past it an
