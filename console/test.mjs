@@ -238,6 +238,7 @@ try {
   await page.locator(".timeline .call .read-whole").waitFor({ state: "detached", timeout: 10_000 });
   const read = (await page.locator(".timeline .call pre.result").first().textContent()) ?? "";
   if (!read.includes("10:10")) await fail(`the call read whole is not shown: ${read}`);
+  await page.screenshot({ path: `${shots}/console-call-read-whole.png`, fullPage: true });
 
   // A call declined on its own, with a reason the model reads.
   await page.goto(`${base}/runs/${refused}`);
