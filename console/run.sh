@@ -31,6 +31,11 @@ FANOUT_LLM_PORT=$(free_port)
 "$BIN/agent-runner-mock-llm" --listen "127.0.0.1:$FANOUT_LLM_PORT" --chunk-delay-ms 150 --parallel-tools 3 \
   --tool helper --arguments '{"input": "What time is it?"}' >"$WORK/mock-llm-fanout.log" 2>&1 &
 pids+=($!)
+# And one that calls the tool three times in every round it may: the longest run.
+LONG_LLM_PORT=$(free_port)
+"$BIN/agent-runner-mock-llm" --listen "127.0.0.1:$LONG_LLM_PORT" --chunk-delay-ms 0 --rounds 99 --parallel-tools 3 \
+  >"$WORK/mock-llm-long.log" 2>&1 &
+pids+=($!)
 # A second service with API keys on, and a key of tenant `acme` on it.
 KEYED_PORT=$(free_port)
 export AGENT_RUNNER_ADMIN_TOKEN="console-test-admin-$$"
@@ -65,5 +70,5 @@ fi
   CONSOLE_KEY="$KEY" CONSOLE_SHOTS="${CONSOLE_SHOTS:-$WORK}" CONSOLE_WORK="$WORK" \
   CONSOLE_BIN="$BIN/agent-runner" CONSOLE_LLM_PORT="$LLM_PORT" \
   CONSOLE_DELEGATING_LLM_PORT="$DELEGATING_LLM_PORT" CONSOLE_ADMIN_TOKEN="$AGENT_RUNNER_ADMIN_TOKEN" \
-  CONSOLE_DATABASE_URL="$CONSOLE_DATABASE_URL" CONSOLE_FANOUT_LLM_PORT="$FANOUT_LLM_PORT" node test.mjs) ||
+  CONSOLE_DATABASE_URL="$CONSOLE_DATABASE_URL" CONSOLE_FANOUT_LLM_PORT="$FANOUT_LLM_PORT" CONSOLE_LONG_LLM_PORT="$LONG_LLM_PORT" node test.mjs) ||
   { tail -20 "$WORK/server.log"; exit 1; }

@@ -52,7 +52,7 @@ await esbuild.build({
   outfile: "node_modules/.cache/console-test/support.mjs",
   logLevel: "warning",
 });
-const { run, agent, start, versioned, delegated, delegating: startDelegating, queuedBehind, stoppedBy, steering, cancel } = await import("./node_modules/.cache/console-test/support.mjs");
+const { run, agent, start, versioned, delegated, delegating: startDelegating, queuedBehind, stoppedBy, steering, longest, cancel } = await import("./node_modules/.cache/console-test/support.mjs");
 
 const HOSTILE = `<img src=x onerror="window.__hacked=1"><script>window.__hacked=2</script> <a href="javascript:window.__hacked=3">x</a>`;
 const paris = await run(base, "What time is it in Paris?", "end", "", 100000n, true);
@@ -506,6 +506,26 @@ try {
   await nested.locator("a").click();
   await parent.locator(".facts a[href='/runs/" + boss + "']").waitFor({ timeout: 10_000 });
   await parent.close();
+
+  // A finished run of the most rounds a run makes draws every round and call (how fast is
+  // console/bench.sh's business, not a test's).
+  const longPort = await freePort();
+  const longData = `${process.env.CONSOLE_WORK ?? shots}/data-long`;
+  rmSync(longData, { recursive: true, force: true });
+  const long = await serveOn(longPort, longData, process.env.CONSOLE_LONG_LLM_PORT);
+  try {
+    const longBase = `http://127.0.0.1:${longPort}`;
+    const longRun = await longest(longBase);
+    const longPage = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+    watch(longPage, longBase);
+    await longPage.goto(`${longBase}/runs/${longRun}`);
+    await longPage.locator(".timeline .end").waitFor({ timeout: 30_000 });
+    const drawn = [await longPage.locator(".timeline .round").count(), await longPage.locator(".timeline .call").count()];
+    await longPage.close();
+    if (drawn[0] !== 100 || drawn[1] !== 297) await fail(`the longest run drew ${drawn[0]} rounds and ${drawn[1]} calls, not 100 and 297`);
+  } finally {
+    long.kill();
+  }
 
   // A parent with three live children, its page and the explorer open in one browser: the
   // children are drawn under their calls as they run, and the two pages hold at most two

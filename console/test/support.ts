@@ -39,6 +39,20 @@ export async function run(baseUrl: string, query: string, until: Until = "end", 
   return id;
 }
 
+/// A run of the most rounds a run makes (`max_iteration` 99, on a model that calls the tool
+/// in every round it may), to its end; returns its id.
+export async function longest(baseUrl: string) {
+  const agents = createClient(AgentService, transport(baseUrl));
+  let id = "";
+  for await (const event of agents.run({
+    query: "What time is it, many times over?",
+    agent: { model: { provider: "openai", name: "mock" }, maxIteration: 99, tools: [{ provider: "time", name: "current_time" }] },
+  })) {
+    id = event.messageId;
+  }
+  return id;
+}
+
 /// A run of `first` that waits for approval, and a run of `then` sent after it in its
 /// conversation, which is queued behind it; returns both ids once the second is queued
 /// (its stream read on in the background).
