@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The console's render bench: a finished run of the most rounds a run makes (99 tool rounds
-# of 3 calls each, then the answer: 100 rounds, 297 calls) drawn from its page in headless
-# Chromium, 5 times; prints each time and the median. Not part of CI's checks (a timing
-# belongs in a bench, never in a test); the console test checks that such a run renders.
+# The console's bench, in headless Chromium: a finished run of the most rounds a run makes
+# (99 tool rounds of 3 calls each, then the answer: 100 rounds, 297 calls) drawn from its
+# page, 5 times, each time and the median printed; then a live run whose model streams
+# 20,000 deltas as fast as it can, its page open: the deltas a second, the longest
+# main-thread task (Long Tasks API) and how soon a click on Cancel is answered. Not part
+# of CI's checks (a timing belongs in a bench, never in a test); the console test checks
+# that such a run renders and that Cancel works.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET=$(realpath -m "${CARGO_TARGET_DIR:-target}")
@@ -35,4 +38,21 @@ done
 "$BIN/agent-runner" run "What time is it, many times over?" --addr "127.0.0.1:$PORT" \
   --model openai/mock --tool time/current_time --max-iteration 99 --json >"$WORK/run.jsonl"
 RUN=$(python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["message_id"])' "$WORK/run.jsonl")
-(cd console && CONSOLE_URL="http://127.0.0.1:$PORT" CONSOLE_RUN="$RUN" node bench.mjs)
+# A model that streams 20,000 deltas back to back, and a service on it.
+FAST_LLM_PORT=$(free_port)
+FAST_PORT=$(free_port)
+"$BIN/agent-runner-mock-llm" --listen "127.0.0.1:$FAST_LLM_PORT" --answer-chunks 20000 \
+  >"$WORK/mock-llm-fast.log" 2>&1 &
+pids+=($!)
+rm -rf "$WORK/data-fast"
+OPENAI_BASE_URL="http://127.0.0.1:$FAST_LLM_PORT/v1" OPENAI_API_KEY= \
+  "$BIN/agent-runner" serve --listen "127.0.0.1:$FAST_PORT" --data-dir "$WORK/data-fast" \
+  >"$WORK/server-fast.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+  "$BIN/agent-runner" health --addr "127.0.0.1:$FAST_PORT" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+(cd console && CONSOLE_URL="http://127.0.0.1:$PORT" CONSOLE_RUN="$RUN" \
+  CONSOLE_FAST_URL="http://127.0.0.1:$FAST_PORT" CONSOLE_BIN="$BIN/agent-runner" \
+  CONSOLE_FAST_ADDR="127.0.0.1:$FAST_PORT" node bench.mjs)

@@ -20,6 +20,9 @@ interface Round {
   calls: HTMLElement;
 }
 
+/// How long the page draws arriving events before it lets other work (a click) run.
+const SLICE_MS = 16;
+
 /// The longest text a call's row shows before its inspector is opened.
 const SHORT_CHARS = 160;
 /// The longest text the inspector shows before "Show all".
@@ -36,6 +39,37 @@ function formatted(text: string) {
   } catch {
     return text;
   }
+}
+
+/// Text that grows by many small pieces a second (a streaming answer): pieces are gathered
+/// and drawn once a frame, appended to one text node, so no piece costs a layout of all
+/// the text before it.
+function growing(element: HTMLElement) {
+  const node = document.createTextNode("");
+  element.replaceChildren(node);
+  let pending = "";
+  let scheduled = false;
+  const flush = () => {
+    scheduled = false;
+    node.appendData(pending);
+    pending = "";
+  };
+  return {
+    add(text: string) {
+      pending += text;
+      if (!scheduled) {
+        scheduled = true;
+        requestAnimationFrame(flush);
+      }
+    },
+    set(text: string) {
+      pending = "";
+      node.data = text;
+    },
+    text() {
+      return node.data + pending;
+    },
+  };
 }
 
 /// A block of text cut at INSPECT_CHARS, with a button that shows the rest.
@@ -134,6 +168,7 @@ export function showRun(view: HTMLElement, id: string): () => void {
   const actions = el("div", { class: "actions" });
   const again = el("div", { class: "actions" });
   const answer = el("p", { class: "answer", id: "answer" });
+  const answerText = growing(answer);
   const timeline = el("ol", { class: "timeline", id: "timeline" });
   const waits = el("div", { id: "waits" });
   view.replaceChildren(
@@ -171,7 +206,7 @@ export function showRun(view: HTMLElement, id: string): () => void {
 
   // Sub-agents' runs, by the call that started them: drawn under that call, kept when the
   // call's row is drawn again.
-  const children = new Map<string, { box: HTMLElement; answer: HTMLElement }>();
+  const children = new Map<string, { box: HTMLElement; answer: ReturnType<typeof growing> }>();
 
   const callRow = (call: ToolCall, state: string) => {
     const seconds = call.meta ? `${call.meta.timeCost.toFixed(2)} s` : "";
@@ -197,20 +232,21 @@ export function showRun(view: HTMLElement, id: string): () => void {
     if (!held) {
       const agent = child.agentId ? `${child.agentId}@${child.agentVersion}` : "sub-agent";
       const answer = el("p", { class: "child-answer" });
+      const answerText = growing(answer);
       const box = el(
         "details",
         { class: "child", open: "", "data-child": child.messageId },
         el("summary", {}, `Sub-agent ${agent} · `, link(`/runs/${child.messageId}`, "its run")),
         answer,
       );
-      held = { box, answer };
+      held = { box, answer: answerText };
       children.set(child.toolCallId, held);
       const call = [...timeline.querySelectorAll(".call")].find((row) => row.getAttribute("data-call") === child.toolCallId);
       (call ?? timeline).append(box);
     }
-    if (inner?.case === "delta") held.answer.textContent += inner.value.text;
-    if (inner?.case === "end") held.answer.textContent = inner.value.answer;
-    if (inner?.case === "error") held.answer.textContent = `failed: ${inner.value.message}`;
+    if (inner?.case === "delta") held.answer.add(inner.value.text);
+    if (inner?.case === "end") held.answer.set(inner.value.answer);
+    if (inner?.case === "error") held.answer.set(`failed: ${inner.value.message}`);
   };
 
   // The model's reasoning in a round, dimmed above its text: streamed, or kept on the thought.
@@ -401,7 +437,7 @@ export function showRun(view: HTMLElement, id: string): () => void {
         if (payload.value.toolCall) replaceCall(payload.value.position, payload.value.toolCall, "done");
         break;
       case "delta":
-        answer.textContent += payload.value.text;
+        answerText.add(payload.value.text);
         break;
       case "toolCallDelta":
         drawForming(payload.value);
@@ -416,14 +452,14 @@ export function showRun(view: HTMLElement, id: string): () => void {
       case "roundRestarted": {
         // The round is made again (its run taken over, or resumed after a restart): what it
         // had written is void, shown struck out on the marker.
-        const voided = answer.textContent ?? "";
+        const voided = answerText.text();
         note(
           "restarted",
           el("strong", {}, "Taken over"),
           ` · round ${payload.value.position} made again: ${payload.value.reason}`,
           voided ? el("s", { class: "void" }, voided) : "",
         );
-        answer.textContent = "";
+        answerText.set("");
         dropForming();
         break;
       }
@@ -438,7 +474,7 @@ export function showRun(view: HTMLElement, id: string): () => void {
         break;
       case "end": {
         const end = payload.value;
-        answer.textContent = end.answer;
+        answerText.set(end.answer);
         waits.replaceChildren();
         const reason = (FinishReason[end.finishReason] ?? "").toLowerCase();
         note(
@@ -481,9 +517,16 @@ export function showRun(view: HTMLElement, id: string): () => void {
 
   const attach = async () => {
     let last = 0n;
+    // Events that arrive together are drawn in slices, the page answering clicks between
+    // them: a stream of thousands of deltas a second holds no task long.
+    let slice = performance.now();
     for (let attempt = 0; ; attempt += 1) {
       try {
         for await (const event of agents.attach({ messageId: id, afterSeq: last }, { signal: abort.signal })) {
+          if (performance.now() - slice > SLICE_MS) {
+            await new Promise((resume) => setTimeout(resume, 0));
+            slice = performance.now();
+          }
           reconnecting.hidden = true;
           attempt = 0;
           // Replayed from the first, a run's events start at 1 unless they were retired.
