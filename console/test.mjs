@@ -148,6 +148,13 @@ try {
     await fail(`the page's policy is not strict: ${policy}`);
   }
   await page.locator("table.runs tbody tr").nth(7).waitFor({ timeout: 10_000 });
+  // The first load (the page, its script and style; the API's calls aside) is small.
+  const loaded = await page.evaluate(() =>
+    [...performance.getEntriesByType("navigation"), ...performance.getEntriesByType("resource")]
+      .filter((entry) => !entry.name.includes("/agentrunner."))
+      .reduce((sum, entry) => sum + entry.transferSize, 0),
+  );
+  if (loaded === 0 || loaded > 250_000) await fail(`the first load took ${loaded} bytes (at most 250 KB)`);
   const queries = await texts(page, "table.runs tbody td.query");
   if (queries[3] !== "May I read the clock?" || queries[7] !== "What time is it in Paris?" || queries[6] !== HOSTILE) {
     await fail(`runs are not listed newest first, each by its query: ${queries.join(" | ")}`);
