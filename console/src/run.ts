@@ -21,7 +21,7 @@ interface Round {
 }
 
 /// How long the page draws arriving events before it lets other work (a click) run.
-const SLICE_MS = 16;
+const SLICE_MS = 40;
 
 /// The longest text a call's row shows before its inspector is opened.
 const SHORT_CHARS = 160;
@@ -518,7 +518,8 @@ export function showRun(view: HTMLElement, id: string): () => void {
   const attach = async () => {
     let last = 0n;
     // Events that arrive together are drawn in slices, the page answering clicks between
-    // them: a stream of thousands of deltas a second holds no task long.
+    // them: a stream of thousands of deltas a second holds no task long. A slice is long
+    // enough that a replayed run is not laid out again after every few of its events.
     let slice = performance.now();
     for (let attempt = 0; ; attempt += 1) {
       try {

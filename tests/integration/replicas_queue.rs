@@ -339,16 +339,7 @@ async fn a_hundred_across_replicas(bus: &Bus) {
 async fn running_query(client: &mut crate::support::Agents, conversation: &str) -> String {
     tokio::time::timeout(Duration::from_secs(10), async {
         loop {
-            let messages = client
-                .list_messages(pb::ListMessagesRequest {
-                    conversation_id: conversation.to_owned(),
-                    page_size: 200,
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .messages;
+            let messages = crate::support::hundred::messages_of(client, conversation).await;
             let running = pb::MessageStatus::Running as i32;
             if let Some(run) = messages.iter().find(|m| m.status == running) {
                 return run.query.clone();

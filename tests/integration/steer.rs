@@ -43,6 +43,24 @@ fn steered_into(event: &pb::RunEvent, live: &str) -> String {
     }
 }
 
+/// Sends `text` into `conversation` with STEER and reads its first event, `steered` naming
+/// `live`; returns its stream and the steer's id.
+async fn steer_into(
+    client: &mut Agents,
+    text: &str,
+    conversation: &str,
+    live: &str,
+) -> (tonic::Streaming<pb::RunEvent>, String) {
+    let mut stream = client
+        .run(asking(text, conversation, STEER))
+        .await
+        .unwrap()
+        .into_inner();
+    let opening = stream.message().await.unwrap().expect("an event");
+    let steer = steered_into(&opening, live);
+    (stream, steer)
+}
+
 /// The `user_turn` events of `events`, as (position, steer, text).
 fn user_turns(events: &[pb::RunEvent]) -> Vec<(u32, String, String)> {
     events
@@ -133,13 +151,7 @@ async fn a_steer_sent_while_a_tool_runs_joins_the_next_model_call() {
     ])
     .await;
     let (mut first, live, conversation) = waiting_for_lookup(&mut client).await;
-    let mut steering = client
-        .run(asking(OSAKA, &conversation, STEER))
-        .await
-        .unwrap()
-        .into_inner();
-    let opening = steering.message().await.unwrap().expect("an event");
-    let steer = steered_into(&opening, &live);
+    let (mut steering, steer) = steer_into(&mut client, OSAKA, &conversation, &live).await;
     answer_lookup(&mut client, &live).await;
     let followed = read_within(&mut steering, Duration::from_secs(20)).await;
     assert!(
@@ -215,13 +227,7 @@ async fn a_steer_the_live_run_does_not_take_runs_on_its_own() {
     )
     .await;
     let (live, conversation) = (seen[0].message_id.clone(), seen[0].conversation_id.clone());
-    let mut steering = client
-        .run(asking(OSAKA, &conversation, STEER))
-        .await
-        .unwrap()
-        .into_inner();
-    let opening = steering.message().await.unwrap().expect("an event");
-    let steer = steered_into(&opening, &live);
+    let (mut steering, steer) = steer_into(&mut client, OSAKA, &conversation, &live).await;
     let events = read_within(&mut steering, Duration::from_secs(20)).await;
     let (joined, own): (Vec<_>, Vec<_>) = events.iter().partition(|e| e.message_id == live);
     assert!(user_turns(&events).is_empty(), "the live run took nothing");
@@ -272,13 +278,8 @@ async fn across_replicas(bus: &Bus) {
     let b = replica_on(dir.path(), &llm, &database, &key, "b", &options).await;
 
     let (_on_a, live, conversation) = waiting_for_lookup(&mut client(&a).await).await;
-    let mut steering = client(&b)
-        .await
-        .run(asking(OSAKA, &conversation, STEER))
-        .await
-        .unwrap()
-        .into_inner();
-    let steer = steered_into(&steering.message().await.unwrap().unwrap(), &live);
+    let (mut steering, steer) =
+        steer_into(&mut client(&b).await, OSAKA, &conversation, &live).await;
     answer_lookup(&mut client(&b).await, &live).await;
     let followed = read_within(&mut steering, Duration::from_secs(20)).await;
     assert_eq!(user_turns(&followed), [(2, steer, OSAKA.to_owned())]);
@@ -302,13 +303,8 @@ async fn across_replicas(bus: &Bus) {
     })
     .await;
     let orphan = seen[0].message_id.clone();
-    let mut steering = client(&b)
-        .await
-        .run(asking("Osaka too.", &conversation, STEER))
-        .await
-        .unwrap()
-        .into_inner();
-    let steer = steered_into(&steering.message().await.unwrap().unwrap(), &orphan);
+    let (mut steering, steer) =
+        steer_into(&mut client(&b).await, "Osaka too.", &conversation, &orphan).await;
     a.child.kill().unwrap();
     a.child.wait().unwrap();
     let events = read_within(&mut steering, Duration::from_secs(40)).await;
@@ -391,13 +387,8 @@ async fn a_steer_survives_the_takeover_of_the_run_it_joins() {
         lookups.0.load(Ordering::SeqCst) == 1
     })
     .await;
-    let mut steering = client(&b)
-        .await
-        .run(asking(OSAKA, &conversation, STEER))
-        .await
-        .unwrap()
-        .into_inner();
-    let steer = steered_into(&steering.message().await.unwrap().unwrap(), &live);
+    let (mut steering, steer) =
+        steer_into(&mut client(&b).await, OSAKA, &conversation, &live).await;
     a.child.kill().unwrap();
     a.child.wait().unwrap();
 
@@ -451,13 +442,7 @@ async fn a_steer_is_handed_over_with_the_run_it_joins() {
     // B judges its peers gone only once it has held its own lease for a whole lease.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (_on_a, live, conversation) = waiting_for_lookup(&mut client(&a).await).await;
-    let mut steering = client(&a)
-        .await
-        .run(asking(OSAKA, &conversation, STEER))
-        .await
-        .unwrap()
-        .into_inner();
-    steered_into(&steering.message().await.unwrap().unwrap(), &live);
+    let (_steering, _) = steer_into(&mut client(&a).await, OSAKA, &conversation, &live).await;
     let mut on_b = crate::support::replicas::attach(&b, &live, 0).await;
 
     crate::support::replicas::signal(&a, "TERM");

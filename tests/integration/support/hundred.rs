@@ -74,20 +74,25 @@ pub async fn answered(llm: &FakeOpenAi, count: usize) {
     .expect("runs answered in time");
 }
 
+/// The conversation's messages (up to 200), in its order.
+pub async fn messages_of(client: &mut super::Agents, conversation: &str) -> Vec<pb::Message> {
+    client
+        .list_messages(pb::ListMessagesRequest {
+            conversation_id: conversation.to_owned(),
+            page_size: 200,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .messages
+}
+
 /// The conversation's 101 messages (the opening `Q0` and the hundred) once all completed.
 pub async fn all_completed(client: &mut super::Agents, conversation: &str) -> Vec<pb::Message> {
     tokio::time::timeout(Duration::from_secs(120), async {
         loop {
-            let page = client
-                .list_messages(pb::ListMessagesRequest {
-                    conversation_id: conversation.to_owned(),
-                    page_size: 200,
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .messages;
+            let page = messages_of(client, conversation).await;
             let done = pb::MessageStatus::Completed as i32;
             if page.len() == 101 && page.iter().all(|m| m.status == done) {
                 return page;
