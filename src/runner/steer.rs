@@ -118,10 +118,12 @@ enum Stage {
 /// `aim.after_seq` to its end, then (unless that run took the text) the steer's own run.
 /// Pulled by the client, so nothing runs once it is dropped.
 pub(super) fn follow(runner: Runner, tenant: Tenant, aim: Aim, own: EventStream) -> EventStream {
-    let start = Some(Stage::Steered(own));
-    Box::pin(futures::stream::unfold(start, move |stage| {
-        let (runner, tenant) = (runner.clone(), tenant.clone());
-        async move { next(&runner, &tenant, aim, stage?).await }
+    // The runner and tenant travel in the state: nothing is cloned per event.
+    let start = Some((runner, tenant, Stage::Steered(own)));
+    Box::pin(futures::stream::unfold(start, move |state| async move {
+        let (runner, tenant, stage) = state?;
+        let (item, next_stage) = next(&runner, &tenant, aim, stage).await?;
+        Some((item, next_stage.map(|stage| (runner, tenant, stage))))
     }))
 }
 

@@ -285,9 +285,7 @@ async fn order_service() -> (std::net::SocketAddr, Arc<Orders>) {
         .route("/api/orders", post(place))
         .route("/api/orders/{id}", get(show))
         .with_state(Arc::clone(&orders));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    let addr = crate::support::serve_at(router).await;
     (addr, orders)
 }
 

@@ -340,9 +340,7 @@ async fn slow_orders() -> (std::net::SocketAddr, Arc<Lookups>) {
     let router = Router::new()
         .route("/api/orders/{id}", get(show))
         .with_state(Arc::clone(&lookups));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    let addr = crate::support::serve_at(router).await;
     (addr, lookups)
 }
 

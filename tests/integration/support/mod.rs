@@ -22,10 +22,15 @@ use tonic::transport::Channel;
 
 /// Serves `app` on an ephemeral loopback port; returns its base URL (`http://127.0.0.1:port`).
 pub async fn serve_app(app: axum::Router) -> String {
+    format!("http://{}", serve_at(app).await)
+}
+
+/// Serves `app` on an ephemeral port of 127.0.0.1 for the rest of the test; returns where.
+pub async fn serve_at(app: axum::Router) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}")
+    addr
 }
 
 /// A `CreateProvider` request for an OpenAPI document whose calls go to `server_url`.
