@@ -3,19 +3,20 @@
 //! stop, wherever it runs. The queued run starts as each ends.
 
 use super::found::Found;
-use super::Runner;
+use super::host::Host;
 use crate::domain::{Interruption, Message, RunCommand, Tenant};
 
 /// Stops every live run ahead of `message` in its conversation for `interruption`: one held
 /// here at once, one held by a peer through a command kept for its owner (so a takeover
 /// honours it too). Failures are logged: the new run then waits for them as `enqueue` would.
-pub(super) async fn stop_ahead(
-    runner: &Runner,
+pub(super) async fn stop_ahead<R: Host>(
+    runner: &R,
     tenant: &Tenant,
     message: &Message,
     interruption: Interruption,
 ) {
-    let ahead = match runner
+    let parts = runner.parts();
+    let ahead = match parts
         .store
         .live_before(tenant, message.conversation_id, message.seq)
         .await
@@ -26,14 +27,14 @@ pub(super) async fn stop_ahead(
             return;
         }
     };
-    runner
+    parts
         .metrics
         .conversation_busy(match interruption.rollback {
             true => "rolled_back",
             false => "interrupted",
         });
     for id in ahead {
-        match Found::find(&runner.live, &runner.store, tenant, id).await {
+        match Found::find(parts.live, parts.store, tenant, id).await {
             Ok(Found::Local(run)) => {
                 run.mailbox.interrupt(interruption);
                 run.cancel.cancel();

@@ -1,5 +1,7 @@
 //! What a run's task is started with: a new run's, or one taken over's.
 
+use std::time::Duration;
+
 use tokio_util::sync::CancellationToken;
 
 use super::live::{Awaited, Delivery, Emitter, Mailbox, Registration};
@@ -36,4 +38,13 @@ pub(super) struct Opened {
     pub emitter: Emitter,
     /// Where its callers' answers arrive.
     pub mailbox: Mailbox,
+}
+
+/// Cancels `cancel` once `deadline` has passed, unless it fired before (a run's token
+/// fires at shutdown too, so this never holds shutdown up).
+pub(super) async fn cancel_after(cancel: CancellationToken, deadline: Duration) {
+    tokio::select! {
+        () = cancel.cancelled() => {}
+        () = tokio::time::sleep(deadline) => cancel.cancel(),
+    }
 }

@@ -16,7 +16,9 @@ mod commands;
 mod error;
 mod family;
 mod found;
+mod handle;
 mod history;
+mod host;
 mod interrupt;
 mod launch;
 mod lineage;
@@ -45,6 +47,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 pub use error::RunError;
+pub use handle::RunHandle;
 pub use live::{ClientOutput, Decision, EventStream};
 pub use quota::today;
 pub use settings::{DeltaPacing, RunnerSettings};
@@ -62,21 +65,12 @@ use crate::store::{Adopted, Inserted, Refusal, Store, TakenCommand};
 use crate::telemetry::Metrics;
 use crate::tools::ToolRegistry;
 use found::Found;
+use host::{Host, Parts};
 use launch::{Launch, Opened};
 use live::{Delivery, Emitter, LiveRun, LiveRuns, Mailbox};
 use prepare::Prepared;
 use remote::CANCEL_WAIT;
 use run::{Control, Recorder, RunTask};
-
-/// A started (or, for an idempotent retry, already running) run: its ids and its events.
-pub struct RunHandle {
-    /// The message.
-    pub message_id: MessageId,
-    /// Its conversation.
-    pub conversation_id: ConversationId,
-    /// Events in `seq` order from the first; closes after the last one.
-    pub events: EventStream,
-}
 
 /// Starts runs, tracks them until they end, and lets callers follow or stop them.
 #[derive(Clone)]
@@ -209,16 +203,6 @@ impl Runner {
             live,
             watch,
             known,
-        ))
-    }
-
-    /// Reads `message` from the store for all its followers here: what the bus's shared
-    /// poll and fill ask for.
-    fn last_seq_of(&self, tenant: &Tenant, message: MessageId) -> crate::cluster::Poll {
-        Arc::new(live::StoredMessage::new(
-            self.store.clone(),
-            tenant.clone(),
-            message,
         ))
     }
 
@@ -433,14 +417,6 @@ impl Runner {
                 tracing::warn!(error = %err, message_id = %message_id, "a run was not cancelled");
             }
         });
-    }
-
-    /// Runs this replica does not hold.
-    fn elsewhere(&self) -> remote::Elsewhere<'_> {
-        remote::Elsewhere {
-            store: &self.store,
-            bus: self.bus.as_ref(),
-        }
     }
 
     /// The commands other replicas keep for the runs held here.
@@ -692,6 +668,23 @@ impl Runner {
         self.spawn_run(launch, opened);
         first_follower
     }
+}
+
+impl Host for Runner {
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            store: &self.store,
+            models: &self.models,
+            tools: &self.tools,
+            settings: &self.settings,
+            live: &self.live,
+            bus: self.bus.as_ref(),
+            metrics: &self.metrics,
+            shutdown: &self.shutdown,
+            draining: &self.draining,
+            tracker: &self.tracker,
+        }
+    }
 
     /// Registers a run as live here and opens its event stream after `after_seq`; returns
     /// them with its first follower's subscription, taken before anything is emitted.
@@ -738,7 +731,6 @@ impl Runner {
         (opened, first_follower)
     }
 
-    /// Hands a run registered by [`Self::open_live`] to its own task.
     fn spawn_run(&self, launch: Launch, opened: Opened) {
         let Launch {
             spec,
@@ -755,7 +747,8 @@ impl Runner {
         } = opened;
         let tenant = spec.tenant.clone();
         if let Some(deadline) = spec.deadline {
-            self.tracker.spawn(cancel_after(cancel.clone(), deadline));
+            self.tracker
+                .spawn(launch::cancel_after(cancel.clone(), deadline));
         }
         let span = run::span(&spec, &agent, &message);
         let family = (!spec.agent.sub_agents.is_empty())
@@ -784,13 +777,13 @@ impl Runner {
         };
         self.tracker.spawn(task.drive().instrument(span));
     }
-}
 
-/// Cancels `cancel` once `deadline` has passed, unless it fired before (a run's token
-/// fires at shutdown too, so this never holds shutdown up).
-pub(super) async fn cancel_after(cancel: CancellationToken, deadline: Duration) {
-    tokio::select! {
-        () = cancel.cancelled() => {}
-        () = tokio::time::sleep(deadline) => cancel.cancel(),
+    async fn attach(
+        &self,
+        tenant: &Tenant,
+        message_id: MessageId,
+        after_seq: u64,
+    ) -> Result<EventStream, RunError> {
+        Runner::attach(self, tenant, message_id, after_seq).await
     }
 }

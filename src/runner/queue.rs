@@ -11,10 +11,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::found::Found;
+use super::handle::RunHandle;
+use super::host::Host;
 use super::launch::{Launch, Opened};
 use super::live::{self, Mailbox};
+use super::prepare;
 use super::spec::RunSpec;
-use super::{prepare, RunHandle, Runner};
 use crate::domain::{
     FinishReason, Interruption, Message, MessageId, MessageStatus, RunEvent, RunFailure, Tenant,
 };
@@ -47,16 +49,17 @@ pub(super) struct Enqueued {
 /// Hands a run just written queued to its wait, and stops the live runs ahead of it when
 /// its policy says so (`interrupt`, `rollback`); returns its handle. `left` is what is left
 /// of its caller's deadline.
-pub(super) async fn hold(
-    runner: &Runner,
+pub(super) async fn hold<R: Host>(
+    runner: &R,
     spec: RunSpec,
     message: Message,
     cancel: CancellationToken,
     left: Option<Duration>,
 ) -> RunHandle {
+    let parts = runner.parts();
     let stops = spec.conversation_policy().stops_live(message.id);
     if stops.is_none() {
-        runner.metrics.conversation_busy("queued");
+        parts.metrics.conversation_busy("queued");
     }
     let (tenant, queued) = (spec.tenant.clone(), message.clone());
     let enqueued = Enqueued {
@@ -64,7 +67,7 @@ pub(super) async fn hold(
         message,
         left,
         cancel,
-        fence: runner.store.fence(),
+        fence: parts.store.fence(),
         after_seq: 0,
         interrupted: None,
     };
@@ -77,7 +80,8 @@ pub(super) async fn hold(
 
 /// Registers a queued run as live on `runner` and hands it to its wait; returns its handle,
 /// following its events from the first.
-pub(super) fn enqueue(runner: &Runner, enqueued: Enqueued) -> RunHandle {
+pub(super) fn enqueue<R: Host>(runner: &R, enqueued: Enqueued) -> RunHandle {
+    let parts = runner.parts();
     let Enqueued {
         mut spec,
         message,
@@ -89,9 +93,9 @@ pub(super) fn enqueue(runner: &Runner, enqueued: Enqueued) -> RunHandle {
     } = enqueued;
     spec.deadline = None;
     if let Some(left) = left {
-        runner
+        parts
             .tracker
-            .spawn(super::cancel_after(cancel.clone(), left));
+            .spawn(super::launch::cancel_after(cancel.clone(), left));
     }
     let (message_id, conversation_id) = (message.id, message.conversation_id);
     let tenant = spec.tenant.clone();
@@ -115,14 +119,14 @@ pub(super) fn enqueue(runner: &Runner, enqueued: Enqueued) -> RunHandle {
         fence,
         opened,
     };
-    runner
+    parts
         .tracker
         .spawn(wait_then_run(runner.clone(), queued).in_current_span());
     RunHandle {
         message_id,
         conversation_id,
         events: live::follow(
-            runner.store.clone(),
+            parts.store.clone(),
             tenant,
             message_id,
             after_seq,
@@ -164,7 +168,7 @@ enum Turn {
 
 /// Waits for the run's turn, then starts it; or ends it, or leaves it queued for the next
 /// owner, as its wait ended.
-async fn wait_then_run(runner: Runner, queued: Queued) {
+async fn wait_then_run<R: Host>(runner: R, queued: Queued) {
     let Queued {
         spec,
         mut message,
@@ -202,6 +206,7 @@ async fn wait_then_run(runner: Runner, queued: Queued) {
         Turn::Joined(joined) => {
             opened.emitter.close().await;
             let dropped = runner
+                .parts()
                 .store
                 .drop_steer(&spec.tenant, message.id, joined, &fence)
                 .await;
@@ -231,8 +236,8 @@ struct Place<'a> {
 
 /// Announces the run's place whenever it changes and waits until no run is ahead of it
 /// and its tenant's limits admit it.
-async fn wait_turn(
-    runner: &Runner,
+async fn wait_turn<R: Host>(
+    runner: &R,
     place: &Place<'_>,
     message: &mut Message,
     cancel: &CancellationToken,
@@ -244,6 +249,7 @@ async fn wait_turn(
     let mut aiming = message.steers;
     loop {
         let read = runner
+            .parts()
             .store
             .live_before(tenant, message.conversation_id, message.seq)
             .await;
@@ -307,8 +313,8 @@ async fn wait_turn(
         };
         tokio::select! {
             biased;
-            () = runner.shutdown.cancelled() => return Turn::Left { handed_over: false },
-            () = runner.draining.cancelled() => return Turn::Left { handed_over: true },
+            () = runner.parts().shutdown.cancelled() => return Turn::Left { handed_over: false },
+            () = runner.parts().draining.cancelled() => return Turn::Left { handed_over: true },
             () = cancel.cancelled() => return Turn::Cancelled,
             () = waited => {}
         }
@@ -316,11 +322,12 @@ async fn wait_turn(
 }
 
 /// Waits a recheck's time; `Some` when the wait ends the run's turn instead.
-async fn pause(runner: &Runner, cancel: &CancellationToken) -> Option<Turn> {
+async fn pause<R: Host>(runner: &R, cancel: &CancellationToken) -> Option<Turn> {
+    let parts = runner.parts();
     tokio::select! {
         biased;
-        () = runner.shutdown.cancelled() => Some(Turn::Left { handed_over: false }),
-        () = runner.draining.cancelled() => Some(Turn::Left { handed_over: true }),
+        () = parts.shutdown.cancelled() => Some(Turn::Left { handed_over: false }),
+        () = parts.draining.cancelled() => Some(Turn::Left { handed_over: true }),
         () = cancel.cancelled() => Some(Turn::Cancelled),
         () = tokio::time::sleep(RECHECK_EVERY) => None,
     }
@@ -337,8 +344,9 @@ enum Admitted {
 }
 
 /// Whether the tenant's limits admit the queued run now, under its fence.
-async fn admitted(runner: &Runner, place: &Place<'_>, message: MessageId) -> Admitted {
+async fn admitted<R: Host>(runner: &R, place: &Place<'_>, message: MessageId) -> Admitted {
     match runner
+        .parts()
         .store
         .start_queued(place.tenant, message, place.fence, place.admission)
         .await
@@ -358,13 +366,13 @@ async fn admitted(runner: &Runner, place: &Place<'_>, message: MessageId) -> Adm
 
 /// Whether the run `joined`, ended, took the steer `steer`: its thoughts, final once it
 /// ended, say so.
-async fn took_steer(
-    runner: &Runner,
+async fn took_steer<R: Host>(
+    runner: &R,
     tenant: &Tenant,
     joined: MessageId,
     steer: MessageId,
 ) -> Result<bool, StoreError> {
-    let thoughts = runner.store.all_thoughts(tenant, joined).await?;
+    let thoughts = runner.parts().store.all_thoughts(tenant, joined).await?;
     Ok(thoughts
         .iter()
         .any(|thought| thought.steered.iter().any(|s| s.message_id == steer)))
@@ -382,8 +390,9 @@ async fn announce(message: &mut Message, behind: MessageId, ahead: u32, opened: 
 /// Returns once the run `id` has ended: at once when it runs here and ends, on its end's
 /// notice when it runs on a peer, at once when it has ended already; never when it cannot
 /// be read (the caller's recheck reads again).
-async fn ended(runner: &Runner, tenant: &Tenant, id: MessageId) {
-    match Found::find(&runner.live, &runner.store, tenant, id).await {
+async fn ended<R: Host>(runner: &R, tenant: &Tenant, id: MessageId) {
+    let parts = runner.parts();
+    match Found::find(parts.live, parts.store, tenant, id).await {
         Ok(Found::Local(run)) => {
             let mut events = run.events.subscribe();
             drop(run);
@@ -395,7 +404,7 @@ async fn ended(runner: &Runner, tenant: &Tenant, id: MessageId) {
         }
         Ok(Found::Remote(_)) => {
             let poll = runner.last_seq_of(tenant, id);
-            let mut watch = runner.bus.watch(id, poll).await;
+            let mut watch = parts.bus.watch(id, poll).await;
             while let Some(Ok(notice)) = watch.next().await {
                 let ended = notice.events.iter().any(|e| e.event.is_terminal());
                 if ended || notice.events.is_empty() {
@@ -410,22 +419,23 @@ async fn ended(runner: &Runner, tenant: &Tenant, id: MessageId) {
 
 /// Starts the run whose turn came: its agent prepared with the history it now has, its
 /// message running, on the stream it was queued on.
-async fn start(
-    runner: &Runner,
+async fn start<R: Host>(
+    runner: &R,
     spec: RunSpec,
     mut message: Message,
     cancel: CancellationToken,
     opened: Opened,
 ) {
+    let parts = runner.parts();
     message.status = MessageStatus::Running;
     message.queued_behind = None;
     message.updated_at = crate::domain::now();
     let prepared = prepare::prepare_resumed(
-        &runner.store,
-        &runner.models,
-        &runner.tools,
+        parts.store,
+        parts.models,
+        parts.tools,
         &spec,
-        &runner.settings,
+        parts.settings,
         &message,
     )
     .await;
@@ -453,7 +463,7 @@ async fn start(
         agent,
         message,
         cancel,
-        fence: runner.store.fence(),
+        fence: parts.store.fence(),
         resumption: None,
         early: None,
         coming: None,

@@ -8,9 +8,11 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use super::found::Found;
+use super::handle::RunHandle;
+use super::host::Host;
 use super::live::EventStream;
+use super::queue;
 use super::spec::RunSpec;
-use super::{queue, RunHandle, Runner};
 use crate::domain::{ConversationPolicy, Message, MessageId, RunCommand, RunEvent, Tenant};
 
 /// The live run a steer joins, and where its caller's stream picks that run up.
@@ -26,12 +28,13 @@ pub(super) struct Aim {
 /// Where a run of `spec` aims when it steers, read before it is written: `None` when it
 /// does not steer or no run is live (it then runs as a run). A run that ends meanwhile
 /// leaves the steer queued behind any other live run, to run on its own.
-pub(super) async fn aim(runner: &Runner, spec: &RunSpec, message: &Message) -> Option<Aim> {
+pub(super) async fn aim<R: Host>(runner: &R, spec: &RunSpec, message: &Message) -> Option<Aim> {
+    let parts = runner.parts();
     if spec.conversation_policy() != ConversationPolicy::Steer || spec.parent.is_some() {
         return None;
     }
     let tenant = &spec.tenant;
-    let live = runner
+    let live = parts
         .store
         .live_before(tenant, message.conversation_id, u64::MAX)
         .await;
@@ -42,7 +45,7 @@ pub(super) async fn aim(runner: &Runner, spec: &RunSpec, message: &Message) -> O
             return None;
         }
     };
-    let after_seq = match runner.store.last_event(tenant, joined).await {
+    let after_seq = match parts.store.last_event(tenant, joined).await {
         Ok(last) => last.map_or(0, |event| event.seq),
         Err(err) => {
             tracing::warn!(error = %err, "the live run to steer could not be read; the text waits as an enqueued run");
@@ -55,8 +58,14 @@ pub(super) async fn aim(runner: &Runner, spec: &RunSpec, message: &Message) -> O
 /// Hands a steer written queued to its wait (deaf to its caller's cancel and deadline: a
 /// steer once taken in is never dropped), tells the run it aims at, and returns the
 /// caller's stream.
-pub(super) async fn start(runner: &Runner, spec: RunSpec, message: Message, aim: Aim) -> RunHandle {
-    runner.metrics.conversation_busy("steered");
+pub(super) async fn start<R: Host>(
+    runner: &R,
+    spec: RunSpec,
+    message: Message,
+    aim: Aim,
+) -> RunHandle {
+    let parts = runner.parts();
+    parts.metrics.conversation_busy("steered");
     let tenant = spec.tenant.clone();
     let handle = queue::enqueue(
         runner,
@@ -65,7 +74,7 @@ pub(super) async fn start(runner: &Runner, spec: RunSpec, message: Message, aim:
             message,
             left: None,
             cancel: CancellationToken::new(),
-            fence: runner.store.fence(),
+            fence: parts.store.fence(),
             after_seq: 0,
             interrupted: None,
         },
@@ -79,8 +88,9 @@ pub(super) async fn start(runner: &Runner, spec: RunSpec, message: Message, aim:
 
 /// Tells the run `joined` that a steer waits for it, wherever it runs. A notice lost costs
 /// nothing: the run's next owner reads the store anyway, and a steer never taken runs.
-pub(super) async fn notify(runner: &Runner, tenant: &Tenant, joined: MessageId) {
-    match Found::find(&runner.live, &runner.store, tenant, joined).await {
+pub(super) async fn notify<R: Host>(runner: &R, tenant: &Tenant, joined: MessageId) {
+    let parts = runner.parts();
+    match Found::find(parts.live, parts.store, tenant, joined).await {
         Ok(Found::Local(run)) => run.mailbox.steer_waits(),
         Ok(Found::Remote(_)) => {
             if let Err(err) = runner
@@ -117,7 +127,12 @@ enum Stage {
 /// The steering caller's stream: its `steered` event, then the joined run's events from
 /// `aim.after_seq` to its end, then (unless that run took the text) the steer's own run.
 /// Pulled by the client, so nothing runs once it is dropped.
-pub(super) fn follow(runner: Runner, tenant: Tenant, aim: Aim, own: EventStream) -> EventStream {
+pub(super) fn follow<R: Host>(
+    runner: R,
+    tenant: Tenant,
+    aim: Aim,
+    own: EventStream,
+) -> EventStream {
     // The runner and tenant travel in the state: nothing is cloned per event.
     let start = Some((runner, tenant, Stage::Steered(own)));
     Box::pin(futures::stream::unfold(start, move |state| async move {
@@ -127,10 +142,10 @@ pub(super) fn follow(runner: Runner, tenant: Tenant, aim: Aim, own: EventStream)
     }))
 }
 
-type Item = Result<crate::domain::EventEnvelope, super::RunError>;
+type Item = Result<crate::domain::EventEnvelope, super::error::RunError>;
 
-async fn next(
-    runner: &Runner,
+async fn next<R: Host>(
+    runner: &R,
     tenant: &Tenant,
     aim: Aim,
     mut stage: Stage,

@@ -157,9 +157,9 @@ impl Sealer {
     /// it. Borrowed when none carries open reasoning.
     pub fn seal_burst<'a>(
         &self,
-        burst: &'a super::Burst,
-    ) -> Result<std::borrow::Cow<'a, super::Burst>, StoreError> {
-        use super::Record;
+        burst: &'a super::contract::Burst,
+    ) -> Result<std::borrow::Cow<'a, super::contract::Burst>, StoreError> {
+        use super::contract::Record;
         let open = |record: &Record| {
             matches!(record, Record::Thought(thought)
                 if matches!(thought.provider_reasoning, crate::domain::ProviderReasoning::Open(_)))

@@ -1,8 +1,7 @@
 //! Where the records are kept, in the plain terms the configuration gives.
 
 use std::path::PathBuf;
-
-pub use super::postgres::Settings as DatabaseSettings;
+use std::time::Duration;
 
 /// Which backend keeps the records, and how: what [`super::Store::open`] is given.
 #[derive(Clone)]
@@ -17,4 +16,22 @@ pub enum StoreSettings {
     },
     /// A shared database (PostgreSQL) that every replica uses.
     Shared(DatabaseSettings),
+}
+
+/// How to reach the database.
+#[derive(Clone)]
+pub struct DatabaseSettings {
+    /// `postgres://user:password@host:port/database?sslmode=…`; never shown.
+    pub url: String,
+    /// Connections in the pool.
+    pub pool_size: u32,
+    /// A statement running longer counts as the database being unavailable.
+    pub statement_timeout: Duration,
+    /// This replica's id: the owner of the runs it starts.
+    pub replica_id: String,
+    /// How long its heartbeat holds.
+    pub lease: Duration,
+    /// Whether commits notify other replicas through the database (when no other bus
+    /// carries notices).
+    pub notify: bool,
 }

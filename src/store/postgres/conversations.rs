@@ -11,9 +11,9 @@ use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
 };
 use crate::store::contract::{Admission, Inserted, NewMessage, Page, PageSize, Refusal};
+use crate::store::conversation_rule::{queue_behind, ConversationRule};
 use crate::store::error::StoreError;
 use crate::store::run_listing::{ConversationPage, ConversationQuery, RunPage, RunQuery};
-use crate::store::{queue_behind, ConversationRule};
 
 /// Messages, a page at a time in their conversation.
 const MESSAGES: Paged = Paged {
@@ -359,7 +359,7 @@ impl crate::store::contract::Conversations for Postgres {
         &self,
         tenant: &Tenant,
         message: MessageId,
-        fence: &crate::store::Fence,
+        fence: &crate::store::contract::Fence,
         admission: Admission,
     ) -> Result<Option<Refusal>, StoreError> {
         let epoch = i64::try_from(fence.epoch).unwrap_or(i64::MAX);
@@ -394,7 +394,7 @@ impl crate::store::contract::Conversations for Postgres {
         tenant: &Tenant,
         steer: MessageId,
         joined: MessageId,
-        fence: &crate::store::Fence,
+        fence: &crate::store::contract::Fence,
     ) -> Result<bool, StoreError> {
         let epoch = i64::try_from(fence.epoch).unwrap_or(i64::MAX);
         self.bounded(async move {

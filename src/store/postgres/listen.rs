@@ -238,7 +238,7 @@ mod tests {
     #[test]
     fn a_flash_opens_only_under_its_stores_key() {
         use crate::domain::{ConversationId, RunEvent};
-        let key = crate::store::SecretKey::generate();
+        let key = super::super::sealed::SecretKey::generate();
         let sealer = super::super::sealed::Sealer::new(&key);
         let message = MessageId::new();
         let events = vec![EventEnvelope {
@@ -257,7 +257,7 @@ mod tests {
             read_flash(&sealer, &payload),
             Some(Heard::Flashed { message, events })
         );
-        let other = super::super::sealed::Sealer::new(&crate::store::SecretKey::generate());
+        let other = super::super::sealed::Sealer::new(&super::super::sealed::SecretKey::generate());
         assert_eq!(read_flash(&other, &payload), None);
         assert_eq!(read_flash(&sealer, "nonsense"), None);
     }

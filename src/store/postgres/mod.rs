@@ -31,30 +31,13 @@ use tokio::sync::watch;
 use super::error::{Category, StoreError};
 use super::sealed::{self, SecretKey};
 use crate::store::contract::Heard;
+use crate::store::settings::DatabaseSettings as Settings;
 use crate::tasks::Tasks;
 pub use error::unavailable;
 
 /// The schema version this build writes; a database whose recorded minimum is newer is
 /// refused.
 const SCHEMA_VERSION: i64 = 1;
-
-/// How to reach the database.
-#[derive(Clone)]
-pub struct Settings {
-    /// `postgres://user:password@host:port/database?sslmode=…`; never shown.
-    pub url: String,
-    /// Connections in the pool.
-    pub pool_size: u32,
-    /// A statement running longer counts as the database being unavailable.
-    pub statement_timeout: Duration,
-    /// This replica's id: the owner of the runs it starts.
-    pub replica_id: String,
-    /// How long its heartbeat holds.
-    pub lease: Duration,
-    /// Whether commits notify other replicas through the database (when no other bus
-    /// carries notices).
-    pub notify: bool,
-}
 
 /// Where the database is, as errors and logs may name it: host, port and database, never
 /// the user's password.

@@ -216,9 +216,9 @@ impl crate::store::contract::Conversations for Embedded {
         &self,
         tenant: &Tenant,
         message: MessageId,
-        _fence: &crate::store::Fence,
-        admission: crate::store::Admission,
-    ) -> Result<Option<crate::store::Refusal>, StoreError> {
+        _fence: &crate::store::contract::Fence,
+        admission: crate::store::contract::Admission,
+    ) -> Result<Option<crate::store::contract::Refusal>, StoreError> {
         // One process opens the embedded store and owns every run in it: no fence to check.
         self.start_queued(tenant, message, admission)
     }
@@ -228,7 +228,7 @@ impl crate::store::contract::Conversations for Embedded {
         tenant: &Tenant,
         steer: MessageId,
         joined: MessageId,
-        _fence: &crate::store::Fence,
+        _fence: &crate::store::contract::Fence,
     ) -> Result<bool, StoreError> {
         // One process opens the embedded store and owns every run in it: no fence to check.
         let dropped = self.drop_steer(tenant, steer, joined);

@@ -6,7 +6,7 @@ use std::sync::{Mutex, PoisonError};
 
 use super::{keys, Embedded};
 use crate::domain::{ConversationId, Message, MessageId, MessageStatus, Tenant};
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// The live (not yet ended) messages of each conversation by `seq`. Written as a message
 /// takes its place (under the conversation's order lock) and as it ends; rebuilt from the

@@ -12,7 +12,7 @@ use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
 };
 use crate::store::contract::{Inserted, NewMessage, Page, PageSize};
-use crate::store::{queue_behind, ConversationRule};
+use crate::store::conversation_rule::{queue_behind, ConversationRule};
 
 /// A message as stored: its answer kept apart in the `answers` tree when it has one
 /// (records of earlier versions have it inline and no flag).

@@ -328,8 +328,8 @@ fn scan_of<'t>(t: &'t Trees, tenant: &Tenant, filter: &RunFilter) -> Scan<'t> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::contract::{Admission, Inserted, NewMessage};
     use crate::store::test_records::{conversation, running_message};
-    use crate::store::{Admission, Inserted, NewMessage};
 
     /// A database an earlier version wrote has messages but no run index: opening it builds
     /// the index once, and its runs are listed.
