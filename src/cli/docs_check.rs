@@ -10,7 +10,7 @@ use super::args::Cli;
 use crate::config::Config;
 
 /// Flags of commands other than `agent-runner` that the pages use (cargo, the benchmark
-/// through LangGraph, grpcurl, buf, npm, docker …).
+/// through LangGraph, grpcurl, buf, npm, docker, perf …).
 const FOREIGN_FLAGS: &[&str] = &[
     "release",
     "features",
@@ -43,6 +43,9 @@ const FOREIGN_FLAGS: &[&str] = &[
     "exact",
     "bins",
     "manifest-path",
+    "call-graph",
+    "children",
+    "no-children",
 ];
 
 /// The pages: the README and everything under `docs/`.
