@@ -686,8 +686,6 @@ impl Host for Runner {
         }
     }
 
-    /// Registers a run as live here and opens its event stream after `after_seq`; returns
-    /// them with its first follower's subscription, taken before anything is emitted.
     fn open_live(
         &self,
         tenant: &Tenant,
