@@ -270,8 +270,11 @@ async fn across_replicas(bus: &Bus) {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let key = SecretKey::generate();
+    // The live run must still wait for its caller when the steer reaches B: under a loaded
+    // machine, the tests' 2 s for a client tool ended it first, and the steer ran alone.
     let options = Options {
         bus: bus.clone(),
+        client_tool_timeout_secs: Some(10),
         ..Options::default()
     };
     let mut a = replica_on(dir.path(), &llm, &database, &key, "a", &options).await;
