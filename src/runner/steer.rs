@@ -29,10 +29,10 @@ pub(super) struct Aim {
 /// does not steer or no run is live (it then runs as a run). A run that ends meanwhile
 /// leaves the steer queued behind any other live run, to run on its own.
 pub(super) async fn aim<R: Host>(runner: &R, spec: &RunSpec, message: &Message) -> Option<Aim> {
-    let parts = runner.parts();
     if spec.conversation_policy() != ConversationPolicy::Steer || spec.parent.is_some() {
         return None;
     }
+    let parts = runner.parts();
     let tenant = &spec.tenant;
     let live = parts
         .store
