@@ -204,7 +204,8 @@ async fn wait_then_run<R: Host>(runner: R, queued: Queued) {
             close(message, end, opened).await;
         }
         Turn::Joined(joined) => {
-            opened.emitter.close().await;
+            // Removed before its stream ends: a caller whose stream ended lists no steer.
+            opened.emitter.settle().await;
             let dropped = runner
                 .parts()
                 .store
@@ -213,6 +214,7 @@ async fn wait_then_run<R: Host>(runner: R, queued: Queued) {
             if let Err(err) = dropped {
                 tracing::warn!(error = %err, message_id = %message.id, "a steer its run took could not be removed; its next owner removes it");
             }
+            opened.emitter.close().await;
         }
         Turn::Lost => {
             tracing::warn!(message_id = %message.id, "a queued run was adopted by another replica while this one was away; this one writes nothing more of it");

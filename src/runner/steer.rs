@@ -175,7 +175,7 @@ async fn next<R: Host>(
             }
             Stage::Joined {
                 steer,
-                own,
+                mut own,
                 mut joined,
                 mut took,
             } => match joined.next().await {
@@ -191,7 +191,12 @@ async fn next<R: Host>(
                     };
                     return Some((item, Some(stage)));
                 }
-                None if took => return None,
+                None if took => {
+                    // The steer's own stream ends once its message is removed: the
+                    // caller's ends then, so what it lists next holds no steer.
+                    while own.next().await.is_some() {}
+                    return None;
+                }
                 None => Stage::Own(own),
             },
             Stage::Own(mut own) => {
