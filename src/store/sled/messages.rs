@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::pieces::{self, Owner};
-use super::{decode, encode, keys, run_index, Embedded, StoreError};
+use super::{decode, encode, keys, run_index, sized_page, Embedded, StoreError};
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
 };
@@ -379,32 +379,21 @@ impl Embedded {
         let t = self.t()?;
         let prefix = keys::conversation_messages(tenant, conversation);
         let start = keys::conversation_message(tenant, conversation, after_seq.saturating_add(1));
-        let mut page = Page {
-            items: Vec::new(),
-            more: false,
-        };
-        let mut bytes = 0;
-        for entry in t.conversation_messages.range(start..) {
-            let (key, value) = entry?;
-            if !key.starts_with(&prefix) {
-                break;
-            }
-            if page.items.len() >= size.limit || (!page.items.is_empty() && bytes > size.max_bytes)
-            {
-                page.more = true;
-                break;
-            }
-            let Ok(id) = <[u8; 16]>::try_from(value.as_ref()) else {
-                continue;
-            };
-            if let Some(message) =
-                self.get_message(tenant, MessageId(uuid::Uuid::from_bytes(id)))?
-            {
-                bytes += message.answer.len() + message.query.len() + 512;
-                page.items.push(message);
-            }
-        }
-        Ok(page)
+        sized_page(
+            t.conversation_messages.range(start..),
+            &prefix,
+            size,
+            |_, value| {
+                let Ok(id) = <[u8; 16]>::try_from(value.as_ref()) else {
+                    return Ok(None);
+                };
+                let message = self.get_message(tenant, MessageId(uuid::Uuid::from_bytes(id)))?;
+                Ok(message.map(|message| {
+                    let stored = message.answer.len() + message.query.len() + 512;
+                    (message, stored)
+                }))
+            },
+        )
     }
 
     /// A page of the places (`seq`) and ids of a conversation's messages before

@@ -29,6 +29,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::contract;
 use super::error::{Category, StoreError};
 use super::sealed::{self, SecretKey};
 use crate::domain::ConversationId;
@@ -451,6 +452,37 @@ fn scan<T: DeserializeOwned>(
             decode(name, &pieces::join(pieces.0, pieces.1, &key, value)?)
         })
         .collect()
+}
+
+/// A page of what `read` makes of the entries of `entries` under `prefix`, in key order:
+/// `read` gives a record and its stored size, or `None` to pass an entry over. Reading stops
+/// once the page is full by `size`; `more` says an entry under `prefix` follows.
+fn sized_page<T>(
+    entries: impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>,
+    prefix: &[u8],
+    size: contract::PageSize,
+    mut read: impl FnMut(&[u8], sled::IVec) -> Result<Option<(T, usize)>, StoreError>,
+) -> Result<contract::Page<T>, StoreError> {
+    let mut page = contract::Page {
+        items: Vec::new(),
+        more: false,
+    };
+    let mut bytes = 0;
+    for entry in entries {
+        let (key, value) = entry?;
+        if !key.starts_with(prefix) {
+            break;
+        }
+        if page.items.len() >= size.limit || (!page.items.is_empty() && bytes > size.max_bytes) {
+            page.more = true;
+            break;
+        }
+        if let Some((item, stored)) = read(&key, value)? {
+            bytes += stored;
+            page.items.push(item);
+        }
+    }
+    Ok(page)
 }
 
 #[cfg(test)]

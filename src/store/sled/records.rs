@@ -1,7 +1,7 @@
 //! Thoughts and events: the per-message records, keyed so scans come out in order.
 
 use super::pieces::{self, Owner};
-use super::{decode, encode, keys, scan, Embedded, StoreError};
+use super::{decode, encode, keys, scan, sized_page, Embedded, StoreError};
 use crate::domain::EventEnvelope;
 use crate::store::contract::{Page, PageSize};
 use std::borrow::Cow;
@@ -164,26 +164,15 @@ impl Embedded {
             None => Bound::Included(prefix.clone()),
             Some(position) => Bound::Excluded(keys::thought(tenant, message, position)),
         };
-        let mut page = Page {
-            items: Vec::new(),
-            more: false,
-        };
-        let mut bytes = 0;
-        for entry in t.thoughts.range((start, Bound::Unbounded)) {
-            let (key, value) = entry?;
-            if !key.starts_with(&prefix) {
-                break;
-            }
-            if page.items.len() >= size.limit || (!page.items.is_empty() && bytes > size.max_bytes)
-            {
-                page.more = true;
-                break;
-            }
-            let value = pieces::join(&t.pieces, Owner::Thought, &key, value)?;
-            bytes += value.len();
-            page.items.push(decode("thoughts", &value)?);
-        }
-        Ok(page)
+        sized_page(
+            t.thoughts.range((start, Bound::Unbounded)),
+            &prefix,
+            size,
+            |key, value| {
+                let value = pieces::join(&t.pieces, Owner::Thought, key, value)?;
+                Ok(Some((decode("thoughts", &value)?, value.len())))
+            },
+        )
     }
 
     /// Stores a file a tool produced, with its bytes when it has them.
