@@ -1,36 +1,20 @@
 //! `agents`: stored agents from the command line. A file (TOML or JSON) describes an agent
-//! in the form the server keeps a version in, so `agents show` prints what `agents create`
-//! reads.
+//! as a `CreateAgentRequest` in protobuf's JSON mapping, the form the console and grpcurl
+//! speak, so `agents show` prints what `agents create` reads.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context;
-use serde::{Deserialize, Serialize};
 
 use super::args::{AgentsCommand, ClientArgs};
 use super::connection::{library, status_error};
-use crate::api::convert::agent::{definition, export};
+use super::proto_json;
 use crate::pb;
-use crate::runner::{AgentDefinition, AgentSpec};
-use crate::tools::ClientToolSpec;
 
-/// An agent as a file describes it.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AgentFile {
-    id: String,
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    description: String,
-    #[serde(default)]
-    labels: BTreeMap<String, String>,
-    agent: AgentSpec,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    client_tools: Vec<ClientToolSpec>,
-}
+/// The protobuf message an agent file holds.
+const FILE_MESSAGE: &str = "agentrunner.v1.CreateAgentRequest";
 
 /// `ID`, `ID@VERSION` or `ID:ALIAS` as the id, a version (0: none) and an alias.
 pub fn parse_reference(text: &str) -> anyhow::Result<(String, u32, String)> {
@@ -46,15 +30,17 @@ pub fn parse_reference(text: &str) -> anyhow::Result<(String, u32, String)> {
     Ok((text.to_owned(), 0, String::new()))
 }
 
-fn read_file(path: &Path) -> anyhow::Result<AgentFile> {
+fn read_file(path: &Path) -> anyhow::Result<pb::CreateAgentRequest> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let json = path.extension().is_some_and(|ext| ext == "json");
-    if json {
-        serde_json::from_str(&text).with_context(|| format!("{} is not an agent", path.display()))
+    let value: serde_json::Value = if json {
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?
     } else {
-        toml::from_str(&text).with_context(|| format!("{} is not an agent", path.display()))
-    }
+        toml::from_str(&text).with_context(|| format!("{} is not TOML", path.display()))?
+    };
+    proto_json::from_json(FILE_MESSAGE, value)
+        .with_context(|| format!("{} is not an agent", path.display()))
 }
 
 /// Runs an `agents` command; returns what to print.
@@ -111,28 +97,15 @@ type Library = crate::pb::agent_registry_client::AgentRegistryClient<super::conn
 /// exists: prints `id@version`.
 async fn create(client: &mut Library, file: &Path) -> anyhow::Result<String> {
     let file = read_file(file)?;
-    let (config, client_tools) = export(AgentDefinition {
-        agent: file.agent,
-        client_tools: file.client_tools,
-    });
-    let created = client
-        .create_agent(pb::CreateAgentRequest {
-            agent_id: file.id.clone(),
-            name: file.name,
-            description: file.description,
-            labels: file.labels,
-            config: Some(config.clone()),
-            client_tools: client_tools.clone(),
-        })
-        .await;
+    let created = client.create_agent(file.clone()).await;
     let version = match created {
         Ok(agent) => agent.into_inner().latest_version,
         Err(status) if status.code() == tonic::Code::AlreadyExists => {
             client
                 .create_agent_version(pb::CreateAgentVersionRequest {
-                    agent_id: file.id.clone(),
-                    config: Some(config),
-                    client_tools,
+                    agent_id: file.agent_id.clone(),
+                    config: file.config,
+                    client_tools: file.client_tools,
                 })
                 .await
                 .map_err(status_error)?
@@ -141,7 +114,7 @@ async fn create(client: &mut Library, file: &Path) -> anyhow::Result<String> {
         }
         Err(status) => return Err(status_error(status)),
     };
-    Ok(format!("{}@{version}\n", file.id))
+    Ok(format!("{}@{version}\n", file.agent_id))
 }
 
 /// The agent `agent` names (`id`, `id@version` or `id:alias`) as a file `create` takes,
@@ -164,19 +137,18 @@ async fn show(client: &mut Library, agent: &str) -> anyhow::Result<String> {
         .await
         .map_err(status_error)?
         .into_inner();
-    let shown = definition(found.config, found.client_tools).map_err(status_error)?;
-    let file = AgentFile {
-        id: record.id,
+    let file = pb::CreateAgentRequest {
+        agent_id: record.id,
         name: record.name,
         description: record.description,
         labels: record.labels,
-        agent: shown.agent,
-        client_tools: shown.client_tools,
+        config: found.config,
+        client_tools: found.client_tools,
     };
     let mut text = serde_json::to_string_pretty(&serde_json::json!({
         "version": found.version,
         "aliases": record.aliases,
-        "file": file,
+        "file": proto_json::to_json(FILE_MESSAGE, &file)?,
     }))?;
     text.push('\n');
     Ok(text)
@@ -275,30 +247,53 @@ mod tests {
 
     #[test]
     fn a_toml_file_describes_an_agent() {
-        let file: AgentFile = toml::from_str(
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("helper.toml");
+        std::fs::write(
+            &path,
             r#"
-            id = "helper"
+            agent_id = "helper"
             name = "Helper"
             [labels]
             team = "support"
-            [agent]
+            [config]
             instruction = "Be brief."
             max_iteration = 4
-            [agent.model]
+            strategy = "STRATEGY_CHAIN_OF_THOUGHT"
+            [config.model]
             provider = "openai"
             name = "gpt-4o-mini"
-            [[agent.tools]]
+            [[config.tools]]
             provider = "time"
             name = "current_time"
             "#,
         )
         .unwrap();
-        assert_eq!(file.agent.model.name, "gpt-4o-mini");
-        assert_eq!(file.agent.tools[0].name, "current_time");
-        let (config, _) = export(AgentDefinition {
-            agent: file.agent,
-            client_tools: file.client_tools,
-        });
+        let file = read_file(&path).unwrap();
+        assert_eq!(file.labels["team"], "support");
+        let config = file.config.unwrap();
+        assert_eq!(config.model.as_ref().unwrap().name, "gpt-4o-mini");
+        assert_eq!(config.tools[0].name, "current_time");
         assert_eq!(config.max_iteration, 4);
+        assert_eq!(config.strategy(), pb::Strategy::ChainOfThought);
+    }
+
+    #[test]
+    fn the_example_agents_are_agent_files() {
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/a2a");
+        for name in ["helper.json", "gatekeeper.json"] {
+            let file = read_file(&examples.join(name)).unwrap();
+            assert!(file.config.is_some_and(|config| config.model.is_some()), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_file_in_another_form_is_refused_naming_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("helper.json");
+        std::fs::write(&path, r#"{"agent_id": "helper", "agent": {}}"#).unwrap();
+        let err = format!("{:#}", read_file(&path).unwrap_err());
+        assert!(err.contains("helper.json is not an agent"), "{err}");
+        assert!(err.contains("agent"), "{err}");
     }
 }

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use crate::api::convert::json::struct_to_json;
+use super::proto_json;
 use crate::pb;
 use crate::pb::run_event::Event;
 
@@ -117,7 +117,7 @@ fn end_json(end: &pb::MessageEnd) -> Value {
         "finish_reason": finish_reason_name(end.finish_reason),
         "iterations": end.iterations,
         "usage": usage(end.usage.as_ref()),
-        "structured_output": end.structured_output.clone().map(struct_to_json),
+        "structured_output": structured(end.structured_output.as_ref()),
         "output_invalid": end.output_invalid,
         "budget_exhausted": end.budget_exhausted,
         "retriever_resources": end.retriever_resources.iter().map(resource).collect::<Vec<_>>(),
@@ -166,7 +166,7 @@ pub fn message_json(message: &pb::Message) -> Value {
         "iterations": message.iterations,
         "provider": message.provider,
         "model": message.model,
-        "structured_output": message.structured_output.clone().map(struct_to_json),
+        "structured_output": structured(message.structured_output.as_ref()),
         "output_invalid": message.output_invalid,
         "retriever_resources": message.retriever_resources.iter().map(resource).collect::<Vec<_>>(),
         "created_at": timestamp(message.created_at.as_ref()),
@@ -255,4 +255,11 @@ pub fn status_name(value: i32) -> String {
         |_| value.to_string(),
         |s| short_name(s.as_str_name(), "MESSAGE_STATUS_"),
     )
+}
+
+/// A structured output as the JSON object it was; `null` when there is none.
+fn structured(output: Option<&prost_types::Struct>) -> Value {
+    output
+        .and_then(|output| proto_json::to_json("google.protobuf.Struct", output).ok())
+        .unwrap_or(Value::Null)
 }

@@ -12,6 +12,7 @@ mod connection;
 #[cfg(test)]
 mod docs_check;
 mod json;
+mod proto_json;
 mod render;
 mod session;
 mod show;

@@ -12,17 +12,17 @@ fn text(bytes: &[u8]) -> String {
 fn agent_file(instruction: &str) -> String {
     format!(
         r#"
-id = "helper"
+agent_id = "helper"
 name = "Helper"
 description = "Answers briefly."
 [labels]
 team = "support"
-[agent]
+[config]
 instruction = "{instruction}"
-[agent.model]
+[config.model]
 provider = "{PROVIDER}"
 name = "{STREAMING_MODEL}"
-[[agent.tools]]
+[[config.tools]]
 provider = "time"
 name = "current_time"
 "#
@@ -84,10 +84,11 @@ async fn agents_are_created_aliased_shown_and_run_from_the_command_line() {
     let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
     assert_eq!(shown["version"], 1);
     assert_eq!(
-        shown["file"]["agent"]["instruction"],
+        shown["file"]["config"]["instruction"],
         "You are version one."
     );
-    assert_eq!(shown["file"]["agent"]["tools"][0]["name"], "current_time");
+    assert_eq!(shown["file"]["config"]["tools"][0]["name"], "current_time");
+    let shown_file = shown["file"].clone();
     let versions = cli(with_addr(&["agents", "versions", "helper"])).await;
     let numbers: Vec<String> = text(&versions.stdout)
         .lines()
@@ -127,6 +128,15 @@ async fn agents_are_created_aliased_shown_and_run_from_the_command_line() {
     assert_eq!(latest.status.code(), Some(0), "{latest:?}");
     let prompt = &llm.requests()[1]["messages"][0]["content"];
     assert_eq!(prompt, "You are version two.");
+
+    // What `show` printed under `file` is a file `create` takes: it adds the same config.
+    let again = dir.path().join("shown.json");
+    std::fs::write(&again, shown_file.to_string()).unwrap();
+    let recreated = cli(with_addr(&["agents", "create", again.to_str().unwrap()])).await;
+    assert_eq!(text(&recreated.stdout), "helper@3\n", "{recreated:?}");
+    let third = cli(with_addr(&["agents", "show", "helper@3"])).await;
+    let third: serde_json::Value = serde_json::from_slice(&third.stdout).unwrap();
+    assert_eq!(third["file"], shown_file);
 }
 
 /// A sub-agent's run shows indented under the call that started it.
@@ -153,8 +163,8 @@ async fn a_childs_run_shows_indented_under_its_call() {
     std::fs::write(
         &researcher,
         format!(
-            "id = \"researcher\"\n[agent]\ninstruction = \"You research.\"\n\
-             [agent.model]\nprovider = \"{PROVIDER}\"\nname = \"{STREAMING_MODEL}\"\n"
+            "agent_id = \"researcher\"\n[config]\ninstruction = \"You research.\"\n\
+             [config.model]\nprovider = \"{PROVIDER}\"\nname = \"{STREAMING_MODEL}\"\n"
         ),
     )
     .unwrap();
@@ -162,9 +172,9 @@ async fn a_childs_run_shows_indented_under_its_call() {
     std::fs::write(
         &lead,
         format!(
-            "id = \"lead\"\n[agent]\ninstruction = \"You lead.\"\n\
-             [agent.model]\nprovider = \"{PROVIDER}\"\nname = \"{STREAMING_MODEL}\"\n\
-             [[agent.sub_agents]]\nagent_id = \"researcher\"\n"
+            "agent_id = \"lead\"\n[config]\ninstruction = \"You lead.\"\n\
+             [config.model]\nprovider = \"{PROVIDER}\"\nname = \"{STREAMING_MODEL}\"\n\
+             [[config.sub_agents]]\nagent_id = \"researcher\"\n"
         ),
     )
     .unwrap();
