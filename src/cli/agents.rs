@@ -283,7 +283,10 @@ mod tests {
         let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/a2a");
         for name in ["helper.json", "gatekeeper.json"] {
             let file = read_file(&examples.join(name)).unwrap();
-            assert!(file.config.is_some_and(|config| config.model.is_some()), "{name}");
+            assert!(
+                file.config.is_some_and(|config| config.model.is_some()),
+                "{name}"
+            );
         }
     }
 

@@ -111,8 +111,8 @@ struct Args {
     nats_url: Option<String>,
 }
 
-/// The workload of a preset measured through [`run_case`]; `None` for `large`, which is
-/// measured on its own.
+/// The workload of a preset measured through [`run_case`]; `None` for those measured each
+/// by a driver of its own (`large`, `long`, the replicas' cases, …).
 fn case(
     preset: Preset,
     service_env: &[(String, String)],
@@ -314,18 +314,7 @@ async fn run_presets(
     let long = presets.contains(&Preset::Long);
     let presets: Vec<Preset> = presets
         .into_iter()
-        .filter(|p| {
-            !matches!(
-                p,
-                Preset::Large
-                    | Preset::ListRuns
-                    | Preset::Long
-                    | Preset::Hostile
-                    | Preset::Replicas
-                    | Preset::ReplicaStreams
-                    | Preset::Takeover
-            )
-        })
+        .filter(|p| case(*p, service_env, admin_token).is_some())
         .collect();
     if long {
         let report = long::run_long(args.turns, service_env).await?;

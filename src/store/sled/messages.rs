@@ -602,6 +602,25 @@ impl Embedded {
         }
         Ok(swept)
     }
+
+    /// Writes `message` into `conversation` with no key and no limits, as a test's setting.
+    #[cfg(test)]
+    pub(super) fn insert_plain(
+        &self,
+        tenant: &Tenant,
+        conversation: &crate::domain::Conversation,
+        message: &mut Message,
+    ) {
+        self.insert_message(NewMessage {
+            tenant,
+            conversation: Some(conversation),
+            message,
+            spec: &serde_json::Value::Null,
+            idempotency: None,
+            admission: crate::store::contract::Admission::default(),
+        })
+        .unwrap();
+    }
 }
 
 #[cfg(test)]
@@ -632,16 +651,7 @@ mod tests {
         let tenant = Tenant::default_tenant();
         let conversation = conversation(&tenant);
         let mut message = running_message(conversation.id, 0);
-        store
-            .insert_message(NewMessage {
-                tenant: &tenant,
-                conversation: Some(&conversation),
-                message: &mut message,
-                spec: &serde_json::Value::Null,
-                idempotency: None,
-                admission: crate::store::contract::Admission::default(),
-            })
-            .unwrap();
+        store.insert_plain(&tenant, &conversation, &mut message);
         (store, tenant, conversation, message)
     }
 

@@ -457,16 +457,7 @@ mod tests {
             iterations: 1,
             ..running_message(conversation.id, 0)
         };
-        store
-            .insert_message(crate::store::contract::NewMessage {
-                tenant,
-                conversation: Some(&conversation),
-                message: &mut message,
-                spec: &serde_json::Value::Null,
-                idempotency: None,
-                admission: crate::store::contract::Admission::default(),
-            })
-            .unwrap();
+        store.insert_plain(tenant, &conversation, &mut message);
         message
     }
 
