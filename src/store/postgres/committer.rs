@@ -3,10 +3,10 @@
 //! commit (and its WAL flush) serves many runs; a lone run's burst goes at once. A few
 //! committers take turns, so one group is written while another waits for its flush.
 
-use std::sync::Weak;
-use std::time::Instant;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch, Mutex};
 use uuid::Uuid;
 
 use super::error::codec;
@@ -184,9 +184,10 @@ fn run_of(burst: &Burst) -> Option<MessageId> {
 /// dropped, or once `tasks` stop and nothing is left queued.
 pub fn start(backend: Weak<Postgres>, count: usize, tasks: &Tasks) -> mpsc::UnboundedSender<Job> {
     let (jobs, queue) = mpsc::unbounded_channel::<Job>();
-    let queue = std::sync::Arc::new(tokio::sync::Mutex::new(queue));
+    let queue = Arc::new(Mutex::new(queue));
+    let in_flight = Arc::new(watch::Sender::new(0_usize));
     for _ in 0..count {
-        let queue = std::sync::Arc::clone(&queue);
+        let (queue, in_flight) = (Arc::clone(&queue), Arc::clone(&in_flight));
         let (backend, stopping) = (backend.clone(), tasks.stopping());
         tasks.spawn(async move {
             let mut waiting = Vec::with_capacity(GROUP);
@@ -201,14 +202,76 @@ pub fn start(backend: Weak<Postgres>, count: usize, tasks: &Tasks) -> mpsc::Unbo
                 if received == 0 {
                     return;
                 }
+                gather(&queue, &mut waiting, &in_flight).await;
                 let Some(backend) = backend.upgrade() else {
                     return;
                 };
+                let _flight = Flight::start(&in_flight);
                 backend.commit_group(std::mem::take(&mut waiting)).await;
             }
         });
     }
     jobs
+}
+
+/// A commit in flight, counted while it lives.
+struct Flight<'a>(&'a watch::Sender<usize>);
+
+impl<'a> Flight<'a> {
+    fn start(in_flight: &'a watch::Sender<usize>) -> Self {
+        in_flight.send_modify(|count| *count += 1);
+        Self(in_flight)
+    }
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|count| *count = count.saturating_sub(1));
+    }
+}
+
+/// A group smaller than this, taken while another commit is in flight, waits for more.
+const FULL_ENOUGH: usize = 8;
+
+/// How long such a group waits at the most.
+const PACE: Duration = Duration::from_millis(2);
+
+/// Adds to a small `waiting` group what arrives while another commit is in flight, until
+/// that commit ends, the group is full enough, or [`PACE`] has passed. A replica that
+/// holds a few runs otherwise writes each burst in a transaction of its own, two at a
+/// time; this writes them in fewer, fuller ones. A lone run never waits: nothing else is
+/// in flight when its burst comes.
+async fn gather(
+    queue: &Mutex<mpsc::UnboundedReceiver<Job>>,
+    waiting: &mut Vec<Job>,
+    in_flight: &watch::Sender<usize>,
+) {
+    if waiting.len() >= FULL_ENOUGH || *in_flight.borrow() == 0 {
+        return;
+    }
+    let mut flights = in_flight.subscribe();
+    let mut queue = queue.lock().await;
+    let paced = async {
+        let ended = flights.wait_for(|count| *count == 0);
+        tokio::pin!(ended);
+        loop {
+            tokio::select! {
+                _ = &mut ended => return,
+                received = queue.recv_many(waiting, GROUP - waiting.len()) => {
+                    if received == 0 || waiting.len() >= FULL_ENOUGH {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(PACE, paced).await;
+    while waiting.len() < GROUP {
+        let Ok(job) = queue.try_recv() else {
+            return;
+        };
+        waiting.push(job);
+    }
 }
 
 impl Postgres {
@@ -403,5 +466,89 @@ fn copy(rows: &Rows) -> Rows {
         messages: rows.messages.clone(),
         tokens: rows.tokens.clone(),
         events: rows.events.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> Job {
+        Job {
+            rows: Rows::default(),
+            reply: oneshot::channel().0,
+            queued: Instant::now(),
+        }
+    }
+
+    /// A queue holding `first`, and its sender for what comes later.
+    fn queue_with(
+        first: usize,
+    ) -> (
+        mpsc::UnboundedSender<Job>,
+        Mutex<mpsc::UnboundedReceiver<Job>>,
+    ) {
+        let (jobs, queue) = mpsc::unbounded_channel();
+        for _ in 0..first {
+            jobs.send(job()).unwrap();
+        }
+        (jobs, Mutex::new(queue))
+    }
+
+    /// A lone run's burst goes at once: with no commit in flight, nothing waits.
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_with_nothing_in_flight_does_not_wait() {
+        let (jobs, queue) = queue_with(0);
+        let in_flight = watch::Sender::new(0_usize);
+        let mut waiting = vec![job()];
+        let later = jobs.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_micros(100)).await;
+            later.send(job()).unwrap();
+        });
+        let started = tokio::time::Instant::now();
+        gather(&queue, &mut waiting, &in_flight).await;
+        assert_eq!((waiting.len(), started.elapsed()), (1, Duration::ZERO));
+    }
+
+    /// Beside a commit in flight, a small group takes in what arrives until that commit
+    /// ends, and no longer.
+    #[tokio::test(start_paused = true)]
+    async fn a_small_group_gathers_until_the_commit_in_flight_ends() {
+        let (jobs, queue) = queue_with(0);
+        let in_flight = Arc::new(watch::Sender::new(1_usize));
+        let mut waiting = vec![job()];
+        let ending = Arc::clone(&in_flight);
+        // Timers tick in whole milliseconds.
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            for _ in 0..3 {
+                jobs.send(job()).unwrap();
+            }
+            ending.send_modify(|count| *count -= 1);
+        });
+        let started = tokio::time::Instant::now();
+        gather(&queue, &mut waiting, &in_flight).await;
+        assert_eq!(waiting.len(), 4);
+        assert!(started.elapsed() < PACE, "{:?}", started.elapsed());
+    }
+
+    /// The wait is bounded by the pace, and a group full enough goes at once.
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_is_bounded_and_a_full_group_does_not_wait() {
+        let (_jobs, queue) = queue_with(2);
+        let in_flight = watch::Sender::new(1_usize);
+        let mut waiting = vec![job()];
+        let started = tokio::time::Instant::now();
+        gather(&queue, &mut waiting, &in_flight).await;
+        assert_eq!((waiting.len(), started.elapsed()), (3, PACE));
+
+        let mut full: Vec<Job> = (0..FULL_ENOUGH).map(|_| job()).collect();
+        let started = tokio::time::Instant::now();
+        gather(&queue, &mut full, &in_flight).await;
+        assert_eq!(
+            (full.len(), started.elapsed()),
+            (FULL_ENOUGH, Duration::ZERO)
+        );
     }
 }
