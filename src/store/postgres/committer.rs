@@ -3,6 +3,7 @@
 //! commit (and its WAL flush) serves many runs; a lone run's burst goes at once. A few
 //! committers take turns, so one group is written while another waits for its flush.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -185,28 +186,35 @@ fn run_of(burst: &Burst) -> Option<MessageId> {
 pub fn start(backend: Weak<Postgres>, count: usize, tasks: &Tasks) -> mpsc::UnboundedSender<Job> {
     let (jobs, queue) = mpsc::unbounded_channel::<Job>();
     let queue = Arc::new(Mutex::new(queue));
-    let in_flight = Arc::new(watch::Sender::new(0_usize));
+    let pacing = Arc::new(Pacing::default());
     for _ in 0..count {
-        let (queue, in_flight) = (Arc::clone(&queue), Arc::clone(&in_flight));
+        let (queue, pacing) = (Arc::clone(&queue), Arc::clone(&pacing));
         let (backend, stopping) = (backend.clone(), tasks.stopping());
         tasks.spawn(async move {
             let mut waiting = Vec::with_capacity(GROUP);
             loop {
                 // One committer takes what is waiting; the others wait their turn. What is
                 // queued is committed before a stop is heeded.
-                let received = tokio::select! {
+                let (mut taking, received) = tokio::select! {
                     biased;
-                    received = async { queue.lock().await.recv_many(&mut waiting, GROUP).await } => received,
+                    taken = async {
+                        let mut taking = queue.lock().await;
+                        let received = taking.recv_many(&mut waiting, GROUP).await;
+                        (taking, received)
+                    } => taken,
                     () = stopping.cancelled() => return,
                 };
                 if received == 0 {
                     return;
                 }
-                gather(&queue, &mut waiting, &in_flight).await;
+                // Gathered still holding the queue, so no other committer takes what
+                // comes meanwhile; bounded, and not cut short by a stop.
+                pacing.gather(&mut taking, &mut waiting).await;
+                drop(taking);
                 let Some(backend) = backend.upgrade() else {
                     return;
                 };
-                let _flight = Flight::start(&in_flight);
+                let _flight = pacing.flight();
                 backend.commit_group(std::mem::take(&mut waiting)).await;
             }
         });
@@ -214,63 +222,109 @@ pub fn start(backend: Weak<Postgres>, count: usize, tasks: &Tasks) -> mpsc::Unbo
     jobs
 }
 
-/// A commit in flight, counted while it lives.
-struct Flight<'a>(&'a watch::Sender<usize>);
-
-impl<'a> Flight<'a> {
-    fn start(in_flight: &'a watch::Sender<usize>) -> Self {
-        in_flight.send_modify(|count| *count += 1);
-        Self(in_flight)
-    }
-}
-
-impl Drop for Flight<'_> {
-    fn drop(&mut self) {
-        self.0.send_modify(|count| *count = count.saturating_sub(1));
-    }
-}
-
-/// A group smaller than this, taken while another commit is in flight, waits for more.
+/// A group smaller than this may wait for more.
 const FULL_ENOUGH: usize = 8;
 
 /// How long such a group waits at the most.
 const PACE: Duration = Duration::from_millis(2);
 
-/// Adds to a small `waiting` group what arrives while another commit is in flight, until
-/// that commit ends, the group is full enough, or [`PACE`] has passed. A replica that
-/// holds a few runs otherwise writes each burst in a transaction of its own, two at a
-/// time; this writes them in fewer, fuller ones. A lone run never waits: nothing else is
-/// in flight when its burst comes.
-async fn gather(
-    queue: &Mutex<mpsc::UnboundedReceiver<Job>>,
-    waiting: &mut Vec<Job>,
-    in_flight: &watch::Sender<usize>,
-) {
-    if waiting.len() >= FULL_ENOUGH || *in_flight.borrow() == 0 {
-        return;
-    }
-    let mut flights = in_flight.subscribe();
-    let mut queue = queue.lock().await;
-    let paced = async {
-        let ended = flights.wait_for(|count| *count == 0);
-        tokio::pin!(ended);
-        loop {
-            tokio::select! {
-                _ = &mut ended => return,
-                received = queue.recv_many(waiting, GROUP - waiting.len()) => {
-                    if received == 0 || waiting.len() >= FULL_ENOUGH {
-                        return;
+/// How long a run that wrote counts as about to write again.
+const LATELY: Duration = Duration::from_millis(20);
+
+/// What a small group waits for: the commits of this replica in flight, and the runs that
+/// wrote lately and have not ended.
+#[derive(Default)]
+struct Pacing {
+    in_flight: watch::Sender<usize>,
+    /// Each such run and when its last burst was taken.
+    lately: std::sync::Mutex<HashMap<Uuid, tokio::time::Instant>>,
+}
+
+impl Pacing {
+    /// Adds to a small `waiting` group what arrives while another commit is in flight or
+    /// while runs that wrote lately have no burst in it, until the group is full enough,
+    /// neither holds, or [`PACE`] has passed. A replica that holds a few runs otherwise
+    /// writes each burst in a transaction of its own, two at a time; this writes them in
+    /// fewer, fuller ones. A lone run never waits: nothing else is in flight or writing
+    /// when its burst comes.
+    async fn gather(&self, queue: &mut mpsc::UnboundedReceiver<Job>, waiting: &mut Vec<Job>) {
+        let mut flights = self.in_flight.subscribe();
+        let paced = async {
+            loop {
+                let flying = *flights.borrow_and_update() > 0;
+                if waiting.len() >= FULL_ENOUGH || !(flying || self.expects_more(waiting)) {
+                    return;
+                }
+                tokio::select! {
+                    changed = flights.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                    }
+                    received = queue.recv_many(waiting, GROUP - waiting.len()) => {
+                        if received == 0 {
+                            return;
+                        }
                     }
                 }
             }
+        };
+        let _ = tokio::time::timeout(PACE, paced).await;
+        while waiting.len() < GROUP {
+            let Ok(job) = queue.try_recv() else {
+                break;
+            };
+            waiting.push(job);
         }
-    };
-    let _ = tokio::time::timeout(PACE, paced).await;
-    while waiting.len() < GROUP {
-        let Ok(job) = queue.try_recv() else {
+        self.note(waiting);
+    }
+
+    /// Whether a run that wrote lately has no burst in `group`.
+    fn expects_more(&self, group: &[Job]) -> bool {
+        let Ok(lately) = self.lately.lock() else {
+            return false;
+        };
+        let now = tokio::time::Instant::now();
+        lately.iter().any(|(run, at)| {
+            now.duration_since(*at) < LATELY
+                && !group.iter().any(|job| job.rows.fences.1.contains(run))
+        })
+    }
+
+    /// Notes the runs of `group` as writing, those it ends as ended, and forgets those
+    /// quiet for longer than [`LATELY`].
+    fn note(&self, group: &[Job]) {
+        let Ok(mut lately) = self.lately.lock() else {
             return;
         };
-        waiting.push(job);
+        let now = tokio::time::Instant::now();
+        for job in group {
+            for run in &job.rows.fences.1 {
+                lately.insert(*run, now);
+            }
+            let (_, runs, _, running) = &job.rows.messages;
+            for (run, running) in runs.iter().zip(running) {
+                if !running {
+                    lately.remove(run);
+                }
+            }
+        }
+        lately.retain(|_, at| now.duration_since(*at) < LATELY);
+    }
+
+    /// Counts a commit in flight while the returned guard lives.
+    fn flight(&self) -> Flight<'_> {
+        self.in_flight.send_modify(|count| *count += 1);
+        Flight(&self.in_flight)
+    }
+}
+
+/// A commit in flight, counted while it lives.
+struct Flight<'a>(&'a watch::Sender<usize>);
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|count| *count = count.saturating_sub(1));
     }
 }
 
@@ -473,82 +527,123 @@ fn copy(rows: &Rows) -> Rows {
 mod tests {
     use super::*;
 
-    fn job() -> Job {
+    /// A burst of `run`, its message still running or not.
+    fn burst_of(run: Uuid, running: bool) -> Job {
+        let mut rows = Rows::default();
+        push4(&mut rows.fences, (String::new(), run, String::new(), 1));
+        push4(
+            &mut rows.messages,
+            (String::new(), run, String::new(), running),
+        );
         Job {
-            rows: Rows::default(),
+            rows,
             reply: oneshot::channel().0,
             queued: Instant::now(),
         }
     }
 
-    /// A queue holding `first`, and its sender for what comes later.
-    fn queue_with(
-        first: usize,
-    ) -> (
-        mpsc::UnboundedSender<Job>,
-        Mutex<mpsc::UnboundedReceiver<Job>>,
-    ) {
-        let (jobs, queue) = mpsc::unbounded_channel();
-        for _ in 0..first {
-            jobs.send(job()).unwrap();
-        }
-        (jobs, Mutex::new(queue))
+    fn burst() -> Job {
+        burst_of(Uuid::new_v4(), true)
     }
 
-    /// A lone run's burst goes at once: with no commit in flight, nothing waits.
-    #[tokio::test(start_paused = true)]
-    async fn a_burst_with_nothing_in_flight_does_not_wait() {
-        let (jobs, queue) = queue_with(0);
-        let in_flight = watch::Sender::new(0_usize);
-        let mut waiting = vec![job()];
-        let later = jobs.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_micros(100)).await;
-            later.send(job()).unwrap();
-        });
+    /// A queue holding `first` bursts, and its sender for what comes later.
+    fn queue_with(first: usize) -> (mpsc::UnboundedSender<Job>, mpsc::UnboundedReceiver<Job>) {
+        let (jobs, queue) = mpsc::unbounded_channel();
+        for _ in 0..first {
+            jobs.send(burst()).unwrap();
+        }
+        (jobs, queue)
+    }
+
+    /// How long gathering onto `waiting` took.
+    async fn timed(
+        pacing: &Pacing,
+        queue: &mut mpsc::UnboundedReceiver<Job>,
+        waiting: &mut Vec<Job>,
+    ) -> Duration {
         let started = tokio::time::Instant::now();
-        gather(&queue, &mut waiting, &in_flight).await;
-        assert_eq!((waiting.len(), started.elapsed()), (1, Duration::ZERO));
+        pacing.gather(queue, waiting).await;
+        started.elapsed()
+    }
+
+    /// A lone run's burst goes at once: with no commit in flight and no other run writing,
+    /// nothing waits.
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_burst_does_not_wait() {
+        let (jobs, mut queue) = queue_with(0);
+        let pacing = Pacing::default();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            jobs.send(burst()).unwrap();
+        });
+        let mut waiting = vec![burst()];
+        assert_eq!(
+            timed(&pacing, &mut queue, &mut waiting).await,
+            Duration::ZERO
+        );
+        assert_eq!(waiting.len(), 1);
     }
 
     /// Beside a commit in flight, a small group takes in what arrives until that commit
     /// ends, and no longer.
     #[tokio::test(start_paused = true)]
     async fn a_small_group_gathers_until_the_commit_in_flight_ends() {
-        let (jobs, queue) = queue_with(0);
-        let in_flight = Arc::new(watch::Sender::new(1_usize));
-        let mut waiting = vec![job()];
-        let ending = Arc::clone(&in_flight);
+        let (jobs, mut queue) = queue_with(0);
+        let pacing = Arc::new(Pacing::default());
+        let flying = Arc::clone(&pacing);
         // Timers tick in whole milliseconds.
         tokio::spawn(async move {
+            let flight = flying.flight();
             tokio::time::sleep(Duration::from_millis(1)).await;
             for _ in 0..3 {
-                jobs.send(job()).unwrap();
+                jobs.send(burst()).unwrap();
             }
-            ending.send_modify(|count| *count -= 1);
+            drop(flight);
         });
-        let started = tokio::time::Instant::now();
-        gather(&queue, &mut waiting, &in_flight).await;
+        tokio::task::yield_now().await;
+        let mut waiting = vec![burst()];
+        let took = timed(&pacing, &mut queue, &mut waiting).await;
         assert_eq!(waiting.len(), 4);
-        assert!(started.elapsed() < PACE, "{:?}", started.elapsed());
+        assert!(took < PACE, "{took:?}");
     }
 
     /// The wait is bounded by the pace, and a group full enough goes at once.
     #[tokio::test(start_paused = true)]
     async fn the_wait_is_bounded_and_a_full_group_does_not_wait() {
-        let (_jobs, queue) = queue_with(2);
-        let in_flight = watch::Sender::new(1_usize);
-        let mut waiting = vec![job()];
-        let started = tokio::time::Instant::now();
-        gather(&queue, &mut waiting, &in_flight).await;
-        assert_eq!((waiting.len(), started.elapsed()), (3, PACE));
+        let (_jobs, mut queue) = queue_with(2);
+        let pacing = Pacing::default();
+        let _flight = pacing.flight();
+        let mut waiting = vec![burst()];
+        assert_eq!(timed(&pacing, &mut queue, &mut waiting).await, PACE);
+        assert_eq!(waiting.len(), 3);
 
-        let mut full: Vec<Job> = (0..FULL_ENOUGH).map(|_| job()).collect();
-        let started = tokio::time::Instant::now();
-        gather(&queue, &mut full, &in_flight).await;
-        assert_eq!(
-            (full.len(), started.elapsed()),
-            (FULL_ENOUGH, Duration::ZERO)
-        );
+        let mut full: Vec<Job> = (0..FULL_ENOUGH).map(|_| burst()).collect();
+        assert_eq!(timed(&pacing, &mut queue, &mut full).await, Duration::ZERO);
+        assert_eq!(full.len(), FULL_ENOUGH);
+    }
+
+    /// A group waits for the bursts of runs that wrote lately, not for a run that ended.
+    #[tokio::test(start_paused = true)]
+    async fn a_group_waits_for_runs_that_wrote_lately_but_not_for_one_that_ended() {
+        let (a, b, ended) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        let (jobs, mut queue) = queue_with(0);
+        let pacing = Pacing::default();
+        let mut first = vec![burst_of(a, true), burst_of(b, true), burst_of(ended, false)];
+        pacing.gather(&mut queue, &mut first).await;
+
+        let later = jobs.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            later.send(burst_of(b, true)).unwrap();
+        });
+        let mut waiting = vec![burst_of(a, true)];
+        let took = timed(&pacing, &mut queue, &mut waiting).await;
+        assert_eq!(waiting.len(), 2, "b's burst joined a's");
+        assert!(took < PACE, "{took:?}");
+
+        // Quiet past the window, a and b are no longer waited for.
+        tokio::time::sleep(LATELY).await;
+        let mut alone = vec![burst()];
+        assert_eq!(timed(&pacing, &mut queue, &mut alone).await, Duration::ZERO);
     }
 }

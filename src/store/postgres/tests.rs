@@ -412,6 +412,51 @@ async fn a_busy_pool_refuses_a_start_without_marking_the_store_unwritable() {
     start(&store, opening.id, Some(&opening)).await;
 }
 
+/// With several committers (a pool of 16: four), a burst that comes while a long commit
+/// is in flight lands: the committer that gathers it beside that commit never waits on one
+/// that is waiting for bursts to come (it once could, and the run stalled).
+#[tokio::test]
+async fn a_burst_beside_a_long_commit_lands_with_many_committers() {
+    use crate::store::conformance::{delta, envelope, start, tenant};
+    use crate::store::contract::Burst;
+    use crate::store::test_records::conversation;
+    let Some(databases) = Databases::new().await else {
+        return;
+    };
+    let (_backend, store, _) = own_store(&databases, |settings| settings.pool_size = 16).await;
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let opening = conversation(&tenant());
+        runs.push(start(&store, opening.id, Some(&opening)).await);
+    }
+    let (fence, tenant) = (store.fence(), tenant());
+    let text = "x".repeat(1024);
+    let all = async {
+        for step in 0..5_u64 {
+            let long = Burst {
+                records: Vec::new(),
+                events: (1..=500)
+                    .map(|i| envelope(&runs[0], step * 500 + i, delta(&text)))
+                    .collect(),
+            };
+            let short = Burst {
+                records: Vec::new(),
+                events: vec![envelope(&runs[1], step + 1, delta("y"))],
+            };
+            let beside = async {
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                store.commit(&tenant, &fence, &short).await
+            };
+            let (long, short) = tokio::join!(store.commit(&tenant, &fence, &long), beside);
+            long.unwrap();
+            short.unwrap();
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), all)
+        .await
+        .expect("every burst committed");
+}
+
 /// Commits in flight take at most a quarter of the pool (at least two, at most eight), so
 /// starts, reads and followers keep the rest.
 #[test]
