@@ -1,7 +1,9 @@
 //! Group commit: a committer takes the bursts of every run waiting at the time into one
 //! statement, its own transaction, that checks and writes them all. Under load a
 //! commit (and its WAL flush) serves many runs; a lone run's burst goes at once. A few
-//! committers take turns, so one group is written while another waits for its flush.
+//! committers take turns, so one group is written while another waits for its flush; a
+//! small group waits a moment for the bursts it can expect ([`Pacing`]), so a replica
+//! holding a few runs writes fewer, fuller transactions.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
