@@ -34,6 +34,7 @@ fn database_settings(store: &StoreConfig, cluster: &ClusterConfig) -> Option<Dat
         lease: cluster.lease(),
         notify: cluster.nats_url.is_none(),
         pool_size: store.pool_size,
+        pool_wait: Duration::from_millis(store.pool_wait_ms),
         statement_timeout: Duration::from_millis(store.statement_timeout_ms),
     })
 }

@@ -568,6 +568,9 @@ impl Config {
             return Err(invalid("server.max_request_bytes", "must be at least 1024"));
         }
         self.cluster.validate()?;
+        if let Some((field, reason)) = self.store.problem() {
+            return Err(invalid(field, &reason));
+        }
         if let Some((field, reason)) = runner_problem(&self.runner) {
             return Err(invalid(field, &reason));
         }

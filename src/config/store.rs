@@ -13,6 +13,14 @@ fn default_statement_timeout_ms() -> u64 {
     5_000
 }
 
+fn default_pool_wait_ms() -> u64 {
+    60_000
+}
+
+/// The longest `pool_wait_ms` accepted: a call held longer than this waits for nothing a
+/// client still expects.
+pub const MAX_POOL_WAIT_MS: u64 = 600_000;
+
 fn default_write_timeout_secs() -> u64 {
     10
 }
@@ -28,6 +36,12 @@ pub struct StoreConfig {
     /// Connections each process keeps to the database.
     #[serde(default = "default_pool_size")]
     pub pool_size: u32,
+    /// How long a call (a start, an attach, a read) waits for a free connection when all
+    /// are in use, before it is refused `UNAVAILABLE`; the call's own deadline, when
+    /// shorter, ends the wait first. Commits have connections of their own and never
+    /// wait behind calls.
+    #[serde(default = "default_pool_wait_ms")]
+    pub pool_wait_ms: u64,
     /// A statement running longer fails, and the database counts as unavailable.
     #[serde(default = "default_statement_timeout_ms")]
     pub statement_timeout_ms: u64,
@@ -46,9 +60,23 @@ impl Default for StoreConfig {
         Self {
             database_url: None,
             pool_size: default_pool_size(),
+            pool_wait_ms: default_pool_wait_ms(),
             statement_timeout_ms: default_statement_timeout_ms(),
             write_timeout_secs: default_write_timeout_secs(),
             event_retention_days: 0,
         }
+    }
+}
+
+impl StoreConfig {
+    /// The first setting out of its bounds, with why.
+    pub fn problem(&self) -> Option<(&'static str, String)> {
+        if !(1..=MAX_POOL_WAIT_MS).contains(&self.pool_wait_ms) {
+            return Some((
+                "store.pool_wait_ms",
+                format!("must be between 1 and {MAX_POOL_WAIT_MS}"),
+            ));
+        }
+        None
     }
 }

@@ -183,3 +183,22 @@ fn argument_delta_pacing_is_bounded() {
         .unwrap();
     assert_eq!(off.runner.max_tool_delta_bytes, 0);
 }
+
+/// How long a call waits for a database connection is bounded both ways: no wait at all
+/// would refuse every burst, and a wait of hours holds calls nobody waits for.
+#[test]
+fn the_pool_wait_is_bounded() {
+    let validated = |toml: &str| Config::from_toml(toml).unwrap().validated();
+    for toml in [
+        "[store]\npool_wait_ms = 0",
+        "[store]\npool_wait_ms = 600001",
+    ] {
+        assert_eq!(
+            validated(toml).unwrap_err().to_string(),
+            "invalid configuration: store.pool_wait_ms must be between 1 and 600000"
+        );
+    }
+    assert_eq!(validated("").unwrap().store.pool_wait_ms, 60_000);
+    let set = validated("[store]\npool_wait_ms = 250").unwrap();
+    assert_eq!(set.store.pool_wait_ms, 250);
+}

@@ -23,8 +23,10 @@ pub enum StoreSettings {
 pub struct DatabaseSettings {
     /// `postgres://user:password@host:port/database?sslmode=…`; never shown.
     pub url: String,
-    /// Connections in the pool.
+    /// Connections for calls (starts, attaches, reads); the committers hold their own.
     pub pool_size: u32,
+    /// How long a call waits for one of them when all are in use.
+    pub pool_wait: Duration,
     /// A statement running longer counts as the database being unavailable.
     pub statement_timeout: Duration,
     /// This replica's id: the owner of the runs it starts.

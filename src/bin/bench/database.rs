@@ -72,3 +72,14 @@ pub async fn spent(url: &str) -> anyhow::Result<(Duration, i64)> {
         .sum();
     Ok((cpu, commits))
 }
+
+/// Bytes of write-ahead log the server at `url` has written so far (for all its
+/// databases: the sitting's is the only one written to while it runs).
+pub async fn wal_bytes(url: &str) -> anyhow::Result<i64> {
+    let mut connection = PgConnection::connect(url).await?;
+    let (written,): (i64,) = sqlx::query_as("SELECT (pg_current_wal_lsn() - '0/0')::bigint")
+        .fetch_one(&mut connection)
+        .await?;
+    let _ = connection.close().await;
+    Ok(written)
+}

@@ -82,6 +82,7 @@ async fn measure(dir: &Path, url: Option<&str>, runs: usize) -> anyhow::Result<L
             lease: Duration::from_secs(10),
             notify: false,
             pool_size: 16,
+            pool_wait: Duration::from_secs(30),
             statement_timeout: Duration::from_secs(30),
         }),
         None => StoreSettings::Embedded {

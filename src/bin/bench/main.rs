@@ -13,6 +13,7 @@ mod large;
 mod listing;
 mod long;
 mod measure;
+mod nats_count;
 mod otlp;
 mod processes;
 mod replicas;
@@ -63,7 +64,7 @@ enum Preset {
     /// followed on its own replica); the bus is NATS with --nats-url.
     Replicas,
     /// 10000 slow streams (1 s to first token, 50 ms per chunk) over three replicas, each
-    /// followed live on the next (needs --database-url).
+    /// followed live on the next, by a client that never retries (needs --database-url).
     ReplicaStreams,
     /// Three replicas; the first, holding 12 runs mid-answer, is killed: how long until each
     /// run's first event from its new owner, and an idle replica's CPU (needs
@@ -280,7 +281,7 @@ async fn run_presets(
         ),
         (
             Preset::ReplicaStreams,
-            vec![shape(3, 10_000, 10_000).slow()],
+            vec![shape(3, 10_000, 10_000).slow().without_retries()],
         ),
     ]
     .into_iter()
@@ -439,17 +440,18 @@ async fn run_replica_cases(
             reports.push(report);
         }
     }
-    println!("| case | bus | runs | errors | retried | lag p50 | lag p99 | CPU/run (all replicas) | PG CPU/run | xact/run |\n|---|---|---|---|---|---|---|---|---|---|");
+    println!("| case | bus | runs | errors | refused | start max | lag p50 | lag p99 | CPU/run (all replicas) | PG CPU/run | xact/run |\n|---|---|---|---|---|---|---|---|---|---|---|");
     for mut reports in all {
         reports.sort_by(|a, b| a.cpu_per_run_ms.total_cmp(&b.cpu_per_run_ms));
         let median = reports.swap_remove(reports.len() / 2);
         println!(
-            "| {} | {} | {} | {} | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} |",
+            "| {} | {} | {} | {} | {} | {:.0} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} |",
             median.case,
             median.bus,
             median.runs,
             median.errors,
             median.retried,
+            median.start_max_ms,
             median.lag_p50_ms,
             median.lag_p99_ms,
             median.cpu_per_run_ms,

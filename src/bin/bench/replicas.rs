@@ -17,6 +17,7 @@ use serde::Serialize;
 use tonic::transport::Channel;
 
 use crate::measure::{percentile, sorted};
+use crate::nats_count::NatsCount;
 use crate::processes::{cpu_time, start_mock, start_service_with, Process};
 use crate::workload::bench_request;
 
@@ -30,6 +31,8 @@ pub struct Shape {
     slow: bool,
     /// Each run followed on its own replica rather than the next.
     followers_on_owner: bool,
+    /// Whether a call refused `UNAVAILABLE` is tried again, or counts as failed.
+    retry: bool,
 }
 
 impl Shape {
@@ -41,6 +44,15 @@ impl Shape {
             runs,
             slow: false,
             followers_on_owner: false,
+            retry: true,
+        }
+    }
+
+    /// With a client that never tries a refused call again: every refusal is a failure.
+    pub fn without_retries(self) -> Self {
+        Self {
+            retry: false,
+            ..self
         }
     }
 
@@ -77,6 +89,7 @@ impl Shape {
             },
             chunk_delay: Duration::from_millis(if self.slow { 50 } else { 5 }),
             followers_on_owner: self.followers_on_owner,
+            retry: self.retry,
             service_env,
         }
     }
@@ -92,6 +105,8 @@ pub struct ReplicaCase {
     pub chunk_delay: Duration,
     /// Whether each run is followed on its own replica rather than the next.
     pub followers_on_owner: bool,
+    /// Whether a call refused `UNAVAILABLE` is tried again.
+    pub retry: bool,
     /// The service's environment: the database, the key, NATS when used.
     pub service_env: Vec<(String, String)>,
 }
@@ -112,12 +127,29 @@ pub struct ReplicaReport {
     pub retried: usize,
     /// Why they were refused, most common first.
     pub refusals: Vec<(String, usize)>,
+    /// Whether refused calls were tried again; without, each refusal is also a failure.
+    pub retry: bool,
+    /// From a `Run` call to its first event, and from an `Attach` call to its first event:
+    /// how long a start or attach waited (for a connection, among others).
+    pub start_p50_ms: f64,
+    pub start_max_ms: f64,
+    pub attach_p50_ms: f64,
+    pub attach_max_ms: f64,
     pub events_followed: usize,
     pub lag_p50_ms: f64,
     pub lag_p99_ms: f64,
     pub cpu_per_run_ms: f64,
     pub database_cpu_per_run_ms: f64,
     pub database_commits_per_run: f64,
+    /// Write-ahead log written per run, in bytes.
+    pub wal_bytes_per_run: f64,
+    /// Messages and payload bytes per run on NATS, every replica subject (with NATS).
+    pub nats_messages_per_run: f64,
+    pub nats_bytes_per_run: f64,
+    /// Runs per second over the measured runs, all replicas together.
+    pub runs_per_sec: f64,
+    /// What the load spent per run: the scripted model and this client, in milliseconds.
+    pub load_cpu_per_run_ms: f64,
 }
 
 /// Runs one replica case from fresh processes.
@@ -165,21 +197,34 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
     }
     let pids: Vec<u32> = services.iter().map(Process::pid).collect();
     let cpu_before: Duration = pids.iter().map(|pid| cpu_time(*pid)).sum();
+    let load = [mock.pid(), std::process::id()];
+    let load_before: Duration = load.iter().map(|pid| cpu_time(*pid)).sum();
     let retried_before = RETRIED.load(Ordering::SeqCst);
     take_refusals();
     let (db_cpu_before, db_commits_before) = crate::database::spent(database_url).await?;
+    let wal_before = crate::database::wal_bytes(database_url).await?;
+    let nats = match case
+        .service_env
+        .iter()
+        .find(|(name, _)| name == "AGENT_RUNNER_NATS_URL")
+    {
+        Some((_, url)) => Some(NatsCount::start(url).await?),
+        None => None,
+    };
+    let started = Instant::now();
     let next = Arc::new(AtomicUsize::new(0));
     let connections = Arc::new(connections);
     let workers = (0..case.concurrency).map(|worker| {
         let (next, connections, runs) = (Arc::clone(&next), Arc::clone(&connections), case.runs);
         let elsewhere = usize::from(!case.followers_on_owner);
+        let attempts = if case.retry { 10 } else { 1 };
         tokio::spawn(async move {
-            let mut lags = Vec::new();
+            let mut timed = Timed::default();
             let mut errors: HashMap<String, usize> = HashMap::new();
             loop {
                 let run = next.fetch_add(1, Ordering::SeqCst);
                 if run >= runs {
-                    return (lags, errors);
+                    return (timed, errors);
                 }
                 let count = connections.len();
                 let pick = |replica: usize| {
@@ -188,18 +233,19 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
                 };
                 let owner = pick(worker + run);
                 let follower = pick(worker + run + elsewhere);
-                match followed_run(owner, follower).await {
-                    Ok(run_lags) => lags.extend(run_lags),
-                    Err(why) => *errors.entry(why).or_default() += 1,
+                if let Err(why) = followed_run(owner, follower, attempts, &mut timed).await {
+                    *errors.entry(why).or_default() += 1;
                 }
             }
         })
     });
-    let mut lags = Vec::new();
+    let mut timed = Timed::default();
     let mut failures: HashMap<String, usize> = HashMap::new();
     for worker in futures::future::join_all(workers).await {
-        let (worker_lags, worker_errors) = worker.unwrap_or_default();
-        lags.extend(worker_lags);
+        let (worker_timed, worker_errors) = worker.unwrap_or_default();
+        timed.lags.extend(worker_timed.lags);
+        timed.starts.extend(worker_timed.starts);
+        timed.attaches.extend(worker_timed.attaches);
         for (why, count) in worker_errors {
             *failures.entry(why).or_default() += count;
         }
@@ -213,11 +259,23 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
         .map(|pid| cpu_time(*pid))
         .sum::<Duration>()
         .saturating_sub(cpu_before);
+    let elapsed = started.elapsed();
+    let load_cpu = load
+        .iter()
+        .map(|pid| cpu_time(*pid))
+        .sum::<Duration>()
+        .saturating_sub(load_before);
+    let (nats_messages, nats_bytes) = nats.as_ref().map(NatsCount::counted).unwrap_or_default();
     let (db_cpu, db_commits) = crate::database::spent(database_url).await?;
+    let wal = crate::database::wal_bytes(database_url).await? - wal_before;
     drop(services);
     let _ = std::fs::remove_dir_all(&dir);
     let runs = case.runs.max(1) as f64;
-    let lags = sorted(lags);
+    let (lags, starts, attaches) = (
+        sorted(timed.lags),
+        sorted(timed.starts),
+        sorted(timed.attaches),
+    );
     let bus = case
         .service_env
         .iter()
@@ -232,12 +290,22 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
         failures,
         retried: RETRIED.load(Ordering::SeqCst) - retried_before,
         refusals: take_refusals(),
+        retry: case.retry,
+        start_p50_ms: percentile(&starts, 50.0),
+        start_max_ms: starts.last().copied().unwrap_or_default(),
+        attach_p50_ms: percentile(&attaches, 50.0),
+        attach_max_ms: attaches.last().copied().unwrap_or_default(),
         events_followed: lags.len(),
         lag_p50_ms: percentile(&lags, 50.0),
         lag_p99_ms: percentile(&lags, 99.0),
         cpu_per_run_ms: cpu.as_secs_f64() * 1000.0 / runs,
         database_cpu_per_run_ms: db_cpu.saturating_sub(db_cpu_before).as_secs_f64() * 1000.0 / runs,
         database_commits_per_run: (db_commits - db_commits_before) as f64 / runs,
+        wal_bytes_per_run: wal as f64 / runs,
+        nats_messages_per_run: nats_messages as f64 / runs,
+        nats_bytes_per_run: nats_bytes as f64 / runs,
+        runs_per_sec: runs / elapsed.as_secs_f64().max(1e-9),
+        load_cpu_per_run_ms: load_cpu.as_secs_f64() * 1000.0 / runs,
     })
 }
 
@@ -260,17 +328,31 @@ fn take_refusals() -> Vec<(String, usize)> {
     counted
 }
 
-/// The stream `call` opens, tried again (up to ten times, a growing pause apart) while it is
-/// refused `UNAVAILABLE`, as a client of a busy service does: a refused `Run` or `Attach`
-/// started nothing, so trying it again is safe. The last refusal when it is refused
-/// otherwise or throughout.
-async fn retried<T, F, Fut>(mut call: F) -> Result<tonic::Streaming<T>, tonic::Status>
+/// What one worker timed, in milliseconds.
+#[derive(Default)]
+struct Timed {
+    /// Each followed event's lag.
+    lags: Vec<f64>,
+    /// Each `Run` call to its first event.
+    starts: Vec<f64>,
+    /// Each `Attach` call to its first event.
+    attaches: Vec<f64>,
+}
+
+/// The stream `call` opens, tried again (up to `attempts` times in all, a growing pause
+/// apart) while it is refused `UNAVAILABLE`, as a client of a busy service does: a refused
+/// `Run` or `Attach` started nothing, so trying it again is safe. The last refusal when it
+/// is refused otherwise or throughout.
+async fn retried<T, F, Fut>(
+    attempts: u64,
+    mut call: F,
+) -> Result<tonic::Streaming<T>, tonic::Status>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<tonic::Response<tonic::Streaming<T>>, tonic::Status>>,
 {
     let mut last = tonic::Status::unavailable("not tried");
-    for attempt in 1..=10u64 {
+    for attempt in 1..=attempts {
         match call().await {
             Ok(response) => return Ok(response.into_inner()),
             Err(status) if status.code() == tonic::Code::Unavailable => {
@@ -280,6 +362,9 @@ where
                     .unwrap_or_else(|e| e.into_inner())
                     .push(why("refused", &status));
                 last = status;
+                if attempt == attempts {
+                    break;
+                }
                 tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
             }
             Err(status) => return Err(status),
@@ -290,16 +375,23 @@ where
 
 /// A failure's name for the report: what failed, its code and the start of its message.
 fn why(what: &str, status: &tonic::Status) -> String {
-    let message: String = status.message().chars().take(70).collect();
+    let message: String = status.message().chars().take(200).collect();
     format!("{what}: {:?}: {message}", status.code())
 }
 
-/// Starts a run on `owner`, follows it on `follower` from its first event, and returns the
-/// lag of every event the owner's client got after the follower attached; why, when
-/// either stream failed or they differ.
-async fn followed_run(owner: Channel, follower: Channel) -> Result<Vec<f64>, String> {
+/// Starts a run on `owner`, follows it on `follower` from its first event, and adds to
+/// `timed` how long the start and the attach took to their first event and the lag of
+/// every event the owner's client got after the follower attached; why, when either
+/// stream failed or they differ.
+async fn followed_run(
+    owner: Channel,
+    follower: Channel,
+    attempts: u64,
+    timed: &mut Timed,
+) -> Result<(), String> {
     let owner = AgentServiceClient::new(owner);
-    let mut run = retried(|| {
+    let called = Instant::now();
+    let mut run = retried(attempts, || {
         let mut owner = owner.clone();
         async move { owner.run(bench_request()).await }
     })
@@ -310,9 +402,10 @@ async fn followed_run(owner: Channel, follower: Channel) -> Result<Vec<f64>, Str
         Ok(None) => return Err("run: no event".to_owned()),
         Err(status) => return Err(why("run's first event", &status)),
     };
+    timed.starts.push(ms(called.elapsed()));
     let attached = Instant::now();
     let follower = AgentServiceClient::new(follower);
-    let mut follow = retried(|| {
+    let mut follow = retried(attempts, || {
         let mut follower = follower.clone();
         let message_id = first.message_id.clone();
         async move {
@@ -338,7 +431,11 @@ async fn followed_run(owner: Channel, follower: Channel) -> Result<Vec<f64>, Str
     });
     let mut followed = HashMap::new();
     loop {
-        match follow.message().await {
+        let event = follow.message().await;
+        if followed.is_empty() {
+            timed.attaches.push(ms(attached.elapsed()));
+        }
+        match event {
             Ok(Some(event)) => followed.insert(event.seq, Instant::now()),
             Ok(None) => break,
             Err(status) => return Err(why("attach's stream", &status)),
@@ -354,12 +451,16 @@ async fn followed_run(owner: Channel, follower: Channel) -> Result<Vec<f64>, Str
             owned.len()
         ));
     }
-    Ok(owned
-        .iter()
-        .filter(|(_, at)| **at > attached)
-        .filter_map(|(seq, at)| {
-            let seen = followed.get(seq)?;
-            Some(seen.saturating_duration_since(*at).as_secs_f64() * 1000.0)
-        })
-        .collect())
+    timed.lags.extend(
+        owned
+            .iter()
+            .filter(|(_, at)| **at > attached)
+            .filter_map(|(seq, at)| Some(ms(followed.get(seq)?.saturating_duration_since(*at)))),
+    );
+    Ok(())
+}
+
+/// A duration in milliseconds.
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
 }

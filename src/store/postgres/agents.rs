@@ -207,7 +207,7 @@ impl crate::store::contract::Agents for Postgres {
             sqlx::query_as("SELECT record::text FROM agents WHERE tenant = $1 AND id = $2")
                 .bind(tenant.as_str())
                 .bind(id)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.connection().await?)
                 .await
                 .map_err(from_sqlx)?;
         row.map(|(text,)| agent_of(&text)).transpose()
@@ -229,7 +229,7 @@ impl crate::store::contract::Agents for Postgres {
         .bind(after)
         .bind(wanted)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
         let more = rows.len() > limit;
@@ -305,7 +305,7 @@ impl crate::store::contract::Agents for Postgres {
         .bind(tenant.as_str())
         .bind(id)
         .bind(i32::try_from(version).unwrap_or(i32::MAX))
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
         row.map(|(text,)| version_of(&text)).transpose()
@@ -330,7 +330,7 @@ impl crate::store::contract::Agents for Postgres {
                 .unwrap_or(i64::MAX)
                 .saturating_add(1),
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
         let mut items = Vec::new();

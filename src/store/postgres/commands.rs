@@ -50,7 +50,7 @@ impl crate::store::contract::Ownership for Postgres {
                  (SELECT count(*) FROM messages m WHERE m.owner = r.id AND m.running) \
              FROM replicas r ORDER BY r.id",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
         Ok(rows
@@ -119,7 +119,7 @@ impl crate::store::contract::Ownership for Postgres {
             )
             .bind(&self.identity.id)
             .bind(&runs)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.connection().await?)
             .await
             .map_err(|err| self.failed(err))?;
             rows.sort_by_key(|(id, ..)| *id);
@@ -151,7 +151,7 @@ impl Postgres {
             "DELETE FROM run_commands c WHERE NOT EXISTS (SELECT 1 FROM messages m \
              WHERE m.tenant = c.tenant AND m.id = c.message_id AND m.running)",
         )
-        .execute(&self.pool)
+        .execute(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
         Ok(())

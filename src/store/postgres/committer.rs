@@ -414,7 +414,7 @@ impl Postgres {
             .bind(&rows.tokens.messages)
             .bind(&rows.tokens.seqs);
         let answered = tokio::time::timeout(self.commit_deadline, async {
-            let mut connection = self.pool.acquire().await?;
+            let mut connection = self.commits.acquire().await?;
             connected();
             let started = Instant::now();
             let (held,): (bool,) = statement.fetch_one(&mut *connection).await?;

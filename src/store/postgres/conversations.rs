@@ -43,7 +43,7 @@ impl Postgres {
             sqlx::query_as("SELECT record FROM messages WHERE tenant = $1 AND id = $2")
                 .bind(tenant.as_str())
                 .bind(id.0)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.connection().await?)
                 .await
                 .map_err(from_sqlx)?;
         row.map(|(text,)| decode("messages", &text)).transpose()
@@ -61,7 +61,7 @@ impl crate::store::contract::Conversations for Postgres {
             sqlx::query_as("SELECT record FROM conversations WHERE tenant = $1 AND id = $2")
                 .bind(tenant.as_str())
                 .bind(id.0)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.connection().await?)
                 .await
                 .map_err(from_sqlx)?;
         row.map(|(text,)| decode("conversations", &text))
@@ -78,7 +78,7 @@ impl crate::store::contract::Conversations for Postgres {
         )
         .bind(tenant.as_str())
         .bind(key)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
         Ok(row.map(|(id, fingerprint)| IdempotencyRecord {
@@ -89,8 +89,11 @@ impl crate::store::contract::Conversations for Postgres {
 
     /// One transaction, committed without waiting for its WAL flush: the run's first
     /// burst commits synchronously after it, which makes it durable too. The place is taken
-    /// under a transaction-scoped advisory lock on the conversation.
+    /// under a transaction-scoped advisory lock on the conversation. It waits its turn among
+    /// the starts in flight first.
     async fn insert_message(&self, new: NewMessage<'_>) -> Result<Inserted, StoreError> {
+        let began = std::time::Instant::now();
+        let _turn = self.start_turn(began).await?;
         self.bounded(async move {
             let NewMessage {
                 tenant,
@@ -101,7 +104,7 @@ impl crate::store::contract::Conversations for Postgres {
                 admission,
             } = new;
             let mut tx = self
-                .begin_with("BEGIN; SET LOCAL synchronous_commit = off")
+                .begin_with("BEGIN; SET LOCAL synchronous_commit = off", began)
                 .await?;
             let failed = |err| self.failed(err);
             if let Some((key, record)) = idempotency {
@@ -215,7 +218,7 @@ impl crate::store::contract::Conversations for Postgres {
         .bind(conversation.0)
         .bind(i64::try_from(before_seq).unwrap_or(i64::MAX))
         .bind(i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
         let more = rows.len() > limit;
@@ -242,7 +245,7 @@ impl crate::store::contract::Conversations for Postgres {
         .bind(agent_id)
         .bind(before.map(|id| id.0))
         .bind(i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
         let more = rows.len() > limit;
@@ -279,7 +282,7 @@ impl crate::store::contract::Conversations for Postgres {
             sqlx::query_as("SELECT spec FROM messages WHERE tenant = $1 AND id = $2")
                 .bind(tenant.as_str())
                 .bind(message.0)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.connection().await?)
                 .await
                 .map_err(from_sqlx)?;
         row.and_then(|(spec,)| spec)
@@ -344,7 +347,7 @@ impl crate::store::contract::Conversations for Postgres {
         )
         .bind(tenant.as_str())
         .bind(parent.0)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.connection().await?)
         .await
         .map_err(|err| self.failed(err))?;
         Ok(rows.into_iter().map(|(id,)| MessageId(id)).collect())
@@ -364,7 +367,7 @@ impl crate::store::contract::Conversations for Postgres {
     ) -> Result<Option<Refusal>, StoreError> {
         let epoch = i64::try_from(fence.epoch).unwrap_or(i64::MAX);
         self.bounded(async move {
-            let mut tx = self.begin_with("BEGIN").await?;
+            let mut tx = self.begin_with("BEGIN", std::time::Instant::now()).await?;
             if let Some(refusal) = self.admit(&mut tx, tenant, admission, false).await? {
                 return Ok(Some(refusal));
             }
@@ -455,7 +458,7 @@ impl crate::store::contract::Conversations for Postgres {
         .bind(tenant.as_str())
         .bind(conversation.0)
         .bind(i64::try_from(seq).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
         Ok(rows.into_iter().map(|(id,)| MessageId(id)).collect())
@@ -472,7 +475,7 @@ impl crate::store::contract::Conversations for Postgres {
         )
         .bind(tenant.as_str())
         .bind(conversation.0)
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
         Ok(running)

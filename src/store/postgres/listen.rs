@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use sqlx::postgres::PgListener;
+use sqlx::postgres::{PgListener, PgPoolOptions};
 use tokio::sync::broadcast;
 
 use super::Postgres;
@@ -102,10 +102,16 @@ impl Postgres {
             tracing::debug!("unstored events too large for a notification were not sent to peers");
             return;
         }
+        // One step of the pool's wait, not a call's whole wait: a notice late by that much
+        // is worth less than the run's pace, and followers read the events once stored.
+        let Ok(mut connection) = self.pool.acquire().await else {
+            tracing::debug!("unstored events were not sent to peers: the pool is busy");
+            return;
+        };
         let sent = sqlx::query("SELECT pg_notify($1, $2)")
             .bind(FLASHES)
             .bind(payload)
-            .execute(&self.pool)
+            .execute(&mut *connection)
             .await;
         if let Err(err) = sent {
             tracing::debug!(error = %err, "unstored events were not sent to peers");
@@ -132,7 +138,13 @@ async fn listen(backend: Weak<Postgres>, heard: broadcast::Sender<Heard>) {
         let (pool, me) = (strong.pool.clone(), strong.identity.id.clone());
         let sealer = strong.sealer.clone();
         drop(strong);
-        let mut listener = match PgListener::connect_with(&pool).await {
+        // A connection of its own, outside the pool: calls waiting for the pool never hold
+        // up the notices, nor does the listener take one of the calls' connections.
+        let own = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_lazy_with((*pool.connect_options()).clone());
+        drop(pool);
+        let mut listener = match PgListener::connect_with(&own).await {
             Ok(listener) => listener,
             Err(_) => {
                 tokio::time::sleep(Duration::from_secs(1)).await;

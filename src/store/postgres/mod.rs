@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use tokio::sync::watch;
 
@@ -64,9 +65,22 @@ pub fn with_database(url: &str, database: &str) -> String {
     }
 }
 
-/// The backend: a pool and what the contract's health needs.
+/// How often a call waiting past its patience checks that the database still answers.
+const CHECK_ANSWERED: Duration = Duration::from_millis(250);
+
+/// The backend: its pools and what the contract's health needs.
 pub struct Postgres {
+    /// Connections for calls: starts, attaches, reads. A call waits up to `pool_wait` for
+    /// one, so a burst of starts queues rather than being refused.
     pool: PgPool,
+    /// `[store] pool_wait_ms`.
+    pool_wait: Duration,
+    /// Starts in flight at once: three quarters of the pool, so a burst of starts leaves
+    /// the rest to the reads of the runs already going (their followers, their history).
+    starts: tokio::sync::Semaphore,
+    /// The committers' own connections, one each: a commit never queues behind calls
+    /// waiting for the pool, so the runs that started keep their pace through a burst.
+    commits: PgPool,
     sealer: sealed::Sealer,
     writable: Arc<watch::Sender<bool>>,
     observer: OnceLock<Box<dyn Fn(Duration) + Send + Sync>>,
@@ -135,10 +149,21 @@ impl Postgres {
         };
         let pool = PgPoolOptions::new()
             .max_connections(settings.pool_size.max(1))
-            .acquire_timeout(settings.statement_timeout.max(Duration::from_secs(1)))
-            .connect_with(options)
+            // One step of a call's wait: see `connection`.
+            .acquire_timeout(
+                settings
+                    .statement_timeout
+                    .max(Duration::from_secs(1))
+                    .min(settings.pool_wait),
+            )
+            .connect_with(options.clone())
             .await
             .map_err(unreachable)?;
+        let committers = committer::committers(settings.pool_size);
+        let commits = PgPoolOptions::new()
+            .max_connections(u32::try_from(committers).unwrap_or(u32::MAX))
+            .acquire_timeout(settings.statement_timeout.max(Duration::from_secs(1)))
+            .connect_lazy_with(options);
         migrator()
             .run(&pool)
             .await
@@ -158,6 +183,13 @@ impl Postgres {
         let tasks = Tasks::default();
         let backend = Arc::new_cyclic(|backend| Self {
             pool,
+            pool_wait: settings.pool_wait,
+            starts: tokio::sync::Semaphore::new(
+                usize::try_from(settings.pool_size.saturating_mul(3) / 4)
+                    .unwrap_or(usize::MAX)
+                    .max(1),
+            ),
+            commits,
             sealer: sealed::Sealer::new(key),
             writable,
             observer: OnceLock::new(),
@@ -169,11 +201,7 @@ impl Postgres {
             renewing_since: std::sync::Mutex::new(Some(Instant::now())),
             last_renewed: Arc::new(std::sync::Mutex::new(Instant::now())),
             heard: settings.notify.then(listen::heard),
-            committer: committer::start(
-                backend.clone(),
-                committer::committers(settings.pool_size),
-                &tasks,
-            ),
+            committer: committer::start(backend.clone(), committers, &tasks),
             place,
             // The server's own timeout, with a margin for the round trip.
             commit_deadline: settings.statement_timeout + Duration::from_secs(1),
@@ -190,20 +218,85 @@ impl Postgres {
     /// Starts a transaction, or fails as unavailable while writes are made to fail.
     async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
         self.check_writable()?;
-        self.pool.begin().await.map_err(|err| self.failed(err))
+        let connection = self.connection().await?;
+        sqlx::Transaction::begin(connection, None)
+            .await
+            .map_err(|err| self.failed(err))
     }
 
     /// [`Self::begin`] with a `BEGIN` of its own (settings of the transaction sent with
-    /// it, in one round trip).
+    /// it, in one round trip), for a call that began waiting at `waiting_since`.
     async fn begin_with(
         &self,
         begin: &'static str,
+        waiting_since: Instant,
     ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
         self.check_writable()?;
-        self.pool
-            .begin_with(begin)
+        let connection = self.connection_since(waiting_since).await?;
+        sqlx::Transaction::begin(connection, Some(sqlx::SqlSafeStr::into_sql_str(begin)))
             .await
             .map_err(|err| self.failed(err))
+    }
+
+    /// A connection of the pool for a call. While none comes free and the database
+    /// answers, the call waits, up to `[store] pool_wait_ms` (its own deadline may
+    /// end it first): a burst queues rather than being refused. Each wait for a connection
+    /// is bounded as a statement is, so a database that fell silent (a connection's check
+    /// unanswered, no commit landing) fails the call as soon as it did before.
+    async fn connection(&self) -> Result<PoolConnection<sqlx::Postgres>, StoreError> {
+        self.connection_since(Instant::now()).await
+    }
+
+    /// [`Self::connection`] for a call that began waiting at `began` (for its turn among
+    /// starts): one wait of `pool_wait_ms` in all.
+    async fn connection_since(
+        &self,
+        began: Instant,
+    ) -> Result<PoolConnection<sqlx::Postgres>, StoreError> {
+        loop {
+            let err = match self.pool.acquire().await {
+                Ok(connection) => {
+                    // Checked or opened just now: the database answers.
+                    self.answered();
+                    return Ok(connection);
+                }
+                Err(err) => err,
+            };
+            if !matches!(err, sqlx::Error::PoolTimedOut) || !self.answered_lately() {
+                return Err(self.failed(err));
+            }
+            if began.elapsed() >= self.pool_wait {
+                return Err(self.pool_busy(began.elapsed()));
+            }
+        }
+    }
+
+    /// A turn among the starts in flight, taken in arrival order; the start began waiting
+    /// at `began`, and its turn and then its connection come within one `[store]
+    /// pool_wait_ms`.
+    async fn start_turn(
+        &self,
+        began: Instant,
+    ) -> Result<tokio::sync::SemaphorePermit<'_>, StoreError> {
+        match tokio::time::timeout(self.pool_wait, self.starts.acquire()).await {
+            Ok(Ok(turn)) => Ok(turn),
+            Ok(Err(_)) | Err(_) => Err(self.pool_busy(began.elapsed())),
+        }
+    }
+
+    /// A call refused after `waited` for a connection while every one was in use: busy,
+    /// not lost (health and every other run carry on).
+    fn pool_busy(&self, waited: Duration) -> StoreError {
+        StoreError::Backend {
+            category: Category::Unavailable,
+            message: format!(
+                "the database at {} is busy: no connection came free in {} ms ([store] \
+                 pool_wait_ms is {}); try again",
+                self.place,
+                waited.as_millis(),
+                self.pool_wait.as_millis()
+            ),
+        }
     }
 
     /// Fails as [`Self::begin`] does when this process may not write.
@@ -226,10 +319,12 @@ impl Postgres {
     /// A lost database closes the pool's connections (and fails the heartbeat's own), so it
     /// is still noticed.
     fn failed(&self, err: sqlx::Error) -> StoreError {
-        let busy = (matches!(err, sqlx::Error::PoolTimedOut)
-            && self.pool.size() >= self.pool.options().get_max_connections())
-            || (error::is_overload(&err) && self.answered_lately());
-        if busy {
+        if matches!(err, sqlx::Error::PoolTimedOut)
+            && self.pool.size() >= self.pool.options().get_max_connections()
+        {
+            return self.pool_busy(self.pool.options().get_acquire_timeout());
+        }
+        if error::is_overload(&err) && self.answered_lately() {
             return StoreError::Backend {
                 category: Category::Unavailable,
                 message: format!(
@@ -265,7 +360,15 @@ impl Postgres {
         }
     }
 
-    /// Whether the database answered a commit within the last commit deadline.
+    /// Notes that the database answered just now.
+    fn answered(&self) {
+        if let Ok(mut last) = self.last_answer.lock() {
+            *last = Instant::now();
+        }
+    }
+
+    /// Whether the database answered (a commit, or a connection's check) within the last
+    /// commit deadline.
     fn answered_lately(&self) -> bool {
         self.last_answer
             .lock()
@@ -286,17 +389,29 @@ impl Postgres {
     }
 
     /// `work` (a transaction and its statements), given up once it has waited past what a
-    /// pool wait and two statements may take: a database that fell silent (no reset)
-    /// would otherwise hold it for as long as the connection lives. Past the deadline it is
+    /// wait for a connection and two statements may take while the database has stopped
+    /// answering, or past the pool's whole wait and those in any case: a database that fell
+    /// silent (no reset) would otherwise hold it for as long as the connection lives, while
+    /// a busy one that answers others lets it queue. Given up, it is
     /// [`Self::slow_or_silent`].
     async fn bounded<T>(
         &self,
         work: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        let deadline = self.pool.options().get_acquire_timeout() + 2 * self.commit_deadline;
-        match tokio::time::timeout(deadline, work).await {
-            Ok(done) => done,
-            Err(_) => Err(self.slow_or_silent(deadline)),
+        let patience = self.pool.options().get_acquire_timeout() + 2 * self.commit_deadline;
+        let most = self.pool_wait + patience;
+        let began = Instant::now();
+        tokio::pin!(work);
+        let mut step = patience;
+        loop {
+            if let Ok(done) = tokio::time::timeout(step, &mut work).await {
+                return done;
+            }
+            let waited = began.elapsed();
+            if waited >= most || !self.answered_lately() {
+                return Err(self.slow_or_silent(waited));
+            }
+            step = CHECK_ANSWERED.min(most - waited);
         }
     }
 
@@ -316,9 +431,7 @@ impl Postgres {
         if let Some(observe) = self.observer.get() {
             observe(started.elapsed());
         }
-        if let Ok(mut last) = self.last_answer.lock() {
-            *last = Instant::now();
-        }
+        self.answered();
         self.writable
             .send_if_modified(|writable| !std::mem::replace(writable, true));
     }
@@ -495,7 +608,7 @@ impl crate::store::contract::Health for Postgres {
             )))
             .bind(&text)
             .bind(&hex)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.connection().await?)
             .await
             .map_err(error::from_sqlx)?;
             found.extend(rows.into_iter().map(|(row,)| {

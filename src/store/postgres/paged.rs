@@ -74,7 +74,7 @@ impl Postgres {
         .bind(owner)
         .bind(after)
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
         let lengths: Vec<i64> = sizes.iter().map(|(_, len)| i64::from(*len)).collect();
@@ -94,7 +94,7 @@ impl Postgres {
         .bind(owner)
         .bind(after)
         .bind(last)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
         let items = rows

@@ -71,7 +71,7 @@ impl crate::store::contract::Records for Postgres {
             sqlx::query_as("SELECT record, data FROM files WHERE tenant = $1 AND id = $2")
                 .bind(tenant.as_str())
                 .bind(id.0)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.connection().await?)
                 .await
                 .map_err(from_sqlx)?;
         row.map(|(text, data)| {
@@ -117,7 +117,7 @@ impl crate::store::contract::EventLog for Postgres {
         .bind(tenant.as_str())
         .bind(message.0)
         .bind(i64::try_from(after_seq).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
         rows.iter()
@@ -136,7 +136,7 @@ impl crate::store::contract::EventLog for Postgres {
         )
         .bind(tenant.as_str())
         .bind(message.0)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
         row.map(|(text,)| serde_json::from_str(&text).map_err(|err| codec("events", err)))

@@ -25,11 +25,14 @@ impl Postgres {
     /// Moves the counter `sequence` after a change it counts (the change committed first,
     /// so whoever sees the counter move reads the change).
     async fn changed(&self, sequence: &str) -> Result<(), StoreError> {
-        let moved = sqlx::query("SELECT nextval($1::regclass)")
-            .bind(sequence)
-            .execute(&self.pool);
-        self.bounded(async move { moved.await.map_err(|err| self.failed(err)) })
-            .await?;
+        self.bounded(async move {
+            sqlx::query("SELECT nextval($1::regclass)")
+                .bind(sequence)
+                .execute(&mut *self.connection().await?)
+                .await
+                .map_err(|err| self.failed(err))
+        })
+        .await?;
         Ok(())
     }
 
@@ -88,7 +91,7 @@ impl crate::store::contract::Registry for Postgres {
             sqlx::query_as("SELECT record, sealed FROM providers WHERE tenant = $1 AND name = $2")
                 .bind(tenant.as_str())
                 .bind(name)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.connection().await?)
                 .await
                 .map_err(from_sqlx)?;
         row.map(|(record, sealed)| self.open_provider(&record, &sealed))
@@ -108,7 +111,7 @@ impl crate::store::contract::Registry for Postgres {
         let rows: Vec<(String, String, String, String)> = sqlx::query_as(
             "SELECT tenant, name, record, sealed FROM providers ORDER BY tenant, name",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
         Ok(rows
@@ -158,7 +161,7 @@ impl crate::store::contract::Registry for Postgres {
             "SELECT (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM api_key_changes), \
              (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM provider_changes)",
         )
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
         Ok(RegistryChanges {
@@ -169,7 +172,7 @@ impl crate::store::contract::Registry for Postgres {
 
     async fn all_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
         let rows: Vec<(String,)> = sqlx::query_as("SELECT record FROM api_keys ORDER BY id")
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.connection().await?)
             .await
             .map_err(from_sqlx)?;
         rows.iter()
@@ -183,7 +186,7 @@ impl crate::store::contract::Registry for Postgres {
         )
         .bind(tenant.as_str())
         .bind(i32::try_from(day).unwrap_or(i32::MAX))
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
         Ok(row

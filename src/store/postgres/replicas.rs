@@ -207,7 +207,7 @@ impl Postgres {
                  WHERE r.id = m.owner AND r.lease_until > now())",
         )
         .bind(&self.identity.id)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.connection().await?)
         .await
         .map_err(|err| self.failed(err))?;
         owners.extend(gone.into_iter().map(|(owner,)| owner));

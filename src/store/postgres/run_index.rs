@@ -130,7 +130,10 @@ impl Postgres {
             RunIndex::Agent => query.bind(filter.agent_id.clone()),
             RunIndex::Live | RunIndex::All => query.bind(None::<String>),
         };
-        let rows = query.fetch_all(&self.pool).await.map_err(from_sqlx)?;
+        let rows = query
+            .fetch_all(&mut *self.connection().await?)
+            .await
+            .map_err(from_sqlx)?;
         rows.iter().map(entry_of).collect()
     }
 
@@ -149,7 +152,7 @@ impl Postgres {
                      ORDER BY listed DESC LIMIT 1",
                 )
                 .bind(tenant.as_str())
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.connection().await?)
                 .await
                 .map_err(from_sqlx)?;
                 match newest {
@@ -170,7 +173,7 @@ impl Postgres {
                 .bind(below)
                 .bind(i64::try_from(wanted).unwrap_or(i64::MAX))
                 .bind(as_of)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.connection().await?)
                 .await
                 .map_err(from_sqlx)?;
             let exhausted = rows.len() < wanted;

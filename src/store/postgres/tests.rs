@@ -69,6 +69,7 @@ impl Databases {
         Settings {
             url: super::with_database(&self.admin, database),
             pool_size: 2,
+            pool_wait: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(5),
             replica_id: "conformance".to_owned(),
             lease: Duration::from_secs(2),
@@ -307,6 +308,7 @@ async fn an_unreachable_database_is_named_without_its_password() {
     let settings = Settings {
         url: "postgres://app:hunter2-secret@127.0.0.1:1/agents".to_owned(),
         pool_size: 1,
+        pool_wait: Duration::from_secs(1),
         statement_timeout: Duration::from_secs(1),
         replica_id: "r1".to_owned(),
         lease: Duration::from_secs(5),
@@ -384,10 +386,10 @@ async fn refused_start(
     refused
 }
 
-/// A run's start that finds every connection of the pool in use past the wait is refused
-/// (unavailable, to try again), but the store is not marked unwritable: a burst of starts
-/// does not turn health `NOT_SERVING` nor refuse every other run. Once a connection is
-/// free again, starts go on.
+/// A run's start that finds every connection of the pool in use for longer than `[store]
+/// pool_wait_ms` is refused (unavailable, to try again, naming the setting), but the store
+/// is not marked unwritable: a burst of starts does not turn health `NOT_SERVING` nor
+/// refuse every other run. Once a connection is free again, starts go on.
 #[tokio::test]
 async fn a_busy_pool_refuses_a_start_without_marking_the_store_unwritable() {
     use crate::store::conformance::{start, tenant};
@@ -397,19 +399,139 @@ async fn a_busy_pool_refuses_a_start_without_marking_the_store_unwritable() {
     };
     let (backend, store, _) = own_store(&databases, |settings| {
         settings.pool_size = 1;
+        settings.pool_wait = Duration::from_secs(1);
         settings.statement_timeout = Duration::from_secs(1);
     })
     .await;
     let held = backend.pool.acquire().await.unwrap();
     let opening = conversation(&tenant());
 
-    refused_start(&store, opening.id, Some(&opening)).await;
+    let refused = refused_start(&store, opening.id, Some(&opening)).await;
+    assert!(
+        refused.to_string().contains("pool_wait_ms is 1000"),
+        "names the setting that bounds the wait: {refused}"
+    );
     assert!(
         *store.writable().borrow(),
         "a busy pool is not a lost database"
     );
     drop(held);
     start(&store, opening.id, Some(&opening)).await;
+}
+
+/// A start that finds every connection in use waits for one rather than being refused at
+/// once: a moment's pressure costs the caller time, not a retry.
+#[tokio::test]
+async fn a_start_waits_for_a_connection_to_come_free() {
+    use crate::store::conformance::{start, tenant};
+    use crate::store::test_records::conversation;
+    let Some(databases) = Databases::new().await else {
+        return;
+    };
+    let (backend, store, _) = own_store(&databases, |settings| {
+        settings.pool_size = 1;
+        settings.pool_wait = Duration::from_secs(20);
+    })
+    .await;
+    let held = backend.pool.acquire().await.unwrap();
+    let released = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        drop(held);
+    });
+    let opening = conversation(&tenant());
+    let began = std::time::Instant::now();
+    start(&store, opening.id, Some(&opening)).await;
+    assert!(
+        began.elapsed() >= Duration::from_millis(400),
+        "the start waited for the held connection: {:?}",
+        began.elapsed()
+    );
+    released.await.unwrap();
+}
+
+/// Starts take turns (three quarters of the pool at once) and the rest of the pool serves
+/// reads: while every turn is taken, a start waits and a read of a running run is answered
+/// at once; a turn freed, the start goes on.
+#[tokio::test]
+async fn starts_wait_their_turn_while_reads_go_on() {
+    use crate::store::conformance::{start, tenant};
+    use crate::store::test_records::conversation;
+    let Some(databases) = Databases::new().await else {
+        return;
+    };
+    let (backend, store, _) = own_store(&databases, |settings| {
+        settings.pool_size = 4;
+        settings.pool_wait = Duration::from_secs(20);
+    })
+    .await;
+    let opening = conversation(&tenant());
+    let running = start(&store, opening.id, Some(&opening)).await;
+    let turns = backend.starts.acquire_many(3).await.unwrap();
+    let waiting = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let opening = conversation(&tenant());
+            start(&store, opening.id, Some(&opening)).await
+        })
+    };
+    let read = tokio::time::timeout(
+        Duration::from_secs(2),
+        store.get_message(&tenant(), running.id),
+    )
+    .await
+    .expect("a read is answered while every start turn is taken")
+    .unwrap();
+    assert_eq!(read.map(|message| message.id), Some(running.id));
+    // Ample for a start with a turn to land (a few milliseconds); this one has none.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "the start waits for a turn");
+    drop(turns);
+    tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the start goes on once a turn is free")
+        .unwrap();
+}
+
+/// While calls wait for the pool, a started run's bursts still commit at once: the
+/// committers hold connections of their own, so a burst of starts never stalls the runs
+/// already going (it once queued their commits behind the starts).
+#[tokio::test]
+async fn commits_do_not_queue_behind_calls_waiting_for_the_pool() {
+    use crate::store::conformance::{delta, envelope, start, tenant};
+    use crate::store::contract::Burst;
+    use crate::store::test_records::conversation;
+    let Some(databases) = Databases::new().await else {
+        return;
+    };
+    let (backend, store, _) = own_store(&databases, |settings| {
+        settings.pool_size = 1;
+        settings.pool_wait = Duration::from_secs(20);
+    })
+    .await;
+    let opening = conversation(&tenant());
+    let run = start(&store, opening.id, Some(&opening)).await;
+    let held = backend.pool.acquire().await.unwrap();
+    let waiting = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let opening = conversation(&tenant());
+            start(&store, opening.id, Some(&opening)).await
+        })
+    };
+    let burst = Burst {
+        records: Vec::new(),
+        events: vec![envelope(&run, 1, delta("still going"))],
+    };
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        store.commit(&tenant(), &store.fence(), &burst),
+    )
+    .await
+    .expect("the burst committed while a start waited for the pool")
+    .unwrap();
+    assert!(!waiting.is_finished(), "the start is still waiting");
+    drop(held);
+    waiting.await.unwrap();
 }
 
 /// With several committers (a pool of 16: four), a burst that comes while a long commit
@@ -457,10 +579,10 @@ async fn a_burst_beside_a_long_commit_lands_with_many_committers() {
         .expect("every burst committed");
 }
 
-/// Commits in flight take at most a quarter of the pool (at least two, at most eight), so
-/// starts, reads and followers keep the rest.
+/// Commits in flight scale with the pool: a quarter of it, at least two, at most eight,
+/// each on a connection of its own beside the pool's.
 #[test]
-fn committers_leave_most_of_the_pool_to_everything_else() {
+fn committers_scale_with_the_pool() {
     use super::committer::committers;
     assert_eq!(committers(1), 2);
     assert_eq!(committers(10), 2);
