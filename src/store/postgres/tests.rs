@@ -449,31 +449,47 @@ async fn a_start_waits_for_a_connection_to_come_free() {
     released.await.unwrap();
 }
 
+/// A store with `pool_size` connections for calls and a long wait for them, and a run
+/// started in it.
+async fn patient_store_with_a_run(
+    databases: &Databases,
+    pool_size: u32,
+) -> (std::sync::Arc<Postgres>, Store, crate::domain::Message) {
+    use crate::store::conformance::{start, tenant};
+    use crate::store::test_records::conversation;
+    let (backend, store, _) = own_store(databases, |settings| {
+        settings.pool_size = pool_size;
+        settings.pool_wait = Duration::from_secs(20);
+    })
+    .await;
+    let opening = conversation(&tenant());
+    let run = start(&store, opening.id, Some(&opening)).await;
+    (backend, store, run)
+}
+
+/// A run started in a new conversation on a task of its own.
+fn start_elsewhere(store: &Store) -> tokio::task::JoinHandle<crate::domain::Message> {
+    use crate::store::conformance::{start, tenant};
+    use crate::store::test_records::conversation;
+    let store = store.clone();
+    tokio::spawn(async move {
+        let opening = conversation(&tenant());
+        start(&store, opening.id, Some(&opening)).await
+    })
+}
+
 /// Starts take turns (three quarters of the pool at once) and the rest of the pool serves
 /// reads: while every turn is taken, a start waits and a read of a running run is answered
 /// at once; a turn freed, the start goes on.
 #[tokio::test]
 async fn starts_wait_their_turn_while_reads_go_on() {
-    use crate::store::conformance::{start, tenant};
-    use crate::store::test_records::conversation;
+    use crate::store::conformance::tenant;
     let Some(databases) = Databases::new().await else {
         return;
     };
-    let (backend, store, _) = own_store(&databases, |settings| {
-        settings.pool_size = 4;
-        settings.pool_wait = Duration::from_secs(20);
-    })
-    .await;
-    let opening = conversation(&tenant());
-    let running = start(&store, opening.id, Some(&opening)).await;
+    let (backend, store, running) = patient_store_with_a_run(&databases, 4).await;
     let turns = backend.starts.acquire_many(3).await.unwrap();
-    let waiting = {
-        let store = store.clone();
-        tokio::spawn(async move {
-            let opening = conversation(&tenant());
-            start(&store, opening.id, Some(&opening)).await
-        })
-    };
+    let waiting = start_elsewhere(&store);
     let read = tokio::time::timeout(
         Duration::from_secs(2),
         store.get_message(&tenant(), running.id),
@@ -497,27 +513,14 @@ async fn starts_wait_their_turn_while_reads_go_on() {
 /// already going (it once queued their commits behind the starts).
 #[tokio::test]
 async fn commits_do_not_queue_behind_calls_waiting_for_the_pool() {
-    use crate::store::conformance::{delta, envelope, start, tenant};
+    use crate::store::conformance::{delta, envelope, tenant};
     use crate::store::contract::Burst;
-    use crate::store::test_records::conversation;
     let Some(databases) = Databases::new().await else {
         return;
     };
-    let (backend, store, _) = own_store(&databases, |settings| {
-        settings.pool_size = 1;
-        settings.pool_wait = Duration::from_secs(20);
-    })
-    .await;
-    let opening = conversation(&tenant());
-    let run = start(&store, opening.id, Some(&opening)).await;
+    let (backend, store, run) = patient_store_with_a_run(&databases, 1).await;
     let held = backend.pool.acquire().await.unwrap();
-    let waiting = {
-        let store = store.clone();
-        tokio::spawn(async move {
-            let opening = conversation(&tenant());
-            start(&store, opening.id, Some(&opening)).await
-        })
-    };
+    let waiting = start_elsewhere(&store);
     let burst = Burst {
         records: Vec::new(),
         events: vec![envelope(&run, 1, delta("still going"))],
