@@ -147,22 +147,19 @@ impl Postgres {
             category: Category::Unavailable,
             message: format!("cannot reach PostgreSQL at {place}: {}", error::text(&err)),
         };
+        // How long one wait for a connection may take before the database's silence is
+        // judged: for a call, one step of its wait (see `connection`); for a commit, all.
+        let step = settings.statement_timeout.max(Duration::from_secs(1));
         let pool = PgPoolOptions::new()
             .max_connections(settings.pool_size.max(1))
-            // One step of a call's wait: see `connection`.
-            .acquire_timeout(
-                settings
-                    .statement_timeout
-                    .max(Duration::from_secs(1))
-                    .min(settings.pool_wait),
-            )
+            .acquire_timeout(step.min(settings.pool_wait))
             .connect_with(options.clone())
             .await
             .map_err(unreachable)?;
         let committers = committer::committers(settings.pool_size);
         let commits = PgPoolOptions::new()
             .max_connections(u32::try_from(committers).unwrap_or(u32::MAX))
-            .acquire_timeout(settings.statement_timeout.max(Duration::from_secs(1)))
+            .acquire_timeout(step)
             .connect_lazy_with(options);
         migrator()
             .run(&pool)
