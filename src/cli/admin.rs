@@ -9,6 +9,7 @@ use tonic_health::pb::HealthCheckRequest;
 
 use super::args::{ClientArgs, KeysCommand};
 use super::connection::{connect, status_error, Unreachable};
+use super::proto_json::set_fields;
 use crate::pb;
 use crate::pb::admin_service_client::AdminServiceClient;
 
@@ -67,7 +68,7 @@ pub async fn keys(
                     pb::CreateApiKeyRequest {
                         tenant,
                         name,
-                        limits: Some(limits.into()),
+                        limits: Some(limits.message()?),
                     },
                     &bearer,
                 ))
@@ -112,30 +113,22 @@ fn with_token<T>(message: T, bearer: &MetadataValue<Ascii>) -> Request<T> {
     request
 }
 
-/// The per-run ceilings and the children's limit a key sets, as ` name=value` pairs; empty
-/// when none.
+/// The limits a key sets beyond the three a key line always shows, as ` name=value`
+/// pairs in the message's JSON; empty when none.
 fn optional_limits(limits: &pb::TenantLimits) -> String {
-    let mut text = String::new();
-    for (name, value) in [
-        ("max_run_tokens", limits.max_run_tokens.to_string()),
-        ("max_run_cost", limits.max_run_cost.clone()),
-        ("max_run_seconds", limits.max_run_seconds.to_string()),
-        ("max_run_tool_calls", limits.max_run_tool_calls.to_string()),
-        (
-            "max_concurrent_child_runs",
-            limits.max_concurrent_child_runs.to_string(),
-        ),
-        ("max_follow_streams", limits.max_follow_streams.to_string()),
-        (
-            "max_queued_per_conversation",
-            limits.max_queued_per_conversation.to_string(),
-        ),
-    ] {
-        if !value.is_empty() && value != "0" {
-            text.push_str(&format!(" {name}={value}"));
-        }
-    }
-    text
+    let shown = ["max_concurrent_runs", "runs_per_minute", "tokens_per_day"];
+    set_fields("agentrunner.v1.TenantLimits", limits)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(name, _)| !shown.contains(&name.as_str()))
+        .map(|(name, value)| {
+            // A string (a 64-bit number, a decimal) shows without its quotes.
+            let value = value
+                .as_str()
+                .map_or_else(|| value.to_string(), str::to_owned);
+            format!(" {name}={value}")
+        })
+        .collect()
 }
 
 /// `id  name  created  last-used  limits`, tab-separated.

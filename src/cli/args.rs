@@ -330,7 +330,7 @@ pub enum AgentsCommand {
 }
 
 /// The limits a key is created with; 0 (or empty) leaves one to the server's.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, clap::Args, serde::Serialize)]
 pub struct KeyLimits {
     /// Runs in progress at once with this key [default: the server's limit].
     #[arg(long, default_value_t = 0)]
@@ -366,31 +366,72 @@ pub struct KeyLimits {
     max_queued_per_conversation: u32,
 }
 
-impl From<KeyLimits> for crate::pb::TenantLimits {
-    fn from(limits: KeyLimits) -> Self {
-        let KeyLimits {
-            max_concurrent_runs,
-            runs_per_minute,
-            tokens_per_day,
-            max_run_tokens,
-            max_run_cost,
-            max_run_seconds,
-            max_run_tool_calls,
-            max_concurrent_child_runs,
-            max_follow_streams,
-            max_queued_per_conversation,
-        } = limits;
-        Self {
-            max_concurrent_runs,
-            runs_per_minute,
-            tokens_per_day,
-            max_run_tokens,
-            max_run_cost,
-            max_run_seconds,
-            max_run_tool_calls,
-            max_concurrent_child_runs,
-            max_follow_streams,
-            max_queued_per_conversation,
+impl KeyLimits {
+    /// These limits as the message the server takes. Each flag is the field of its name,
+    /// mapped through protobuf's JSON as agent files are, so the two cannot drift apart
+    /// unseen (a test checks that every field has its flag).
+    pub fn message(&self) -> anyhow::Result<crate::pb::TenantLimits> {
+        let json = serde_json::to_value(self)?;
+        super::proto_json::from_json("agentrunner.v1.TenantLimits", json)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use prost_reflect::DescriptorPool;
+
+    use super::*;
+
+    /// Every field of `TenantLimits` has its `keys create` flag, and each flag's value
+    /// lands in the field of its name: a field added to the message without a flag (or a
+    /// flag renamed) fails here.
+    #[test]
+    fn every_limit_has_its_flag_and_lands_in_its_field() {
+        let pool = DescriptorPool::decode(crate::pb::FILE_DESCRIPTOR_SET).unwrap();
+        let fields: Vec<String> = pool
+            .get_message_by_name("agentrunner.v1.TenantLimits")
+            .unwrap()
+            .fields()
+            .map(|field| field.name().to_owned())
+            .collect();
+        // Each field set to a value of its own, as its flag writes it.
+        let expected: Vec<(String, String)> = fields
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let value = if name == "max_run_cost" {
+                    "0.5".to_owned()
+                } else {
+                    (i + 1).to_string()
+                };
+                (name, value)
+            })
+            .collect();
+        let mut args: Vec<String> = ["agent-runner", "keys", "create", "--tenant", "t"]
+            .map(str::to_owned)
+            .into();
+        for (name, value) in &expected {
+            args.extend([format!("--{}", name.replace('_', "-")), value.clone()]);
         }
+        let Command::Keys(KeysArgs {
+            command: KeysCommand::Create { limits, .. },
+        }) = Cli::try_parse_from(&args).unwrap().command
+        else {
+            panic!("not keys create");
+        };
+        let message = limits.message().unwrap();
+        let got: Vec<(String, String)> =
+            super::super::proto_json::set_fields("agentrunner.v1.TenantLimits", &message)
+                .unwrap()
+                .into_iter()
+                .map(|(name, value)| {
+                    let value = value
+                        .as_str()
+                        .map_or_else(|| value.to_string(), str::to_owned);
+                    (name, value)
+                })
+                .collect();
+        assert_eq!(got, expected);
     }
 }

@@ -33,6 +33,21 @@ pub fn to_json<M: prost::Message>(name: &str, message: &M) -> anyhow::Result<Val
     Ok(dynamic.serialize_with_options(serde_json::value::Serializer, &options)?)
 }
 
+/// The fields of protobuf type `name` set to other than their defaults, in the message's
+/// order, each with its value in the JSON mapping.
+pub fn set_fields<M: prost::Message>(
+    name: &str,
+    message: &M,
+) -> anyhow::Result<Vec<(String, Value)>> {
+    let Value::Object(mut set) = to_json(name, message)? else {
+        anyhow::bail!("{name} is not an object in JSON");
+    };
+    Ok(descriptor(name)?
+        .fields()
+        .filter_map(|field| Some((field.name().to_owned(), set.remove(field.name())?)))
+        .collect())
+}
+
 /// The message of protobuf type `name` that `value` describes in the JSON mapping (proto or
 /// camelCase field names, enums by name); an unknown field is an error naming it.
 pub fn from_json<M: prost::Message + Default>(name: &str, value: Value) -> anyhow::Result<M> {

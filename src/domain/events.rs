@@ -204,31 +204,21 @@ impl RunEvent {
     /// What this event says its run — or, for a `child` event, the run below it — now
     /// waits on; `None` for an event that announces no wait.
     pub fn wait(&self) -> Option<Wait<'_>> {
-        let (status, calls) = match self {
-            RunEvent::ApprovalRequired { calls, .. } => (MessageStatus::WaitingApproval, calls),
-            RunEvent::ToolCallsRequired { calls, .. } => (MessageStatus::WaitingToolOutputs, calls),
-            RunEvent::Child(child) => {
-                let wait = child.event.event.wait()?;
-                return Some(Wait {
-                    run: wait.run.or(Some(child.event.message_id)),
-                    ..wait
-                });
-            }
-            RunEvent::Started { .. }
-            | RunEvent::AnswerDelta { .. }
-            | RunEvent::Queued { .. }
-            | RunEvent::Steered { .. }
-            | RunEvent::UserTurn { .. }
-            | RunEvent::ToolCallDelta(_)
-            | RunEvent::ReasoningDelta { .. }
-            | RunEvent::Thought(_)
-            | RunEvent::ToolStarted { .. }
-            | RunEvent::ToolFinished { .. }
-            | RunEvent::File(_)
-            | RunEvent::Retry { .. }
-            | RunEvent::RoundRestarted { .. }
-            | RunEvent::MessageEnd { .. }
-            | RunEvent::Error { .. } => return None,
+        if let RunEvent::Child(child) = self {
+            let wait = child.event.event.wait()?;
+            return Some(Wait {
+                run: wait.run.or(Some(child.event.message_id)),
+                ..wait
+            });
+        }
+        // Like `is_terminal`, a predicate over the two kinds that wait: every other kind
+        // announces none.
+        let (status, calls) = if let RunEvent::ApprovalRequired { calls, .. } = self {
+            (MessageStatus::WaitingApproval, calls)
+        } else if let RunEvent::ToolCallsRequired { calls, .. } = self {
+            (MessageStatus::WaitingToolOutputs, calls)
+        } else {
+            return None;
         };
         Some(Wait {
             status,

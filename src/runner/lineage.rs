@@ -45,15 +45,11 @@ async fn children_of(
     tenant: &Tenant,
     conversation: ConversationId,
 ) -> Result<Vec<ConversationId>, RunError> {
-    let size = PageSize {
-        limit: 256,
-        max_bytes: 8 * 1024 * 1024,
-    };
     let mut children = Vec::new();
     let mut after = 0;
     loop {
         let page = store
-            .list_messages(tenant, conversation, after, size)
+            .list_messages(tenant, conversation, after, PageSize::FOR_THE_RUNNER)
             .await?;
         for message in &page.items {
             after = message.seq;

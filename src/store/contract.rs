@@ -36,6 +36,15 @@ pub struct PageSize {
     pub max_bytes: usize,
 }
 
+impl PageSize {
+    /// The pages the runner reads a whole record family in (a message's thoughts, a
+    /// conversation's messages): large, since it keeps what it reads, yet bounded.
+    pub const FOR_THE_RUNNER: PageSize = PageSize {
+        limit: 256,
+        max_bytes: 16 * 1024 * 1024,
+    };
+}
+
 /// Who may write a run's records: the replica that owns the run and the epoch of its claim.
 /// A backend refuses a burst whose fence is not the run's current one, so a replica that
 /// lost a run cannot write to it.
@@ -390,14 +399,12 @@ pub trait Records: Send + Sync {
         tenant: &Tenant,
         message: MessageId,
     ) -> Result<Vec<Thought>, StoreError> {
-        let size = PageSize {
-            limit: 256,
-            max_bytes: 16 * 1024 * 1024,
-        };
         let mut thoughts: Vec<Thought> = Vec::new();
         loop {
             let after = thoughts.last().map(|t| t.position);
-            let page = self.list_thoughts(tenant, message, after, size).await?;
+            let page = self
+                .list_thoughts(tenant, message, after, PageSize::FOR_THE_RUNNER)
+                .await?;
             thoughts.extend(page.items);
             if !page.more {
                 self.open_reasoning(&mut thoughts);

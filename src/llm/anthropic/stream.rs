@@ -507,38 +507,30 @@ mod tests {
         assert!(failure.is_retryable());
     }
 
+    /// Feeds a turn limited to 8 bytes one block of `kind` (`text` or `thinking`), its
+    /// delta carrying `text`.
+    fn one_block_within_8_bytes(kind: &str, text: &str) -> (Vec<ChatChunk>, Result<bool, String>) {
+        let start = format!(
+            r#"{{"type":"content_block_start","index":0,"content_block":{{"type":"{kind}","{kind}":""}}}}"#
+        );
+        let delta = format!(
+            r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"{kind}_delta","{kind}":"{text}"}}}}"#
+        );
+        feed(
+            &mut Turn::limited(Some(8)),
+            &[
+                ("content_block_start", &start),
+                ("content_block_delta", &delta),
+            ],
+        )
+    }
+
     #[test]
     fn the_output_limit_counts_thinking_and_keeps_text_that_fit() {
-        let mut turn = Turn::limited(Some(8));
-        let (chunks, result) = feed(
-            &mut turn,
-            &[
-                (
-                    "content_block_start",
-                    r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
-                ),
-                (
-                    "content_block_delta",
-                    r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hello world"}}"#,
-                ),
-            ],
-        );
+        let (chunks, result) = one_block_within_8_bytes("text", "hello world");
         assert_eq!(chunks, vec![ChatChunk::Text("hello wo".into())]);
         assert!(result.unwrap_err().contains("max_answer_bytes"));
-        let mut turn = Turn::limited(Some(8));
-        let (_, result) = feed(
-            &mut turn,
-            &[
-                (
-                    "content_block_start",
-                    r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#,
-                ),
-                (
-                    "content_block_delta",
-                    r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"a long thought"}}"#,
-                ),
-            ],
-        );
+        let (_, result) = one_block_within_8_bytes("thinking", "a long thought");
         assert!(result.is_err());
     }
 

@@ -362,26 +362,10 @@ async fn start_child(
 /// The tool calls a child's event starts: one for each call it announces as started, also
 /// in the runs below it.
 fn tool_calls_in(event: &RunEvent) -> u32 {
-    match event {
-        RunEvent::ToolStarted { .. } => 1,
-        RunEvent::Child(child) => tool_calls_in(&child.event.event),
-        RunEvent::Started { .. }
-        | RunEvent::Queued { .. }
-        | RunEvent::Steered { .. }
-        | RunEvent::UserTurn { .. }
-        | RunEvent::AnswerDelta { .. }
-        | RunEvent::ToolCallDelta(_)
-        | RunEvent::ReasoningDelta { .. }
-        | RunEvent::Thought(_)
-        | RunEvent::ToolFinished { .. }
-        | RunEvent::File(_)
-        | RunEvent::ToolCallsRequired { .. }
-        | RunEvent::ApprovalRequired { .. }
-        | RunEvent::Retry { .. }
-        | RunEvent::RoundRestarted { .. }
-        | RunEvent::MessageEnd { .. }
-        | RunEvent::Error { .. } => 0,
+    if let RunEvent::Child(child) = event {
+        return tool_calls_in(&child.event.event);
     }
+    u32::from(matches!(event, RunEvent::ToolStarted { .. }))
 }
 
 /// What a child's event says it (or a run below it) now waits for; `None` once it goes on.
@@ -403,13 +387,16 @@ fn failure(text: String, started: Instant) -> Invocation {
 /// The call's result when `event` ends the child: its answer (or structured output), or
 /// its failure as a tool error; its usage goes with it.
 fn child_result(event: &RunEvent, started: Instant) -> Option<Invocation> {
-    let (observation, error, usage, outcome) = match event {
-        RunEvent::MessageEnd {
-            answer,
-            usage,
-            finish_reason: FinishReason::Cancelled,
-            ..
-        } => {
+    // Only the two kinds that end a run carry a result (see `RunEvent::is_terminal`).
+    let (observation, error, usage, outcome) = if let RunEvent::MessageEnd {
+        answer,
+        usage,
+        finish_reason,
+        structured_output,
+        ..
+    } = event
+    {
+        if *finish_reason == FinishReason::Cancelled {
             let text = observation::invoke_error(&format_args!(
                 "the sub-agent's run was cancelled{}",
                 if answer.is_empty() {
@@ -419,42 +406,21 @@ fn child_result(event: &RunEvent, started: Instant) -> Option<Invocation> {
                 }
             ));
             (text.clone(), Some(text), usage.clone(), CallOutcome::Error)
-        }
-        RunEvent::MessageEnd {
-            answer,
-            usage,
-            structured_output,
-            ..
-        } => {
+        } else {
             let observation = match structured_output {
                 Some(document) => document.to_string(),
                 None => answer.clone(),
             };
             (observation, None, usage.clone(), CallOutcome::Success)
         }
-        RunEvent::Error { failure, usage, .. } => {
-            let text = observation::invoke_error(&format_args!(
-                "the sub-agent failed: {}: {}",
-                failure.code, failure.message
-            ));
-            (text.clone(), Some(text), usage.clone(), CallOutcome::Error)
-        }
-        RunEvent::Started { .. }
-        | RunEvent::Queued { .. }
-        | RunEvent::Steered { .. }
-        | RunEvent::UserTurn { .. }
-        | RunEvent::AnswerDelta { .. }
-        | RunEvent::ToolCallDelta(_)
-        | RunEvent::ReasoningDelta { .. }
-        | RunEvent::Thought(_)
-        | RunEvent::ToolStarted { .. }
-        | RunEvent::ToolFinished { .. }
-        | RunEvent::File(_)
-        | RunEvent::ToolCallsRequired { .. }
-        | RunEvent::ApprovalRequired { .. }
-        | RunEvent::Retry { .. }
-        | RunEvent::RoundRestarted { .. }
-        | RunEvent::Child(_) => return None,
+    } else if let RunEvent::Error { failure, usage, .. } = event {
+        let text = observation::invoke_error(&format_args!(
+            "the sub-agent failed: {}: {}",
+            failure.code, failure.message
+        ));
+        (text.clone(), Some(text), usage.clone(), CallOutcome::Error)
+    } else {
+        return None;
     };
     Some(Invocation {
         provider: AGENT_PROVIDER.to_owned(),

@@ -441,19 +441,16 @@ async fn conversation_pages(
     between: impl AsyncFnOnce(),
 ) -> Vec<(ConversationId, u64, MessageId)> {
     let mut listed = Vec::new();
-    let (mut as_of, mut after) = (None, None);
+    let mut query = ConversationQuery {
+        user,
+        as_of: None,
+        after: None,
+        limit,
+    };
     let mut between = Some(between);
     for _ in 0..1000 {
         let page = store
-            .list_conversations(
-                tenant,
-                &ConversationQuery {
-                    user,
-                    as_of,
-                    after,
-                    limit,
-                },
-            )
+            .list_conversations(tenant, &query)
             .await
             .expect("a page of conversations");
         listed.extend(
@@ -466,7 +463,7 @@ async fn conversation_pages(
             between().await;
         }
         match page.page.next {
-            Some(next) => (as_of, after) = (page.as_of, Some(next)),
+            Some(next) => (query.as_of, query.after) = (page.as_of, Some(next)),
             None => return listed,
         }
     }

@@ -2,16 +2,20 @@
 //! page cache, so they run on the caller's task as before; what waits is durability: a
 //! write returns after the flush that covers it, which many writers share.
 //!
-//! The family traits are named by path and not imported, so a call on `self` here can only
-//! reach the synchronous method of [`Embedded`] with the same name.
+//! A read that only the contract makes is written here, in its trait method; what other
+//! code of this backend shares stays with its record family. The family traits are named
+//! by path and not imported, so a call on `self` here can only reach the synchronous method
+//! of [`Embedded`] with the same name.
 
+use std::ops::Bound;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::watch;
 
 use super::flusher::Writing;
-use super::Embedded;
+use super::pieces::{self, Owner};
+use super::{decode, keys, sized_page, Embedded};
 use crate::domain::{
     ApiKeyRecord, Conversation, ConversationId, EventEnvelope, FileId, FileRecord,
     IdempotencyRecord, Message, MessageId, MessageStatus, PastMessage, ProviderRecord, Tenant,
@@ -148,7 +152,24 @@ impl crate::store::contract::Conversations for Embedded {
         after_seq: u64,
         size: PageSize,
     ) -> Result<Page<Message>, StoreError> {
-        self.list_messages(tenant, conversation, after_seq, size)
+        let t = self.t()?;
+        let prefix = keys::conversation_messages(tenant, conversation);
+        let start = keys::conversation_message(tenant, conversation, after_seq.saturating_add(1));
+        sized_page(
+            t.conversation_messages.range(start..),
+            &prefix,
+            size,
+            |_, value| {
+                let Ok(id) = <[u8; 16]>::try_from(value.as_ref()) else {
+                    return Ok(None);
+                };
+                let message = self.get_message(tenant, MessageId(uuid::Uuid::from_bytes(id)))?;
+                Ok(message.map(|message| {
+                    let stored = message.answer.len() + message.query.len() + 512;
+                    (message, stored)
+                }))
+            },
+        )
     }
 
     async fn message_ids_before(
@@ -158,7 +179,29 @@ impl crate::store::contract::Conversations for Embedded {
         before_seq: u64,
         limit: usize,
     ) -> Result<Page<(u64, MessageId)>, StoreError> {
-        self.message_ids_before(tenant, conversation, before_seq, limit)
+        let t = self.t()?;
+        let prefix = keys::conversation_messages(tenant, conversation);
+        let end = keys::conversation_message(tenant, conversation, before_seq);
+        let mut page = Page {
+            items: Vec::new(),
+            more: false,
+        };
+        for entry in t.conversation_messages.range(prefix.clone()..end).rev() {
+            let (key, value) = entry?;
+            if page.items.len() >= limit {
+                page.more = true;
+                break;
+            }
+            let seq = key
+                .get(prefix.len()..)
+                .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
+                .map_or(0, u64::from_be_bytes);
+            if let Ok(id) = <[u8; 16]>::try_from(value.as_ref()) {
+                page.items
+                    .push((seq, MessageId(uuid::Uuid::from_bytes(id))));
+            }
+        }
+        Ok(page)
     }
 
     async fn agent_message_ids(
@@ -168,7 +211,39 @@ impl crate::store::contract::Conversations for Embedded {
         before: Option<MessageId>,
         limit: usize,
     ) -> Result<Page<MessageId>, StoreError> {
-        self.agent_message_ids(tenant, agent_id, before, limit)
+        let t = self.t()?;
+        let prefix = keys::agent_messages(tenant, agent_id);
+        let end = match before {
+            Some(id) => keys::agent_message(tenant, agent_id, id),
+            None => {
+                let mut end = prefix.clone();
+                end.extend_from_slice(&[0xff; 17]);
+                end
+            }
+        };
+        let mut page = Page {
+            items: Vec::new(),
+            more: false,
+        };
+        for entry in t.agent_messages.range(prefix.clone()..end).rev() {
+            let (key, _) = entry?;
+            let Some(id) = key
+                .get(prefix.len()..)
+                .and_then(|bytes| <[u8; 16]>::try_from(bytes).ok())
+            else {
+                continue;
+            };
+            let id = MessageId(uuid::Uuid::from_bytes(id));
+            if !t.messages.contains_key(keys::message(tenant, id))? {
+                continue;
+            }
+            if page.items.len() >= limit {
+                page.more = true;
+                break;
+            }
+            page.items.push(id);
+        }
+        Ok(page)
     }
 
     async fn list_runs(
@@ -200,8 +275,7 @@ impl crate::store::contract::Conversations for Embedded {
         tenant: &Tenant,
         id: ConversationId,
     ) -> Result<Option<Vec<MessageId>>, StoreError> {
-        let deleted = self.delete_conversation(tenant, id);
-        self.written(deleted).await
+        self.written(self.delete_conversation(tenant, id)).await
     }
 
     async fn running_in(
@@ -231,8 +305,7 @@ impl crate::store::contract::Conversations for Embedded {
         _fence: &crate::store::contract::Fence,
     ) -> Result<bool, StoreError> {
         // One process opens the embedded store and owns every run in it: no fence to check.
-        let dropped = self.drop_steer(tenant, steer, joined);
-        self.written(dropped).await
+        self.written(self.drop_steer(tenant, steer, joined)).await
     }
 
     async fn live_before(
@@ -263,7 +336,21 @@ impl crate::store::contract::Records for Embedded {
         after: Option<u32>,
         size: PageSize,
     ) -> Result<Page<Thought>, StoreError> {
-        self.list_thoughts(tenant, message, after, size)
+        let t = self.t()?;
+        let prefix = keys::message_children(tenant, message);
+        let start = match after {
+            None => Bound::Included(prefix.clone()),
+            Some(position) => Bound::Excluded(keys::thought(tenant, message, position)),
+        };
+        sized_page(
+            t.thoughts.range((start, Bound::Unbounded)),
+            &prefix,
+            size,
+            |key, value| {
+                let value = pieces::join(&t.pieces, Owner::Thought, key, value)?;
+                Ok(Some((decode("thoughts", &value)?, value.len())))
+            },
+        )
     }
 
     async fn all_thoughts(
@@ -286,8 +373,7 @@ impl crate::store::contract::Records for Embedded {
         record: &FileRecord,
         bytes: Option<&[u8]>,
     ) -> Result<(), StoreError> {
-        let put = self.put_file(tenant, record, bytes);
-        self.written(put).await
+        self.written(self.put_file(tenant, record, bytes)).await
     }
 
     async fn get_file(
@@ -345,8 +431,7 @@ impl crate::store::contract::EventLog for Embedded {
         before: chrono::DateTime<chrono::Utc>,
         limit: usize,
     ) -> Result<usize, StoreError> {
-        let retired = self.retire_events(before, limit);
-        self.written(retired).await
+        self.written(self.retire_events(before, limit)).await
     }
 }
 
@@ -381,8 +466,7 @@ impl crate::store::contract::Registry for Embedded {
     }
 
     async fn seal_plaintext_credentials(&self) -> Result<usize, StoreError> {
-        let sealed = self.seal_plaintext_credentials();
-        self.written(sealed).await
+        self.written(self.seal_plaintext_credentials()).await
     }
 
     async fn put_api_key(&self, record: &ApiKeyRecord) -> Result<(), StoreError> {
@@ -398,8 +482,7 @@ impl crate::store::contract::Registry for Embedded {
     }
 
     async fn touch_api_key(&self, record: &ApiKeyRecord) -> Result<bool, StoreError> {
-        let touched = self.touch_api_key(record);
-        self.written(touched).await
+        self.written(self.touch_api_key(record)).await
     }
 
     async fn registry_changes(

@@ -117,21 +117,31 @@ impl Embedded {
             .insert(keys::named(tenant, id), encode("agents", &record)?)?;
         Ok(Ok(version))
     }
+}
 
-    fn read_version(
+#[async_trait]
+impl crate::store::contract::Agents for Embedded {
+    async fn create_agent(
+        &self,
+        tenant: &Tenant,
+        record: &AgentRecord,
+        first: Option<&AgentVersionRecord>,
+    ) -> Result<Result<(), AgentRefusal>, StoreError> {
+        if let Some(field) = record.field_with_nul() {
+            return Ok(Err(AgentRefusal::HoldsNul(field)));
+        }
+        self.written(self.insert_agent(tenant, record, first)).await
+    }
+
+    async fn get_agent(
         &self,
         tenant: &Tenant,
         id: &str,
-        version: u32,
-    ) -> Result<Option<AgentVersionRecord>, StoreError> {
-        self.t()?
-            .agent_versions
-            .get(version_key(tenant, id, version))?
-            .map(|bytes| decode("agent_versions", &bytes))
-            .transpose()
+    ) -> Result<Option<AgentRecord>, StoreError> {
+        self.read_agent(tenant, id)
     }
 
-    fn page_of_agents(
+    async fn list_agents(
         &self,
         tenant: &Tenant,
         after: &str,
@@ -165,7 +175,43 @@ impl Embedded {
         Ok(Page { items, more: false })
     }
 
-    fn page_of_versions(
+    async fn change_agent(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        change: &AgentChange,
+    ) -> Result<Result<AgentRecord, AgentRefusal>, StoreError> {
+        self.written(self.apply_agent_change(tenant, id, change))
+            .await
+    }
+
+    async fn delete_agent(&self, tenant: &Tenant, id: &str) -> Result<bool, StoreError> {
+        self.written(self.remove_agent(tenant, id)).await
+    }
+
+    async fn add_version(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        config: &serde_json::Value,
+    ) -> Result<Result<AgentVersionRecord, AgentRefusal>, StoreError> {
+        self.written(self.append_version(tenant, id, config)).await
+    }
+
+    async fn get_version(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        version: u32,
+    ) -> Result<Option<AgentVersionRecord>, StoreError> {
+        self.t()?
+            .agent_versions
+            .get(version_key(tenant, id, version))?
+            .map(|bytes| decode("agent_versions", &bytes))
+            .transpose()
+    }
+
+    async fn list_versions(
         &self,
         tenant: &Tenant,
         id: &str,
@@ -188,83 +234,5 @@ impl Embedded {
             items.push(decode("agent_versions", &value)?);
         }
         Ok(Page { items, more: false })
-    }
-}
-
-#[async_trait]
-impl crate::store::contract::Agents for Embedded {
-    async fn create_agent(
-        &self,
-        tenant: &Tenant,
-        record: &AgentRecord,
-        first: Option<&AgentVersionRecord>,
-    ) -> Result<Result<(), AgentRefusal>, StoreError> {
-        if let Some(field) = record.field_with_nul() {
-            return Ok(Err(AgentRefusal::HoldsNul(field)));
-        }
-        let created = self.insert_agent(tenant, record, first);
-        self.written(created).await
-    }
-
-    async fn get_agent(
-        &self,
-        tenant: &Tenant,
-        id: &str,
-    ) -> Result<Option<AgentRecord>, StoreError> {
-        self.read_agent(tenant, id)
-    }
-
-    async fn list_agents(
-        &self,
-        tenant: &Tenant,
-        after: &str,
-        labels: &BTreeMap<String, String>,
-        limit: usize,
-    ) -> Result<Page<AgentRecord>, StoreError> {
-        self.page_of_agents(tenant, after, labels, limit)
-    }
-
-    async fn change_agent(
-        &self,
-        tenant: &Tenant,
-        id: &str,
-        change: &AgentChange,
-    ) -> Result<Result<AgentRecord, AgentRefusal>, StoreError> {
-        let changed = self.apply_agent_change(tenant, id, change);
-        self.written(changed).await
-    }
-
-    async fn delete_agent(&self, tenant: &Tenant, id: &str) -> Result<bool, StoreError> {
-        let deleted = self.remove_agent(tenant, id);
-        self.written(deleted).await
-    }
-
-    async fn add_version(
-        &self,
-        tenant: &Tenant,
-        id: &str,
-        config: &serde_json::Value,
-    ) -> Result<Result<AgentVersionRecord, AgentRefusal>, StoreError> {
-        let added = self.append_version(tenant, id, config);
-        self.written(added).await
-    }
-
-    async fn get_version(
-        &self,
-        tenant: &Tenant,
-        id: &str,
-        version: u32,
-    ) -> Result<Option<AgentVersionRecord>, StoreError> {
-        self.read_version(tenant, id, version)
-    }
-
-    async fn list_versions(
-        &self,
-        tenant: &Tenant,
-        id: &str,
-        before: u32,
-        size: PageSize,
-    ) -> Result<Page<AgentVersionRecord>, StoreError> {
-        self.page_of_versions(tenant, id, before, size)
     }
 }

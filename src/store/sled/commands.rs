@@ -131,8 +131,7 @@ impl crate::store::contract::Ownership for Embedded {
         if self.swept.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return Ok(crate::store::contract::Swept::default());
         }
-        let taken = self.take_unfinished(adoption);
-        self.written(taken).await
+        self.written(self.take_unfinished(adoption)).await
     }
 
     async fn send_command(
@@ -141,8 +140,8 @@ impl crate::store::contract::Ownership for Embedded {
         message: MessageId,
         command: &RunCommand,
     ) -> Result<Option<String>, StoreError> {
-        let kept = self.keep_command(tenant, message, command);
-        self.written(kept).await
+        self.written(self.keep_command(tenant, message, command))
+            .await
     }
 
     async fn take_commands(&self, runs: &[MessageId]) -> Result<Vec<TakenCommand>, StoreError> {
@@ -150,8 +149,7 @@ impl crate::store::contract::Ownership for Embedded {
         if self.t()?.commands.is_empty() {
             return Ok(Vec::new());
         }
-        let taken = self.take_kept(runs);
-        self.written(taken).await
+        self.written(self.take_kept(runs)).await
     }
 
     /// This process, the one replica, holding every run not yet ended.

@@ -7,11 +7,11 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::pieces::{self, Owner};
-use super::{decode, encode, keys, run_index, sized_page, Embedded, StoreError};
+use super::{decode, encode, keys, run_index, Embedded, StoreError};
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
 };
-use crate::store::contract::{Inserted, NewMessage, Page, PageSize};
+use crate::store::contract::{Inserted, NewMessage};
 use crate::store::conversation_rule::{queue_behind, ConversationRule};
 
 /// A message as stored: its answer kept apart in the `answers` tree when it has one
@@ -367,69 +367,6 @@ impl Embedded {
         encode("messages", &stored)
     }
 
-    /// A page of a conversation's messages in order, from the one after `after_seq`: it
-    /// stops reading once it is full.
-    pub fn list_messages(
-        &self,
-        tenant: &Tenant,
-        conversation: ConversationId,
-        after_seq: u64,
-        size: PageSize,
-    ) -> Result<Page<Message>, StoreError> {
-        let t = self.t()?;
-        let prefix = keys::conversation_messages(tenant, conversation);
-        let start = keys::conversation_message(tenant, conversation, after_seq.saturating_add(1));
-        sized_page(
-            t.conversation_messages.range(start..),
-            &prefix,
-            size,
-            |_, value| {
-                let Ok(id) = <[u8; 16]>::try_from(value.as_ref()) else {
-                    return Ok(None);
-                };
-                let message = self.get_message(tenant, MessageId(uuid::Uuid::from_bytes(id)))?;
-                Ok(message.map(|message| {
-                    let stored = message.answer.len() + message.query.len() + 512;
-                    (message, stored)
-                }))
-            },
-        )
-    }
-
-    /// A page of the places (`seq`) and ids of a conversation's messages before
-    /// `before_seq`, newest first, from keys only.
-    pub fn message_ids_before(
-        &self,
-        tenant: &Tenant,
-        conversation: ConversationId,
-        before_seq: u64,
-        limit: usize,
-    ) -> Result<Page<(u64, MessageId)>, StoreError> {
-        let t = self.t()?;
-        let prefix = keys::conversation_messages(tenant, conversation);
-        let end = keys::conversation_message(tenant, conversation, before_seq);
-        let mut page = Page {
-            items: Vec::new(),
-            more: false,
-        };
-        for entry in t.conversation_messages.range(prefix.clone()..end).rev() {
-            let (key, value) = entry?;
-            if page.items.len() >= limit {
-                page.more = true;
-                break;
-            }
-            let seq = key
-                .get(prefix.len()..)
-                .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
-                .map_or(0, u64::from_be_bytes);
-            if let Ok(id) = <[u8; 16]>::try_from(value.as_ref()) {
-                page.items
-                    .push((seq, MessageId(uuid::Uuid::from_bytes(id))));
-            }
-        }
-        Ok(page)
-    }
-
     /// Keeps what a run was started with (a record the runner defines) with its message;
     /// written before the message, once.
     fn put_run_spec(
@@ -656,14 +593,19 @@ mod tests {
     }
 
     fn listed(store: &Embedded, tenant: &Tenant, conversation: ConversationId) -> Vec<Message> {
-        let size = PageSize {
+        let size = crate::store::contract::PageSize {
             limit: 100,
             max_bytes: 1 << 20,
         };
-        store
-            .list_messages(tenant, conversation, 0, size)
-            .unwrap()
-            .items
+        let listing = crate::store::contract::Conversations::list_messages(
+            store,
+            tenant,
+            conversation,
+            0,
+            size,
+        );
+        // The embedded store answers at once: its reads are synchronous under the contract.
+        futures::executor::block_on(listing).unwrap().items
     }
 
     /// A crash after the message but before its index entry (the last of the inserts)

@@ -1,12 +1,10 @@
 //! Thoughts and events: the per-message records, keyed so scans come out in order.
 
 use super::pieces::{self, Owner};
-use super::{decode, encode, keys, scan, sized_page, Embedded, StoreError};
+use super::{decode, encode, keys, scan, Embedded, StoreError};
 use crate::domain::EventEnvelope;
-use crate::store::contract::{Page, PageSize};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 
@@ -146,32 +144,6 @@ impl Embedded {
             (&t.pieces, Owner::Thought),
             "thoughts",
             &keys::message_children(tenant, message),
-        )
-    }
-
-    /// A page of a message's thoughts by position, from the one after `after` (the first
-    /// when `None`): it stops reading once it is full.
-    pub fn list_thoughts(
-        &self,
-        tenant: &Tenant,
-        message: MessageId,
-        after: Option<u32>,
-        size: PageSize,
-    ) -> Result<Page<Thought>, StoreError> {
-        let t = self.t()?;
-        let prefix = keys::message_children(tenant, message);
-        let start = match after {
-            None => Bound::Included(prefix.clone()),
-            Some(position) => Bound::Excluded(keys::thought(tenant, message, position)),
-        };
-        sized_page(
-            t.thoughts.range((start, Bound::Unbounded)),
-            &prefix,
-            size,
-            |key, value| {
-                let value = pieces::join(&t.pieces, Owner::Thought, key, value)?;
-                Ok(Some((decode("thoughts", &value)?, value.len())))
-            },
         )
     }
 

@@ -6,7 +6,6 @@
 use super::admission::CHILD_MARKER;
 use super::{decode, keys, Embedded, StoreError, Trees};
 use crate::domain::{Message, MessageId, RunFilter, RunIndex, Tenant};
-use crate::store::contract::Page;
 use crate::store::run_listing::{
     ConversationPage, ConversationQuery, Flow, Gather, ListedConversation, ListedRun, RunCursor,
     RunPage, RunQuery,
@@ -103,49 +102,6 @@ fn id_of(bytes: [u8; 16]) -> MessageId {
 }
 
 impl Embedded {
-    /// A page of the ids of the top-level messages `agent_id` answered, newest first.
-    pub fn agent_message_ids(
-        &self,
-        tenant: &Tenant,
-        agent_id: &str,
-        before: Option<MessageId>,
-        limit: usize,
-    ) -> Result<Page<MessageId>, StoreError> {
-        let t = self.t()?;
-        let prefix = keys::agent_messages(tenant, agent_id);
-        let end = match before {
-            Some(id) => keys::agent_message(tenant, agent_id, id),
-            None => {
-                let mut end = prefix.clone();
-                end.extend_from_slice(&[0xff; 17]);
-                end
-            }
-        };
-        let mut page = Page {
-            items: Vec::new(),
-            more: false,
-        };
-        for entry in t.agent_messages.range(prefix.clone()..end).rev() {
-            let (key, _) = entry?;
-            let Some(id) = key
-                .get(prefix.len()..)
-                .and_then(|bytes| <[u8; 16]>::try_from(bytes).ok())
-            else {
-                continue;
-            };
-            let id = MessageId(uuid::Uuid::from_bytes(id));
-            if !t.messages.contains_key(keys::message(tenant, id))? {
-                continue;
-            }
-            if page.items.len() >= limit {
-                page.more = true;
-                break;
-            }
-            page.items.push(id);
-        }
-        Ok(page)
-    }
-
     /// Writes the runs indexes for messages an earlier version wrote, once.
     pub(super) fn build_run_index(t: &Trees) -> Result<(), StoreError> {
         if t.runs.contains_key(BUILT)? {
