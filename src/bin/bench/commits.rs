@@ -28,6 +28,20 @@ pub struct CommitBreakdown {
     pub flush_ms: f64,
 }
 
+impl std::ops::Add for CommitTotals {
+    type Output = Self;
+
+    /// Two services' totals together, as one.
+    fn add(self, other: Self) -> Self {
+        Self {
+            wait_sum: self.wait_sum + other.wait_sum,
+            wait_count: self.wait_count + other.wait_count,
+            flush_sum: self.flush_sum + other.flush_sum,
+            flush_count: self.flush_count + other.flush_count,
+        }
+    }
+}
+
 /// The totals the service at `metrics` reports now.
 pub async fn totals(metrics: SocketAddr) -> anyhow::Result<CommitTotals> {
     let text = reqwest::get(format!("http://{metrics}/metrics"))

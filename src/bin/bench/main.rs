@@ -110,6 +110,10 @@ struct Args {
     /// The `replicas` case's bus: NATS at this URL (default: the database's notifications).
     #[arg(long, env = "AGENT_RUNNER_BENCH_NATS_URL", hide_env_values = true)]
     nats_url: Option<String>,
+    /// Only the `replicas` cases of these names (`replicas3-c10`, …; repeat for more): to
+    /// profile or compare one shape without the rest.
+    #[arg(long = "replica-case")]
+    replica_cases: Vec<String>,
 }
 
 /// The workload of a preset measured through [`run_case`]; `None` for those measured each
@@ -431,21 +435,25 @@ async fn run_replica_cases(
     if let Some(nats) = &args.nats_url {
         env.push(("AGENT_RUNNER_NATS_URL".into(), nats.clone()));
     }
-    let mut all: Vec<Vec<replicas::ReplicaReport>> = shapes.iter().map(|_| Vec::new()).collect();
+    let cases: Vec<replicas::ReplicaCase> = shapes
+        .iter()
+        .map(|shape| shape.case(env.clone()))
+        .filter(|case| args.replica_cases.is_empty() || args.replica_cases.contains(&case.name))
+        .collect();
+    let mut all: Vec<Vec<replicas::ReplicaReport>> = cases.iter().map(|_| Vec::new()).collect();
     for _ in 0..args.repeats.max(1) {
-        for (shape, reports) in shapes.iter().zip(all.iter_mut()) {
-            let case = shape.case(env.clone());
-            let report = replicas::run_replicas(&case, &url).await?;
+        for (case, reports) in cases.iter().zip(all.iter_mut()) {
+            let report = replicas::run_replicas(case, &url).await?;
             eprintln!("{}", serde_json::to_string(&report)?);
             reports.push(report);
         }
     }
-    println!("| case | bus | runs | errors | refused | start max | lag p50 | lag p99 | CPU/run (all replicas) | PG CPU/run | xact/run |\n|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| case | bus | runs | errors | refused | start max | lag p50 | lag p99 | CPU/run (all replicas) | PG CPU/run | xact/run | bursts/run | flushes/run |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for mut reports in all {
         reports.sort_by(|a, b| a.cpu_per_run_ms.total_cmp(&b.cpu_per_run_ms));
         let median = reports.swap_remove(reports.len() / 2);
         println!(
-            "| {} | {} | {} | {} | {} | {:.0} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} |",
+            "| {} | {} | {} | {} | {} | {:.0} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} | {:.1} | {:.1} |",
             median.case,
             median.bus,
             median.runs,
@@ -456,7 +464,9 @@ async fn run_replica_cases(
             median.lag_p99_ms,
             median.cpu_per_run_ms,
             median.database_cpu_per_run_ms,
-            median.database_commits_per_run
+            median.database_commits_per_run,
+            median.commits.bursts_per_run,
+            median.commits.flushes_per_run
         );
     }
     Ok(())

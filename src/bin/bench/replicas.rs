@@ -141,6 +141,8 @@ pub struct ReplicaReport {
     pub cpu_per_run_ms: f64,
     pub database_cpu_per_run_ms: f64,
     pub database_commits_per_run: f64,
+    /// The replicas' own commits, all together: bursts and group flushes per run.
+    pub commits: crate::commits::CommitBreakdown,
     /// Write-ahead log written per run, in bytes.
     pub wal_bytes_per_run: f64,
     /// Messages and payload bytes per run on NATS, every replica subject (with NATS).
@@ -160,6 +162,7 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
     ));
     let mock = start_mock(case.ttft, case.chunk_delay).await?;
     let mut services: Vec<Process> = Vec::new();
+    let mut metrics = Vec::new();
     for replica in 0..case.replicas {
         let dir = dir.join(format!("r{replica}"));
         std::fs::create_dir_all(&dir)?;
@@ -168,6 +171,9 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
             "AGENT_RUNNER_REPLICA_ID".into(),
             format!("bench-r{replica}"),
         ));
+        let listen = crate::processes::free_addr()?;
+        env.push(("AGENT_RUNNER_METRICS_LISTEN".into(), listen.to_string()));
+        metrics.push(listen);
         // One tenant makes every run and follows each: the per-tenant cap on following
         // streams (1,000 a replica by default) is raised past the case's streams, since
         // the case measures the store and the bus, not that cap.
@@ -202,6 +208,7 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
     let retried_before = RETRIED.load(Ordering::SeqCst);
     take_refusals();
     let (db_cpu_before, db_commits_before) = crate::database::spent(database_url).await?;
+    let commits_before = commit_totals(&metrics).await?;
     let wal_before = crate::database::wal_bytes(database_url).await?;
     let nats = match case
         .service_env
@@ -267,6 +274,8 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
         .saturating_sub(load_before);
     let (nats_messages, nats_bytes) = nats.as_ref().map(NatsCount::counted).unwrap_or_default();
     let (db_cpu, db_commits) = crate::database::spent(database_url).await?;
+    let commits =
+        crate::commits::breakdown(commits_before, commit_totals(&metrics).await?, case.runs);
     let wal = crate::database::wal_bytes(database_url).await? - wal_before;
     drop(services);
     let _ = std::fs::remove_dir_all(&dir);
@@ -301,12 +310,24 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
         cpu_per_run_ms: cpu.as_secs_f64() * 1000.0 / runs,
         database_cpu_per_run_ms: db_cpu.saturating_sub(db_cpu_before).as_secs_f64() * 1000.0 / runs,
         database_commits_per_run: (db_commits - db_commits_before) as f64 / runs,
+        commits,
         wal_bytes_per_run: wal as f64 / runs,
         nats_messages_per_run: nats_messages as f64 / runs,
         nats_bytes_per_run: nats_bytes as f64 / runs,
         runs_per_sec: runs / elapsed.as_secs_f64().max(1e-9),
         load_cpu_per_run_ms: load_cpu.as_secs_f64() * 1000.0 / runs,
     })
+}
+
+/// The commit totals of every replica whose metrics listen at `metrics`, summed.
+async fn commit_totals(
+    metrics: &[std::net::SocketAddr],
+) -> anyhow::Result<crate::commits::CommitTotals> {
+    let mut sum = crate::commits::CommitTotals::default();
+    for listen in metrics {
+        sum = sum + crate::commits::totals(*listen).await?;
+    }
+    Ok(sum)
 }
 
 /// Calls refused `UNAVAILABLE` and tried again, in this process.
