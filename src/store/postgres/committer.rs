@@ -9,10 +9,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use sqlx::pool::PoolConnection;
+use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot, watch, Mutex};
 use uuid::Uuid;
 
-use super::error::codec;
+use super::error::{codec, is_connection_lost};
 use super::Postgres;
 use crate::domain::{MessageId, Tenant};
 use crate::store::contract::{Burst, Fence, Record};
@@ -194,6 +196,7 @@ pub fn start(backend: Weak<Postgres>, count: usize, tasks: &Tasks) -> mpsc::Unbo
         let (backend, stopping) = (backend.clone(), tasks.stopping());
         tasks.spawn(async move {
             let mut waiting = Vec::with_capacity(GROUP);
+            let mut kept = Kept::default();
             loop {
                 // One committer takes what is waiting; the others wait their turn. What is
                 // queued is committed before a stop is heeded.
@@ -217,11 +220,62 @@ pub fn start(backend: Weak<Postgres>, count: usize, tasks: &Tasks) -> mpsc::Unbo
                     return;
                 };
                 let _flight = pacing.flight();
-                backend.commit_group(std::mem::take(&mut waiting)).await;
+                backend
+                    .commit_group(std::mem::take(&mut waiting), &mut kept)
+                    .await;
             }
         });
     }
     jobs
+}
+
+/// How long a committer's connection may sit idle and still be used untested: longer, it
+/// is tested first (one round trip). A connection in use this recently is known to be
+/// alive, as pools such as HikariCP assume by default (half a second there too).
+const ALIVE_WITHOUT_TEST: Duration = Duration::from_millis(500);
+
+/// A committer's connection, kept from one commit to the next. Taken from the pool and
+/// given back each time, a connection cost two round trips more per commit: the pool tests
+/// it as it comes back and before it hands it out again. Kept, a commit is one round trip.
+/// One found dead, or that failed a commit, is never kept.
+#[derive(Default)]
+struct Kept(Option<(PoolConnection<sqlx::Postgres>, Instant)>);
+
+impl Kept {
+    /// The connection kept from the last commit, tested first if it sat idle for long, and
+    /// whether it went untested; else one from `pool` (which tests its idle ones). One
+    /// that fails the test leaves the pool at once, so the pool may open another. The test
+    /// and the wait for another take together at most the pool's own wait, as the pool's
+    /// test and wait would: a silent database is found as soon as before.
+    async fn take(
+        &mut self,
+        pool: &PgPool,
+    ) -> Result<(PoolConnection<sqlx::Postgres>, bool), sqlx::Error> {
+        let kept = match self.0.take() {
+            Some((connection, used)) if used.elapsed() <= ALIVE_WITHOUT_TEST => {
+                return Ok((connection, true));
+            }
+            kept => kept,
+        };
+        let within = pool.options().get_acquire_timeout();
+        let taken = tokio::time::timeout(within, async {
+            if let Some((mut connection, _)) = kept {
+                if sqlx::Connection::ping(&mut *connection).await.is_ok() {
+                    return Ok(connection);
+                }
+                drop(connection.detach());
+            }
+            pool.acquire().await
+        })
+        .await;
+        let connection = taken.map_err(|_| sqlx::Error::PoolTimedOut)??;
+        Ok((connection, false))
+    }
+
+    /// Keeps `connection`, whose last statement was answered in full, for the next commit.
+    fn keep(&mut self, connection: PoolConnection<sqlx::Postgres>) {
+        self.0 = Some((connection, Instant::now()));
+    }
 }
 
 /// A group smaller than this may wait for more.
@@ -336,7 +390,7 @@ impl Drop for Flight<'_> {
 impl Postgres {
     /// Commits `group` in one transaction; when that fails for a reason other than an
     /// unavailable database, each burst is tried alone, so one bad burst fails alone.
-    async fn commit_group(&self, group: Vec<Job>) {
+    async fn commit_group(&self, group: Vec<Job>, kept: &mut Kept) {
         let queued: Vec<Instant> = group.iter().map(|job| job.queued).collect();
         let connected = || {
             if let Some(observe) = self.wait_observer.get() {
@@ -345,7 +399,7 @@ impl Postgres {
         };
         if group.len() == 1 {
             for job in group {
-                let result = self.write_rows(&job.rows, connected).await;
+                let result = self.write_rows(&job.rows, connected, kept).await;
                 let _ = job.reply.send(result);
             }
             return;
@@ -357,7 +411,7 @@ impl Postgres {
         for part in &parts {
             rows.add(copy(part));
         }
-        match self.write_rows(&rows, connected).await {
+        match self.write_rows(&rows, connected, kept).await {
             Ok(()) => {
                 for reply in replies {
                     let _ = reply.send(Ok(()));
@@ -370,7 +424,7 @@ impl Postgres {
             }
             Err(_) => {
                 for (part, reply) in parts.iter().zip(replies) {
-                    let _ = reply.send(self.write_rows(part, || {}).await);
+                    let _ = reply.send(self.write_rows(part, || {}, kept).await);
                 }
             }
         }
@@ -384,50 +438,71 @@ impl Postgres {
     /// as PostgreSQL does for a locking read, finds it moved to another epoch and writes
     /// nothing. The notice of the commit rides on the check (sent only if it commits).
     ///
-    /// `connected` is called once a connection is held, when the statement can be sent.
-    async fn write_rows(&self, rows: &Rows, connected: impl FnOnce()) -> Result<(), StoreError> {
+    /// `connected` is called once a connection is held, when the statement can be sent; the
+    /// connection is taken from `kept`, and kept there again once answered.
+    async fn write_rows(
+        &self,
+        rows: &Rows,
+        connected: impl FnOnce(),
+        kept: &mut Kept,
+    ) -> Result<(), StoreError> {
         self.check_writable()?;
         let notice = self.notice_of(|| last_seqs(&rows.events.1, &rows.events.2));
         let messages = last_of_each(&rows.messages);
         // A shard of the count at random: concurrent commits rarely share a row.
         let shard = i16::from(fastrand::u8(..USAGE_SHARDS));
-        let statement = sqlx::query_as(WRITE)
-            .bind(&rows.fences.0)
-            .bind(&rows.fences.1)
-            .bind(&rows.fences.2)
-            .bind(&rows.fences.3)
-            .bind(&rows.thoughts.0)
-            .bind(&rows.thoughts.1)
-            .bind(&rows.thoughts.2)
-            .bind(&rows.thoughts.3)
-            .bind(&messages.0)
-            .bind(&messages.1)
-            .bind(&messages.2)
-            .bind(&messages.3)
-            .bind(&rows.events.0)
-            .bind(&rows.events.1)
-            .bind(&rows.events.2)
-            .bind(&rows.events.3)
-            .bind(&rows.tokens.tenants)
-            .bind(&rows.tokens.days)
-            .bind(&rows.tokens.tokens)
-            .bind(shard)
-            .bind(super::listen::EVENTS)
-            .bind(notice.as_deref())
-            .bind(&rows.tokens.messages)
-            .bind(&rows.tokens.seqs);
+        let statement = || {
+            sqlx::query_as::<_, (bool,)>(WRITE)
+                .bind(&rows.fences.0)
+                .bind(&rows.fences.1)
+                .bind(&rows.fences.2)
+                .bind(&rows.fences.3)
+                .bind(&rows.thoughts.0)
+                .bind(&rows.thoughts.1)
+                .bind(&rows.thoughts.2)
+                .bind(&rows.thoughts.3)
+                .bind(&messages.0)
+                .bind(&messages.1)
+                .bind(&messages.2)
+                .bind(&messages.3)
+                .bind(&rows.events.0)
+                .bind(&rows.events.1)
+                .bind(&rows.events.2)
+                .bind(&rows.events.3)
+                .bind(&rows.tokens.tenants)
+                .bind(&rows.tokens.days)
+                .bind(&rows.tokens.tokens)
+                .bind(shard)
+                .bind(super::listen::EVENTS)
+                .bind(notice.as_deref())
+                .bind(&rows.tokens.messages)
+                .bind(&rows.tokens.seqs)
+        };
         let answered = tokio::time::timeout(self.commit_deadline, async {
-            let mut connection = self.commits.acquire().await?;
+            let (mut connection, was_kept) = kept.take(&self.commits).await?;
             connected();
-            let started = Instant::now();
-            let (held,): (bool,) = statement.fetch_one(&mut *connection).await?;
-            Ok::<_, sqlx::Error>((held, started))
+            let mut started = Instant::now();
+            let mut answer = statement().fetch_one(&mut *connection).await;
+            if was_kept && answer.as_ref().is_err_and(is_connection_lost) {
+                // The server ended the kept connection while it sat idle: tried once more
+                // on one from the pool, as the pool's own test would have found. The
+                // statement writes what it wrote once, should the first try have landed.
+                // Out of the pool at once, untested: it is known dead, and the pool may
+                // open another in its place.
+                drop(connection.detach());
+                connection = self.commits.acquire().await?;
+                started = Instant::now();
+                answer = statement().fetch_one(&mut *connection).await;
+            }
+            let (held,) = answer?;
+            Ok::<_, sqlx::Error>((held, started, connection))
         })
         .await;
         let Ok(answered) = answered else {
             return Err(self.slow_or_silent(self.commit_deadline));
         };
-        let (held, started) = answered.map_err(|err| self.failed(err))?;
+        let (held, started, connection) = answered.map_err(|err| self.failed(err))?;
+        kept.keep(connection);
         if !held {
             return Err(StoreError::Fenced);
         }

@@ -62,7 +62,18 @@ fn database_category(code: Option<&str>) -> Category {
     }
 }
 
-/// The store error for a failure.
+/// Whether `err` says the connection itself is gone (closed, or ended by the server:
+/// `08…`, `57P01`–`57P03`), so a new connection may succeed where it failed.
+pub fn is_connection_lost(err: &sqlx::Error) -> bool {
+    use sqlx::Error;
+    if let Error::Database(db) = err {
+        return db
+            .code()
+            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P"));
+    }
+    matches!(err, Error::Io(_) | Error::Tls(_) | Error::Protocol(_))
+}
+
 /// Whether `err` says the database is slow rather than gone: a wait for a connection, or a
 /// statement cancelled by its timeout (`57014`).
 pub fn is_overload(err: &sqlx::Error) -> bool {
@@ -72,6 +83,7 @@ pub fn is_overload(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::PoolTimedOut)
 }
 
+/// The store error for a failure.
 pub fn from_sqlx(err: sqlx::Error) -> StoreError {
     let category = category(&err);
     let message = match category {

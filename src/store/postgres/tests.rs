@@ -582,6 +582,69 @@ async fn a_burst_beside_a_long_commit_lands_with_many_committers() {
         .expect("every burst committed");
 }
 
+/// Ends every session on the test's database but the caller's, as a server's operator or
+/// its restart would, and waits until they are gone.
+async fn end_every_session(databases: &Databases) {
+    let mut admin = PgConnection::connect(&databases.admin).await.unwrap();
+    let (ended,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_stat_activity \
+         WHERE datname = $1 AND pid <> pg_backend_pid()",
+    )
+    .bind(databases.last())
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert!(ended > 0, "the store's sessions were ended");
+    let _ = admin.close().await;
+}
+
+/// A committer keeps its connection from one commit to the next. When the server ends it
+/// while it sits idle, no commit fails for it and the store stays writable: commits right
+/// after (one of the two committers finds its kept connection dead mid-statement and
+/// takes another) and after a pause (each tests its connection first) all land, and every
+/// event is read back once.
+#[tokio::test]
+async fn a_kept_connection_the_server_ended_fails_no_commit() {
+    use crate::store::conformance::{delta, envelope, tenant};
+    use crate::store::contract::Burst;
+    let Some(databases) = Databases::new().await else {
+        return;
+    };
+    let (_backend, store, run) = patient_store_with_a_run(&databases, 2).await;
+    let (fence, tenant) = (store.fence(), tenant());
+    let commit = |seq: u64, when: &'static str| {
+        let burst = Burst {
+            records: Vec::new(),
+            events: vec![envelope(&run, seq, delta("going"))],
+        };
+        let (store, tenant, fence) = (store.clone(), tenant.clone(), fence.clone());
+        async move {
+            store
+                .commit(&tenant, &fence, &burst)
+                .await
+                .unwrap_or_else(|err| panic!("the commit {when} failed: {err:?}"));
+        }
+    };
+    // Both committers (a pool of two has two) keep a connection.
+    tokio::join!(commit(1, "before"), commit(2, "before"));
+    end_every_session(&databases).await;
+    commit(3, "right after").await;
+    commit(4, "right after").await;
+    end_every_session(&databases).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    commit(5, "after a pause").await;
+    commit(6, "after a pause").await;
+    assert!(*store.writable().borrow(), "the store stayed writable");
+    let seqs: Vec<u64> = store
+        .list_events(&tenant, run.id, 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|event| event.seq)
+        .collect();
+    assert_eq!(seqs, [1, 2, 3, 4, 5, 6]);
+}
+
 /// Commits in flight scale with the pool: a quarter of it, at least two, at most eight,
 /// each on a connection of its own beside the pool's.
 #[test]
