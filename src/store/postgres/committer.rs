@@ -484,11 +484,10 @@ impl Postgres {
             let mut started = Instant::now();
             let mut answer = statement().fetch_one(&mut *connection).await;
             if was_kept && answer.as_ref().is_err_and(is_connection_lost) {
-                // The server ended the kept connection while it sat idle: tried once more
-                // on one from the pool, as the pool's own test would have found. The
+                // The server ended the kept connection while it sat idle, as the pool's own
+                // test would have found: it leaves the pool untested (so the pool may open
+                // another) and the commit is tried once more on one from the pool. The
                 // statement writes what it wrote once, should the first try have landed.
-                // Out of the pool at once, untested: it is known dead, and the pool may
-                // open another in its place.
                 drop(connection.detach());
                 connection = self.commits.acquire().await?;
                 started = Instant::now();

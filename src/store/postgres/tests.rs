@@ -600,8 +600,8 @@ async fn end_every_session(databases: &Databases) {
 
 /// A committer keeps its connection from one commit to the next. When the server ends it
 /// while it sits idle, no commit fails for it and the store stays writable: commits right
-/// after (one of the two committers finds its kept connection dead mid-statement and
-/// takes another) and after a pause (each tests its connection first) all land, and every
+/// after (the committers take turns, so the one that kept a connection finds it dead
+/// mid-statement and takes another) and after a pause (each tests its connection first) all land, and every
 /// event is read back once.
 #[tokio::test]
 async fn a_kept_connection_the_server_ended_fails_no_commit() {
@@ -625,7 +625,7 @@ async fn a_kept_connection_the_server_ended_fails_no_commit() {
                 .unwrap_or_else(|err| panic!("the commit {when} failed: {err:?}"));
         }
     };
-    // Both committers (a pool of two has two) keep a connection.
+    // The committers (a pool of two has two) take turns: at least one keeps a connection.
     tokio::join!(commit(1, "before"), commit(2, "before"));
     end_every_session(&databases).await;
     commit(3, "right after").await;
