@@ -28,6 +28,9 @@ type Reply = oneshot::Sender<Result<(), String>>;
 /// How long a flush waits for other writers' requests before it starts.
 const LINGER: Duration = Duration::from_millis(1);
 
+/// How often a lingering flush looks for the other writers' requests.
+const GLANCE: Duration = Duration::from_micros(200);
+
 /// A run that committed nothing for this long is no longer counted (its task is gone).
 const FORGOTTEN: Duration = Duration::from_secs(30);
 
@@ -231,6 +234,10 @@ fn run(db: &sled::Db, queue: &mpsc::Receiver<Reply>, shared: &Shared) {
 ///
 /// A flush costs the same for one run's records as for fifty's; under load, waiting a
 /// moment lets one flush answer many. A lone writer never waits.
+///
+/// The thread sleeps in slices of [`GLANCE`] and looks at the queue between them rather
+/// than blocking on it: a thread blocked on the channel is woken by every request, so under
+/// load each commit would cost its sender a futex wake-up and this thread a switch back in.
 fn gather(
     queue: &mpsc::Receiver<Reply>,
     waiting: &mut Vec<Reply>,
@@ -239,14 +246,15 @@ fn gather(
 ) {
     if writers > 1 {
         let until = Instant::now() + linger;
-        while waiting.len() < writers {
+        loop {
+            waiting.extend(queue.try_iter());
+            if waiting.len() >= writers {
+                break;
+            }
             let Some(left) = until.checked_duration_since(Instant::now()) else {
                 break;
             };
-            match queue.recv_timeout(left) {
-                Ok(reply) => waiting.push(reply),
-                Err(_) => break,
-            }
+            thread::sleep(left.min(GLANCE));
         }
     }
     waiting.extend(queue.try_iter());
