@@ -8,6 +8,7 @@
 
 mod commits;
 mod database;
+mod floor;
 mod hostile;
 mod large;
 mod listing;

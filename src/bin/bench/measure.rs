@@ -8,9 +8,7 @@ use std::time::{Duration, Instant};
 use agent_runner::pb;
 use agent_runner::pb::admin_service_client::AdminServiceClient;
 use agent_runner::pb::agent_service_client::AgentServiceClient;
-use futures::StreamExt;
 use serde::Serialize;
-use serde_json::{json, Value};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::Channel;
 
@@ -19,6 +17,10 @@ use crate::workload::{bench_request, RunResult};
 
 /// Concurrent streams per gRPC connection.
 const STREAMS_PER_CONNECTION: usize = 100;
+
+/// Runs each followed by the direct calls, after a lone run's case, for
+/// [`Report::over_floor_p50_ms`].
+const OVER_FLOOR_RUNS: usize = 100;
 
 /// A workload.
 #[derive(Debug, Clone)]
@@ -43,7 +45,7 @@ pub struct Case {
 
 /// The `authorization` header runs send, if the service requires one.
 #[derive(Clone, Default)]
-struct Credentials(Option<MetadataValue<Ascii>>);
+pub struct Credentials(Option<MetadataValue<Ascii>>);
 
 impl Credentials {
     /// A key made for the bench when `admin_token` is given.
@@ -107,6 +109,11 @@ pub struct Report {
     /// The service's CPU time (user + system) over the measured runs, per run: steadier
     /// than runs/s on a shared machine.
     pub cpu_per_run_ms: f64,
+    /// A lone run's latency (less its tool time) over the two model calls made directly
+    /// right after it, median of [`OVER_FLOOR_RUNS`] such pairs (see
+    /// [`crate::floor::over_floor`]); for one run at a time against the quick model only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub over_floor_p50_ms: Option<f64>,
     /// On PostgreSQL: its server processes' CPU time per run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub database_cpu_per_run_ms: Option<f64>,
@@ -118,7 +125,7 @@ pub struct Report {
     pub commits: Option<crate::commits::CommitBreakdown>,
 }
 
-fn millis(d: Duration) -> f64 {
+pub fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
@@ -160,7 +167,7 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
     } else {
         3
     };
-    let (floor_latency, floor_ttft) = direct_floor(mock.addr, samples).await?;
+    let (floor_latency, floor_ttft) = crate::floor::direct_floor(mock.addr, samples).await?;
     let channels = connect(service.addr, case.concurrency).await?;
     let credentials = Credentials::for_case(&channels[0], case.admin_token.as_deref()).await?;
     warm_up(&channels[0], &credentials).await;
@@ -203,6 +210,15 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
     let _ = sampler.await;
     let (_, hwm) = memory_kib(service.pid());
     let peak_rss = peak.load(Ordering::SeqCst).max(hwm);
+    // After the measured runs, so their CPU and throughput do not count the direct calls.
+    let lone_and_quick = case.concurrency == 1 && samples > 3 && !case.web;
+    let over_floor = match lone_and_quick {
+        true => Some(
+            crate::floor::over_floor(&channels[0], &credentials, mock.addr, OVER_FLOOR_RUNS)
+                .await?,
+        ),
+        false => None,
+    };
     let mut report = summarize(
         case,
         &results,
@@ -214,6 +230,7 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
     );
     let runs = results.len().max(1) as f64;
     report.cpu_per_run_ms = millis(cpu) / runs;
+    report.over_floor_p50_ms = over_floor;
     if let Some((cpu, commits)) = database_spent {
         report.database_cpu_per_run_ms = Some(millis(cpu) / runs);
         report.database_commits_per_run = Some(commits as f64 / runs);
@@ -265,6 +282,7 @@ fn summarize(
         peak_rss_mib: peak_rss as f64 / 1024.0,
         rss_per_run_kib: peak_rss.saturating_sub(idle_rss) as f64 / case.concurrency as f64,
         cpu_per_run_ms: 0.0,
+        over_floor_p50_ms: None,
         database_cpu_per_run_ms: None,
         database_commits_per_run: None,
         commits: None,
@@ -290,7 +308,10 @@ async fn warm_up(channel: &Channel, credentials: &Credentials) {
     }
 }
 
-async fn one_run(mut client: AgentServiceClient<Channel>, credentials: &Credentials) -> RunResult {
+pub async fn one_run(
+    mut client: AgentServiceClient<Channel>,
+    credentials: &Credentials,
+) -> RunResult {
     let started = Instant::now();
     let mut result = RunResult::new();
     let Ok(response) = client.run(credentials.request()).await else {
@@ -364,55 +385,6 @@ async fn sample_memory(pid: u32, peak: Arc<AtomicU64>, running: Arc<AtomicBool>)
     }
 }
 
-/// The same two model calls made directly: median full duration, and median time until
-/// the second call's first answer chunk.
-async fn direct_floor(llm: SocketAddr, samples: usize) -> anyhow::Result<(f64, f64)> {
-    let http = reqwest::Client::new();
-    let url = format!("http://{llm}/v1/chat/completions");
-    let tool = json!({"type": "function", "function": {"name": "current_time", "description": "time",
-        "parameters": {"type": "object", "properties": {}}}});
-    let first = json!({"model": "bench-model", "stream": true, "stream_options": {"include_usage": true},
-        "messages": [{"role": "user", "content": "What time is it?"}], "tools": [tool]});
-    let second = json!({"model": "bench-model", "stream": true, "stream_options": {"include_usage": true},
-        "messages": [{"role": "user", "content": "What time is it?"},
-                     {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function",
-                      "function": {"name": "current_time", "arguments": "{}"}}]},
-                     {"role": "tool", "tool_call_id": "c", "content": "12:00"}], "tools": [tool]});
-    let mut totals = Vec::new();
-    let mut firsts = Vec::new();
-    for _ in 0..samples {
-        let started = Instant::now();
-        read_stream(&http, &url, &first).await?;
-        let (first_chunk, _) = read_stream(&http, &url, &second).await?;
-        totals.push(millis(started.elapsed()));
-        firsts.push(millis(first_chunk.duration_since(started)));
-    }
-    Ok((
-        percentile(&sorted(totals), 50.0),
-        percentile(&sorted(firsts), 50.0),
-    ))
-}
-
-/// Reads a streamed answer; returns when its first content chunk and its end arrived.
-async fn read_stream(
-    http: &reqwest::Client,
-    url: &str,
-    body: &Value,
-) -> anyhow::Result<(Instant, Instant)> {
-    let response = http.post(url).json(body).send().await?;
-    let mut bytes = response.bytes_stream();
-    let mut first = None;
-    while let Some(chunk) = bytes.next().await {
-        let chunk = chunk?;
-        let needle = b"\"content\":\"w";
-        if first.is_none() && chunk.windows(needle.len()).any(|w| w == needle) {
-            first = Some(Instant::now());
-        }
-    }
-    let end = Instant::now();
-    Ok((first.unwrap_or(end), end))
-}
-
 /// The median repeat of a case, by throughput.
 pub fn median_report(mut reports: Vec<Report>) -> Report {
     reports.sort_by(|a, b| a.runs_per_sec.total_cmp(&b.runs_per_sec));
@@ -434,6 +406,14 @@ pub fn print_table(reports: &[Report]) {
             r.overhead_per_round_p50_ms, r.overhead_per_round_p99_ms, r.peak_rss_mib, r.rss_per_run_kib,
             r.cpu_per_run_ms
         );
+    }
+    for r in reports {
+        if let Some(over) = r.over_floor_p50_ms {
+            println!(
+                "{:<11} a run over the direct calls made right after it: {over:.2} ms (p50)",
+                r.case
+            );
+        }
     }
     for r in reports {
         if let (Some(cpu), Some(commits)) = (r.database_cpu_per_run_ms, r.database_commits_per_run)

@@ -1,0 +1,109 @@
+//! The floor: the same two model calls a run makes, made directly against the scripted
+//! model, so what the service adds can be told from what the model takes.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use agent_runner::pb::agent_service_client::AgentServiceClient;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use tonic::transport::Channel;
+
+use crate::measure::{millis, one_run, percentile, sorted, Credentials};
+
+/// The two calls of the bench's workload (a call of `current_time`, then the answer),
+/// made directly.
+pub struct Direct {
+    http: reqwest::Client,
+    url: String,
+    first: Value,
+    second: Value,
+}
+
+impl Direct {
+    pub fn new(llm: SocketAddr) -> Self {
+        let tool = json!({"type": "function", "function": {"name": "current_time", "description": "time",
+            "parameters": {"type": "object", "properties": {}}}});
+        let first = json!({"model": "bench-model", "stream": true, "stream_options": {"include_usage": true},
+            "messages": [{"role": "user", "content": "What time is it?"}], "tools": [tool]});
+        let second = json!({"model": "bench-model", "stream": true, "stream_options": {"include_usage": true},
+            "messages": [{"role": "user", "content": "What time is it?"},
+                         {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function",
+                          "function": {"name": "current_time", "arguments": "{}"}}]},
+                         {"role": "tool", "tool_call_id": "c", "content": "12:00"}], "tools": [tool]});
+        Self {
+            http: reqwest::Client::new(),
+            url: format!("http://{llm}/v1/chat/completions"),
+            first,
+            second,
+        }
+    }
+
+    /// Both calls, one after the other: their whole duration and the time until the
+    /// second one's first answer chunk, in milliseconds.
+    pub async fn pair(&self) -> anyhow::Result<(f64, f64)> {
+        let started = Instant::now();
+        self.read_stream(&self.first).await?;
+        let (first_chunk, _) = self.read_stream(&self.second).await?;
+        Ok((
+            millis(started.elapsed()),
+            millis(first_chunk.duration_since(started)),
+        ))
+    }
+
+    /// Reads a streamed answer; returns when its first content chunk and its end arrived.
+    async fn read_stream(&self, body: &Value) -> anyhow::Result<(Instant, Instant)> {
+        let response = self.http.post(&self.url).json(body).send().await?;
+        let mut bytes = response.bytes_stream();
+        let mut first = None;
+        while let Some(chunk) = bytes.next().await {
+            let chunk = chunk?;
+            let needle = b"\"content\":\"w";
+            if first.is_none() && chunk.windows(needle.len()).any(|w| w == needle) {
+                first = Some(Instant::now());
+            }
+        }
+        let end = Instant::now();
+        Ok((first.unwrap_or(end), end))
+    }
+}
+
+/// The floor before the load: median full duration, and median time until the second
+/// call's first answer chunk.
+pub async fn direct_floor(llm: SocketAddr, samples: usize) -> anyhow::Result<(f64, f64)> {
+    let direct = Direct::new(llm);
+    let mut totals = Vec::with_capacity(samples);
+    let mut firsts = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let (total, first) = direct.pair().await?;
+        totals.push(total);
+        firsts.push(first);
+    }
+    Ok((
+        percentile(&sorted(totals), 50.0),
+        percentile(&sorted(firsts), 50.0),
+    ))
+}
+
+/// What a lone run takes over the floor measured right beside it: each of `samples` runs
+/// is followed at once by the two calls made directly, and the median is taken of the
+/// run's latency less its tool time and less those calls. The floor measured once before
+/// the load moves with the machine between sittings by more than the service's own share;
+/// measured beside each run, it moves with the run.
+pub async fn over_floor(
+    channel: &Channel,
+    credentials: &Credentials,
+    llm: SocketAddr,
+    samples: usize,
+) -> anyhow::Result<f64> {
+    let direct = Direct::new(llm);
+    let mut over = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let run = one_run(AgentServiceClient::new(channel.clone()), credentials).await;
+        let (floor, _) = direct.pair().await?;
+        if run.ok {
+            over.push(millis(run.latency) - millis(run.tool_time) - floor);
+        }
+    }
+    Ok(percentile(&sorted(over), 50.0))
+}
