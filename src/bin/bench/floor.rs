@@ -2,14 +2,10 @@
 //! model, so what the service adds can be told from what the model takes.
 
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use agent_runner::pb::agent_service_client::AgentServiceClient;
 use futures::StreamExt;
 use serde_json::{json, Value};
-use tonic::transport::Channel;
-
-use crate::measure::{millis, one_run, percentile, sorted, Credentials};
 
 /// The two calls of the bench's workload (a call of `current_time`, then the answer),
 /// made directly.
@@ -40,15 +36,12 @@ impl Direct {
     }
 
     /// Both calls, one after the other: their whole duration and the time until the
-    /// second one's first answer chunk, in milliseconds.
-    pub async fn pair(&self) -> anyhow::Result<(f64, f64)> {
+    /// second one's first answer chunk.
+    pub async fn pair(&self) -> anyhow::Result<(Duration, Duration)> {
         let started = Instant::now();
         self.read_stream(&self.first).await?;
         let (first_chunk, _) = self.read_stream(&self.second).await?;
-        Ok((
-            millis(started.elapsed()),
-            millis(first_chunk.duration_since(started)),
-        ))
+        Ok((started.elapsed(), first_chunk.duration_since(started)))
     }
 
     /// Reads a streamed answer; returns when its first content chunk and its end arrived.
@@ -66,44 +59,4 @@ impl Direct {
         let end = Instant::now();
         Ok((first.unwrap_or(end), end))
     }
-}
-
-/// The floor before the load: median full duration, and median time until the second
-/// call's first answer chunk.
-pub async fn direct_floor(llm: SocketAddr, samples: usize) -> anyhow::Result<(f64, f64)> {
-    let direct = Direct::new(llm);
-    let mut totals = Vec::with_capacity(samples);
-    let mut firsts = Vec::with_capacity(samples);
-    for _ in 0..samples {
-        let (total, first) = direct.pair().await?;
-        totals.push(total);
-        firsts.push(first);
-    }
-    Ok((
-        percentile(&sorted(totals), 50.0),
-        percentile(&sorted(firsts), 50.0),
-    ))
-}
-
-/// What a lone run takes over the floor measured right beside it: each of `samples` runs
-/// is followed at once by the two calls made directly, and the median is taken of the
-/// run's latency less its tool time and less those calls. The floor measured once before
-/// the load moves with the machine between sittings by more than the service's own share;
-/// measured beside each run, it moves with the run.
-pub async fn over_floor(
-    channel: &Channel,
-    credentials: &Credentials,
-    llm: SocketAddr,
-    samples: usize,
-) -> anyhow::Result<f64> {
-    let direct = Direct::new(llm);
-    let mut over = Vec::with_capacity(samples);
-    for _ in 0..samples {
-        let run = one_run(AgentServiceClient::new(channel.clone()), credentials).await;
-        let (floor, _) = direct.pair().await?;
-        if run.ok {
-            over.push(millis(run.latency) - millis(run.tool_time) - floor);
-        }
-    }
-    Ok(percentile(&sorted(over), 50.0))
 }

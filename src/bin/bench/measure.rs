@@ -12,6 +12,7 @@ use serde::Serialize;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::Channel;
 
+use crate::floor::Direct;
 use crate::processes::{cpu_time, memory_kib, start_mock_with, start_service_with};
 use crate::workload::{bench_request, RunResult};
 
@@ -45,7 +46,7 @@ pub struct Case {
 
 /// The `authorization` header runs send, if the service requires one.
 #[derive(Clone, Default)]
-pub struct Credentials(Option<MetadataValue<Ascii>>);
+struct Credentials(Option<MetadataValue<Ascii>>);
 
 impl Credentials {
     /// A key made for the bench when `admin_token` is given.
@@ -111,7 +112,7 @@ pub struct Report {
     pub cpu_per_run_ms: f64,
     /// A lone run's latency (less its tool time) over the two model calls made directly
     /// right after it, median of [`OVER_FLOOR_RUNS`] such pairs (see
-    /// [`crate::floor::over_floor`]); for one run at a time against the quick model only.
+    /// [`over_floor`]); for one run at a time against the quick model only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub over_floor_p50_ms: Option<f64>,
     /// On PostgreSQL: its server processes' CPU time per run.
@@ -125,7 +126,7 @@ pub struct Report {
     pub commits: Option<crate::commits::CommitBreakdown>,
 }
 
-pub fn millis(d: Duration) -> f64 {
+fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
@@ -167,7 +168,7 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
     } else {
         3
     };
-    let (floor_latency, floor_ttft) = crate::floor::direct_floor(mock.addr, samples).await?;
+    let (floor_latency, floor_ttft) = direct_floor(mock.addr, samples).await?;
     let channels = connect(service.addr, case.concurrency).await?;
     let credentials = Credentials::for_case(&channels[0], case.admin_token.as_deref()).await?;
     warm_up(&channels[0], &credentials).await;
@@ -212,12 +213,10 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
     let peak_rss = peak.load(Ordering::SeqCst).max(hwm);
     // After the measured runs, so their CPU and throughput do not count the direct calls.
     let lone_and_quick = case.concurrency == 1 && samples > 3 && !case.web;
-    let over_floor = match lone_and_quick {
-        true => Some(
-            crate::floor::over_floor(&channels[0], &credentials, mock.addr, OVER_FLOOR_RUNS)
-                .await?,
-        ),
-        false => None,
+    let over_floor = if lone_and_quick {
+        Some(over_floor(&channels[0], &credentials, mock.addr, OVER_FLOOR_RUNS).await?)
+    } else {
+        None
     };
     let mut report = summarize(
         case,
@@ -308,10 +307,7 @@ async fn warm_up(channel: &Channel, credentials: &Credentials) {
     }
 }
 
-pub async fn one_run(
-    mut client: AgentServiceClient<Channel>,
-    credentials: &Credentials,
-) -> RunResult {
+async fn one_run(mut client: AgentServiceClient<Channel>, credentials: &Credentials) -> RunResult {
     let started = Instant::now();
     let mut result = RunResult::new();
     let Ok(response) = client.run(credentials.request()).await else {
@@ -383,6 +379,46 @@ async fn sample_memory(pid: u32, peak: Arc<AtomicU64>, running: Arc<AtomicBool>)
         peak.fetch_max(rss, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The floor before the load: median full duration, and median time until the second
+/// call's first answer chunk.
+async fn direct_floor(llm: SocketAddr, samples: usize) -> anyhow::Result<(f64, f64)> {
+    let direct = Direct::new(llm);
+    let mut totals = Vec::with_capacity(samples);
+    let mut firsts = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let (total, first) = direct.pair().await?;
+        totals.push(millis(total));
+        firsts.push(millis(first));
+    }
+    Ok((
+        percentile(&sorted(totals), 50.0),
+        percentile(&sorted(firsts), 50.0),
+    ))
+}
+
+/// What a lone run takes over the floor measured right beside it: each of `samples` runs
+/// is followed at once by the two calls made directly, and the median is taken of the
+/// run's latency less its tool time and less those calls. The floor measured once before
+/// the load moves with the machine between sittings by more than the service's own share;
+/// measured beside each run, it moves with the run.
+async fn over_floor(
+    channel: &Channel,
+    credentials: &Credentials,
+    llm: SocketAddr,
+    samples: usize,
+) -> anyhow::Result<f64> {
+    let direct = Direct::new(llm);
+    let mut over = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let run = one_run(AgentServiceClient::new(channel.clone()), credentials).await;
+        let (floor, _) = direct.pair().await?;
+        if run.ok {
+            over.push(millis(run.latency) - millis(run.tool_time) - millis(floor));
+        }
+    }
+    Ok(percentile(&sorted(over), 50.0))
 }
 
 /// The median repeat of a case, by throughput.
