@@ -229,11 +229,6 @@ pub fn start(backend: Weak<Postgres>, count: usize, tasks: &Tasks) -> mpsc::Unbo
     jobs
 }
 
-/// How long a committer's connection may sit idle and still be used untested: longer, it
-/// is tested first (one round trip). A connection in use this recently is known to be
-/// alive, as pools such as HikariCP assume by default (half a second there too).
-const ALIVE_WITHOUT_TEST: Duration = Duration::from_millis(500);
-
 /// A committer's connection, kept from one commit to the next. Taken from the pool and
 /// given back each time, a connection cost two round trips more per commit: the pool tests
 /// it as it comes back and before it hands it out again. Kept, a commit is one round trip.
@@ -252,7 +247,7 @@ impl Kept {
         pool: &PgPool,
     ) -> Result<(PoolConnection<sqlx::Postgres>, bool), sqlx::Error> {
         let kept = match self.0.take() {
-            Some((connection, used)) if used.elapsed() <= ALIVE_WITHOUT_TEST => {
+            Some((connection, used)) if used.elapsed() <= super::ALIVE_WITHOUT_TEST => {
                 return Ok((connection, true));
             }
             kept => kept,

@@ -90,11 +90,15 @@ impl crate::store::contract::Conversations for Postgres {
     /// One transaction, committed without waiting for its WAL flush: the run's first
     /// burst commits synchronously after it, which makes it durable too. The place is taken
     /// under a transaction-scoped advisory lock on the conversation. It waits its turn among
-    /// the starts in flight first.
-    async fn insert_message(&self, new: NewMessage<'_>) -> Result<Inserted, StoreError> {
+    /// the starts in flight first. Without a tenant limit, and unless the conversation has
+    /// a live message its rule reads, that transaction is one call (see `start.rs`).
+    async fn insert_message(&self, mut new: NewMessage<'_>) -> Result<Inserted, StoreError> {
         let began = std::time::Instant::now();
         let _turn = self.start_turn(began).await?;
         self.bounded(async move {
+            if let Some(inserted) = self.start_in_one_call(&mut new, began).await? {
+                return Ok(inserted);
+            }
             let NewMessage {
                 tenant,
                 conversation,
@@ -530,11 +534,7 @@ impl Postgres {
         .bind(tenant.as_str())
         .bind(conversation.map_or(message.conversation_id.0, |conversation| conversation.id.0))
         .bind(record)
-        .bind(format!(
-            "{}\u{1}{}",
-            tenant.as_str(),
-            message.conversation_id.0
-        ))
+        .bind(super::start::conversation_lock(tenant, message))
         .execute(&mut **tx)
         .await
         .map_err(|err| self.failed(err))?;
@@ -650,7 +650,7 @@ impl Postgres {
     }
 
     /// What an idempotency key points at, after another request took it.
-    async fn get_idempotency_now(
+    pub(super) async fn get_idempotency_now(
         &self,
         tenant: &Tenant,
         key: &str,

@@ -17,6 +17,7 @@ mod records;
 mod registry;
 mod replicas;
 mod run_index;
+mod start;
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,6 +65,14 @@ pub fn with_database(url: &str, database: &str) -> String {
         query => format!("{server}/{database}?{query}"),
     }
 }
+
+/// How long a connection may sit idle and still be used untested: longer, it is tested
+/// first (one round trip). A connection in use this recently is known to be alive, as
+/// pools such as HikariCP assume by default (half a second there too). A connection the
+/// server ended within that fails the statement it is used for, as one ended mid-statement
+/// would: a commit, and a start in one call, are made once more on another; any other call
+/// is refused as unavailable, to be tried again.
+const ALIVE_WITHOUT_TEST: Duration = Duration::from_millis(500);
 
 /// How often a call waiting past its patience checks that the database still answers.
 const CHECK_ANSWERED: Duration = Duration::from_millis(250);
@@ -152,6 +161,17 @@ impl Postgres {
         let step = settings.statement_timeout.max(Duration::from_secs(1));
         let pool = PgPoolOptions::new()
             .max_connections(settings.pool_size.max(1))
+            // The pool would test every connection it hands out (a round trip before each
+            // call's first statement): only one that sat idle for long is.
+            .test_before_acquire(false)
+            .before_acquire(|connection, meta| {
+                Box::pin(async move {
+                    if meta.idle_for > ALIVE_WITHOUT_TEST {
+                        sqlx::Connection::ping(connection).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .acquire_timeout(step.min(settings.pool_wait))
             .connect_with(options.clone())
             .await
@@ -462,6 +482,11 @@ fn migrator() -> Migrator {
             include_str!("migrations/0007_live_in_conversation.sql"),
         ),
         (8, "queued", include_str!("migrations/0008_queued.sql")),
+        (
+            9,
+            "start_in_one_call",
+            include_str!("migrations/0009_start_in_one_call.sql"),
+        ),
     ];
     Migrator::with_migrations(
         steps
@@ -636,5 +661,7 @@ impl std::fmt::Debug for Postgres {
     }
 }
 
+#[cfg(test)]
+mod start_tests;
 #[cfg(test)]
 mod tests;

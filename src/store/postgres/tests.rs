@@ -25,7 +25,7 @@ fn admin_url() -> String {
 }
 
 /// Databases made for one test, dropped with it.
-struct Databases {
+pub(super) struct Databases {
     admin: String,
     made: Mutex<Vec<String>>,
     key: SecretKey,
@@ -34,7 +34,7 @@ struct Databases {
 
 impl Databases {
     /// `None` (the test is skipped) when PostgreSQL cannot be reached outside CI.
-    async fn new() -> Option<Self> {
+    pub(super) async fn new() -> Option<Self> {
         let turn = ONE_AT_A_TIME.lock().await;
         let admin = admin_url();
         let reached =
@@ -75,6 +75,11 @@ impl Databases {
             lease: Duration::from_secs(2),
             notify: true,
         }
+    }
+
+    /// The URL of the database made last.
+    pub(super) fn url(&self) -> String {
+        super::with_database(&self.admin, &self.last())
     }
 
     fn last(&self) -> String {
@@ -344,7 +349,7 @@ fn urls_name_another_database_and_show_no_password() {
 
 /// A store of its own on a fresh database, with `edit` made to its settings, and its
 /// backend (for the pool) and settings.
-async fn own_store(
+pub(super) async fn own_store(
     databases: &Databases,
     edit: impl FnOnce(&mut Settings),
 ) -> (std::sync::Arc<Postgres>, Store, Settings) {
@@ -584,7 +589,7 @@ async fn a_burst_beside_a_long_commit_lands_with_many_committers() {
 
 /// Ends every session on the test's database but the caller's, as a server's operator or
 /// its restart would, and waits until they are gone.
-async fn end_every_session(databases: &Databases) {
+pub(super) async fn end_every_session(databases: &Databases) {
     let mut admin = PgConnection::connect(&databases.admin).await.unwrap();
     let (ended,): (i64,) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_stat_activity \
