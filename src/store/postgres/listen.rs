@@ -104,7 +104,11 @@ impl Postgres {
         }
         // One step of the pool's wait, not a call's whole wait: a notice late by that much
         // is worth less than the run's pace, and followers read the events once stored.
-        let Ok(mut connection) = self.pool.acquire().await else {
+        let connection = match self.warm.take() {
+            Some(warm) => Ok(warm),
+            None => self.pool.acquire().await,
+        };
+        let Ok(mut connection) = connection else {
             tracing::debug!("unstored events were not sent to peers: the pool is busy");
             return;
         };

@@ -18,6 +18,7 @@ mod registry;
 mod replicas;
 mod run_index;
 mod start;
+mod warm;
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -84,6 +85,8 @@ pub struct Postgres {
     pool: PgPool,
     /// `[store] pool_wait_ms`.
     pool_wait: Duration,
+    /// Connections starts gave back lately, handed out before the pool's.
+    warm: warm::Warm,
     /// Starts in flight at once: three quarters of the pool, so a burst of starts leaves
     /// the rest to the reads of the runs already going (their followers, their history).
     starts: tokio::sync::Semaphore,
@@ -201,6 +204,7 @@ impl Postgres {
         let backend = Arc::new_cyclic(|backend| Self {
             pool,
             pool_wait: settings.pool_wait,
+            warm: warm::Warm::default(),
             starts: tokio::sync::Semaphore::new(
                 usize::try_from(settings.pool_size.saturating_mul(3) / 4)
                     .unwrap_or(usize::MAX)
@@ -255,7 +259,8 @@ impl Postgres {
             .map_err(|err| self.failed(err))
     }
 
-    /// A connection of the pool for a call. While none comes free and the database
+    /// A connection for a call: one a start gave back lately (see `warm.rs`), else the
+    /// pool's. While none comes free and the database
     /// answers, the call waits, up to `[store] pool_wait_ms` (its own deadline may
     /// end it first): a burst queues rather than being refused. Each wait for a connection
     /// is bounded as a statement is, so a database that fell silent (a connection's check
@@ -270,6 +275,9 @@ impl Postgres {
         &self,
         began: Instant,
     ) -> Result<PoolConnection<sqlx::Postgres>, StoreError> {
+        if let Some(warm) = self.warm.take() {
+            return Ok(warm);
+        }
         loop {
             let err = match self.pool.acquire().await {
                 Ok(connection) => {
@@ -587,6 +595,7 @@ impl crate::store::contract::Health for Postgres {
     /// listener, then gives the replica id up.
     async fn stop(&self, within: Duration) {
         let started = Instant::now();
+        self.warm.clear();
         if !self.tasks.stop(within).await {
             tracing::warn!(?within, "the store's own tasks did not stop in time");
         }

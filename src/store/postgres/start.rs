@@ -90,9 +90,11 @@ impl Postgres {
             connection = self.connection_since(began).await?;
             answer = call(true).fetch_one(&mut *connection).await;
         }
-        drop(connection);
         let (outcome, seq, ordinal) = match answer {
-            Ok(answer) => answer,
+            Ok(answer) => {
+                self.warm.give_back(connection);
+                answer
+            }
             Err(sqlx::Error::Database(db))
                 if db.code().as_deref() == Some(LIVE_IN_CONVERSATION) =>
             {

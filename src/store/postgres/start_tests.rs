@@ -36,6 +36,25 @@ async fn a_start_right_after_the_server_ended_its_connection_lands() {
     assert_eq!(seqs, [1, 2, 3], "each start written once");
 }
 
+/// A connection a start gave back serves the next call untested only while it is warm:
+/// after a pause, one the server ended meanwhile goes back to the pool, which finds it dead
+/// and opens another, so a read (which is not made twice) is answered.
+#[tokio::test]
+async fn a_connection_given_back_is_tested_once_cold() {
+    let Some(databases) = Databases::new().await else {
+        return;
+    };
+    let (_backend, store, _) = own_store(&databases, |settings| settings.pool_size = 1).await;
+    let opening = conversation(&tenant());
+    let first = start(&store, opening.id, Some(&opening)).await;
+    end_every_session(&databases).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let read = store.get_message(&tenant(), first.id).await.unwrap();
+    assert_eq!(read.map(|read| read.id), Some(first.id));
+    let next = start(&store, opening.id, None).await;
+    assert_eq!(next.seq, 2);
+}
+
 /// The call made again after its first try landed (its answer lost with the connection)
 /// finds that message and answers its place: nothing is written twice and the idempotency
 /// key it took stays its own.

@@ -408,7 +408,7 @@ async fn a_busy_pool_refuses_a_start_without_marking_the_store_unwritable() {
         settings.statement_timeout = Duration::from_secs(1);
     })
     .await;
-    let held = backend.pool.acquire().await.unwrap();
+    let held = backend.connection().await.unwrap();
     let opening = conversation(&tenant());
 
     let refused = refused_start(&store, opening.id, Some(&opening)).await;
@@ -438,7 +438,7 @@ async fn a_start_waits_for_a_connection_to_come_free() {
         settings.pool_wait = Duration::from_secs(20);
     })
     .await;
-    let held = backend.pool.acquire().await.unwrap();
+    let held = backend.connection().await.unwrap();
     let released = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(500)).await;
         drop(held);
@@ -524,7 +524,7 @@ async fn commits_do_not_queue_behind_calls_waiting_for_the_pool() {
         return;
     };
     let (backend, store, run) = patient_store_with_a_run(&databases, 1).await;
-    let held = backend.pool.acquire().await.unwrap();
+    let held = backend.connection().await.unwrap();
     let waiting = start_elsewhere(&store);
     let burst = Burst {
         records: Vec::new(),
