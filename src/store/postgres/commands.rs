@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
-use super::conversations::FIRST_EPOCH;
 use super::error::{codec, from_sqlx};
+use super::start::FIRST_EPOCH;
 use super::Postgres;
 use crate::domain::{Adoption, EventEnvelope, Lease, MessageId, RunCommand, Tenant};
 use crate::store::contract::{Fence, Heard, ReplicaEntry, Swept, TakenCommand};

@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use super::error::from_sqlx;
 use super::paged::{decode, encode, Paged};
+use super::start::FIRST_EPOCH;
 use super::Postgres;
 use crate::domain::{
     Conversation, ConversationId, IdempotencyRecord, Message, MessageId, PastMessage, Tenant,
@@ -29,9 +30,6 @@ struct Place {
     ordinal: i64,
     live: Option<MessageId>,
 }
-
-/// The epoch a run starts with on its first owner.
-pub(super) const FIRST_EPOCH: i64 = 1;
 
 impl Postgres {
     pub(super) async fn read_message<T: serde::de::DeserializeOwned>(
@@ -73,18 +71,7 @@ impl crate::store::contract::Conversations for Postgres {
         tenant: &Tenant,
         key: &str,
     ) -> Result<Option<IdempotencyRecord>, StoreError> {
-        let row: Option<(Uuid, String)> = sqlx::query_as(
-            "SELECT message_id, fingerprint FROM idempotency_keys WHERE tenant = $1 AND key = $2",
-        )
-        .bind(tenant.as_str())
-        .bind(key)
-        .fetch_optional(&mut *self.connection().await?)
-        .await
-        .map_err(from_sqlx)?;
-        Ok(row.map(|(id, fingerprint)| IdempotencyRecord {
-            message_id: MessageId(id),
-            fingerprint,
-        }))
+        self.read_idempotency(tenant, key).await
     }
 
     /// One transaction, committed without waiting for its WAL flush: the run's first
@@ -647,17 +634,5 @@ impl Postgres {
             }));
         }
         Ok(None)
-    }
-
-    /// What an idempotency key points at, after another request took it.
-    pub(super) async fn get_idempotency_now(
-        &self,
-        tenant: &Tenant,
-        key: &str,
-    ) -> Result<IdempotencyRecord, StoreError> {
-        use crate::store::contract::Conversations as _;
-        self.get_idempotency(tenant, key)
-            .await?
-            .ok_or_else(|| super::unavailable("an idempotency key was taken and then released"))
     }
 }

@@ -1,12 +1,15 @@
-//! A new message written in one round trip, when nothing about it needs deciding in the
-//! service.
+//! Starting a run: its message written in one round trip when nothing about it needs
+//! deciding in the service, the idempotency key a start may find taken, and the epoch a
+//! run starts at.
 
 use std::time::Instant;
 
-use super::error::is_connection_lost;
+use uuid::Uuid;
+
+use super::error::{from_sqlx, is_connection_lost};
 use super::paged::encode;
 use super::Postgres;
-use crate::domain::{Message, Tenant};
+use crate::domain::{IdempotencyRecord, Message, MessageId, Tenant};
 use crate::store::contract::{Inserted, NewMessage};
 use crate::store::error::StoreError;
 
@@ -19,12 +22,46 @@ pub(super) const START: &str =
     "SELECT outcome, placed_seq, placed_ordinal FROM agent_runner_start(\
     $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)";
 
+/// The epoch a run starts with on its first owner.
+pub(super) const FIRST_EPOCH: i64 = 1;
+
 /// The key of a conversation's advisory lock, under which a message takes its place.
 pub(super) fn conversation_lock(tenant: &Tenant, message: &Message) -> String {
     format!("{}\u{1}{}", tenant.as_str(), message.conversation_id.0)
 }
 
 impl Postgres {
+    /// What an idempotency key points at.
+    pub(super) async fn read_idempotency(
+        &self,
+        tenant: &Tenant,
+        key: &str,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let row: Option<(Uuid, String)> = sqlx::query_as(
+            "SELECT message_id, fingerprint FROM idempotency_keys WHERE tenant = $1 AND key = $2",
+        )
+        .bind(tenant.as_str())
+        .bind(key)
+        .fetch_optional(&mut *self.connection().await?)
+        .await
+        .map_err(from_sqlx)?;
+        Ok(row.map(|(id, fingerprint)| IdempotencyRecord {
+            message_id: MessageId(id),
+            fingerprint,
+        }))
+    }
+
+    /// What an idempotency key points at, after another request took it.
+    pub(super) async fn get_idempotency_now(
+        &self,
+        tenant: &Tenant,
+        key: &str,
+    ) -> Result<IdempotencyRecord, StoreError> {
+        self.read_idempotency(tenant, key)
+            .await?
+            .ok_or_else(|| super::unavailable("an idempotency key was taken and then released"))
+    }
+
     /// Writes `new` in one call, when no tenant limit applies to it: `None` when the
     /// conversation has a live message its rule reads, which the caller decides in a
     /// transaction of its own. A call whose connection was lost is made once more on
@@ -71,7 +108,7 @@ impl Postgres {
                 .bind(tail)
                 .bind(spec.as_str())
                 .bind(&self.identity.id)
-                .bind(super::conversations::FIRST_EPOCH)
+                .bind(FIRST_EPOCH)
                 .bind(agent)
                 .bind(message.parent.as_ref().map(|parent| parent.message_id.0))
                 .bind(lock.as_str())
