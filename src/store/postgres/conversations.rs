@@ -77,8 +77,8 @@ impl crate::store::contract::Conversations for Postgres {
     /// One transaction, committed without waiting for its WAL flush: the run's first
     /// burst commits synchronously after it, which makes it durable too. The place is taken
     /// under a transaction-scoped advisory lock on the conversation. It waits its turn among
-    /// the starts in flight first. Without a tenant limit, and unless the conversation has
-    /// a live message its rule reads, that transaction is one call (see `start.rs`).
+    /// the starts in flight first. Unless the tenant is at a limit or the conversation has a
+    /// live message its rule reads, that transaction is one call (see `start.rs`).
     async fn insert_message(&self, mut new: NewMessage<'_>) -> Result<Inserted, StoreError> {
         let began = std::time::Instant::now();
         let _turn = self.start_turn(began).await?;
@@ -588,9 +588,8 @@ impl Postgres {
             return Ok(None);
         }
         let failed = |err| self.failed(err);
-        let lock = if child { "children" } else { "admission" };
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-            .bind(format!("{}\u{2}{lock}", tenant.as_str()))
+            .bind(super::start::admission_lock(tenant, child))
             .execute(&mut **tx)
             .await
             .map_err(failed)?;

@@ -13,17 +13,24 @@ use crate::domain::{IdempotencyRecord, Message, MessageId, Tenant};
 use crate::store::contract::{Inserted, NewMessage};
 use crate::store::error::StoreError;
 
-/// What the database raises when the conversation has a live message that the start's rule
-/// reads: the service takes the way that decides.
-const LIVE_IN_CONVERSATION: &str = "LIVE0";
+/// What the database raises when the start needs the way that decides: the conversation
+/// has a live message that the start's rule reads, or the tenant is at one of its limits.
+const DECIDED_HERE: [&str; 2] = ["LIVE0", "LIMIT"];
 
-/// The call: `agent_runner_start` (migration 0009).
+/// The call: `agent_runner_start` (migrations 0009 and 0010).
 pub(super) const START: &str =
     "SELECT outcome, placed_seq, placed_ordinal FROM agent_runner_start(\
-    $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)";
+    $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)";
 
 /// The epoch a run starts with on its first owner.
 pub(super) const FIRST_EPOCH: i64 = 1;
+
+/// The key of the advisory lock under which the tenant's starts are counted against its
+/// limits: its sub-agents' (`child`) apart from its top-level ones.
+pub(super) fn admission_lock(tenant: &Tenant, child: bool) -> String {
+    let lock = if child { "children" } else { "admission" };
+    format!("{}\u{2}{lock}", tenant.as_str())
+}
 
 /// The key of a conversation's advisory lock, under which a message takes its place.
 pub(super) fn conversation_lock(tenant: &Tenant, message: &Message) -> String {
@@ -62,9 +69,10 @@ impl Postgres {
             .ok_or_else(|| super::unavailable("an idempotency key was taken and then released"))
     }
 
-    /// Writes `new` in one call, when no tenant limit applies to it: `None` when the
-    /// conversation has a live message its rule reads, which the caller decides in a
-    /// transaction of its own. A call whose connection was lost is made once more on
+    /// Writes `new` in one call, counted against the tenant's limits as the caller's own
+    /// transaction would count it: `None` when the conversation has a live message its
+    /// rule reads, or the tenant is at a limit, which the caller decides (and says why) in
+    /// a transaction of its own. A call whose connection was lost is made once more on
     /// another; the first try's message, if it landed, is found by its id, never written
     /// twice.
     pub(super) async fn start_in_one_call(
@@ -73,9 +81,10 @@ impl Postgres {
         began: Instant,
     ) -> Result<Option<Inserted>, StoreError> {
         let child = new.message.parent.is_some();
-        if !(new.admission.unlimited() || (child && new.admission.max_children == 0)) {
-            return Ok(None);
-        }
+        let admission = new.admission;
+        let limits = (!(admission.unlimited() || (child && admission.max_children == 0)))
+            .then(|| admission_lock(new.tenant, child));
+        let limit = |value: u32| i32::try_from(value).unwrap_or(i32::MAX);
         new.message.seq = 0;
         new.message.ordinal = 0;
         let record = encode("messages", &*new.message)?;
@@ -116,6 +125,11 @@ impl Postgres {
                 .bind(key)
                 .bind(fingerprint)
                 .bind(again)
+                .bind(limits.as_deref())
+                .bind(child)
+                .bind(limit(admission.max_running))
+                .bind(limit(admission.per_minute))
+                .bind(limit(admission.max_children))
         };
         self.check_writable()?;
         let mut connection = self.connection_since(began).await?;
@@ -133,7 +147,9 @@ impl Postgres {
                 answer
             }
             Err(sqlx::Error::Database(db))
-                if db.code().as_deref() == Some(LIVE_IN_CONVERSATION) =>
+                if db
+                    .code()
+                    .is_some_and(|code| DECIDED_HERE.contains(&code.as_ref())) =>
             {
                 return Ok(None)
             }

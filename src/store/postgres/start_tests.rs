@@ -10,6 +10,7 @@ use crate::domain::{ConversationId, Message};
 use crate::store::conformance::{insert, start, tenant, Harness};
 use crate::store::contract::{Admission, Inserted, NewMessage};
 use crate::store::test_records::{conversation, running_message};
+use crate::store::ConversationRule;
 use crate::store::Store;
 
 /// A start on a connection the server ended a moment before (too recently used for the pool
@@ -118,6 +119,11 @@ async fn call(
         .bind(Some("the key"))
         .bind(Some("its fingerprint"))
         .bind(again)
+        .bind(None::<&str>)
+        .bind(false)
+        .bind(0_i32)
+        .bind(0_i32)
+        .bind(0_i32)
         .fetch_one(connection)
         .await
         .unwrap()
@@ -146,9 +152,10 @@ async fn after_an_unknown_ordinal_the_ordinal_stays_unknown() {
     assert_eq!(read.map(|read| (read.seq, read.ordinal)), Some((2, 0)));
 }
 
-/// Starts in one call and starts under a tenant limit (which take the way that decides)
-/// in one conversation at once: every one lands, in consecutive places, none waiting on
-/// another for good (both ways take the idempotency key before the conversation's lock).
+/// Starts in one call, with and without a tenant limit, and starts whose rule reads the
+/// conversation's live messages (which take the way that decides, and queue), in one
+/// conversation at once: every one lands, in consecutive places, none waiting on another
+/// for good (every way takes the key, then the tenant's lock, then the conversation's).
 #[tokio::test]
 async fn starts_in_one_call_and_decided_ones_share_a_conversation() {
     let Some(databases) = Databases::new().await else {
@@ -157,24 +164,34 @@ async fn starts_in_one_call_and_decided_ones_share_a_conversation() {
     let (_backend, store, _) = own_store(&databases, |settings| settings.pool_size = 4).await;
     let opening = conversation(&tenant());
     start(&store, opening.id, Some(&opening)).await;
-    let limited = Admission {
-        max_running: 1_000,
-        ..Admission::default()
-    };
+    let kinds = [
+        Admission::default(),
+        Admission {
+            max_running: 1_000,
+            ..Admission::default()
+        },
+        Admission {
+            rule: ConversationRule::Queue { max_queued: 100 },
+            ..Admission::default()
+        },
+    ];
     let starts: Vec<_> = (0..40)
         .map(|i| {
             let store = store.clone();
-            let admission = if i % 2 == 0 {
-                limited
-            } else {
-                Admission::default()
-            };
-            tokio::spawn(async move { keyed_start(&store, opening.id, admission, i).await })
+            let admission = kinds[i % kinds.len()];
+            let started =
+                tokio::spawn(async move { keyed_start(&store, opening.id, admission, i).await });
+            (admission, started)
         })
         .collect();
     let all = async {
-        for started in starts {
-            assert_eq!(started.await.unwrap(), Inserted::Yes);
+        for (admission, started) in starts {
+            let inserted = started.await.unwrap();
+            if admission.rule.checks() {
+                assert!(matches!(inserted, Inserted::Queued { .. }), "{inserted:?}");
+            } else {
+                assert_eq!(inserted, Inserted::Yes);
+            }
         }
     };
     tokio::time::timeout(Duration::from_secs(30), all)
