@@ -192,6 +192,12 @@ impl Admission {
     pub fn unlimited(&self) -> bool {
         self.max_running == 0 && self.per_minute == 0 && self.max_children == 0
     }
+
+    /// Whether a new message, a sub-agent's (`child`) or a top-level one, is counted against
+    /// a tenant limit at all.
+    pub fn counts(&self, child: bool) -> bool {
+        !(self.unlimited() || (child && self.max_children == 0))
+    }
 }
 
 /// Whether a new message was written.

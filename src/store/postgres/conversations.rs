@@ -584,7 +584,7 @@ impl Postgres {
         admission: Admission,
         child: bool,
     ) -> Result<Option<Refusal>, StoreError> {
-        if admission.unlimited() || (child && admission.max_children == 0) {
+        if !admission.counts(child) {
             return Ok(None);
         }
         let failed = |err| self.failed(err);

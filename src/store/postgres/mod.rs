@@ -495,11 +495,6 @@ fn migrator() -> Migrator {
             "start_in_one_call",
             include_str!("migrations/0009_start_in_one_call.sql"),
         ),
-        (
-            10,
-            "start_under_limits",
-            include_str!("migrations/0010_start_under_limits.sql"),
-        ),
     ];
     Migrator::with_migrations(
         steps

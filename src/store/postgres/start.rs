@@ -17,7 +17,7 @@ use crate::store::error::StoreError;
 /// has a live message that the start's rule reads, or the tenant is at one of its limits.
 const DECIDED_HERE: [&str; 2] = ["LIVE0", "LIMIT"];
 
-/// The call: `agent_runner_start` (migrations 0009 and 0010).
+/// The call: `agent_runner_start` (migration 0009).
 pub(super) const START: &str =
     "SELECT outcome, placed_seq, placed_ordinal FROM agent_runner_start(\
     $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)";
@@ -82,7 +82,8 @@ impl Postgres {
     ) -> Result<Option<Inserted>, StoreError> {
         let child = new.message.parent.is_some();
         let admission = new.admission;
-        let limits = (!(admission.unlimited() || (child && admission.max_children == 0)))
+        let limits = admission
+            .counts(child)
             .then(|| admission_lock(new.tenant, child));
         let limit = |value: u32| i32::try_from(value).unwrap_or(i32::MAX);
         new.message.seq = 0;
@@ -121,7 +122,7 @@ impl Postgres {
                 .bind(agent)
                 .bind(message.parent.as_ref().map(|parent| parent.message_id.0))
                 .bind(lock.as_str())
-                .bind(new.admission.rule.checks())
+                .bind(admission.rule.checks())
                 .bind(key)
                 .bind(fingerprint)
                 .bind(again)

@@ -2,12 +2,16 @@
 -- conversation's lock, its place, the insert, COMMIT). Each statement of a volatile function
 -- reads with a snapshot of its own, so the place is read after the lock is held, as it was
 -- in a statement after the lock's. It writes only when the start needs nothing decided by
--- the service: when the conversation has a live message and `p_alone` says the rule reads
--- it, it raises `LIVE0` (everything it wrote is rolled back) and the service takes the way
--- that decides. The record is `p_head`, the place's seq (and its ordinal unless 0), then
--- `p_tail`: the service's own JSON with its place written in. `p_again`: a second try after
--- the first one's connection was lost; a message already written with this id, by this
--- owner in this conversation, is the first try's, and its place is answered.
+-- the service; otherwise it raises, everything it wrote is rolled back, and the service takes
+-- the way that decides: `LIVE0` when the conversation has a live message and `p_alone` says
+-- the rule reads it, `LIMIT` when the tenant is at one of its limits. `p_limits` names the
+-- tenant's admission lock, or is null when no limit applies to the message; with it, the
+-- tenant's running messages (for a sub-agent's message, `p_child`, its running sub-agents'
+-- messages) and its starts in the last minute are counted under that lock, as the service's
+-- own transaction counts them. The record is `p_head`, the place's seq (and its ordinal
+-- unless 0), then `p_tail`: the service's own JSON with its place written in. `p_again`: a
+-- second try after the first one's connection was lost; a message already written with this
+-- id, by this owner in this conversation, is the first try's, and its place is answered.
 CREATE FUNCTION agent_runner_start(
     p_tenant text,
     p_id uuid,
@@ -25,6 +29,11 @@ CREATE FUNCTION agent_runner_start(
     p_key text,
     p_fingerprint text,
     p_again boolean,
+    p_limits text,
+    p_child boolean,
+    p_max_running integer,
+    p_per_minute integer,
+    p_max_children integer,
     OUT outcome text,
     OUT placed_seq bigint,
     OUT placed_ordinal bigint
@@ -46,6 +55,27 @@ BEGIN
         IF NOT FOUND THEN
             outcome := 'key_taken';
             RETURN;
+        END IF;
+    END IF;
+    IF p_limits IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(hashtextextended(p_limits, 0));
+        IF p_child THEN
+            IF (SELECT count(*) FROM messages m
+                    WHERE m.tenant = p_tenant AND m.running AND m.parent_id IS NOT NULL)
+                    >= p_max_children THEN
+                RAISE EXCEPTION 'over the tenant''s limit of sub-agents' USING ERRCODE = 'LIMIT';
+            END IF;
+        ELSE
+            IF p_max_running > 0 AND (SELECT count(*) FROM messages m
+                    WHERE m.tenant = p_tenant AND m.running AND m.parent_id IS NULL
+                      AND NOT m.queued) >= p_max_running THEN
+                RAISE EXCEPTION 'over the tenant''s limit of running messages' USING ERRCODE = 'LIMIT';
+            END IF;
+            IF p_per_minute > 0 AND (SELECT count(*) FROM messages m
+                    WHERE m.tenant = p_tenant AND m.created_at > now() - interval '1 minute'
+                      AND m.parent_id IS NULL AND NOT m.queued) >= p_per_minute THEN
+                RAISE EXCEPTION 'over the tenant''s limit of starts a minute' USING ERRCODE = 'LIMIT';
+            END IF;
         END IF;
     END IF;
     IF p_conversation_record IS NOT NULL THEN
