@@ -232,7 +232,6 @@ impl Postgres {
             tasks,
         });
         replicas::renew(Arc::downgrade(&backend), &backend.tasks);
-        statistics::keep(Arc::downgrade(&backend), &backend.tasks);
         if settings.notify {
             backend.listen();
         }

@@ -10,6 +10,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::error::{self, from_sqlx};
+use super::statistics::Statistics;
 use super::Postgres;
 use crate::domain::{Adoption, Fate};
 use crate::domain::{EventEnvelope, Message, Tenant};
@@ -95,6 +96,7 @@ pub fn renew(backend: Weak<Postgres>, tasks: &Tasks) {
         // A connection of its own: a pool busy with commits and reads never starves the
         // heartbeat, so a loaded replica does not lose its runs to its peers.
         let mut connection: Option<sqlx::PgConnection> = None;
+        let mut statistics = Statistics::default();
         loop {
             let Some(every) = backend.upgrade().map(|b| b.identity.lease / 5) else {
                 return;
@@ -148,6 +150,15 @@ pub fn renew(backend: Weak<Postgres>, tasks: &Tasks) {
                         .last_renewed
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner) = sent;
+                    // The planner's statistics are looked after on the same connection,
+                    // after the beat and within half of one, so they never delay it.
+                    if let Some(held) = connection.as_mut() {
+                        let options = backend.pool.connect_options();
+                        let looked = statistics.look(held, &options, &backend.tasks);
+                        if !matches!(tokio::time::timeout(every / 2, looked).await, Ok(Ok(()))) {
+                            connection = None;
+                        }
+                    }
                 }
                 Ok(Ok(_)) => {
                     renewing(false);

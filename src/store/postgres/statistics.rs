@@ -12,15 +12,13 @@
 //! store analyzes a table of its own itself once the table has grown well past what its
 //! statistics describe; where autovacuum keeps up, that never happens.
 
-use std::sync::Weak;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
-use super::Postgres;
+use sqlx::postgres::PgConnectOptions;
+use tokio::task::JoinHandle;
+
 use crate::tasks::Tasks;
-
-/// How often the tables' sizes are looked at: a new database under a burst grows past
-/// [`PAGES`] within a second or two.
-const EVERY: Duration = Duration::from_secs(1);
 
 /// A table smaller than this many pages (512 KiB) is left to autovacuum: plans made from
 /// statistics of a few hundred messages already look runs up by key (measured: from 300
@@ -43,64 +41,79 @@ WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' \
     AND greatest(c.relpages, 0)::bigint * $2 \
         < pg_relation_size(c.oid) / current_setting('block_size')::bigint";
 
-/// Looks at the tables' sizes every [`EVERY`] until the backend is dropped, analyzing
-/// those whose statistics fell behind, on a connection of its own (a pool busy with a
-/// burst would otherwise keep the analysis waiting behind the burst it is for).
-pub fn keep(backend: Weak<Postgres>, tasks: &Tasks) {
-    let stopping = tasks.stopping();
-    tasks.spawn(async move {
-        let mut connection: Option<sqlx::PgConnection> = None;
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep(EVERY) => {}
-                () = stopping.cancelled() => return,
-            }
-            let Some(options) = backend.upgrade().map(|b| b.pool.connect_options()) else {
-                return;
-            };
-            // A tenth of the default sample: the lookups these plans are for need only
-            // how the keys spread, and a table of wide records took 0.76 s of the
-            // database's CPU to analyze at the default (0.05 s at this).
-            let options = (*options)
-                .clone()
-                .options([("default_statistics_target", SAMPLE)]);
-            let looked = async {
-                let held = match connection.take() {
-                    Some(held) => held,
-                    None => sqlx::ConnectOptions::connect(&options).await?,
-                };
-                let held = connection.insert(held);
-                analyze_behind(held).await
-            };
-            match tokio::time::timeout(EVERY * 30, looked).await {
-                Ok(Ok(analyzed)) => {
-                    if !analyzed.is_empty() {
-                        tracing::debug!(tables = ?analyzed, "analyzed tables that outgrew their statistics");
-                    }
-                }
-                // The database is away or slow: heartbeats and calls say so; connected
-                // again next time.
-                Ok(Err(_)) | Err(_) => connection = None,
-            }
-        }
-    });
+/// The store's analyses, looked for on each heartbeat (whose connection runs the one
+/// catalog query) and run one batch at a time on a connection opened for them, so neither
+/// the heartbeat waits on an analysis nor a busy pool keeps the analysis waiting behind
+/// the burst it is for.
+#[derive(Default)]
+pub struct Statistics {
+    /// The batch of analyses under way, if any.
+    analyzing: Option<JoinHandle<()>>,
+    /// When each table was last given to an analysis: one that does not take (a table the
+    /// service does not own is skipped with a warning) is tried at most once a [`RETRY`].
+    tried: HashMap<String, Instant>,
 }
 
-/// Analyzes the tables whose statistics fell behind their size, and names them.
-async fn analyze_behind(connection: &mut sqlx::PgConnection) -> Result<Vec<String>, sqlx::Error> {
-    let behind: Vec<(String,)> = sqlx::query_as(BEHIND)
-        .bind(PAGES)
-        .bind(GROWTH)
-        .fetch_all(&mut *connection)
-        .await?;
-    let mut analyzed = Vec::with_capacity(behind.len());
-    for (table,) in behind {
-        // The name is the catalog's own, quoted by `format('%I')`.
+/// How long a table given to an analysis is not given again.
+const RETRY: Duration = Duration::from_secs(60);
+
+impl Statistics {
+    /// Finds on `connection` the tables whose statistics fell behind their size and, unless
+    /// a batch is under way, starts analyzing them on `tasks`, connecting with `options`.
+    pub async fn look(
+        &mut self,
+        connection: &mut sqlx::PgConnection,
+        options: &PgConnectOptions,
+        tasks: &Tasks,
+    ) -> Result<(), sqlx::Error> {
+        if self
+            .analyzing
+            .as_ref()
+            .is_some_and(|analyzing| !analyzing.is_finished())
+        {
+            return Ok(());
+        }
+        let behind: Vec<(String,)> = sqlx::query_as(BEHIND)
+            .bind(PAGES)
+            .bind(GROWTH)
+            .fetch_all(connection)
+            .await?;
+        let now = Instant::now();
+        self.tried.retain(|_, at| now.duration_since(*at) < RETRY);
+        let due: Vec<String> = behind
+            .into_iter()
+            .map(|(table,)| table)
+            .filter(|table| !self.tried.contains_key(table))
+            .collect();
+        if due.is_empty() {
+            return Ok(());
+        }
+        self.tried
+            .extend(due.iter().map(|table| (table.clone(), now)));
+        // A tenth of the default sample: the lookups these plans are for need only how
+        // the keys spread, and a table of wide records took 0.76 s of the database's CPU
+        // to analyze at the default (0.05 s at this).
+        let options = options
+            .clone()
+            .options([("default_statistics_target", SAMPLE)]);
+        self.analyzing = Some(tasks.spawn(async move {
+            match analyze(&options, &due).await {
+                Ok(()) => tracing::debug!(tables = ?due, "analyzed tables that outgrew their statistics"),
+                Err(err) => tracing::warn!(tables = ?due, error = %super::error::text(&err), "could not analyze tables that outgrew their statistics"),
+            }
+        }));
+        Ok(())
+    }
+}
+
+/// Analyzes `tables` (names quoted by the catalog query) on a connection of its own.
+async fn analyze(options: &PgConnectOptions, tables: &[String]) -> Result<(), sqlx::Error> {
+    let mut connection = sqlx::ConnectOptions::connect(options).await?;
+    for table in tables {
         let statement = format!("ANALYZE {table}");
         sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
-            .execute(&mut *connection)
+            .execute(&mut connection)
             .await?;
-        analyzed.push(table);
     }
-    Ok(analyzed)
+    sqlx::Connection::close(connection).await
 }
