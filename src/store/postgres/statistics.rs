@@ -57,6 +57,9 @@ pub struct Statistics {
 /// How long a table given to an analysis is not given again.
 const RETRY: Duration = Duration::from_secs(60);
 
+/// How long one batch of analyses may take, its connection included.
+const LIMIT: Duration = Duration::from_secs(60);
+
 impl Statistics {
     /// Finds on `connection` the tables whose statistics fell behind their size and, unless
     /// a batch is under way, starts analyzing them on `tasks`, connecting with `options`.
@@ -96,10 +99,18 @@ impl Statistics {
         let options = options
             .clone()
             .options([("default_statistics_target", SAMPLE)]);
+        // Bounded, and dropped once the store stops: an analysis holds nothing that must
+        // be finished, and one stuck on a silent server would hold every later one back.
+        let stopping = tasks.stopping();
         self.analyzing = Some(tasks.spawn(async move {
-            match analyze(&options, &due).await {
-                Ok(()) => tracing::debug!(tables = ?due, "analyzed tables that outgrew their statistics"),
-                Err(err) => tracing::warn!(tables = ?due, error = %super::error::text(&err), "could not analyze tables that outgrew their statistics"),
+            let analyzed = tokio::select! {
+                analyzed = tokio::time::timeout(LIMIT, analyze(&options, &due)) => analyzed,
+                () = stopping.cancelled() => return,
+            };
+            match analyzed {
+                Ok(Ok(())) => tracing::debug!(tables = ?due, "analyzed tables that outgrew their statistics"),
+                Ok(Err(err)) => tracing::warn!(tables = ?due, error = %super::error::text(&err), "could not analyze tables that outgrew their statistics"),
+                Err(_) => tracing::warn!(tables = ?due, "analyzing tables that outgrew their statistics took over a minute; tried again later"),
             }
         }));
         Ok(())
