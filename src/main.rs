@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use agent_runner::app::{self, Extensions};
 use agent_runner::cli::args::{Cli, ClientArgs, Command, KeysArgs};
 use agent_runner::cli::{self, Outcome};
-use agent_runner::config::{Config, LogFormat, ServeArgs};
+use agent_runner::config::{Config, LogFormat};
 use agent_runner::telemetry::traces;
 
 /// jemalloc, with the options in `.cargo/config.toml`: at C=50 a run costs about a fifth
@@ -24,13 +24,12 @@ use agent_runner::telemetry::traces;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let Cli { client, command } = Cli::parse();
     if let Err(usage) = cli::args::check_model(&command) {
         usage.exit();
     }
-    match dispatch(&client, command).await {
+    match start(&client, command) {
         Ok(outcome) => ExitCode::from(outcome.exit_code()),
         // A reader that went away (`| head`) is not an error to report.
         Err(error) if cli::is_broken_pipe(&error) => ExitCode::from(141),
@@ -41,9 +40,30 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Runs `command` on a runtime of its own: `serve`'s configuration is read first, since
+/// the runtime's size is one of its settings.
+fn start(client: &ClientArgs, command: Command) -> anyhow::Result<Outcome> {
+    let Command::Serve(args) = &command else {
+        return runtime(None)?.block_on(dispatch(client, command));
+    };
+    let config = Config::load(args)?;
+    runtime(config.server.worker_threads)?.block_on(serve(config))?;
+    Ok(Outcome::Completed)
+}
+
+/// A multi-threaded runtime of `workers` threads; unset, tokio's own choice (one per core
+/// the process may use, or `TOKIO_WORKER_THREADS`).
+fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = workers {
+        builder.worker_threads(workers);
+    }
+    builder.enable_all().build()
+}
+
 async fn dispatch(client: &ClientArgs, command: Command) -> anyhow::Result<Outcome> {
     match command {
-        Command::Serve(args) => serve(args).await.map(|()| Outcome::Completed),
+        Command::Serve(_) => anyhow::bail!("`serve` runs on a runtime of its own"),
         Command::Run(args) => cli::run(client, args).await,
         Command::Chat(args) => cli::chat(client, args).await,
         Command::Attach(args) => cli::attach(client, args).await,
@@ -75,8 +95,7 @@ async fn keys(client: &ClientArgs, args: KeysArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let config = Config::load(&args)?;
+async fn serve(config: Config) -> anyhow::Result<()> {
     let tracing = traces::init(
         config.server.log_format == LogFormat::Json,
         config.cluster.id(),
@@ -84,6 +103,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if tracing.exports() {
         tracing::info!("exporting spans over OTLP");
     }
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
+    tracing::info!(worker_threads = workers, "runtime");
     if let Some(limit) = agent_runner::net::raise_descriptor_limit() {
         tracing::info!(limit, "open-descriptor limit");
     }

@@ -62,6 +62,10 @@ pub struct ServeArgs {
     /// Serve the browser console at `/` [default: true]. Replaces `[console] enabled`.
     #[arg(long, env = "AGENT_RUNNER_CONSOLE", action = clap::ArgAction::Set)]
     pub console: Option<bool>,
+    /// Threads that run the service's tasks [default: one per core it may use]. Replaces
+    /// `[server] worker_threads`.
+    #[arg(long, env = "AGENT_RUNNER_WORKER_THREADS")]
+    pub worker_threads: Option<usize>,
 }
 
 /// A flag's value kept as a secret: never shown in help, errors or debug output.

@@ -436,6 +436,9 @@ impl Config {
         if let Some(console) = args.console {
             config.console.enabled = console;
         }
+        if let Some(threads) = args.worker_threads {
+            config.server.worker_threads = Some(threads);
+        }
         config.auth.required |= args.require_auth;
         config.auth.insecure_no_auth |= args.insecure_no_auth;
         if let Ok(token) = std::env::var("AGENT_RUNNER_ADMIN_TOKEN") {
@@ -534,6 +537,16 @@ impl Config {
         }
         if let Some((field, reason)) = self.server.browser_problem(self.auth.required) {
             return Err(invalid(field, &reason));
+        }
+        if self
+            .server
+            .worker_threads
+            .is_some_and(|threads| !(1..=server::MAX_WORKER_THREADS).contains(&threads))
+        {
+            return Err(invalid(
+                "server.worker_threads",
+                &format!("must be between 1 and {}", server::MAX_WORKER_THREADS),
+            ));
         }
         if self.limits.max_run_cost.is_sign_negative()
             || self.limits.max_run_cost > crate::domain::MAX_BUDGET_COST

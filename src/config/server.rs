@@ -93,6 +93,11 @@ pub struct ServerConfig {
     /// are off; any other `Host` is refused, so a page on a rebound domain cannot call it.
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
+    /// Threads that run the service's tasks; unset, one per core the process may use (its
+    /// CPU quota included). A replica that holds a few runs at a time spends less CPU per
+    /// run on fewer: threads then wake one another less (docs/operations.md).
+    #[serde(default)]
+    pub worker_threads: Option<usize>,
 }
 
 impl Default for ServerConfig {
@@ -113,9 +118,14 @@ impl Default for ServerConfig {
             secret_key: None,
             cors_origins: Vec::new(),
             allowed_hosts: Vec::new(),
+            worker_threads: None,
         }
     }
 }
+
+/// The most worker threads accepted: far past any core count a replica is given, short of
+/// what would only cost memory (each thread keeps its own stack and queues).
+pub const MAX_WORKER_THREADS: usize = 256;
 
 /// Entries `cors_origins` and `allowed_hosts` hold at most each.
 pub const MAX_BROWSER_ENTRIES: usize = 64;

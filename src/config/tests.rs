@@ -202,3 +202,31 @@ fn the_pool_wait_is_bounded() {
     let set = validated("[store]\npool_wait_ms = 250").unwrap();
     assert_eq!(set.store.pool_wait_ms, 250);
 }
+
+#[test]
+fn worker_threads_are_bounded_and_the_flag_replaces_the_file() {
+    for threads in [0, super::server::MAX_WORKER_THREADS + 1] {
+        let text = format!("[server]\nworker_threads = {threads}");
+        let err = Config::from_toml(&text).unwrap().validated().unwrap_err();
+        assert!(err.to_string().contains("server.worker_threads"), "{err}");
+    }
+    let file = std::env::temp_dir().join(format!("workers-{}.toml", std::process::id()));
+    std::fs::write(&file, "[server]\nworker_threads = 4").unwrap();
+    let from_file = ServeArgs {
+        config: Some(file.clone()),
+        ..ServeArgs::default()
+    };
+    assert_eq!(
+        Config::load(&from_file).unwrap().server.worker_threads,
+        Some(4)
+    );
+    let flagged = ServeArgs {
+        worker_threads: Some(1),
+        ..from_file
+    };
+    assert_eq!(
+        Config::load(&flagged).unwrap().server.worker_threads,
+        Some(1)
+    );
+    std::fs::remove_file(file).unwrap();
+}

@@ -1,6 +1,7 @@
 //! The real binary: killed with SIGKILL it loses nothing a client was told about and goes
 //! on with the run after a restart, and on SIGTERM it hands running messages over to the
-//! next start and exits cleanly within its grace period.
+//! next start and exits cleanly within its grace period; its runtime has the threads it is
+//! given.
 
 use std::process::Command;
 use std::time::Duration;
@@ -8,7 +9,9 @@ use std::time::Duration;
 use agent_runner::pb;
 use agent_runner::pb::run_event::Event;
 
-use crate::support::process::{client, spawn_service, spawn_service_edited, wait_for_exit};
+use crate::support::process::{
+    agent_runner, client, spawn_service, spawn_service_edited, spawn_service_with, wait_for_exit,
+};
 use crate::support::{message, read_until_delta, run_request};
 use crate::support::{FakeOpenAi, Reply, ScriptedCall};
 
@@ -20,15 +23,7 @@ use crate::support::{FakeOpenAi, Reply, ScriptedCall};
 #[tokio::test]
 async fn sigkill_mid_answer_resumes_after_a_restart() {
     let llm = FakeOpenAi::start(vec![
-        Reply::calls(
-            &["Working."],
-            vec![ScriptedCall::new(
-                "k",
-                "eval_expression",
-                &["{\"expression\": \"5*5\"}"],
-            )],
-            (2, 2),
-        ),
+        working_on_five_times_five(),
         Reply::Stall(vec!["Almost"]),
         Reply::calls(&["It is 25."], Vec::new(), (3, 3)),
     ])
@@ -260,4 +255,74 @@ async fn sigterm_hands_running_messages_over_to_the_next_start() {
     assert_eq!(end.answer, "Done after the restart.");
     let read = message(&mut client, seen[0].message_id.clone()).await;
     assert_eq!(read.status, pb::MessageStatus::Completed as i32);
+}
+
+/// `--worker-threads` (here as `AGENT_RUNNER_WORKER_THREADS`) sizes the process's runtime:
+/// on one thread the service says so as it starts and carries a run with a tool round to
+/// its end; a count out of range is refused before anything starts, naming the setting.
+#[tokio::test]
+async fn the_service_runs_on_the_worker_threads_it_is_given() {
+    let llm = FakeOpenAi::start(vec![
+        working_on_five_times_five(),
+        Reply::calls(&["It is 25."], Vec::new(), (3, 3)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let one = [
+        ("AGENT_RUNNER_WORKER_THREADS", "1".to_owned()),
+        ("AGENT_RUNNER_LOG_FORMAT", "json".to_owned()),
+    ];
+    let service = spawn_service_with(dir.path(), &llm, &one).await;
+    let mut stream = client(&service)
+        .await
+        .run(run_request("5*5?", &[("maths", "eval_expression")]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut last = None;
+    while let Some(event) = stream.message().await.unwrap() {
+        last = event.event;
+    }
+    let Some(Event::End(end)) = last else {
+        panic!("the run ends normally: {last:?}");
+    };
+    assert_eq!(end.answer, "Working.\nIt is 25.");
+    let log = service.log_text();
+    assert!(log.contains(r#""worker_threads":1"#), "{log}");
+
+    let data = dir.path().join("refused").display().to_string();
+    for threads in ["0", "257"] {
+        let output = agent_runner(
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                &data,
+                "--worker-threads",
+                threads,
+            ],
+            &[],
+        )
+        .await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains("server.worker_threads must be between 1 and 256"),
+            "{stderr}"
+        );
+    }
+}
+
+/// A round that says "Working." and asks `eval_expression` for 5*5.
+fn working_on_five_times_five() -> Reply {
+    Reply::calls(
+        &["Working."],
+        vec![ScriptedCall::new(
+            "k",
+            "eval_expression",
+            &["{\"expression\": \"5*5\"}"],
+        )],
+        (2, 2),
+    )
 }
