@@ -11,9 +11,10 @@
 //! waits longer than the run's next wait to be handed on.
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -216,14 +217,8 @@ impl Outbox {
     /// Drives `run`, handing what it emitted to the publisher whenever it returns from a
     /// poll: a burst the run handles without waiting goes out as one batch, and nothing is
     /// held while the run waits.
-    pub async fn drive<F: Future>(self, run: F) -> F::Output {
-        let mut run = pin!(run);
-        std::future::poll_fn(|cx| {
-            let poll = run.as_mut().poll(cx);
-            self.hand_on();
-            poll
-        })
-        .await
+    pub fn drive<F: Future>(self, run: F) -> Driven<F> {
+        Driven { run, outbox: self }
     }
 
     fn put_event(&self, event: EventEnvelope) {
@@ -266,6 +261,28 @@ impl Outbox {
     fn lock(&self) -> std::sync::MutexGuard<'_, Staged> {
         // Nothing panics while holding the lock; a poisoned one still holds whole records.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A run's future pinned in place beside its outbox (see [`Outbox::drive`]). A struct
+    /// rather than an `async fn` so the run's future is held once: an `async fn` keeps its
+    /// argument and the pinned copy of it side by side, which doubled every run's task.
+    pub struct Driven<F> {
+        #[pin]
+        run: F,
+        outbox: Outbox,
+    }
+}
+
+impl<F: Future> Future for Driven<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let poll = this.run.poll(cx);
+        this.outbox.hand_on();
+        poll
     }
 }
 

@@ -11,7 +11,7 @@ mod registry;
 mod stored;
 mod streams;
 
-pub use emitter::{Destination, Emitter, Outbox};
+pub use emitter::{Destination, Driven, Emitter, Outbox};
 pub use follower::{follow, EventStream, Known};
 pub use mailbox::{not_waiting, Awaited, ClientOutput, Decision, Delivery, Mailbox};
 pub use registry::{LiveRun, LiveRuns, Registration, Subscription};

@@ -30,6 +30,7 @@ mod steering;
 mod takeover;
 mod tools;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -59,7 +60,7 @@ use self::state::{Round, RunState};
 use self::tools::RoundTools;
 use super::budget;
 use super::history;
-use super::live::{Mailbox, Registration};
+use super::live::{Driven, Mailbox, Registration};
 use super::settings::RunnerSettings;
 use super::spec::{OutputFallback, RunSpec};
 use super::strategy::{ModelStep, PromptContext};
@@ -175,16 +176,19 @@ impl RunTask {
     /// The whole life of the run: the rounds, then the record of how they ended; only then
     /// does the run leave the live registry. What the run emits goes to its publisher each
     /// time the run waits.
-    pub async fn drive(self) {
+    pub fn drive(self) -> Driven<impl Future<Output = ()>> {
         let outbox = self.recorder.outbox();
-        outbox.drive(self.live()).await;
+        outbox.drive(self.live())
     }
 
     async fn live(mut self) {
         self.metrics.run_started();
         // A bug that panics in the rounds must still end the run as every run ends: its
         // message FAILED, an `error` event, its place and gauges given back.
-        let outcome = std::panic::AssertUnwindSafe(self.rounds())
+        // The rounds and the ending are boxed, each while it runs: the task that is spawned,
+        // moved and kept for every run then holds the run, not room for the deepest await of
+        // each (tens of KiB, copied at each move and given back to the system at its end).
+        let outcome = std::panic::AssertUnwindSafe(Box::pin(self.rounds()))
             .catch_unwind()
             .await
             .unwrap_or_else(|panic| {
@@ -194,7 +198,7 @@ impl RunTask {
                     "the run failed on an internal error of the service",
                 ))
             });
-        let registration = self.finish(outcome).await;
+        let registration = Box::pin(self.finish(outcome)).await;
         drop(registration);
     }
 

@@ -524,3 +524,15 @@ async fn a_busy_model_is_retried_and_each_retry_is_announced() {
     }
     assert_eq!(always.requests().len(), 3, "max_retries 2: three attempts");
 }
+
+/// Every run's task is spawned, moved and held while it lives; it holds the run and what
+/// is under way, not room for the deepest await of its rounds and of its ending (which made
+/// it 165 KiB, copied at each move and handed back to the system at each run's end).
+#[test]
+fn a_runs_task_stays_small() {
+    fn returned<A, R>(_: impl FnOnce(A) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+    let task = returned(super::RunTask::drive);
+    assert!(task <= 16 * 1024, "a run's task takes {task} bytes");
+}
