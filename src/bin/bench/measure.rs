@@ -13,7 +13,7 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::Channel;
 
 use crate::floor::Direct;
-use crate::processes::{cpu_time, memory_kib, start_mock_with, start_service_with};
+use crate::processes::{anon_kib, cpu_time, memory_kib, start_mock_with, start_service_with};
 use crate::workload::{bench_request, RunResult};
 
 /// Concurrent streams per gRPC connection.
@@ -107,6 +107,10 @@ pub struct Report {
     pub idle_rss_mib: f64,
     pub peak_rss_mib: f64,
     pub rss_per_run_kib: f64,
+    /// The service's anonymous memory (`RssAnon`) before the runs and at its sampled peak:
+    /// what the build changes, without the binary's own pages.
+    pub idle_anon_mib: f64,
+    pub peak_anon_mib: f64,
     /// The service's CPU time (user + system) over the measured runs, per run: steadier
     /// than runs/s on a shared machine.
     pub cpu_per_run_ms: f64,
@@ -173,11 +177,13 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
     let credentials = Credentials::for_case(&channels[0], case.admin_token.as_deref()).await?;
     warm_up(&channels[0], &credentials).await;
     let (idle_rss, _) = memory_kib(service.pid());
+    let idle_anon = anon_kib(service.pid());
     let peak = Arc::new(AtomicU64::new(idle_rss));
+    let peak_anon = Arc::new(AtomicU64::new(idle_anon));
     let sampling = Arc::new(AtomicBool::new(true));
     let sampler = tokio::spawn(sample_memory(
         service.pid(),
-        Arc::clone(&peak),
+        [Arc::clone(&peak), Arc::clone(&peak_anon)],
         Arc::clone(&sampling),
     ));
     let database = case
@@ -229,6 +235,8 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
     );
     let runs = results.len().max(1) as f64;
     report.cpu_per_run_ms = millis(cpu) / runs;
+    report.idle_anon_mib = idle_anon as f64 / 1024.0;
+    report.peak_anon_mib = peak_anon.load(Ordering::SeqCst) as f64 / 1024.0;
     report.over_floor_p50_ms = over_floor;
     if let Some((cpu, commits)) = database_spent {
         report.database_cpu_per_run_ms = Some(millis(cpu) / runs);
@@ -280,6 +288,8 @@ fn summarize(
         idle_rss_mib: idle_rss as f64 / 1024.0,
         peak_rss_mib: peak_rss as f64 / 1024.0,
         rss_per_run_kib: peak_rss.saturating_sub(idle_rss) as f64 / case.concurrency as f64,
+        idle_anon_mib: 0.0,
+        peak_anon_mib: 0.0,
         cpu_per_run_ms: 0.0,
         over_floor_p50_ms: None,
         database_cpu_per_run_ms: None,
@@ -373,10 +383,12 @@ async fn drive_web(
     Ok(all)
 }
 
-async fn sample_memory(pid: u32, peak: Arc<AtomicU64>, running: Arc<AtomicBool>) {
+/// Keeps the peaks of resident and of anonymous memory, sampled every 20 ms.
+async fn sample_memory(pid: u32, [peak, peak_anon]: [Arc<AtomicU64>; 2], running: Arc<AtomicBool>) {
     while running.load(Ordering::SeqCst) {
         let (rss, _) = memory_kib(pid);
         peak.fetch_max(rss, Ordering::SeqCst);
+        peak_anon.fetch_max(anon_kib(pid), Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -162,15 +162,24 @@ pub async fn start_service_with(
 /// Resident and peak resident memory of a process, in KiB.
 pub fn memory_kib(pid: u32) -> (u64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|line| line.starts_with(name))
-            .and_then(|line| line.split_whitespace().nth(1))
-            .and_then(|kib| kib.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
+    (status_kib(&status, "VmRSS:"), status_kib(&status, "VmHWM:"))
+}
+
+/// A process's anonymous resident memory (its heap and stacks), in KiB: its resident
+/// memory without the binary's own pages, which differ by megabytes between two copies of
+/// one binary and so blur a comparison of builds.
+pub fn anon_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status_kib(&status, "RssAnon:")
+}
+
+fn status_kib(status: &str, name: &str) -> u64 {
+    status
+        .lines()
+        .find(|line| line.starts_with(name))
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|kib| kib.parse().ok())
+        .unwrap_or(0)
 }
 
 /// CPU time (user + system) a process has used so far. `/proc/<pid>/stat` counts it in
