@@ -13,7 +13,9 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::Channel;
 
 use crate::floor::Direct;
-use crate::processes::{anon_kib, cpu_time, memory_kib, start_mock_with, start_service_with};
+use crate::processes::{
+    cpu_time, memory_kib, resident_and_anon_kib, start_mock_with, start_service_with,
+};
 use crate::workload::{bench_request, RunResult};
 
 /// Concurrent streams per gRPC connection.
@@ -176,14 +178,14 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
     let channels = connect(service.addr, case.concurrency).await?;
     let credentials = Credentials::for_case(&channels[0], case.admin_token.as_deref()).await?;
     warm_up(&channels[0], &credentials).await;
-    let (idle_rss, _) = memory_kib(service.pid());
-    let idle_anon = anon_kib(service.pid());
+    let (idle_rss, idle_anon) = resident_and_anon_kib(service.pid());
     let peak = Arc::new(AtomicU64::new(idle_rss));
     let peak_anon = Arc::new(AtomicU64::new(idle_anon));
     let sampling = Arc::new(AtomicBool::new(true));
     let sampler = tokio::spawn(sample_memory(
         service.pid(),
-        [Arc::clone(&peak), Arc::clone(&peak_anon)],
+        Arc::clone(&peak),
+        Arc::clone(&peak_anon),
         Arc::clone(&sampling),
     ));
     let database = case
@@ -384,11 +386,16 @@ async fn drive_web(
 }
 
 /// Keeps the peaks of resident and of anonymous memory, sampled every 20 ms.
-async fn sample_memory(pid: u32, [peak, peak_anon]: [Arc<AtomicU64>; 2], running: Arc<AtomicBool>) {
+async fn sample_memory(
+    pid: u32,
+    peak: Arc<AtomicU64>,
+    peak_anon: Arc<AtomicU64>,
+    running: Arc<AtomicBool>,
+) {
     while running.load(Ordering::SeqCst) {
-        let (rss, _) = memory_kib(pid);
+        let (rss, anon) = resident_and_anon_kib(pid);
         peak.fetch_max(rss, Ordering::SeqCst);
-        peak_anon.fetch_max(anon_kib(pid), Ordering::SeqCst);
+        peak_anon.fetch_max(anon, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -161,16 +161,23 @@ pub async fn start_service_with(
 
 /// Resident and peak resident memory of a process, in KiB.
 pub fn memory_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let status = status(pid);
     (status_kib(&status, "VmRSS:"), status_kib(&status, "VmHWM:"))
 }
 
-/// A process's anonymous resident memory (its heap and stacks), in KiB: its resident
-/// memory without the binary's own pages, which differ by megabytes between two copies of
-/// one binary and so blur a comparison of builds.
-pub fn anon_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status_kib(&status, "RssAnon:")
+/// Resident memory and, of it, the anonymous part (its heap and stacks), in KiB, from one
+/// read: the anonymous part leaves out the binary's own pages, which differ by megabytes
+/// between two copies of one binary and so blur a comparison of builds.
+pub fn resident_and_anon_kib(pid: u32) -> (u64, u64) {
+    let status = status(pid);
+    (
+        status_kib(&status, "VmRSS:"),
+        status_kib(&status, "RssAnon:"),
+    )
+}
+
+fn status(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default()
 }
 
 fn status_kib(status: &str, name: &str) -> u64 {
