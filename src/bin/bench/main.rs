@@ -115,6 +115,11 @@ struct Args {
     /// profile or compare one shape without the rest.
     #[arg(long = "replica-case")]
     replica_cases: Vec<String>,
+    /// Each replica of the `replicas` cases on its share of this machine's cores (this
+    /// machine's cores over the replicas, at least one worker thread each), as replicas
+    /// given a CPU quota each run by default; without, each runs one thread per core.
+    #[arg(long)]
+    share_cores: bool,
 }
 
 /// The workload of a preset measured through [`run_case`]; `None` for those measured each
@@ -438,7 +443,13 @@ async fn run_replica_cases(
     }
     let cases: Vec<replicas::ReplicaCase> = shapes
         .iter()
-        .map(|shape| shape.case(env.clone()))
+        .map(|shape| {
+            let mut case = shape.case(env.clone());
+            if args.share_cores {
+                case.worker_threads = Some(replicas::share_of_cores(case.replicas));
+            }
+            case
+        })
         .filter(|case| args.replica_cases.is_empty() || args.replica_cases.contains(&case.name))
         .collect();
     let mut all: Vec<Vec<replicas::ReplicaReport>> = cases.iter().map(|_| Vec::new()).collect();
@@ -449,13 +460,14 @@ async fn run_replica_cases(
             reports.push(report);
         }
     }
-    println!("| case | bus | runs | errors | refused | start max | lag p50 | lag p99 | CPU/run (all replicas) | PG CPU/run | xact/run | bursts/run | flushes/run |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| case | threads | bus | runs | errors | refused | start max | lag p50 | lag p99 | CPU/run (all replicas) | PG CPU/run | xact/run | bursts/run | flushes/run |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for mut reports in all {
         reports.sort_by(|a, b| a.cpu_per_run_ms.total_cmp(&b.cpu_per_run_ms));
         let median = reports.swap_remove(reports.len() / 2);
         println!(
-            "| {} | {} | {} | {} | {} | {:.0} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} | {:.1} | {:.1} |",
+            "| {} | {} | {} | {} | {} | {} | {:.0} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} | {:.1} | {:.1} |",
             median.case,
+            threads(median.worker_threads),
             median.bus,
             median.runs,
             median.errors,
@@ -471,4 +483,12 @@ async fn run_replica_cases(
         );
     }
     Ok(())
+}
+
+/// A replica's worker threads as the table shows them.
+fn threads(count: usize) -> String {
+    match count {
+        0 => "default".to_owned(),
+        count => count.to_string(),
+    }
 }

@@ -91,6 +91,7 @@ impl Shape {
             followers_on_owner: self.followers_on_owner,
             retry: self.retry,
             service_env,
+            worker_threads: None,
         }
     }
 }
@@ -109,6 +110,16 @@ pub struct ReplicaCase {
     pub retry: bool,
     /// The service's environment: the database, the key, NATS when used.
     pub service_env: Vec<(String, String)>,
+    /// Worker threads each replica runs on; `None`: the service's default (one per core).
+    pub worker_threads: Option<usize>,
+}
+
+/// Worker threads for each of `replicas` replicas given an equal share of this machine's
+/// cores: what each runs on by default when given that share as a CPU quota (the service
+/// counts a container's quota), and never fewer than one.
+pub fn share_of_cores(replicas: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    (cores / replicas.max(1)).max(1)
 }
 
 /// What a replica case measured; times in milliseconds.
@@ -116,6 +127,8 @@ pub struct ReplicaCase {
 pub struct ReplicaReport {
     pub case: String,
     pub replicas: usize,
+    /// Worker threads of each replica; 0: the service's default.
+    pub worker_threads: usize,
     pub bus: String,
     pub concurrency: usize,
     pub runs: usize,
@@ -174,6 +187,9 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
         let listen = crate::processes::free_addr()?;
         env.push(("AGENT_RUNNER_METRICS_LISTEN".into(), listen.to_string()));
         metrics.push(listen);
+        if let Some(threads) = case.worker_threads {
+            env.push(("AGENT_RUNNER_WORKER_THREADS".into(), threads.to_string()));
+        }
         // One tenant makes every run and follows each: the per-tenant cap on following
         // streams (1,000 a replica by default) is raised past the case's streams, since
         // the case measures the store and the bus, not that cap.
@@ -292,6 +308,7 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
     Ok(ReplicaReport {
         case: case.name.clone(),
         replicas: case.replicas,
+        worker_threads: case.worker_threads.unwrap_or_default(),
         bus: if bus { "nats" } else { "database" }.to_owned(),
         concurrency: case.concurrency,
         runs: case.runs,
