@@ -486,9 +486,6 @@ async fn run_replica_cases(
 }
 
 /// A replica's worker threads as the table shows them.
-fn threads(count: usize) -> String {
-    match count {
-        0 => "default".to_owned(),
-        count => count.to_string(),
-    }
+fn threads(count: Option<usize>) -> String {
+    count.map_or_else(|| "default".to_owned(), |count| count.to_string())
 }

@@ -127,8 +127,8 @@ pub fn share_of_cores(replicas: usize) -> usize {
 pub struct ReplicaReport {
     pub case: String,
     pub replicas: usize,
-    /// Worker threads of each replica; 0: the service's default.
-    pub worker_threads: usize,
+    /// Worker threads of each replica; `None`: the service's default.
+    pub worker_threads: Option<usize>,
     pub bus: String,
     pub concurrency: usize,
     pub runs: usize,
@@ -308,7 +308,7 @@ pub async fn run_replicas(case: &ReplicaCase, database_url: &str) -> anyhow::Res
     Ok(ReplicaReport {
         case: case.name.clone(),
         replicas: case.replicas,
-        worker_threads: case.worker_threads.unwrap_or_default(),
+        worker_threads: case.worker_threads,
         bus: if bus { "nats" } else { "database" }.to_owned(),
         concurrency: case.concurrency,
         runs: case.runs,
