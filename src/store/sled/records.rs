@@ -18,16 +18,8 @@ use chrono::DateTime;
 #[derive(Deserialize, Serialize)]
 #[serde(untagged)]
 enum StoredBatch {
-    /// The batch's ids once, its `seq`s implied by the first (a batch is consecutive), each
-    /// event as `[created_at in ns, event]`, and the end's answer left to the message: a
-    /// third of the bytes of whole envelopes for answer deltas.
-    Compact {
-        conversation_id: ConversationId,
-        message_id: MessageId,
-        first_seq: u64,
-        timed: Vec<(i64, RunEvent)>,
-        answer_apart: bool,
-    },
+    /// The form written now (see [`CompactBatch`]).
+    Compact(CompactBatch),
     /// Every event whole.
     Whole(Vec<EventEnvelope>),
     /// The `end` event's answer is the message's answer, not repeated here.
@@ -37,7 +29,26 @@ enum StoredBatch {
     },
 }
 
-/// [`StoredBatch::Compact`] as written: the events borrowed, only an end with an answer
+/// The batch's ids once, its `seq`s implied by the first (a batch is consecutive), each
+/// event as `[created_at in ns, event]`, and the end's answer left to the message: a third
+/// of the bytes of whole envelopes for answer deltas.
+#[derive(Deserialize, Serialize)]
+struct CompactBatch {
+    conversation_id: ConversationId,
+    message_id: MessageId,
+    first_seq: u64,
+    timed: Vec<(i64, RunEvent)>,
+    answer_apart: bool,
+}
+
+/// Where a compact batch starts and how many events it holds, the events skipped unread.
+#[derive(Deserialize)]
+struct BatchSpan {
+    first_seq: u64,
+    timed: Vec<serde::de::IgnoredAny>,
+}
+
+/// [`CompactBatch`] as written: the events borrowed, only an end with an answer
 /// copied (to leave its answer out), so storing a burst copies none of its events.
 #[derive(Serialize)]
 struct CompactRef<'a> {
@@ -85,16 +96,38 @@ impl<'a> CompactRef<'a> {
 }
 
 impl StoredBatch {
+    /// A stored batch, read as the compact form first: an untagged enum buffers the whole
+    /// record before it tries each form, which cost more than decoding the events; only a
+    /// record of an earlier version pays for that.
+    fn decode(bytes: &[u8]) -> Result<Self, StoreError> {
+        match decode::<CompactBatch>("events", bytes) {
+            Ok(batch) => Ok(Self::Compact(batch)),
+            Err(_) => decode("events", bytes),
+        }
+    }
+
+    /// The `seq` of the batch's last event, its events decoded only for an earlier form.
+    fn last_seq(bytes: &[u8]) -> Result<Option<u64>, StoreError> {
+        if let Ok(span) = decode::<BatchSpan>("events", bytes) {
+            let count = u64::try_from(span.timed.len()).unwrap_or(u64::MAX);
+            return Ok(count
+                .checked_sub(1)
+                .map(|n| span.first_seq.saturating_add(n)));
+        }
+        let (events, _) = Self::decode(bytes)?.into_envelopes();
+        Ok(events.last().map(|event| event.seq))
+    }
+
     /// The batch's envelopes, and whether the end's answer must be put back.
     fn into_envelopes(self) -> (Vec<EventEnvelope>, bool) {
         match self {
-            StoredBatch::Compact {
+            StoredBatch::Compact(CompactBatch {
                 conversation_id,
                 message_id,
                 first_seq,
                 timed,
                 answer_apart,
-            } => {
+            }) => {
                 let events = (first_seq..)
                     .zip(timed)
                     .map(|(seq, (nanos, event))| EventEnvelope {
@@ -354,12 +387,8 @@ impl Embedded {
             return Ok(false);
         };
         let (key, value) = entry?;
-        let batch: StoredBatch = decode(
-            "events",
-            &pieces::join(&t.pieces, Owner::Events, &key, value)?,
-        )?;
-        let (events, _) = batch.into_envelopes();
-        Ok(events.last().is_some_and(|event| event.seq >= seq))
+        let last = StoredBatch::last_seq(&pieces::join(&t.pieces, Owner::Events, &key, value)?)?;
+        Ok(last.is_some_and(|last| last >= seq))
     }
 
     pub fn list_events(
@@ -369,12 +398,14 @@ impl Embedded {
         after_seq: u64,
     ) -> Result<Vec<EventEnvelope>, StoreError> {
         let t = self.t()?;
-        let batches: Vec<StoredBatch> = scan(
-            &t.events,
-            (&t.pieces, Owner::Events),
-            "events",
-            &keys::message_children(tenant, message),
-        )?;
+        let batches = t
+            .events
+            .scan_prefix(keys::message_children(tenant, message))
+            .map(|entry| {
+                let (key, value) = entry?;
+                StoredBatch::decode(&pieces::join(&t.pieces, Owner::Events, &key, value)?)
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
         let mut events = Vec::new();
         let mut answer: Option<String> = None;
         for batch in batches {
@@ -514,5 +545,41 @@ mod tests {
         let read = store.list_events(&tenant, message.id, 0).unwrap();
         assert_eq!(read[0], whole[0]);
         assert_eq!(read[1].event, end("Hello there."));
+    }
+
+    /// Whether an event is stored is told by the message's last batch, whatever its form:
+    /// a compact batch's span (its events unread), or an earlier version's events.
+    #[test]
+    fn an_event_is_known_stored_from_the_last_batch_of_each_form() {
+        let store = Embedded::temporary().unwrap();
+        let tenant = Tenant::default_tenant();
+        let compact = ended_message(&store, &tenant);
+        assert!(
+            !store.has_event(&tenant, compact.id, 1).unwrap(),
+            "nothing stored"
+        );
+        let batch: Vec<EventEnvelope> = (3..=5)
+            .map(|seq| envelope(&compact, seq, delta("piece")))
+            .collect();
+        store.put_events(&tenant, &batch).unwrap();
+        assert!(store.has_event(&tenant, compact.id, 3).unwrap());
+        assert!(store.has_event(&tenant, compact.id, 5).unwrap());
+        assert!(!store.has_event(&tenant, compact.id, 6).unwrap());
+
+        let earlier = ended_message(&store, &tenant);
+        let whole: Vec<EventEnvelope> = (1..=2)
+            .map(|seq| envelope(&earlier, seq, delta("piece")))
+            .collect();
+        store
+            .t()
+            .unwrap()
+            .events
+            .insert(
+                keys::event(&tenant, earlier.id, 1),
+                encode("events", &StoredBatch::Whole(whole)).unwrap(),
+            )
+            .unwrap();
+        assert!(store.has_event(&tenant, earlier.id, 2).unwrap());
+        assert!(!store.has_event(&tenant, earlier.id, 3).unwrap());
     }
 }
