@@ -97,8 +97,8 @@ impl<'a> CompactRef<'a> {
 
 impl StoredBatch {
     /// A stored batch, read as the compact form first: an untagged enum buffers the whole
-    /// record before it tries each form, which cost more than decoding the events; only a
-    /// record of an earlier version pays for that.
+    /// record before it tries each form, and only a record of an earlier version should pay
+    /// for that.
     fn decode(bytes: &[u8]) -> Result<Self, StoreError> {
         match decode::<CompactBatch>("events", bytes) {
             Ok(batch) => Ok(Self::Compact(batch)),
