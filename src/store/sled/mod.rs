@@ -446,10 +446,21 @@ fn scan<T: DeserializeOwned>(
     name: &'static str,
     prefix: &[u8],
 ) -> Result<Vec<T>, StoreError> {
+    scan_with(tree, pieces, prefix, |bytes| decode(name, bytes))
+}
+
+/// What `read` makes of every value under `prefix`, in key order, joining values stored in
+/// pieces: for records whose decoding is their own.
+fn scan_with<T>(
+    tree: &sled::Tree,
+    pieces: (&sled::Tree, pieces::Owner),
+    prefix: &[u8],
+    read: impl Fn(&[u8]) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
     tree.scan_prefix(prefix)
         .map(|entry| {
             let (key, value) = entry?;
-            decode(name, &pieces::join(pieces.0, pieces.1, &key, value)?)
+            read(&pieces::join(pieces.0, pieces.1, &key, value)?)
         })
         .collect()
 }

@@ -1,7 +1,7 @@
 //! Thoughts and events: the per-message records, keyed so scans come out in order.
 
 use super::pieces::{self, Owner};
-use super::{decode, encode, keys, scan, Embedded, StoreError};
+use super::{decode, encode, keys, scan, scan_with, Embedded, StoreError};
 use crate::domain::EventEnvelope;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -398,14 +398,12 @@ impl Embedded {
         after_seq: u64,
     ) -> Result<Vec<EventEnvelope>, StoreError> {
         let t = self.t()?;
-        let batches = t
-            .events
-            .scan_prefix(keys::message_children(tenant, message))
-            .map(|entry| {
-                let (key, value) = entry?;
-                StoredBatch::decode(&pieces::join(&t.pieces, Owner::Events, &key, value)?)
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
+        let batches = scan_with(
+            &t.events,
+            (&t.pieces, Owner::Events),
+            &keys::message_children(tenant, message),
+            StoredBatch::decode,
+        )?;
         let mut events = Vec::new();
         let mut answer: Option<String> = None;
         for batch in batches {
