@@ -15,8 +15,9 @@ use tokio::sync::{mpsc, oneshot, watch, Mutex};
 use uuid::Uuid;
 
 use super::error::{codec, is_connection_lost};
+use super::spans::Layout;
 use super::Postgres;
-use crate::domain::{MessageId, Tenant};
+use crate::domain::{EventEnvelope, MessageId, Tenant};
 use crate::store::contract::{Burst, Fence, Record};
 use crate::store::error::StoreError;
 use crate::tasks::Tasks;
@@ -56,7 +57,11 @@ struct Rows {
     thoughts: (Vec<String>, Vec<Uuid>, Vec<i32>, Vec<String>),
     messages: (Vec<String>, Vec<Uuid>, Vec<String>, Vec<bool>),
     tokens: TokenRows,
+    /// Rows of events: tenant, message, first `seq` and the JSON of the event, or of the
+    /// span's events.
     events: (Vec<String>, Vec<Uuid>, Vec<i64>, Vec<String>),
+    /// Each row's last `seq` when it is a span (see [`super::spans`]).
+    event_ends: Vec<Option<i64>>,
 }
 
 /// Token counts, one per record: its tenant, day and tokens, and the event it goes with
@@ -88,6 +93,7 @@ impl Rows {
         self.tokens.messages.extend(messages);
         self.tokens.seqs.extend(seqs);
         extend4(&mut self.events, other.events);
+        self.event_ends.extend(other.event_ends);
     }
 }
 
@@ -109,11 +115,13 @@ fn extend4<A, B, C, D>(
     into.3.extend(from.3);
 }
 
-/// The rows of `burst`, a run of `tenant` written under `fence`.
+/// The rows of `burst`, a run of `tenant` written under `fence`, its events laid out as
+/// `layout` says.
 pub fn job(
     tenant: &Tenant,
     fence: &Fence,
     burst: &Burst,
+    layout: &Layout,
 ) -> Result<(Job, oneshot::Receiver<Result<(), StoreError>>), StoreError> {
     let mut rows = Rows::default();
     let name = tenant.as_str().to_owned();
@@ -156,14 +164,7 @@ pub fn job(
             }
         }
     }
-    for event in &burst.events {
-        let seq = i64::try_from(event.seq).unwrap_or(i64::MAX);
-        let json = serde_json::to_string(event).map_err(|e| codec("events", e))?;
-        push4(
-            &mut rows.events,
-            (name.clone(), event.message_id.0, seq, json),
-        );
-    }
+    push_events(&mut rows, &name, &burst.events, layout)?;
     let (reply, done) = oneshot::channel();
     Ok((
         Job {
@@ -183,6 +184,38 @@ fn run_of(burst: &Burst) -> Option<MessageId> {
         Record::TenantTokens { .. } => None,
     });
     recorded.or_else(|| burst.events.first().map(|event| event.message_id))
+}
+
+/// Adds `events` to `rows`: one row each, or one per span.
+fn push_events(
+    rows: &mut Rows,
+    tenant: &str,
+    events: &[EventEnvelope],
+    layout: &Layout,
+) -> Result<(), StoreError> {
+    let seq = |event: &EventEnvelope| i64::try_from(event.seq).unwrap_or(i64::MAX);
+    match layout {
+        Layout::Rows => {
+            for event in events {
+                let json = serde_json::to_string(event).map_err(|e| codec("events", e))?;
+                let row = (tenant.to_owned(), event.message_id.0, seq(event), json);
+                push4(&mut rows.events, row);
+                rows.event_ends.push(None);
+            }
+        }
+        Layout::Spans(cuts) => {
+            for span in super::spans::cut(events, cuts) {
+                let (Some(first), Some(last)) = (span.first(), span.last()) else {
+                    continue;
+                };
+                let json = serde_json::to_string(span).map_err(|e| codec("events", e))?;
+                let row = (tenant.to_owned(), first.message_id.0, seq(first), json);
+                push4(&mut rows.events, row);
+                rows.event_ends.push(Some(seq(last)));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Starts `count` committers of `backend` on `tasks`; they stop once the backend is
@@ -442,7 +475,7 @@ impl Postgres {
         kept: &mut Kept,
     ) -> Result<(), StoreError> {
         self.check_writable()?;
-        let notice = self.notice_of(|| last_seqs(&rows.events.1, &rows.events.2));
+        let notice = self.notice_of(|| last_seqs(&rows.events.1, &last_of_rows(rows)));
         let messages = last_of_each(&rows.messages);
         // A shard of the count at random: concurrent commits rarely share a row.
         let shard = i16::from(fastrand::u8(..USAGE_SHARDS));
@@ -472,6 +505,7 @@ impl Postgres {
                 .bind(notice.as_deref())
                 .bind(&rows.tokens.messages)
                 .bind(&rows.tokens.seqs)
+                .bind(&rows.event_ends)
         };
         let answered = tokio::time::timeout(self.commit_deadline, async {
             let (mut connection, was_kept) = kept.take(&self.commits).await?;
@@ -528,17 +562,19 @@ messages_written AS ( \
     WHERE held.ok AND m.tenant = ANY($9::text[]) AND m.id = ANY($10::uuid[]) \
         AND m.tenant = u.tenant AND m.id = u.id), \
 events_written AS ( \
-    INSERT INTO events (tenant, message_id, seq, record) \
-    SELECT e.* FROM UNNEST($13::text[], $14::uuid[], $15::bigint[], $16::text[]) AS e, held WHERE held.ok \
+    INSERT INTO events (tenant, message_id, seq, record, last_seq) \
+    SELECT e.* FROM UNNEST($13::text[], $14::uuid[], $15::bigint[], $16::text[], $25::bigint[]) AS e, held \
+    WHERE held.ok \
     ON CONFLICT (tenant, message_id, seq) DO NOTHING \
-    RETURNING tenant, message_id, seq), \
+    RETURNING tenant, message_id, seq, coalesce(last_seq, seq) AS last_seq), \
 tokens_counted AS ( \
     INSERT INTO tenant_usage (tenant, day, tokens, shard) \
     SELECT k.tenant, k.day, sum(k.tokens), $20 \
     FROM UNNEST($17::text[], $18::int[], $19::bigint[], $23::uuid[], $24::bigint[]) \
         AS k(tenant, day, tokens, message_id, seq), held \
     WHERE held.ok AND (k.message_id IS NULL OR EXISTS (SELECT 1 FROM events_written w \
-        WHERE w.tenant = k.tenant AND w.message_id = k.message_id AND w.seq = k.seq)) \
+        WHERE w.tenant = k.tenant AND w.message_id = k.message_id \
+        AND k.seq BETWEEN w.seq AND w.last_seq)) \
     GROUP BY k.tenant, k.day \
     ON CONFLICT (tenant, day, shard) DO UPDATE SET tokens = tenant_usage.tokens + EXCLUDED.tokens), \
 notified AS ( \
@@ -576,6 +612,16 @@ fn last_of_each(
     columns
 }
 
+/// Each event row's last `seq`: a span's, or its one event's.
+fn last_of_rows(rows: &Rows) -> Vec<i64> {
+    rows.events
+        .2
+        .iter()
+        .zip(&rows.event_ends)
+        .map(|(first, last)| last.unwrap_or(*first))
+        .collect()
+}
+
 /// Each run's last `seq` among events of many runs (a run's events are consecutive in a
 /// group, so its last one ends its stretch).
 fn last_seqs(messages: &[Uuid], seqs: &[i64]) -> Vec<(Uuid, i64)> {
@@ -594,6 +640,7 @@ fn copy(rows: &Rows) -> Rows {
         messages: rows.messages.clone(),
         tokens: rows.tokens.clone(),
         events: rows.events.clone(),
+        event_ends: rows.event_ends.clone(),
     }
 }
 

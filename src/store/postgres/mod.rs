@@ -17,6 +17,7 @@ mod records;
 mod registry;
 mod replicas;
 mod run_index;
+mod spans;
 mod start;
 mod statistics;
 mod warm;
@@ -41,7 +42,7 @@ pub use error::unavailable;
 
 /// The schema version this build writes; a database whose recorded minimum is newer is
 /// refused.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = spans::SPANS_SCHEMA;
 
 /// Where the database is, as errors and logs may name it: host, port and database, never
 /// the user's password.
@@ -117,6 +118,8 @@ pub struct Postgres {
     heard: Option<tokio::sync::broadcast::Sender<Heard>>,
     /// Where bursts wait for their group commit.
     committer: tokio::sync::mpsc::UnboundedSender<committer::Job>,
+    /// Whether events are written as spans, and how a failed commit is tried again.
+    spans: spans::Spans,
     /// Where it is, for messages.
     place: String,
     /// How long a commit waits for the database's answer, on this side: a link that went
@@ -201,6 +204,8 @@ impl Postgres {
             lease: settings.lease,
         };
         replicas::claim(&pool, &identity, &place).await?;
+        let spans = spans::Spans::default();
+        spans.look(&pool).await.map_err(error::from_sqlx)?;
         let writable = Arc::new(watch::Sender::new(true));
         let tasks = Tasks::default();
         let backend = Arc::new_cyclic(|backend| Self {
@@ -225,6 +230,7 @@ impl Postgres {
             last_renewed: Arc::new(std::sync::Mutex::new(Instant::now())),
             heard: settings.notify.then(listen::heard),
             committer: committer::start(backend.clone(), committers, &tasks),
+            spans,
             place,
             // The server's own timeout, with a margin for the round trip.
             commit_deadline: settings.statement_timeout + Duration::from_secs(1),
@@ -497,6 +503,11 @@ fn migrator() -> Migrator {
             "start_in_one_call",
             include_str!("migrations/0009_start_in_one_call.sql"),
         ),
+        (
+            10,
+            "event_spans",
+            include_str!("migrations/0010_event_spans.sql"),
+        ),
     ];
     Migrator::with_migrations(
         steps
@@ -672,6 +683,8 @@ impl std::fmt::Debug for Postgres {
     }
 }
 
+#[cfg(test)]
+mod spans_tests;
 #[cfg(test)]
 mod start_tests;
 #[cfg(test)]

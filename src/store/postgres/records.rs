@@ -6,6 +6,7 @@ use async_trait::async_trait;
 
 use super::error::{codec, from_sqlx};
 use super::paged::{encode, Paged};
+use super::spans::{self, Layout};
 use super::Postgres;
 use crate::domain::{EventEnvelope, FileId, FileRecord, MessageId, Tenant, Thought};
 use crate::store::contract::{Burst, Fence, Page, PageSize};
@@ -99,9 +100,20 @@ impl crate::store::contract::EventLog for Postgres {
         }
         let stopped = || super::unavailable("the store's committer has stopped");
         let burst = self.sealer.seal_burst(burst)?;
-        let (job, done) = super::committer::job(tenant, fence, &burst)?;
+        let Some(run) = burst.events.first().map(|event| event.message_id) else {
+            let (job, done) = super::committer::job(tenant, fence, &burst, &Layout::Rows)?;
+            self.committer.send(job).map_err(|_| stopped())?;
+            return done.await.map_err(|_| stopped())?;
+        };
+        let layout = self.spans.layout(run);
+        let (job, done) = super::committer::job(tenant, fence, &burst, &layout)?;
         self.committer.send(job).map_err(|_| stopped())?;
-        done.await.map_err(|_| stopped())?
+        let committed = done.await.map_err(|_| stopped())?;
+        // Fenced, nothing was written and the run writes nothing more.
+        let failed = matches!(&committed, Err(err) if !matches!(err, StoreError::Fenced));
+        let seqs: Vec<u64> = burst.events.iter().map(|event| event.seq).collect();
+        self.spans.settled(run, &layout, &seqs, failed);
+        committed
     }
 
     async fn list_events(
@@ -110,19 +122,23 @@ impl crate::store::contract::EventLog for Postgres {
         message: MessageId,
         after_seq: u64,
     ) -> Result<Vec<EventEnvelope>, StoreError> {
-        let rows: Vec<(String,)> = sqlx::query_as(
-            "SELECT record FROM events WHERE tenant = $1 AND message_id = $2 AND seq > $3 \
-             ORDER BY seq",
+        let after = i64::try_from(after_seq).unwrap_or(i64::MAX);
+        let rows: Vec<(Option<i64>, String)> = sqlx::query_as(
+            "SELECT last_seq, record FROM events WHERE tenant = $1 AND message_id = $2 \
+             AND (seq > $3 OR last_seq > $3) ORDER BY seq",
         )
         .bind(tenant.as_str())
         .bind(message.0)
-        .bind(i64::try_from(after_seq).unwrap_or(i64::MAX))
+        .bind(after)
         .fetch_all(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
-        rows.iter()
-            .map(|(text,)| serde_json::from_str(text).map_err(|err| codec("events", err)))
-            .collect()
+        let mut events = Vec::with_capacity(rows.len());
+        for (last_seq, record) in &rows {
+            let held = spans::decode(*last_seq, record)?;
+            events.extend(held.into_iter().filter(|event| event.seq > after_seq));
+        }
+        Ok(events)
     }
 
     async fn last_event(
@@ -130,8 +146,8 @@ impl crate::store::contract::EventLog for Postgres {
         tenant: &Tenant,
         message: MessageId,
     ) -> Result<Option<EventEnvelope>, StoreError> {
-        let row: Option<(String,)> = sqlx::query_as(
-            "SELECT record FROM events WHERE tenant = $1 AND message_id = $2 \
+        let row: Option<(Option<i64>, String)> = sqlx::query_as(
+            "SELECT last_seq, record FROM events WHERE tenant = $1 AND message_id = $2 \
              ORDER BY seq DESC LIMIT 1",
         )
         .bind(tenant.as_str())
@@ -139,12 +155,15 @@ impl crate::store::contract::EventLog for Postgres {
         .fetch_optional(&mut *self.connection().await?)
         .await
         .map_err(from_sqlx)?;
-        row.map(|(text,)| serde_json::from_str(&text).map_err(|err| codec("events", err)))
-            .transpose()
+        match row {
+            Some((last_seq, record)) => Ok(spans::decode(last_seq, &record)?.pop()),
+            None => Ok(None),
+        }
     }
 
     /// One statement per batch: the ended messages picked (skipping any another process
-    /// holds), their events but the last deleted, and the messages marked.
+    /// holds), their events but the last deleted (a last span cut down to its last event),
+    /// and the messages marked.
     async fn retire_events(
         &self,
         before: chrono::DateTime<chrono::Utc>,
@@ -161,6 +180,14 @@ impl crate::store::contract::EventLog for Postgres {
                  ), gone AS ( \
                      DELETE FROM events e USING picked p \
                      WHERE e.tenant = p.tenant AND e.message_id = p.id AND e.seq < ( \
+                         SELECT max(l.seq) FROM events l \
+                         WHERE l.tenant = p.tenant AND l.message_id = p.id) \
+                 ), cut AS ( \
+                     UPDATE events e SET seq = e.last_seq, last_seq = NULL, \
+                         record = (e.record::json -> -1)::text \
+                     FROM picked p \
+                     WHERE e.tenant = p.tenant AND e.message_id = p.id \
+                         AND e.last_seq IS NOT NULL AND e.seq = ( \
                          SELECT max(l.seq) FROM events l \
                          WHERE l.tenant = p.tenant AND l.message_id = p.id) \
                  ) \

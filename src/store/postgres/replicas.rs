@@ -56,10 +56,11 @@ pub async fn claim(pool: &PgPool, me: &Identity, place: &str) -> Result<(), Stor
     let until = Instant::now() + me.lease + Duration::from_secs(1);
     loop {
         let claimed: Option<(String,)> = sqlx::query_as(
-            "INSERT INTO replicas (id, instance, lease_until, started_at) \
-             VALUES ($1, $2, now() + $3 * interval '1 millisecond', now()) \
+            "INSERT INTO replicas (id, instance, lease_until, started_at, reads_spans) \
+             VALUES ($1, $2, now() + $3 * interval '1 millisecond', now(), true) \
              ON CONFLICT (id) DO UPDATE SET instance = EXCLUDED.instance, \
-             lease_until = EXCLUDED.lease_until, started_at = EXCLUDED.started_at \
+             lease_until = EXCLUDED.lease_until, started_at = EXCLUDED.started_at, \
+             reads_spans = true \
              WHERE replicas.lease_until < now() OR replicas.instance = EXCLUDED.instance \
              RETURNING id",
         )
@@ -150,8 +151,15 @@ pub fn renew(backend: Weak<Postgres>, tasks: &Tasks) {
                         .last_renewed
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner) = sent;
-                    // The planner's statistics are looked after on the same connection,
-                    // after the beat and within half of one, so they never delay it.
+                    // Whether to write spans, and the planner's statistics, are looked
+                    // after on the same connection, after the beat and within half of one,
+                    // so they never delay it.
+                    if let Some(held) = connection.as_mut() {
+                        let looked = backend.spans.look(&mut *held);
+                        if !matches!(tokio::time::timeout(every / 4, looked).await, Ok(Ok(()))) {
+                            connection = None;
+                        }
+                    }
                     if let Some(held) = connection.as_mut() {
                         let options = backend.pool.connect_options();
                         let looked = statistics.look(held, &options, &backend.tasks);
@@ -311,7 +319,8 @@ impl Postgres {
                 }
                 Fate::End(code, why) => {
                     let (last,): (Option<i64>,) = sqlx::query_as(
-                        "SELECT max(seq) FROM events WHERE tenant = $1 AND message_id = $2",
+                        "SELECT max(coalesce(last_seq, seq)) FROM events \
+                         WHERE tenant = $1 AND message_id = $2",
                     )
                     .bind(&tenant)
                     .bind(id)
