@@ -194,12 +194,12 @@ async fn a_paused_replica_woken_after_its_run_was_taken_writes_nothing() {
         followed.last().unwrap().event,
         Some(pb::run_event::Event::End(_))
     ));
-    let events = database.count("events").await;
+    let events = database.events_stored().await;
 
     signal(&a, "CONT");
     // The woken replica's model stream goes on for seconds; give it time to try.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(database.count("events").await, events, "not one event more");
+    assert_eq!(database.events_stored().await, events, "not one event more");
     let replay = read_within(&mut attach(&b, &id, 0).await, Duration::from_secs(5)).await;
     assert_eq!(replay, followed, "the record is as the peer ended it");
     let terminal = replay.iter().filter(|e| {

@@ -258,12 +258,12 @@ async fn a_queued_run_on_a_paused_replica_is_adopted_and_run_once() {
     let mut on_a = attach(&a, &queued.message_id, 0).await;
     let events: Vec<pb::RunEvent> = rest(&mut on_a).await;
     assert_eq!(end_of(&events).answer, "Adopted, then run.");
-    let stored = database.count("events").await;
+    let stored = database.events_stored().await;
 
     signal(&b, "CONT");
     // Time for the woken replica to try whatever it was about to write.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(database.count("events").await, stored, "not one event more");
+    assert_eq!(database.events_stored().await, stored, "not one event more");
     let replay = read_within(
         &mut attach(&a, &queued.message_id, 0).await,
         Duration::from_secs(5),

@@ -82,6 +82,19 @@ impl TestDatabase {
         let _ = connection.close().await;
         count
     }
+
+    /// Counts the events stored, one row per event or per span of them.
+    pub async fn events_stored(&self) -> i64 {
+        let mut connection = PgConnection::connect(&self.url()).await.unwrap();
+        let (count,): (i64,) = sqlx::query_as(
+            "SELECT coalesce(sum(coalesce(last_seq, seq) - seq + 1), 0)::bigint FROM events",
+        )
+        .fetch_one(&mut connection)
+        .await
+        .unwrap();
+        let _ = connection.close().await;
+        count
+    }
 }
 
 impl Drop for TestDatabase {
