@@ -172,10 +172,14 @@ async fn streamed_to_a_peer(bus: &crate::support::replicas::Bus) {
     let Some(database) = TestDatabase::create().await else {
         return;
     };
+    // Sixteen pieces 150 ms apart: a peer that joins within 1.8 s (a loaded machine's
+    // attach took over 0.6 s) still sees four of them.
+    const PIECES: [&str; 16] = [
+        "r1 ", "r2 ", "r3 ", "r4 ", "r5 ", "r6 ", "r7 ", "r8 ", "r9 ", "r10 ", "r11 ", "r12 ",
+        "r13 ", "r14 ", "r15 ", "r16 ",
+    ];
     let llm = crate::support::FakeOpenAi::start(vec![Reply::Reasoning {
-        reasoning: vec![
-            "one ", "two ", "three ", "four ", "five ", "six ", "seven ", "eight ",
-        ],
+        reasoning: PIECES.to_vec(),
         text: vec!["Done."],
         delay_ms: 150,
     }])
@@ -208,7 +212,7 @@ async fn streamed_to_a_peer(bus: &crate::support::replicas::Bus) {
         .into_iter()
         .map(|(_, t)| t)
         .collect();
-    assert_eq!(full, "one two three four five six seven eight ");
+    assert_eq!(full, PIECES.concat());
     let on_peer = reasoning_of(&seen_on_b);
     assert!(on_peer.len() >= 4, "the peer's follower saw {on_peer:?}");
     assert!(on_peer.iter().all(|(seq, _)| *seq == 0));
