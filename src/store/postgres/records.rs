@@ -100,19 +100,16 @@ impl crate::store::contract::EventLog for Postgres {
         }
         let stopped = || super::unavailable("the store's committer has stopped");
         let burst = self.sealer.seal_burst(burst)?;
-        let Some(run) = burst.events.first().map(|event| event.message_id) else {
-            let (job, done) = super::committer::job(tenant, fence, &burst, &Layout::Rows)?;
-            self.committer.send(job).map_err(|_| stopped())?;
-            return done.await.map_err(|_| stopped())?;
-        };
-        let layout = self.spans.layout(run);
+        let run = burst.events.first().map(|event| event.message_id);
+        let layout = run.map_or(Layout::Rows, |run| self.spans.layout(run));
         let (job, done) = super::committer::job(tenant, fence, &burst, &layout)?;
         self.committer.send(job).map_err(|_| stopped())?;
         let committed = done.await.map_err(|_| stopped())?;
-        // Fenced, nothing was written and the run writes nothing more.
-        let failed = matches!(&committed, Err(err) if !matches!(err, StoreError::Fenced));
-        let seqs: Vec<u64> = burst.events.iter().map(|event| event.seq).collect();
-        self.spans.settled(run, &layout, &seqs, failed);
+        if let Some(run) = run {
+            // Fenced, nothing was written and the run writes nothing more.
+            let failed = matches!(&committed, Err(err) if !matches!(err, StoreError::Fenced));
+            self.spans.settled(run, &layout, &burst.events, failed);
+        }
         committed
     }
 

@@ -23,8 +23,8 @@ WITH every AS ( \
     SELECT coalesce(bool_and(reads_spans), true) AS reads FROM replicas WHERE lease_until > now()), \
 raised AS ( \
     UPDATE store_meta SET value = $1 FROM every \
-    WHERE every.reads AND key = 'min_version' AND value::bigint < $1::bigint RETURNING 1) \
-SELECT reads AND (SELECT count(*) FROM raised) >= 0 FROM every";
+    WHERE every.reads AND key = 'min_version' AND value::bigint < $1::bigint) \
+SELECT reads FROM every";
 
 /// How a burst's events are laid out in rows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,19 +75,25 @@ impl Spans {
         }
     }
 
-    /// Notes how a commit of `message`'s events (`seqs`, laid out as `layout`) ended: one
-    /// that failed is cut where its rows or spans ended when it is tried again.
-    pub(super) fn settled(&self, message: MessageId, layout: &Layout, seqs: &[u64], failed: bool) {
+    /// Notes how a commit of `message`'s `events` (laid out as `layout`) ended: one that
+    /// failed is cut where its rows or spans ended when it is tried again.
+    pub(super) fn settled(
+        &self,
+        message: MessageId,
+        layout: &Layout,
+        events: &[EventEnvelope],
+        failed: bool,
+    ) {
         let mut tried = self.tried.lock().unwrap_or_else(PoisonError::into_inner);
         if !failed {
             tried.remove(&message.0);
             return;
         }
         let cuts = match layout {
-            Layout::Rows => seqs.to_vec(),
+            Layout::Rows => events.iter().map(|event| event.seq).collect(),
             Layout::Spans(cuts) => {
                 let mut cuts = cuts.clone();
-                cuts.extend(seqs.last());
+                cuts.extend(events.last().map(|event| event.seq));
                 cuts
             }
         };
@@ -171,18 +177,13 @@ mod tests {
         assert_eq!(spans.layout(run), Layout::Rows);
         // Rows tried and failed: each row is a span of its own on the retry, even once
         // spans are on.
-        spans.settled(run, &Layout::Rows, &[1, 2, 3], true);
+        spans.settled(run, &Layout::Rows, &events(1..=3), true);
         spans.set(true);
         assert_eq!(spans.layout(run), Layout::Spans(vec![1, 2, 3]));
         // That retry failed too, with more: its new span ends where it ended.
-        spans.settled(run, &Layout::Spans(vec![1, 2, 3]), &[1, 2, 3, 4, 5], true);
+        spans.settled(run, &Layout::Spans(vec![1, 2, 3]), &events(1..=5), true);
         assert_eq!(spans.layout(run), Layout::Spans(vec![1, 2, 3, 5]));
-        spans.settled(
-            run,
-            &Layout::Spans(vec![1, 2, 3, 5]),
-            &[1, 2, 3, 4, 5, 6],
-            false,
-        );
+        spans.settled(run, &Layout::Spans(vec![1, 2, 3, 5]), &events(1..=6), false);
         assert_eq!(spans.layout(run), Layout::Spans(Vec::new()));
         // Spans off again: a run with nothing pending writes rows.
         spans.set(false);

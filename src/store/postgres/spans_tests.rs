@@ -73,7 +73,7 @@ async fn a_commit_tried_again_after_it_landed_writes_each_event_once() {
     commit(&store, vec![tokens(&message, 2)], events(&message, 1..=3)).await;
     backend
         .spans
-        .settled(message.id, &Layout::Rows, &[1, 2, 3], true);
+        .settled(message.id, &Layout::Rows, &events(&message, 1..=3), true);
     backend.spans.set(true);
     let again = vec![tokens(&message, 2), tokens(&message, 5)];
     commit(&store, again.clone(), events(&message, 1..=6)).await;
@@ -81,7 +81,7 @@ async fn a_commit_tried_again_after_it_landed_writes_each_event_once() {
     backend.spans.settled(
         message.id,
         &Layout::Spans(vec![1, 2, 3]),
-        &[1, 2, 3, 4, 5, 6],
+        &events(&message, 1..=6),
         true,
     );
     let mut last = again;
