@@ -56,6 +56,14 @@ def fmt(value, digits=2):
     return "" if value is None else f"{value:.{digits}f}"
 
 
+def written(m):
+    """What a run wrote to disk: the embedded store's own writes, or PostgreSQL's WAL."""
+    embedded, wal = m("written_per_run_kib"), m("wal_per_run_kib")
+    if embedded is not None:
+        return f"{embedded:.1f} KiB"
+    return "" if wal is None else f"{wal:.1f} KiB of WAL"
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--embedded", required=True, help="sittings on the embedded store")
@@ -71,8 +79,8 @@ def main():
     print(f"the load and PostgreSQL share the machine. Medians of {count} sittings of")
     print("`agent-runner-bench --case c1 --case c50 --repeats 3 --json`, each sitting itself")
     print("the median of three repeats; times in ms.\n")
-    print("| store | case | runs/s | latency p50 / p99 | first delta p50 / p99 | overhead per round p50 | over the floor p50 | peak RSS | CPU per run | PostgreSQL CPU per run | commits per run |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| store | case | runs/s | latency p50 / p99 | first delta p50 / p99 | overhead per round p50 | over the floor p50 | peak RSS | CPU per run | PostgreSQL CPU per run | commits per run | written to disk per run |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for store, rows in stores:
         for case in ("c1", "c50"):
             m = lambda key: median(rows, case, key)
@@ -82,7 +90,7 @@ def main():
                   f"{fmt(m('overhead_per_round_p50_ms'))} | {fmt(m('over_floor_p50_ms'))} | "
                   f"{fmt(m('peak_rss_mib'), 0)} MiB | "
                   f"{fmt(m('cpu_per_run_ms'))} | {fmt(m('database_cpu_per_run_ms'))} | "
-                  f"{fmt(m('database_commits_per_run'))} |")
+                  f"{fmt(m('database_commits_per_run'))} | {written(m)} |")
 
 
 if __name__ == "__main__":

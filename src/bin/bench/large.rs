@@ -14,7 +14,7 @@ use agent_runner::pb::run_event::Event;
 use serde::Serialize;
 use tonic::transport::Channel;
 
-use crate::processes::{memory_kib, start_mock_with, start_service};
+use crate::processes::{directory_bytes, memory_kib, start_mock_with, start_service};
 
 const RUNS: usize = 10;
 const CHUNKS: usize = 2000;
@@ -107,18 +107,4 @@ async fn run(mut client: AgentServiceClient<Channel>) -> Option<usize> {
         }
     }
     answer
-}
-
-fn directory_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|entry| match entry.metadata() {
-            Ok(meta) if meta.is_dir() => directory_bytes(&entry.path()),
-            Ok(meta) => meta.len(),
-            Err(_) => 0,
-        })
-        .sum()
 }

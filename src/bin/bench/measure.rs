@@ -14,7 +14,8 @@ use tonic::transport::Channel;
 
 use crate::floor::Direct;
 use crate::processes::{
-    cpu_time, memory_kib, resident_and_anon_kib, start_mock_with, start_service_with,
+    cpu_time, directory_bytes, memory_kib, resident_and_anon_kib, start_mock_with,
+    start_service_with, written_bytes,
 };
 use crate::workload::{bench_request, RunResult};
 
@@ -130,6 +131,51 @@ pub struct Report {
     /// On PostgreSQL: where the runs' commits spent their time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub commits: Option<crate::commits::CommitBreakdown>,
+    /// On the embedded store: what the service's writes dirtied for the disk per run, in
+    /// pages (log records, the nodes sled rewrites as it splits and consolidates them, and
+    /// its segment cleaning): the disk bandwidth a node needs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub written_per_run_kib: Option<f64>,
+    /// On the embedded store: how much its data directory grew per run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_per_run_kib: Option<f64>,
+    /// On PostgreSQL: write-ahead log per run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wal_per_run_kib: Option<f64>,
+}
+
+/// What the store has written and keeps so far: on the embedded store the service's
+/// writes and its data directory's size, on PostgreSQL the server's write-ahead log.
+struct Disk {
+    written: u64,
+    kept: u64,
+    wal: Option<i64>,
+}
+
+impl Disk {
+    async fn now(pid: u32, data: &std::path::Path, database: Option<&str>) -> anyhow::Result<Self> {
+        let wal = match database {
+            Some(url) => Some(crate::database::wal_bytes(url).await?),
+            None => None,
+        };
+        Ok(Self {
+            written: written_bytes(pid),
+            kept: directory_bytes(data),
+            wal,
+        })
+    }
+
+    /// Fills `report`'s disk figures from what changed since `before`, over `runs`.
+    fn report_since(&self, before: &Self, runs: f64, report: &mut Report) {
+        let per_run = |bytes: f64| bytes / 1024.0 / runs;
+        if let (Some(then), Some(now)) = (before.wal, self.wal) {
+            report.wal_per_run_kib = Some(per_run((now - then) as f64));
+            return;
+        }
+        report.written_per_run_kib =
+            Some(per_run(self.written.saturating_sub(before.written) as f64));
+        report.kept_per_run_kib = Some(per_run(self.kept as f64 - before.kept as f64));
+    }
 }
 
 fn millis(d: Duration) -> f64 {
@@ -198,6 +244,8 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
         None => None,
     };
     let commits_before = crate::commits::totals(metrics).await?;
+    let data = dir.join("data");
+    let disk_before = Disk::now(service.pid(), &data, database).await?;
     let cpu_before = cpu_time(service.pid());
     let started = Instant::now();
     let results = if case.web {
@@ -208,6 +256,7 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
     let elapsed = started.elapsed();
     let cpu = cpu_time(service.pid()).saturating_sub(cpu_before);
     let commits_after = crate::commits::totals(metrics).await?;
+    let disk_after = Disk::now(service.pid(), &data, database).await?;
     let database_spent = match (database, database_before) {
         (Some(url), Some((cpu_then, commits_then))) => {
             let (cpu_now, commits_now) = crate::database::spent(url).await?;
@@ -240,6 +289,7 @@ async fn run_in(case: &Case, dir: &std::path::Path) -> anyhow::Result<Report> {
     report.idle_anon_mib = idle_anon as f64 / 1024.0;
     report.peak_anon_mib = peak_anon.load(Ordering::SeqCst) as f64 / 1024.0;
     report.over_floor_p50_ms = over_floor;
+    disk_after.report_since(&disk_before, runs, &mut report);
     if let Some((cpu, commits)) = database_spent {
         report.database_cpu_per_run_ms = Some(millis(cpu) / runs);
         report.database_commits_per_run = Some(commits as f64 / runs);
@@ -297,6 +347,9 @@ fn summarize(
         database_cpu_per_run_ms: None,
         database_commits_per_run: None,
         commits: None,
+        written_per_run_kib: None,
+        kept_per_run_kib: None,
+        wal_per_run_kib: None,
     }
 }
 
@@ -473,8 +526,15 @@ pub fn print_table(reports: &[Report]) {
     for r in reports {
         if let (Some(cpu), Some(commits)) = (r.database_cpu_per_run_ms, r.database_commits_per_run)
         {
+            let wal = r.wal_per_run_kib.unwrap_or(f64::NAN);
             println!(
-                "{:<11} PostgreSQL: {cpu:.3} ms CPU per run, {commits:.1} transactions per run",
+                "{:<11} PostgreSQL: {cpu:.3} ms CPU per run, {commits:.1} transactions per run, {wal:.1} KiB of WAL per run",
+                r.case
+            );
+        }
+        if let (Some(written), Some(kept)) = (r.written_per_run_kib, r.kept_per_run_kib) {
+            println!(
+                "{:<11} embedded store: {written:.1} KiB written to disk per run, {kept:.1} KiB kept",
                 r.case
             );
         }

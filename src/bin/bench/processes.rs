@@ -205,3 +205,29 @@ pub fn cpu_time(pid: u32) -> Duration {
         .sum();
     Duration::from_millis(ticks * 10)
 }
+
+/// Bytes a process has caused to be written to storage so far (`write_bytes` of
+/// `/proc/<pid>/io`: what its writes dirtied, whoever later flushes it), 0 when unreadable.
+pub fn written_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("write_bytes:"))
+        .and_then(|bytes| bytes.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Bytes of the files under `dir`, every level down.
+pub fn directory_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.metadata() {
+            Ok(meta) if meta.is_dir() => directory_bytes(&entry.path()),
+            Ok(meta) => meta.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
