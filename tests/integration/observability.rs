@@ -18,7 +18,7 @@ use opentelemetry_proto::tonic::trace::v1::{status, Span};
 use tokio::net::TcpListener;
 use tonic::metadata::MetadataValue;
 
-use crate::support::process::{client, spawn_service_with};
+use crate::support::process::{client, spawn_service_with, wait_for_exit};
 use crate::support::{
     end_of, last_error, read_until_delta, run_request, run_to_end, start, Reply,
     RunRequestExt as _, ScriptedCall,
@@ -546,4 +546,54 @@ async fn spans_can_go_over_http_protobuf() {
         "{attrs:?}"
     );
     assert!(attrs["gen_ai.output.messages"].contains("Hi."), "{attrs:?}");
+}
+
+/// SIGTERM exports the spans the service was still holding: the batch is only due in a
+/// minute, so what arrives was sent by the shutdown, which then ends the process (status 0).
+/// On one worker thread, the tightest case for a shutdown that waits on the runtime's
+/// export task.
+#[tokio::test]
+async fn sigterm_exports_the_spans_still_held_and_exits() {
+    let (receiver, otlp) = Receiver::start().await;
+    let llm = crate::support::FakeOpenAi::start(vec![Reply::text(&["Hi."], (3, 1))]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut service = spawn_service_with(
+        dir.path(),
+        &llm,
+        &[
+            ("AGENT_RUNNER_WORKER_THREADS", "1".to_owned()),
+            ("AGENT_RUNNER_LOG_FORMAT", "json".to_owned()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{otlp}")),
+            ("OTEL_BSP_SCHEDULE_DELAY", "60000".to_owned()),
+        ],
+    )
+    .await;
+    let events = run_to_end(&mut client(&service).await, run_request("hi there", &[])).await;
+    assert_eq!(end_of(&events).answer, "Hi.");
+    assert!(service.log_text().contains(r#""worker_threads":1"#));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        receiver.spans.lock().unwrap().is_empty(),
+        "nothing is exported before the batch is due"
+    );
+
+    let pid = service.child.id().to_string();
+    let signalled = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(signalled.success());
+    let status = wait_for_exit(&mut service.child, Duration::from_secs(10))
+        .await
+        .expect("the process exits within 10 s of SIGTERM");
+    assert!(status.success(), "{status:?}");
+    let mut names: Vec<String> = receiver
+        .spans
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|span| span.name.clone())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, vec!["chat fc-model", "invoke_agent"]);
 }
