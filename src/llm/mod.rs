@@ -5,6 +5,7 @@
 
 pub mod anthropic;
 mod error;
+mod event_source;
 mod http;
 pub mod openai;
 mod redacting;

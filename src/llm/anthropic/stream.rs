@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 
-use eventsource_stream::Event;
+use crate::llm::event_source::Event;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -386,8 +386,6 @@ mod tests {
         Event {
             event: name.to_owned(),
             data: data.to_owned(),
-            id: String::new(),
-            retry: None,
         }
     }
 

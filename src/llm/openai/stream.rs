@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
-use eventsource_stream::Event;
+use crate::llm::event_source::Event;
 
 use super::wire::{Chunk, ToolCallDelta};
 use crate::llm::http::{mint_call_id, normalize_arguments, stream_error_failure};

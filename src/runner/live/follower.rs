@@ -64,13 +64,16 @@ pub fn follow(
         done: false,
         lost: None,
     };
-    Box::pin(futures::stream::unfold(
-        follower,
-        |mut follower| async move {
-            let event = follower.next().await?;
-            Some((event, follower))
-        },
-    ))
+    Box::pin(futures::stream::unfold(Box::new(follower), step))
+}
+
+/// One event of a follower's stream. The follower is boxed so that each event moves a
+/// pointer and the small future of the live path, not the follower.
+async fn step(
+    mut follower: Box<Follower>,
+) -> Option<(Result<EventEnvelope, RunError>, Box<Follower>)> {
+    let event = follower.next().await?;
+    Some((event, follower))
 }
 
 /// How often the store is read for the events of a run another replica holds when no
@@ -138,16 +141,18 @@ impl Follower {
                 self.done = event.event.is_terminal();
                 return Some(Ok(event));
             }
+            // Every path but the live one is boxed where it is taken: the future of `next`,
+            // made again for each event, then holds only the live path's.
             if !self.replayed {
                 self.replayed = true;
-                self.refill().await;
+                Box::pin(self.refill()).await;
                 continue;
             }
             let Some(live) = self.live.as_mut() else {
                 if self.was_live {
-                    self.lost = Some(self.why_cut_off().await);
+                    self.lost = Some(Box::pin(self.why_cut_off()).await);
                 } else {
-                    self.await_elsewhere().await;
+                    Box::pin(self.await_elsewhere()).await;
                 }
                 continue;
             };
@@ -155,10 +160,12 @@ impl Follower {
                 Ok(event) if event.seq == 0 => self.pending.push_back(event),
                 Ok(event) if event.seq <= self.last => {}
                 Ok(event) if event.seq == self.last + 1 => self.pending.push_back(event),
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.refill().await,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    Box::pin(self.refill()).await;
+                }
                 Err(broadcast::error::RecvError::Closed) => {
                     self.live = None;
-                    self.refill().await;
+                    Box::pin(self.refill()).await;
                 }
             }
         }
@@ -306,5 +313,19 @@ where
             }
             answered => return answered,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Each event of a client's stream makes this future again, moving it whole: it holds
+    /// the live path's wait, not room for the store reads of the rare paths.
+    #[test]
+    fn an_events_future_stays_small() {
+        fn returned<A, R>(_: impl FnOnce(A) -> R) -> usize {
+            std::mem::size_of::<R>()
+        }
+        let step = returned(super::step);
+        assert!(step <= 768, "a follower's step takes {step} bytes");
     }
 }
