@@ -292,10 +292,14 @@ mod tests {
     const IDLE: Duration = Duration::from_secs(1);
 
     /// A reader of the events sent on the returned sender.
+    /// Each `data` sent is one event; `: …` a comment.
     fn reader() -> (mpsc::UnboundedSender<&'static str>, ChatStream) {
         let (send, receive) = mpsc::unbounded_channel::<&'static str>();
-        let body = tokio_stream::wrappers::UnboundedReceiverStream::new(receive)
-            .map(|data| Ok(Bytes::from(format!("data: {data}\n\n"))));
+        let body =
+            tokio_stream::wrappers::UnboundedReceiverStream::new(receive).map(|data| match data {
+                comment if comment.starts_with(':') => Ok(Bytes::from(format!("{comment}\n\n"))),
+                data => Ok(Bytes::from(format!("data: {data}\n\n"))),
+            });
         let reader = Reader {
             body: Box::pin(body),
             parser: EventParser::new(None),
@@ -379,5 +383,25 @@ mod tests {
         let started = tokio::time::Instant::now();
         assert_eq!(timeout_phase(stream.next().await), IDLE_PHASE);
         assert_eq!(started.elapsed(), IDLE);
+    }
+
+    /// Keep-alive comments are not an answer: a model that sends only them after its
+    /// first event still runs out the idle clock, timed from the event.
+    #[tokio::test(start_paused = true)]
+    async fn comments_do_not_stop_the_idle_clock() {
+        let (send, mut stream) = reader();
+        send.send("hello").ok();
+        assert!(matches!(stream.next().await, Some(Ok(ChatChunk::Text(_)))));
+        let started = tokio::time::Instant::now();
+        let pinger = tokio::spawn(async move {
+            for _ in 0..10 {
+                tokio::time::sleep(IDLE / 4).await;
+                send.send(": ping").ok();
+            }
+            send
+        });
+        assert_eq!(timeout_phase(stream.next().await), IDLE_PHASE);
+        assert_eq!(started.elapsed(), IDLE);
+        drop(pinger.await);
     }
 }
