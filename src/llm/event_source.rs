@@ -231,4 +231,46 @@ mod tests {
     fn a_field_that_is_not_utf8_is_an_error() {
         assert_eq!(parse(&[b"data: \xff\n\n"]), Err(ParseError::NotUtf8));
     }
+
+    /// Any chunking of a body reads as the whole body does, and no bytes panic the parser:
+    /// a model's server decides both.
+    #[test]
+    fn random_chunkings_read_as_the_whole_and_random_bytes_never_panic() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let pieces: [&[u8]; 9] = [
+            b"data: a",
+            b"\r\n",
+            b"\n",
+            b"\r",
+            b"event: e",
+            b": c",
+            b"data:",
+            b"\xc3\xa9",
+            b"id: 1",
+        ];
+        for _ in 0..500 {
+            let body: Vec<u8> = (0..rng.usize(1..40))
+                .flat_map(|_| pieces[rng.usize(..pieces.len())].iter().copied())
+                .collect();
+            let whole = parse(&[&body]);
+            let mut cuts: Vec<usize> = (0..rng.usize(0..6))
+                .map(|_| rng.usize(0..=body.len()))
+                .collect();
+            cuts.sort_unstable();
+            let mut chunks: Vec<&[u8]> = Vec::new();
+            let mut from = 0;
+            for cut in cuts.into_iter().chain([body.len()]) {
+                chunks.push(&body[from..cut]);
+                from = cut;
+            }
+            assert_eq!(
+                parse(&chunks),
+                whole,
+                "{:?} in {chunks:?}",
+                String::from_utf8_lossy(&body)
+            );
+            let noise: Vec<u8> = (0..rng.usize(0..200)).map(|_| rng.u8(..)).collect();
+            let _ = parse(&[&noise]);
+        }
+    }
 }
