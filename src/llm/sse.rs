@@ -99,16 +99,10 @@ impl<D: Decoder> Stream for Reader<D> {
             }
             match this.body.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(bytes))) => this.read(&bytes),
-                Poll::Ready(Some(Err(err))) => {
-                    this.heard();
-                    this.fail(LlmError::Stream {
-                        message: err.without_url().to_string(),
-                    });
-                }
-                Poll::Ready(None) => {
-                    this.heard();
-                    this.end_of_body();
-                }
+                Poll::Ready(Some(Err(err))) => this.fail(LlmError::Stream {
+                    message: err.without_url().to_string(),
+                }),
+                Poll::Ready(None) => this.end_of_body(),
                 Poll::Pending => {
                     if this.clock_ran_out(cx) {
                         continue;
@@ -125,7 +119,6 @@ impl<D: Decoder> Reader<D> {
     /// keep-alive comment, half a line) are not an answer.
     fn read(&mut self, bytes: &[u8]) {
         if let Err(err) = self.parser.feed(bytes, &mut self.events) {
-            self.heard();
             // The events before the bad line are the model's, and come first.
             while let Some(event) = self.events.pop_front() {
                 self.take(&event);
@@ -360,15 +353,21 @@ mod tests {
         drop(writer.await);
     }
 
-    /// Once an event came, silence runs out the idle clock, not the first event's.
+    /// The first event may take longer than the idle limit (the first-byte clock times
+    /// it); once it came, silence runs out the idle clock.
     #[tokio::test(start_paused = true)]
-    async fn silence_after_an_event_runs_out_the_idle_clock() {
+    async fn a_slow_first_event_is_waited_for_then_silence_runs_out_the_idle_clock() {
         let (send, mut stream) = reader();
-        send.send("hello").ok();
+        let writer = tokio::spawn(async move {
+            tokio::time::sleep(IDLE * 3).await;
+            send.send("hello").ok();
+            send
+        });
         assert!(matches!(stream.next().await, Some(Ok(ChatChunk::Text(_)))));
         let started = tokio::time::Instant::now();
         assert_eq!(timeout_phase(stream.next().await), IDLE_PHASE);
         assert_eq!(started.elapsed(), IDLE);
+        drop(writer.await);
     }
 
     /// A first event that was ready before anyone waited still ends the first event's
