@@ -21,9 +21,9 @@ pub(crate) struct Event {
 /// Why a body could not be read as events.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ParseError {
-    /// A line was longer than `cap` bytes.
+    /// A line, or an event's data lines together, were longer than `cap` bytes.
     LineTooLong {
-        /// The longest line allowed.
+        /// The longest line (or event) allowed.
         cap: usize,
     },
     /// A line was not UTF-8.
@@ -132,6 +132,10 @@ impl EventParser {
                 self.event.push_str(value);
             }
             b"data" => {
+                // An event's data lines are held until its blank line: they are bounded
+                // together as one line is, or a server that never ends its event would
+                // grow them for as long as it writes.
+                self.check_cap(self.data.len() + 1 + value.len())?;
                 if self.has_data {
                     self.data.push('\n');
                 }
@@ -225,6 +229,17 @@ mod tests {
         let pieces: Vec<&[u8]> = long.chunks(3).collect();
         assert_eq!(parse(&pieces), Err(ParseError::LineTooLong { cap: 64 }));
         assert!(parse(&[&long[..60], b"\n\n"]).is_ok());
+    }
+
+    /// Many short data lines of an event that never ends are bounded as one long line is.
+    #[test]
+    fn an_events_data_lines_are_bounded_together() {
+        let line = b"data: xxxxxxxxxx\n";
+        let mut parser = EventParser::new(Some(64));
+        let mut out = VecDeque::new();
+        let refused = (0..10).find_map(|_| parser.feed(line, &mut out).err());
+        assert_eq!(refused, Some(ParseError::LineTooLong { cap: 64 }));
+        assert!(parse(&[b"data: xxxxxxxxxx\ndata: xxxxxxxxxx\n\n"]).is_ok());
     }
 
     #[test]
