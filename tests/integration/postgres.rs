@@ -392,7 +392,9 @@ async fn a_caller_gone_while_its_run_is_written_leaves_a_cancelled_run_not_a_stu
 /// measured, where the code before waited out 30 s of patient reads, with no deadline on a
 /// commit) both the run's stream and a follower's end `UNAVAILABLE`, saying the database
 /// cannot be reached; a new `Run` is refused the same way; once the database answers
-/// again, every event sent is stored.
+/// again, every event sent is stored. One connection for calls, so the silence finds it in
+/// use: a full pool of a database that answers nobody is lost, not busy (a stream once
+/// ended "busy … try again" here when the pool happened to be full).
 #[tokio::test]
 async fn a_silent_database_ends_every_stream_unavailable_in_time() {
     use crate::support::postgres::{server_of, Proxy};
@@ -410,11 +412,13 @@ async fn a_silent_database_ends_every_stream_unavailable_in_time() {
     let dir = tempfile::tempdir().unwrap();
     let key = SecretKey::generate();
     let service = spawn_service_edited(dir.path(), &llm, None, |config| {
-        on_postgres(config, dir.path(), &url, Some(&key)).replacen(
-            "write_timeout_secs = 1\n",
-            "write_timeout_secs = 2\nstatement_timeout_ms = 1000\n",
-            1,
-        )
+        on_postgres(config, dir.path(), &url, Some(&key))
+            .replacen(
+                "write_timeout_secs = 1\n",
+                "write_timeout_secs = 2\nstatement_timeout_ms = 1000\n",
+                1,
+            )
+            .replacen("pool_size = 3\n", "pool_size = 1\n", 1)
     })
     .await;
     let mut agents = client(&service).await;

@@ -529,7 +529,7 @@ impl Postgres {
         let Ok(answered) = answered else {
             return Err(self.slow_or_silent(self.commit_deadline));
         };
-        let (held, started, connection) = answered.map_err(|err| self.failed(err))?;
+        let (held, started, connection) = answered.map_err(|err| self.commit_failed(err))?;
         kept.keep(connection);
         if !held {
             return Err(StoreError::Fenced);

@@ -346,14 +346,15 @@ impl Postgres {
 
     /// The error, noting an unavailable database for health. A wait for a connection that
     /// timed out while every connection is open and in use is a busy pool, not a lost
-    /// database, and so is a pool wait or a statement timed out while the database answers
-    /// other commits: the caller is refused (`UNAVAILABLE`, to retry), but health and every
+    /// database, and so is a statement timed out, as long as the database answers other
+    /// calls or commits (a silent one leaves every connection in use too): the caller is refused (`UNAVAILABLE`, to retry), but health and every
     /// other run carry on, rather than a burst of starts taking the replica out of service.
     /// A lost database closes the pool's connections (and fails the heartbeat's own), so it
     /// is still noticed.
     fn failed(&self, err: sqlx::Error) -> StoreError {
         if matches!(err, sqlx::Error::PoolTimedOut)
             && self.pool.size() >= self.pool.options().get_max_connections()
+            && self.answered_lately()
         {
             return self.pool_busy(self.pool.options().get_acquire_timeout());
         }
@@ -372,6 +373,17 @@ impl Postgres {
             self.writable.send_replace(false);
         }
         err
+    }
+
+    /// A commit that failed with `err`. Its connections are its own (they do not come from
+    /// the calls' pool), so a wait for one that timed out says the database did not answer
+    /// the check or the connect in time: [`Self::slow_or_silent`], never the calls' pool
+    /// being busy.
+    fn commit_failed(&self, err: sqlx::Error) -> StoreError {
+        if matches!(err, sqlx::Error::PoolTimedOut) {
+            return self.slow_or_silent(self.commits.options().get_acquire_timeout());
+        }
+        self.failed(err)
     }
 
     /// A call the database did not answer within `waited`. When it answered other commits
@@ -683,6 +695,8 @@ impl std::fmt::Debug for Postgres {
     }
 }
 
+#[cfg(test)]
+mod busy_tests;
 #[cfg(test)]
 mod spans_tests;
 #[cfg(test)]

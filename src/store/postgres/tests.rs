@@ -363,67 +363,6 @@ pub(super) async fn own_store(
     (backend, store, settings)
 }
 
-/// A start in `conversation` (opening it when `opening` holds it) that must be refused
-/// as unavailable; the refusal.
-async fn refused_start(
-    store: &Store,
-    conversation: crate::domain::ConversationId,
-    opening: Option<&crate::domain::Conversation>,
-) -> crate::store::error::StoreError {
-    use crate::store::conformance::tenant;
-    use crate::store::contract::{Admission, NewMessage};
-    let mut message = crate::store::test_records::running_message(conversation, 0);
-    let refused = store
-        .insert_message(NewMessage {
-            tenant: &tenant(),
-            conversation: opening,
-            message: &mut message,
-            spec: &serde_json::json!({}),
-            idempotency: None,
-            admission: Admission::default(),
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(
-        refused.category(),
-        crate::store::error::Category::Unavailable
-    );
-    refused
-}
-
-/// A run's start that finds every connection of the pool in use for longer than `[store]
-/// pool_wait_ms` is refused (unavailable, to try again, naming the setting), but the store
-/// is not marked unwritable: a burst of starts does not turn health `NOT_SERVING` nor
-/// refuse every other run. Once a connection is free again, starts go on.
-#[tokio::test]
-async fn a_busy_pool_refuses_a_start_without_marking_the_store_unwritable() {
-    use crate::store::conformance::{start, tenant};
-    use crate::store::test_records::conversation;
-    let Some(databases) = Databases::new().await else {
-        return;
-    };
-    let (backend, store, _) = own_store(&databases, |settings| {
-        settings.pool_size = 1;
-        settings.pool_wait = Duration::from_secs(1);
-        settings.statement_timeout = Duration::from_secs(1);
-    })
-    .await;
-    let held = backend.connection().await.unwrap();
-    let opening = conversation(&tenant());
-
-    let refused = refused_start(&store, opening.id, Some(&opening)).await;
-    assert!(
-        refused.to_string().contains("pool_wait_ms is 1000"),
-        "names the setting that bounds the wait: {refused}"
-    );
-    assert!(
-        *store.writable().borrow(),
-        "a busy pool is not a lost database"
-    );
-    drop(held);
-    start(&store, opening.id, Some(&opening)).await;
-}
-
 /// A start that finds every connection in use waits for one rather than being refused at
 /// once: a moment's pressure costs the caller time, not a retry.
 #[tokio::test]
@@ -660,48 +599,6 @@ fn committers_scale_with_the_pool() {
     assert_eq!(committers(20), 5);
     assert_eq!(committers(32), 8);
     assert_eq!(committers(500), 8);
-}
-
-/// A statement cancelled by its timeout while the database answers other commits (here, a
-/// start waiting on a conversation's lock that another session holds) is refused as busy,
-/// and the store stays writable: a slow moment does not turn health `NOT_SERVING`.
-#[tokio::test]
-async fn a_statement_timed_out_while_others_are_answered_is_busy_not_lost() {
-    use crate::store::conformance::{start, tenant};
-    use crate::store::test_records::conversation;
-    let Some(databases) = Databases::new().await else {
-        return;
-    };
-    let (_backend, store, settings) = own_store(&databases, |settings| {
-        settings.statement_timeout = Duration::from_secs(1);
-        settings.notify = false;
-    })
-    .await;
-    let busy = conversation(&tenant());
-    start(&store, busy.id, Some(&busy)).await;
-    let mut other = PgConnection::connect(&settings.url).await.unwrap();
-    let mut holding = other.begin().await.unwrap();
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-        .bind(format!("{}\u{1}{}", tenant().as_str(), busy.id.0))
-        .execute(&mut *holding)
-        .await
-        .unwrap();
-    // Another conversation's start is answered meanwhile: the database is alive.
-    let elsewhere = conversation(&tenant());
-    start(&store, elsewhere.id, Some(&elsewhere)).await;
-
-    let refused = refused_start(&store, busy.id, None).await;
-    assert!(refused.to_string().contains("busy"), "{refused}");
-    assert!(
-        !refused.to_string().contains("cannot be reached"),
-        "{refused}"
-    );
-    assert!(
-        *store.writable().borrow(),
-        "a slow moment is not a lost database"
-    );
-    holding.rollback().await.unwrap();
-    start(&store, busy.id, None).await;
 }
 
 /// A queued run a peer adopted (its owner's lease lapsed while the owner was paused) is not
