@@ -498,3 +498,5 @@ fn sized_page<T>(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tree_tests;

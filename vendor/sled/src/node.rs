@@ -62,6 +62,44 @@ impl Node {
         &self.lo[..self.prefix_len as usize]
     }
 
+    /// A copy of this node with `link` applied. A `Set` on a leaf builds the
+    /// new leaf with the pair in its place: cloning and then inserting grew
+    /// (and copied) both of the clone's vectors once more on every write.
+    pub(crate) fn linked(&self, link: &Link) -> Node {
+        if let (Link::Set(key, value), Data::Leaf(leaf), false) =
+            (link, &self.data, self.merging)
+        {
+            let below_hi = self.hi.is_empty()
+                || **key < self.hi[self.prefix_len as usize..];
+            if below_hi {
+                let (keys, values) =
+                    match leaf.keys.binary_search_by(|k| fastcmp(k, key)) {
+                        Ok(idx) => {
+                            let mut values = leaf.values.clone();
+                            values[idx] = value.clone();
+                            (leaf.keys.clone(), values)
+                        }
+                        Err(idx) => (
+                            with_inserted(&leaf.keys, idx, key),
+                            with_inserted(&leaf.values, idx, value),
+                        ),
+                    };
+                return Node {
+                    prefix_len: self.prefix_len,
+                    next: self.next,
+                    merging_child: self.merging_child,
+                    merging: self.merging,
+                    lo: self.lo.clone(),
+                    hi: self.hi.clone(),
+                    data: Data::Leaf(Leaf { keys, values }),
+                };
+            }
+        }
+        let mut node = self.clone();
+        node.apply(link);
+        node
+    }
+
     pub(crate) fn apply(&mut self, link: &Link) {
         use self::Link::*;
 
@@ -716,6 +754,15 @@ impl Data {
 pub(crate) struct Leaf {
     pub(crate) keys: Vec<IVec>,
     pub(crate) values: Vec<IVec>,
+}
+
+/// `items` with `item` at `idx`, in a vector with no room to spare.
+fn with_inserted(items: &[IVec], idx: usize, item: &IVec) -> Vec<IVec> {
+    let mut out = Vec::with_capacity(items.len() + 1);
+    out.extend_from_slice(&items[..idx]);
+    out.push(item.clone());
+    out.extend_from_slice(&items[idx..]);
+    out
 }
 
 #[derive(Clone, Debug, PartialEq, Default)]
