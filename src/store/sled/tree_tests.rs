@@ -1,6 +1,7 @@
 //! The tree under the embedded store (`vendor/sled`, whose writes build the changed leaf
-//! in place): keys written in any order, written again and removed, read back as a map
-//! holds them, in order, before and after the database is opened again.
+//! in place, and whose indexes hold at most 64 children): keys written in any order, written
+//! again and removed, read back as a map holds them, in order, before and after the database
+//! is opened again.
 
 use std::collections::BTreeMap;
 
@@ -55,6 +56,23 @@ fn writes_in_any_order_read_back_as_a_map_holds_them() {
                 same(&tree, &model, &format!("after {} writes", step + 1));
             }
         }
+        // Ascending keys, as a run's events come: enough leaves that the index above them
+        // splits too (64 children at the most).
+        for n in 0u32..20_000 {
+            let k = [b"z".as_slice(), &n.to_be_bytes()].concat();
+            tree.insert(k.as_slice(), &n.to_le_bytes()).unwrap();
+            model.insert(k, n.to_le_bytes().to_vec());
+        }
+        same(&tree, &model, "after the ascending writes");
+        // Most removed again, so leaves and indexes shrink and merge.
+        let keys: Vec<Vec<u8>> = model.keys().cloned().collect();
+        for k in keys {
+            if rng.u8(0..10) != 0 {
+                tree.remove(&k).unwrap();
+                model.remove(&k);
+            }
+        }
+        same(&tree, &model, "after most were removed");
         db.flush().unwrap();
     }
     let db = sled::Config::new().path(dir.path()).open().unwrap();

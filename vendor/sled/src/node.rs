@@ -638,7 +638,7 @@ impl Node {
         let threshold = if cfg!(any(test, feature = "lock_free_delays")) {
             2
         } else if self.data.is_index() {
-            256
+            64
         } else {
             16
         };
@@ -653,7 +653,7 @@ impl Node {
         let threshold = if cfg!(any(test, feature = "lock_free_delays")) {
             1
         } else if self.data.is_index() {
-            64
+            16
         } else {
             4
         };
