@@ -347,10 +347,10 @@ impl Postgres {
     /// The error, noting an unavailable database for health. A wait for a connection that
     /// timed out while every connection is open and in use is a busy pool, not a lost
     /// database, and so is a statement timed out, as long as the database answers other
-    /// calls or commits (a silent one leaves every connection in use too): the caller is refused (`UNAVAILABLE`, to retry), but health and every
-    /// other run carry on, rather than a burst of starts taking the replica out of service.
-    /// A lost database closes the pool's connections (and fails the heartbeat's own), so it
-    /// is still noticed.
+    /// calls or commits (a silent one leaves every connection in use too): the caller is
+    /// refused (`UNAVAILABLE`, to retry), but health and every other run carry on, rather
+    /// than a burst of starts taking the replica out of service. A lost database closes
+    /// the pool's connections (and fails the heartbeat's own), so it is still noticed.
     fn failed(&self, err: sqlx::Error) -> StoreError {
         if matches!(err, sqlx::Error::PoolTimedOut)
             && self.pool.size() >= self.pool.options().get_max_connections()
