@@ -2,8 +2,9 @@
 
 use std::collections::HashSet;
 
+use super::body::RequestBody;
 use super::stream::TurnState;
-use super::wire::{request_body, Completion};
+use super::wire::Completion;
 use crate::llm::http::{self, Clocks};
 use crate::llm::sse::{chat_stream, line_cap};
 use crate::llm::{
@@ -16,6 +17,9 @@ use crate::llm::{
 pub struct OpenAiClient {
     http: reqwest::Client,
     endpoint: String,
+    /// `endpoint` parsed once, not for every request; `None` leaves an unparsable one to
+    /// fail each request as it did.
+    endpoint_url: Option<reqwest::Url>,
     api_key: Option<Secret>,
     clocks: Clocks,
     /// Configured models that cannot stream tool calls: asked without streaming when tools
@@ -27,9 +31,11 @@ impl OpenAiClient {
     /// A client for the provider described by `config`.
     pub fn new(config: &ProviderConfig) -> Result<Self, LlmError> {
         let clocks = Clocks::of(config);
+        let endpoint = format!("{}/chat/completions", config.api_base());
         Ok(Self {
             http: http::client(clocks)?,
-            endpoint: format!("{}/chat/completions", config.api_base()),
+            endpoint_url: reqwest::Url::parse(&endpoint).ok(),
+            endpoint,
             api_key: crate::llm::api_key(config),
             clocks,
             whole_tool_turns: config
@@ -90,10 +96,11 @@ impl OpenAiClient {
         request: &ChatRequest,
         stream: bool,
     ) -> Result<reqwest::Response, LlmError> {
-        let mut builder = self
-            .http
-            .post(&self.endpoint)
-            .json(&request_body(request, stream));
+        let builder = match &self.endpoint_url {
+            Some(url) => self.http.post(url.clone()),
+            None => self.http.post(&self.endpoint),
+        };
+        let mut builder = builder.json(&RequestBody::new(request, stream));
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key.expose());
         }

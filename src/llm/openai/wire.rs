@@ -1,112 +1,11 @@
-//! JSON shapes of the Chat Completions API, lenient on input because real servers differ.
+//! JSON shapes of the Chat Completions API's answers, lenient because real servers differ.
 
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::domain::TokenUsage;
 use crate::llm::http::{mint_call_id, normalize_arguments};
-use crate::llm::{ChatMessage, ChatRequest, ContentPart, ToolCallRequest};
-
-/// Keys the request body sets itself; caller parameters may not override them.
-const RESERVED_KEYS: [&str; 7] = [
-    "model",
-    "messages",
-    "stream",
-    "stream_options",
-    "tools",
-    "stop",
-    "user",
-];
-
-/// The JSON body for `request`, streamed or not: what goes on the wire.
-pub fn request_body(request: &ChatRequest, stream: bool) -> Value {
-    let mut body = request.passed_parameters(&RESERVED_KEYS);
-    body.insert("model".into(), json!(request.model));
-    body.insert(
-        "messages".into(),
-        Value::Array(request.messages.iter().map(message_json).collect()),
-    );
-    body.insert("stream".into(), json!(stream));
-    if stream {
-        body.insert("stream_options".into(), json!({"include_usage": true}));
-    }
-    if !request.tools.is_empty() {
-        let tools = request
-            .tools
-            .iter()
-            .map(|tool| {
-                json!({"type": "function", "function": {
-                    "name": tool.name, "description": tool.description, "parameters": tool.parameters}})
-            })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
-    }
-    if !request.stop.is_empty() {
-        body.insert("stop".into(), json!(request.stop));
-    }
-    if let Some(user) = request.user.as_deref().filter(|u| !u.is_empty()) {
-        body.insert("user".into(), json!(user));
-    }
-    if let Some(schema) = &request.response_schema {
-        // Not strict: strict mode refuses schemas without `additionalProperties: false`
-        // everywhere; the answer is validated against the schema afterwards anyway.
-        body.insert(
-            "response_format".into(),
-            json!({"type": "json_schema",
-                   "json_schema": {"name": "final_answer", "schema": schema, "strict": false}}),
-        );
-    }
-    Value::Object(body)
-}
-
-fn message_json(message: &ChatMessage) -> Value {
-    match message {
-        ChatMessage::System { content } => json!({"role": "system", "content": content}),
-        ChatMessage::User { content } => json!({"role": "user", "content": user_content(content)}),
-        ChatMessage::Assistant {
-            content,
-            tool_calls,
-            ..
-        } if tool_calls.is_empty() => json!({"role": "assistant", "content": content}),
-        ChatMessage::Assistant {
-            content,
-            tool_calls,
-            ..
-        } => {
-            let calls: Vec<Value> = tool_calls
-                .iter()
-                .map(|call| {
-                    json!({"id": call.id, "type": "function",
-                           "function": {"name": call.name, "arguments": call.arguments}})
-                })
-                .collect();
-            // An empty string, not `null`: llama.cpp's server answers 500 to a null content
-            // beside tool calls, and OpenAI, vLLM, Ollama and DeepSeek accept both.
-            json!({"role": "assistant", "content": content, "tool_calls": calls})
-        }
-        ChatMessage::Tool {
-            tool_call_id,
-            content,
-        } => json!({"role": "tool", "tool_call_id": tool_call_id, "content": content}),
-    }
-}
-
-/// Plain text stays a string (every server accepts that); anything else is a part list.
-fn user_content(parts: &[ContentPart]) -> Value {
-    if let [ContentPart::Text { text }] = parts {
-        return json!(text);
-    }
-    let parts = parts
-        .iter()
-        .map(|part| match part {
-            ContentPart::Text { text } => json!({"type": "text", "text": text}),
-            ContentPart::Image { url, detail } => {
-                json!({"type": "image_url", "image_url": {"url": url, "detail": detail}})
-            }
-        })
-        .collect();
-    Value::Array(parts)
-}
+use crate::llm::ToolCallRequest;
 
 /// One `chat.completion.chunk`, or an error object sent in its place.
 #[derive(Debug, Default, Deserialize)]
