@@ -121,10 +121,10 @@ impl Serialize for Tools<'_> {
 }
 
 #[derive(serde::Serialize)]
-struct Function<T> {
+struct Function<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
-    function: T,
+    function: FunctionSpec<'a>,
 }
 
 #[derive(serde::Serialize)]
@@ -137,8 +137,9 @@ struct FunctionSpec<'a> {
 #[derive(serde::Serialize)]
 struct Call<'a> {
     id: &'a str,
-    #[serde(flatten)]
-    function: Function<FunctionCall<'a>>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: FunctionCall<'a>,
 }
 
 #[derive(serde::Serialize)]
@@ -202,12 +203,10 @@ impl Serialize for Calls<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_seq(self.0.iter().map(|call| Call {
             id: &call.id,
-            function: Function {
-                kind: "function",
-                function: FunctionCall {
-                    name: &call.name,
-                    arguments: &call.arguments,
-                },
+            kind: "function",
+            function: FunctionCall {
+                name: &call.name,
+                arguments: &call.arguments,
             },
         }))
     }
