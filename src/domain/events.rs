@@ -15,25 +15,7 @@ use super::{
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum RunEvent {
     /// The run was accepted and the message row exists.
-    Started {
-        /// Strategy that runs.
-        strategy: StrategyKind,
-        /// LLM provider name.
-        provider: String,
-        /// Model name.
-        model: String,
-        /// Effective iteration limit.
-        max_iteration: u32,
-        /// How much of the conversation's history the first prompt carries.
-        history: HistoryReport,
-        /// The stored agent and version that runs; `None` for an inline agent.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        agent: Option<super::PinnedAgent>,
-        /// The budget in force (the agent's, lowered by the run's overrides and the
-        /// tenant's ceilings); `None` when nothing is limited.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        budget: Option<super::RunBudget>,
-    },
+    Started(Box<RunStarted>),
     /// The run waits behind others of its conversation (`enqueue`); sent when it is queued
     /// and again whenever the runs ahead of it change.
     Queued {
@@ -85,7 +67,7 @@ pub enum RunEvent {
         /// The round's position.
         position: u32,
         /// The call, without observation.
-        call: ToolCallRecord,
+        call: Box<ToolCallRecord>,
     },
     /// A tool call finished (successfully or not).
     ToolFinished {
@@ -94,10 +76,10 @@ pub enum RunEvent {
         /// The round's position.
         position: u32,
         /// The call with its observation and meta.
-        call: ToolCallRecord,
+        call: Box<ToolCallRecord>,
     },
     /// A tool produced a file for the user; it is stored with the message.
-    File(FileRecord),
+    File(Box<FileRecord>),
     /// The caller must run these tools and submit their results.
     ToolCallsRequired {
         /// The round's thought id.
@@ -121,7 +103,7 @@ pub enum RunEvent {
         /// Seconds waited before it.
         delay: f64,
         /// The failure, as an error event would carry it.
-        failure: RunFailure,
+        failure: Box<RunFailure>,
         /// Provider of the model the next attempt goes to.
         provider: String,
         /// The model the next attempt goes to.
@@ -142,48 +124,81 @@ pub enum RunEvent {
     /// An event of a sub-agent's run, carried in its parent's stream.
     Child(Box<ChildEvent>),
     /// The run ended normally.
-    MessageEnd {
-        /// The whole answer.
-        answer: String,
-        /// Usage summed over every round.
-        usage: Usage,
-        /// Why it ended.
-        finish_reason: FinishReason,
-        /// LLM rounds made.
-        iterations: u32,
-        /// Passages the run's tools retrieved.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        retriever_resources: Vec<RetrieverResource>,
-        /// The answer as the document `output_schema` asked for, when it met it.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        structured_output: Option<serde_json::Value>,
-        /// Why the answer does not meet `output_schema`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        output_invalid: Option<String>,
-        /// Which budget ran out, with `finish_reason` `budget_exhausted`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        budget_exhausted: Option<super::BudgetKind>,
-        /// With `finish_reason` `interrupted`: the newer run that stopped it.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        interrupted_by: Option<super::MessageId>,
-    },
+    MessageEnd(Box<RunEnded>),
     /// The run failed; nothing follows.
     Error {
         /// What went wrong.
         failure: RunFailure,
         /// Usage of the rounds made before the failure.
-        usage: Usage,
+        usage: Box<Usage>,
         /// LLM calls made, the failed one included.
         #[serde(default)]
         iterations: u32,
     },
 }
 
+// An event is moved many times between the run and its clients (into the burst, the
+// broadcast, each follower's stream): its large variants are boxed so that every move is
+// small. 344 bytes before they were; held here so none grows back unseen.
+const _: () = assert!(std::mem::size_of::<RunEvent>() <= 80);
+
+/// What a run starts with, as [`RunEvent::Started`] announces it (boxed there: an event is
+/// moved many times on its way to clients, and a small one moves cheaply).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunStarted {
+    /// Strategy that runs.
+    pub strategy: StrategyKind,
+    /// LLM provider name.
+    pub provider: String,
+    /// Model name.
+    pub model: String,
+    /// Effective iteration limit.
+    pub max_iteration: u32,
+    /// How much of the conversation's history the first prompt carries.
+    pub history: HistoryReport,
+    /// The stored agent and version that runs; `None` for an inline agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<super::PinnedAgent>,
+    /// The budget in force (the agent's, lowered by the run's overrides and the
+    /// tenant's ceilings); `None` when nothing is limited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<super::RunBudget>,
+}
+
+/// How a run ended, as [`RunEvent::MessageEnd`] announces it (boxed there, as
+/// [`RunStarted`] is).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunEnded {
+    /// The whole answer.
+    pub answer: String,
+    /// Usage summed over every round.
+    pub usage: Usage,
+    /// Why it ended.
+    pub finish_reason: FinishReason,
+    /// LLM rounds made.
+    pub iterations: u32,
+    /// Passages the run's tools retrieved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retriever_resources: Vec<RetrieverResource>,
+    /// The answer as the document `output_schema` asked for, when it met it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_output: Option<serde_json::Value>,
+    /// Why the answer does not meet `output_schema`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_invalid: Option<String>,
+    /// Which budget ran out, with `finish_reason` `budget_exhausted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_exhausted: Option<super::BudgetKind>,
+    /// With `finish_reason` `interrupted`: the newer run that stopped it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_by: Option<super::MessageId>,
+}
+
 impl RunEvent {
     /// The end of a run that completed with `answer`: for tests of whatever reads events.
     #[cfg(any(test, feature = "test-utils"))]
     pub fn completed(answer: &str) -> Self {
-        RunEvent::MessageEnd {
+        RunEvent::MessageEnd(Box::new(RunEnded {
             answer: answer.into(),
             usage: super::Usage::default(),
             finish_reason: FinishReason::Stop,
@@ -193,12 +208,12 @@ impl RunEvent {
             structured_output: None,
             output_invalid: None,
             interrupted_by: None,
-        }
+        }))
     }
 
     /// Whether this is the last event of a run.
     pub fn is_terminal(&self) -> bool {
-        matches!(self, RunEvent::MessageEnd { .. } | RunEvent::Error { .. })
+        matches!(self, RunEvent::MessageEnd(_) | RunEvent::Error { .. })
     }
 
     /// What this event says its run — or, for a `child` event, the run below it — now
@@ -299,4 +314,74 @@ pub struct ChildEvent {
     pub agent_version: u32,
     /// The child's own event, with its `seq` and ids.
     pub event: EventEnvelope,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{RunFailure, StrategyKind, ToolCallRecord, Usage};
+    use serde_json::{json, to_value};
+
+    /// Boxing a variant changes nothing of its JSON: events stored, and notices of replicas
+    /// of earlier releases, read as before. Each is flat, under its `type`.
+    #[test]
+    fn boxed_events_keep_their_json_form() {
+        let usage = to_value(Usage::default()).unwrap();
+        let end = to_value(RunEvent::completed("hi")).unwrap();
+        let expected = json!({"type": "message_end", "answer": "hi", "usage": usage,
+            "finish_reason": "stop", "iterations": 1});
+        assert_eq!(end, expected);
+        assert_eq!(
+            serde_json::from_value::<RunEvent>(expected).unwrap(),
+            RunEvent::completed("hi")
+        );
+
+        let started = RunEvent::Started(Box::new(RunStarted {
+            strategy: StrategyKind::FunctionCalling,
+            provider: "openai".into(),
+            model: "gpt".into(),
+            max_iteration: 5,
+            history: HistoryReport::default(),
+            agent: None,
+            budget: None,
+        }));
+        let value = to_value(&started).unwrap();
+        assert_eq!(value["type"], "started");
+        assert_eq!(value["provider"], "openai");
+        assert_eq!(value["max_iteration"], 5);
+        assert_eq!(value["history"]["kept_turns"], 0);
+        assert_eq!(serde_json::from_value::<RunEvent>(value).unwrap(), started);
+
+        let call = ToolCallRecord {
+            id: "call_1".into(),
+            name: "lookup".into(),
+            provider: "time".into(),
+            arguments: "{}".into(),
+            observation: None,
+            meta: None,
+        };
+        let tool = RunEvent::ToolStarted {
+            thought_id: crate::domain::ThoughtId::new(),
+            position: 1,
+            call: Box::new(call.clone()),
+        };
+        let value = to_value(&tool).unwrap();
+        assert_eq!(value["call"], to_value(&call).unwrap());
+
+        let failed = RunEvent::Error {
+            failure: RunFailure {
+                code: "llm_server_error".into(),
+                message: "down".into(),
+            },
+            usage: Box::default(),
+            iterations: 2,
+        };
+        let value = to_value(&failed).unwrap();
+        assert_eq!(value["usage"], usage);
+        assert_eq!(value["failure"]["code"], "llm_server_error");
+        assert!(matches!(
+            serde_json::from_value::<RunEvent>(value).unwrap(),
+            RunEvent::Error { iterations: 2, .. }
+        ));
+    }
 }

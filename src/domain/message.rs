@@ -301,7 +301,7 @@ impl Message {
     pub fn end(&mut self, status: MessageStatus, reason: FinishReason) -> super::RunEvent {
         self.status = status;
         self.finish_reason = Some(reason);
-        super::RunEvent::MessageEnd {
+        super::RunEvent::MessageEnd(Box::new(super::RunEnded {
             answer: self.answer.clone(),
             usage: self.usage.clone(),
             finish_reason: reason,
@@ -311,7 +311,7 @@ impl Message {
             output_invalid: self.output_invalid.clone(),
             budget_exhausted: self.budget_exhausted,
             interrupted_by: self.interrupted_by,
-        }
+        }))
     }
 
     /// Ends the message as stopped by a newer run of its conversation, with the answer it
@@ -341,7 +341,7 @@ impl Message {
             created_at: self.updated_at,
             event: super::RunEvent::Error {
                 failure,
-                usage: self.usage.clone(),
+                usage: Box::new(self.usage.clone()),
                 iterations: self.iterations,
             },
         }

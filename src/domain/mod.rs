@@ -39,7 +39,9 @@ pub use budget::{BudgetKind, OnExhausted, Raised, RunBudget, Spent, MAX_BUDGET_C
 pub use command::{ClientOutput, Decision, RunCommand};
 pub use conversation_policy::ConversationPolicy;
 pub use error::{ErrorKind, FieldError};
-pub use events::{CallDelta, ChildEvent, EventEnvelope, HistoryReport, RunEvent, Wait};
+pub use events::{
+    CallDelta, ChildEvent, EventEnvelope, HistoryReport, RunEnded, RunEvent, RunStarted, Wait,
+};
 pub use file::FileRecord;
 pub use ids::{ConversationId, FileId, MessageId, Tenant, ThoughtId};
 pub use interruption::{Interruption, INTERRUPTED_CALL};

@@ -453,7 +453,7 @@ async fn start<R: Host>(
             message.error = Some(failure.clone());
             let end = RunEvent::Error {
                 failure,
-                usage: message.usage.clone(),
+                usage: Box::new(message.usage.clone()),
                 iterations: 0,
             };
             return close(message, end, opened).await;

@@ -51,14 +51,9 @@ impl TaskEvents {
                 }
                 None => (Vec::new(), false),
             },
-            RunEvent::MessageEnd {
-                answer,
-                structured_output,
-                finish_reason,
-                ..
-            } => {
-                let mut out = self.final_artifact(answer, structured_output.as_ref());
-                let state = match finish_reason {
+            RunEvent::MessageEnd(end) => {
+                let mut out = self.final_artifact(&end.answer, end.structured_output.as_ref());
+                let state = match end.finish_reason {
                     // A newer message of the context stopped it: its work was stopped, as
                     // a cancel stops it.
                     FinishReason::Cancelled | FinishReason::Interrupted => a2a::TaskState::Canceled,

@@ -22,7 +22,7 @@ impl From<EventEnvelope> for pb::RunEvent {
 /// functions.
 fn event(event: RunEvent) -> Event {
     match event {
-        started @ RunEvent::Started { .. } => Event::Started(run_started(started)),
+        RunEvent::Started(started) => Event::Started(run_started(*started)),
         RunEvent::Queued { ahead, behind } => Event::Queued(pb::Queued {
             ahead,
             message_id: behind.to_string(),
@@ -57,7 +57,7 @@ fn event(event: RunEvent) -> Event {
         | RunEvent::ToolFinished { .. }
         | RunEvent::ToolCallsRequired { .. }
         | RunEvent::ApprovalRequired { .. }) => call_event(call),
-        RunEvent::File(file) => Event::File(message_file(file)),
+        RunEvent::File(file) => Event::File(message_file(*file)),
         retry @ RunEvent::Retry { .. } => Event::Retry(llm_retry(retry)),
         RunEvent::RoundRestarted {
             position,
@@ -68,7 +68,16 @@ fn event(event: RunEvent) -> Event {
             discard_from_seq,
             reason,
         }),
-        end @ (RunEvent::MessageEnd { .. } | RunEvent::Error { .. }) => end_event(end),
+        RunEvent::MessageEnd(end) => Event::End(message_end(*end)),
+        RunEvent::Error {
+            failure,
+            usage,
+            iterations,
+        } => Event::Error(pb::RunError {
+            usage: Some((*usage).into()),
+            iterations,
+            ..failure.into()
+        }),
     }
 }
 
@@ -84,7 +93,7 @@ fn call_event(event: RunEvent) -> Event {
         return Event::ToolStarted(pb::ToolStarted {
             thought_id: thought_id.to_string(),
             position,
-            tool_call: Some(call.into()),
+            tool_call: Some((*call).into()),
         });
     }
     if let RunEvent::ToolFinished {
@@ -96,7 +105,7 @@ fn call_event(event: RunEvent) -> Event {
         return Event::ToolFinished(pb::ToolFinished {
             thought_id: thought_id.to_string(),
             position,
-            tool_call: Some(call.into()),
+            tool_call: Some((*call).into()),
         });
     }
     if let RunEvent::ToolCallsRequired { thought_id, calls } = event {
@@ -114,22 +123,9 @@ fn call_event(event: RunEvent) -> Event {
     Event::Delta(pb::MessageDelta::default())
 }
 
-/// The run's last event: its end or its failure; an empty delta for any other event,
-/// which it is never given.
-fn end_event(event: RunEvent) -> Event {
-    if let RunEvent::Error {
-        failure,
-        usage,
-        iterations,
-    } = event
-    {
-        return Event::Error(pb::RunError {
-            usage: Some(usage.into()),
-            iterations,
-            ..failure.into()
-        });
-    }
-    let RunEvent::MessageEnd {
+/// A run's normal end.
+fn message_end(end: crate::domain::RunEnded) -> pb::MessageEnd {
+    let crate::domain::RunEnded {
         answer,
         usage,
         finish_reason: reason,
@@ -139,11 +135,8 @@ fn end_event(event: RunEvent) -> Event {
         output_invalid,
         budget_exhausted,
         interrupted_by,
-    } = event
-    else {
-        return Event::Delta(pb::MessageDelta::default());
-    };
-    Event::End(pb::MessageEnd {
+    } = end;
+    pb::MessageEnd {
         answer,
         usage: Some(usage.into()),
         finish_reason: finish_reason(reason).into(),
@@ -154,7 +147,7 @@ fn end_event(event: RunEvent) -> Event {
         budget_exhausted: budget_exhausted
             .map_or_else(String::new, |kind| kind.as_str().to_owned()),
         interrupted_by: interrupted_by.map(|id| id.to_string()).unwrap_or_default(),
-    })
+    }
 }
 
 /// A piece of a forming call's arguments.
@@ -200,9 +193,9 @@ fn message_file(file: crate::domain::FileRecord) -> pb::MessageFile {
     }
 }
 
-/// The `started` event of a run; `Default` for any other event, which it is never given.
-fn run_started(event: RunEvent) -> pb::RunStarted {
-    let RunEvent::Started {
+/// The `started` event of a run.
+fn run_started(started: crate::domain::RunStarted) -> pb::RunStarted {
+    let crate::domain::RunStarted {
         strategy: kind,
         provider,
         model,
@@ -210,10 +203,7 @@ fn run_started(event: RunEvent) -> pb::RunStarted {
         history,
         agent,
         budget,
-    } = event
-    else {
-        return pb::RunStarted::default();
-    };
+    } = started;
     pb::RunStarted {
         strategy: strategy(kind).into(),
         provider,

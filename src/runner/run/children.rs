@@ -17,7 +17,7 @@ use super::launch::{child_message_id, legacy_child_message_id, ChildRun, ChildSt
 use super::state::Round;
 use crate::domain::{
     CallAt, CallOutcome, ChildEvent, EventEnvelope, FinishReason, MessageId, MessageStatus,
-    ParentLink, RunBudget, RunEvent, ToolInvokeMeta,
+    ParentLink, RunBudget, RunEnded, RunEvent, ToolInvokeMeta,
 };
 use crate::runner::error::RunError;
 use crate::runner::tree::{TreeHandle, TreeSlot};
@@ -388,14 +388,14 @@ fn failure(text: String, started: Instant) -> Invocation {
 /// its failure as a tool error; its usage goes with it.
 fn child_result(event: &RunEvent, started: Instant) -> Option<Invocation> {
     // Only the two kinds that end a run carry a result (see `RunEvent::is_terminal`).
-    let (observation, error, usage, outcome) = if let RunEvent::MessageEnd {
-        answer,
-        usage,
-        finish_reason,
-        structured_output,
-        ..
-    } = event
-    {
+    let (observation, error, usage, outcome) = if let RunEvent::MessageEnd(end) = event {
+        let RunEnded {
+            answer,
+            usage,
+            finish_reason,
+            structured_output,
+            ..
+        } = &**end;
         if *finish_reason == FinishReason::Cancelled {
             let text = observation::invoke_error(&format_args!(
                 "the sub-agent's run was cancelled{}",
@@ -418,7 +418,12 @@ fn child_result(event: &RunEvent, started: Instant) -> Option<Invocation> {
             "the sub-agent failed: {}: {}",
             failure.code, failure.message
         ));
-        (text.clone(), Some(text), usage.clone(), CallOutcome::Error)
+        (
+            text.clone(),
+            Some(text),
+            (**usage).clone(),
+            CallOutcome::Error,
+        )
     } else {
         return None;
     };
@@ -441,7 +446,7 @@ fn child_result(event: &RunEvent, started: Instant) -> Option<Invocation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{MessageId, Usage};
+    use crate::domain::MessageId;
 
     /// An envelope's event.
     fn end_event(answer: &str) -> crate::domain::EventEnvelope {
@@ -467,7 +472,7 @@ mod tests {
                 code: "llm_server_error".into(),
                 message: "down".into(),
             },
-            usage: Usage::default(),
+            usage: Box::default(),
             iterations: 1,
         };
         let failed = child_result(&failed, Instant::now()).unwrap();

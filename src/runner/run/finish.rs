@@ -81,7 +81,7 @@ fn fail(message: &mut Message, status: MessageStatus, failure: RunFailure) -> Ru
     message.error = Some(failure.clone());
     RunEvent::Error {
         failure,
-        usage: message.usage.clone(),
+        usage: Box::new(message.usage.clone()),
         iterations: message.iterations,
     }
 }

@@ -66,6 +66,7 @@ use super::spec::{OutputFallback, RunSpec};
 use super::strategy::{ModelStep, PromptContext};
 use crate::domain::{
     BudgetKind, FinishReason, HistoryReport, Lease, Message, MessageStatus, PastMessage, RunEvent,
+    RunStarted,
 };
 use crate::llm::{ChatRequest, LlmError};
 use crate::telemetry::{Metrics, RunOutcome};
@@ -331,19 +332,21 @@ impl RunTask {
             strategy.build_request(c, &[], tools)
         });
         let trim = fitted.as_ref().map(|(_, trim)| *trim).unwrap_or_default();
-        self.recorder.announce(RunEvent::Started {
-            strategy: strategy.kind(),
-            provider: self.agent.model.provider.clone(),
-            model: self.agent.model.info.name.clone(),
-            max_iteration: self.spec.agent.max_iteration,
-            history: HistoryReport {
-                kept_turns: u32::try_from(self.context.history.len()).unwrap_or(u32::MAX),
-                dropped_turns: trim.turns.saturating_add(self.agent.history.left_out_turns),
-                dropped_tokens: trim.tokens + self.agent.history.left_out_tokens,
-            },
-            agent: self.spec.pinned.clone(),
-            budget: Some(self.spec.agent.budget.clone()).filter(|budget| !budget.is_unlimited()),
-        });
+        self.recorder
+            .announce(RunEvent::Started(Box::new(RunStarted {
+                strategy: strategy.kind(),
+                provider: self.agent.model.provider.clone(),
+                model: self.agent.model.info.name.clone(),
+                max_iteration: self.spec.agent.max_iteration,
+                history: HistoryReport {
+                    kept_turns: u32::try_from(self.context.history.len()).unwrap_or(u32::MAX),
+                    dropped_turns: trim.turns.saturating_add(self.agent.history.left_out_turns),
+                    dropped_tokens: trim.tokens + self.agent.history.left_out_tokens,
+                },
+                agent: self.spec.pinned.clone(),
+                budget: Some(self.spec.agent.budget.clone())
+                    .filter(|budget| !budget.is_unlimited()),
+            })));
         fitted.map_err(overflow)?;
         log_trim(trim);
         Ok(())

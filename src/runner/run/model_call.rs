@@ -123,10 +123,10 @@ impl ModelCall<'_> {
             position: round.thought.position,
             attempt,
             delay: delay.as_secs_f64(),
-            failure: RunFailure {
+            failure: Box::new(RunFailure {
                 code: err.code().to_owned(),
                 message: err.to_string(),
-            },
+            }),
             provider: next.provider.clone(),
             model: next.info.name.clone(),
         });

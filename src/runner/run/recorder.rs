@@ -131,7 +131,7 @@ impl Recorder {
             self.emitter.emit(RunEvent::ToolFinished {
                 thought_id: thought.id,
                 position: thought.position,
-                call: call.fitted(SHOWN_TEXT_LIMIT),
+                call: Box::new(call.fitted(SHOWN_TEXT_LIMIT)),
             });
         }
     }
@@ -159,7 +159,7 @@ impl Recorder {
                 created_at: crate::domain::now(),
             };
             self.store.put_file(&self.tenant, &record, bytes).await?;
-            self.emitter.emit(RunEvent::File(record.clone()));
+            self.emitter.emit(RunEvent::File(Box::new(record.clone())));
             records.push(record);
         }
         Ok(records)

@@ -279,7 +279,7 @@ mod tests {
             log.push(RunEvent::ToolStarted {
                 thought_id: decided.id,
                 position: 1,
-                call: call(id, None),
+                call: Box::new(call(id, None)),
             });
         }
         let resumed = rebuild(vec![decided], &log.events);
@@ -304,10 +304,10 @@ mod tests {
             position: 1,
             attempt: 2,
             delay: 0.1,
-            failure: crate::domain::RunFailure {
+            failure: Box::new(crate::domain::RunFailure {
                 code: "llm_unavailable".into(),
                 message: "busy".into(),
-            },
+            }),
             provider: "p".into(),
             model: "m".into(),
         });

@@ -106,12 +106,7 @@ fn deltas(events: &[EventEnvelope]) -> String {
 
 fn end(events: &[EventEnvelope]) -> (String, FinishReason, u32) {
     match events.last().map(|e| &e.event) {
-        Some(RunEvent::MessageEnd {
-            answer,
-            finish_reason,
-            iterations,
-            ..
-        }) => (answer.clone(), *finish_reason, *iterations),
+        Some(RunEvent::MessageEnd(end)) => (end.answer.clone(), end.finish_reason, end.iterations),
         other => panic!("the last event is not an end: {other:?}"),
     }
 }

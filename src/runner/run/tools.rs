@@ -138,7 +138,7 @@ impl RoundTools<'_> {
             self.results.recorder.announce(RunEvent::ToolStarted {
                 thought_id: thought.id,
                 position: thought.position,
-                call: thought.tool_calls[*index].clone(),
+                call: Box::new(thought.tool_calls[*index].clone()),
             });
         }
         let (client, server): (Vec<usize>, Vec<usize>) = indices

@@ -38,9 +38,11 @@ impl Embedded {
                 Record::TenantTokens { day, tokens, once } => {
                     // Counted by the commit that first writes its event: a burst applied
                     // before (its flush failed) and committed again counts once.
-                    let counted = match once {
-                        Some((message, seq)) => self.has_event(tenant, *message, *seq)?,
-                        None => false,
+                    let counted = match (once, burst.events.first()) {
+                        (Some((message, seq)), Some(first)) => {
+                            self.has_event(tenant, *message, first.seq, *seq)?
+                        }
+                        _ => false,
                     };
                     if !counted {
                         self.add_tenant_tokens(tenant, *day, *tokens)?;

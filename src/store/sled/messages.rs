@@ -14,6 +14,10 @@ use crate::domain::{
 use crate::store::contract::{Inserted, NewMessage};
 use crate::store::conversation_rule::{queue_behind, ConversationRule};
 
+/// The longest answer an ended message keeps in its own record: a record is written whole
+/// (not in pieces), and sixteen of them in a leaf stay well below sled's blob threshold.
+const ANSWER_INLINE: usize = 1024;
+
 /// A message as stored: its answer kept apart in the `answers` tree when it has one
 /// (records of earlier versions have it inline and no flag).
 #[derive(Serialize)]
@@ -344,8 +348,13 @@ impl Embedded {
     }
 
     /// The message's record, its answer written apart first (status updates then never
-    /// rewrite it, and a large one is stored in pieces).
+    /// rewrite it, and a large one is stored in pieces). An ended message's short answer
+    /// stays in the record, as earlier versions wrote every answer: no status update
+    /// follows the end, and most runs' end then costs one write less.
     fn encode_message(&self, key: &[u8], message: &Message) -> Result<Vec<u8>, StoreError> {
+        if message.status.is_terminal() && message.answer.len() <= ANSWER_INLINE {
+            return encode("messages", message);
+        }
         let t = self.t()?;
         let answer_apart = !message.answer.is_empty();
         if answer_apart {
@@ -652,6 +661,44 @@ mod tests {
         assert_eq!(read.status, MessageStatus::Completed);
         assert_eq!(read.answer, "done");
         assert!(store.t().unwrap().running.is_empty());
+    }
+
+    /// An ended message's short answer is kept in its record (one write less), a long one
+    /// and a running message's apart; each reads back whole, for history and for clients.
+    #[test]
+    fn an_answer_is_kept_in_its_record_only_when_ended_and_short() {
+        let kept_apart = |store: &Embedded, tenant: &Tenant, message: &Message| {
+            let key = keys::message(tenant, message.id);
+            store.t().unwrap().answers.get(key).unwrap().is_some()
+        };
+        let (store, tenant, _, mut message) = started();
+        message.answer = "so far".into();
+        store.update_message(&tenant, &message).unwrap();
+        assert!(
+            kept_apart(&store, &tenant, &message),
+            "a running message's answer may still change"
+        );
+
+        let (store, tenant, _, mut message) = started();
+        message.status = MessageStatus::Completed;
+        message.answer = "It is noon.".into();
+        store.update_message(&tenant, &message).unwrap();
+        assert!(!kept_apart(&store, &tenant, &message));
+        let read = store.get_message(&tenant, message.id).unwrap().unwrap();
+        assert_eq!(read.answer, "It is noon.");
+        let past = store
+            .get_past_message(&tenant, message.id)
+            .unwrap()
+            .unwrap();
+        assert_eq!(past.answer, "It is noon.");
+
+        let (store, tenant, _, mut message) = started();
+        message.status = MessageStatus::Completed;
+        message.answer = "long ".repeat(ANSWER_INLINE / 5 + 1);
+        store.update_message(&tenant, &message).unwrap();
+        assert!(kept_apart(&store, &tenant, &message));
+        let read = store.get_message(&tenant, message.id).unwrap().unwrap();
+        assert_eq!(read.answer, message.answer);
     }
 
     /// History's copy of an ended message, kept in memory, follows the record: a later

@@ -68,14 +68,14 @@ impl<'a> CompactRef<'a> {
             .map(|envelope| {
                 let ends_with_answer = matches!(
                     &envelope.event,
-                    RunEvent::MessageEnd { answer, .. } if !answer.is_empty()
+                    RunEvent::MessageEnd(end) if !end.answer.is_empty()
                 );
                 // The end's answer is the message's: kept once, there, and put back on reading.
                 let event = if ends_with_answer {
                     answer_apart = true;
                     let mut end = envelope.event.clone();
-                    if let RunEvent::MessageEnd { answer, .. } = &mut end {
-                        answer.clear();
+                    if let RunEvent::MessageEnd(end) = &mut end {
+                        end.answer.clear();
                     }
                     Cow::Owned(end)
                 } else {
@@ -369,28 +369,26 @@ impl Embedded {
         Ok(retired)
     }
 
-    /// A message's events with `seq > after_seq`, in order.
-    /// Whether event `seq` of `message` is stored; reads only the message's last batch
-    /// (events are kept in `seq` order).
+    /// Whether event `seq` of `message` is stored in the batch that begins at `first_seq`:
+    /// a burst tried again after a failure begins where its first try did, so its events
+    /// are found with one read of that batch, never a scan of the message's.
     pub(super) fn has_event(
         &self,
         tenant: &Tenant,
         message: MessageId,
+        first_seq: u64,
         seq: u64,
     ) -> Result<bool, StoreError> {
         let t = self.t()?;
-        let last = t
-            .events
-            .scan_prefix(keys::message_children(tenant, message))
-            .next_back();
-        let Some(entry) = last else {
+        let key = keys::event(tenant, message, first_seq);
+        let Some(value) = t.events.get(&key)? else {
             return Ok(false);
         };
-        let (key, value) = entry?;
         let last = StoredBatch::last_seq(&pieces::join(&t.pieces, Owner::Events, &key, value)?)?;
         Ok(last.is_some_and(|last| last >= seq))
     }
 
+    /// A message's events with `seq > after_seq`, in order.
     pub fn list_events(
         &self,
         tenant: &Tenant,
@@ -409,9 +407,7 @@ impl Embedded {
         for batch in batches {
             let (batch, answer_apart) = batch.into_envelopes();
             for mut envelope in batch {
-                if let (true, RunEvent::MessageEnd { answer: end, .. }) =
-                    (answer_apart, &mut envelope.event)
-                {
+                if let (true, RunEvent::MessageEnd(end)) = (answer_apart, &mut envelope.event) {
                     if answer.is_none() {
                         answer = Some(
                             self.get_message(tenant, message)?
@@ -420,7 +416,7 @@ impl Embedded {
                         );
                     }
                     if let Some(whole) = &answer {
-                        end.clone_from(whole);
+                        end.answer.clone_from(whole);
                     }
                 }
                 events.push(envelope);
@@ -545,24 +541,28 @@ mod tests {
         assert_eq!(read[1].event, end("Hello there."));
     }
 
-    /// Whether an event is stored is told by the message's last batch, whatever its form:
+    /// Whether an event is stored is told by the batch it would be in, whatever its form:
     /// a compact batch's span (its events unread), or an earlier version's events.
     #[test]
-    fn an_event_is_known_stored_from_the_last_batch_of_each_form() {
+    fn an_event_is_known_stored_from_its_batch_of_each_form() {
         let store = Embedded::temporary().unwrap();
         let tenant = Tenant::default_tenant();
         let compact = ended_message(&store, &tenant);
         assert!(
-            !store.has_event(&tenant, compact.id, 1).unwrap(),
+            !store.has_event(&tenant, compact.id, 3, 3).unwrap(),
             "nothing stored"
         );
         let batch: Vec<EventEnvelope> = (3..=5)
             .map(|seq| envelope(&compact, seq, delta("piece")))
             .collect();
         store.put_events(&tenant, &batch).unwrap();
-        assert!(store.has_event(&tenant, compact.id, 3).unwrap());
-        assert!(store.has_event(&tenant, compact.id, 5).unwrap());
-        assert!(!store.has_event(&tenant, compact.id, 6).unwrap());
+        assert!(store.has_event(&tenant, compact.id, 3, 3).unwrap());
+        assert!(store.has_event(&tenant, compact.id, 3, 5).unwrap());
+        assert!(!store.has_event(&tenant, compact.id, 3, 6).unwrap());
+        assert!(
+            !store.has_event(&tenant, compact.id, 6, 6).unwrap(),
+            "a burst beginning after the batch finds none of it"
+        );
 
         let earlier = ended_message(&store, &tenant);
         let whole: Vec<EventEnvelope> = (1..=2)
@@ -577,7 +577,7 @@ mod tests {
                 encode("events", &StoredBatch::Whole(whole)).unwrap(),
             )
             .unwrap();
-        assert!(store.has_event(&tenant, earlier.id, 2).unwrap());
-        assert!(!store.has_event(&tenant, earlier.id, 3).unwrap());
+        assert!(store.has_event(&tenant, earlier.id, 1, 2).unwrap());
+        assert!(!store.has_event(&tenant, earlier.id, 1, 3).unwrap());
     }
 }
