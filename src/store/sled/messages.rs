@@ -19,7 +19,8 @@ use crate::store::conversation_rule::{queue_behind, ConversationRule};
 const ANSWER_INLINE: usize = 1024;
 
 /// A message as stored: its answer kept apart in the `answers` tree when it has one
-/// (records of earlier versions have it inline and no flag).
+/// (records of earlier versions, and an ended message's short answer, have it inline and
+/// no flag).
 #[derive(Serialize)]
 struct StoredMessageRef<'a> {
     #[serde(flatten)]
