@@ -87,7 +87,7 @@ fn cli_flags() -> BTreeSet<String> {
 }
 
 /// The long flags the benchmark's and the scripted model's binaries and the performance
-/// page's script declare, read from their sources (they are not part of this library).
+/// page's scripts declare, read from their sources (they are not part of this library).
 fn binary_flags() -> BTreeSet<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut flags = BTreeSet::new();
@@ -108,10 +108,12 @@ fn binary_flags() -> BTreeSet<String> {
             flags.extend(name.map(|n| n.trim().replace('_', "-")));
         }
     }
-    let script = std::fs::read_to_string(root.join("bench/performance.py")).expect("the script");
-    for line in script.lines() {
-        if let Some(rest) = line.trim().strip_prefix("parser.add_argument(\"--") {
-            flags.extend(rest.split('"').next().map(str::to_owned));
+    for file in ["bench/performance.py", "bench/goals.py"] {
+        let script = std::fs::read_to_string(root.join(file)).expect("a script");
+        for line in script.lines() {
+            if let Some(rest) = line.trim().strip_prefix("parser.add_argument(\"--") {
+                flags.extend(rest.split('"').next().map(str::to_owned));
+            }
         }
     }
     flags
