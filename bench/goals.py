@@ -247,9 +247,9 @@ def main():
     if args.pairs:
         read_embedded(args, where, table)
 
-    if args.database_url:
+    if args.database_url and args.pg_rounds:
         read_stores(args, where, table)
-    if args.database_url and args.nats_url:
+    if args.database_url and args.nats_url and args.replica_sittings:
         read_replicas(args, head, table)
 
     print("| goal | read | |")
