@@ -28,16 +28,12 @@ async fn followed_identically(bus: &Bus) {
     let llm = FakeOpenAi::start(vec![slow(30, 40); RUNS]).await;
     let dir = tempfile::tempdir().unwrap();
     let key = SecretKey::generate();
-    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
     let plain = Options {
         bus: bus.clone(),
         ..Options::default()
     };
     let measured = Options {
-        metrics: Some(metrics),
+        metrics: true,
         ..plain.clone()
     };
     let a = replica_on(dir.path(), &llm, &database, &key, "a", &plain).await;
@@ -67,7 +63,7 @@ async fn followed_identically(bus: &Bus) {
     }
 
     // Over NATS the peer's followers were handed the events by notices, not reads.
-    let (relayed, text) = counter(metrics, "agent_runner_relayed_events").await;
+    let (relayed, text) = counter(b.metrics.unwrap(), "agent_runner_relayed_events").await;
     match bus {
         Bus::Nats { .. } => assert!(relayed >= 20.0 * 24.0, "relayed {relayed}: {text}"),
         Bus::Database => assert_eq!(relayed, 0.0, "notifications carry no events"),

@@ -29,14 +29,6 @@ fn asks_the_researcher() -> Reply {
     )
 }
 
-/// An unused free port on loopback, for a replica's metrics listener.
-fn free_addr() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 /// `message` with the A2A version header every call carries.
 fn a2a_call<T>(message: T) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
@@ -619,14 +611,14 @@ async fn an_a2a_task_is_reached_from_any_replica() {
     let llm = FakeOpenAi::start(vec![slow(20, 150)]).await;
     let dir = tempfile::tempdir().unwrap();
     let key = agent_runner::store::SecretKey::generate();
-    let on = |metrics| Options {
+    let on = Options {
         bus: bus.clone(),
-        metrics: Some(metrics),
+        metrics: true,
         a2a: true,
         ..Options::default()
     };
-    let a = replica_on(dir.path(), &llm, &database, &key, "a", &on(free_addr())).await;
-    let b = replica_on(dir.path(), &llm, &database, &key, "b", &on(free_addr())).await;
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", &on).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &on).await;
     let task_id = counting_task(&a).await;
     let mut on_a = A2aServiceClient::new(channel(&a).await);
     let mut on_b = A2aServiceClient::new(channel(&b).await);
@@ -769,9 +761,9 @@ async fn a_silent_database_ends_followers_on_a_peer_in_time() {
     let llm = FakeOpenAi::start(vec![slow(200, 50), slow(200, 50)]).await;
     let dir = tempfile::tempdir().unwrap();
     let key = agent_runner::store::SecretKey::generate();
-    let on = |metrics| Options {
+    let on = Options {
         bus: bus.clone(),
-        metrics: Some(metrics),
+        metrics: true,
         a2a: true,
         database_url: Some(proxy.url_through(&database.url())),
         edit: Some(|config: String| {
@@ -783,8 +775,8 @@ async fn a_silent_database_ends_followers_on_a_peer_in_time() {
         }),
         ..Options::default()
     };
-    let a = replica_on(dir.path(), &llm, &database, &key, "a", &on(free_addr())).await;
-    let b = replica_on(dir.path(), &llm, &database, &key, "b", &on(free_addr())).await;
+    let a = replica_on(dir.path(), &llm, &database, &key, "a", &on).await;
+    let b = replica_on(dir.path(), &llm, &database, &key, "b", &on).await;
     let mut run = client(&a)
         .await
         .run(run_request("Count.", &[]))

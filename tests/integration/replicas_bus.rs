@@ -64,16 +64,12 @@ async fn another_nats_client_can_neither_forge_nor_read_a_runs_events() {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let key = SecretKey::generate();
-    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
     let plain = Options {
         bus,
         ..Options::default()
     };
     let measured = Options {
-        metrics: Some(metrics),
+        metrics: true,
         ..plain.clone()
     };
     let a = replica_on(dir.path(), &llm, &database, &key, "a", &plain).await;
@@ -153,7 +149,7 @@ async fn another_nats_client_can_neither_forge_nor_read_a_runs_events() {
         "The order has shipped."
     );
 
-    let (rejected, text) = counter(metrics, "agent_runner_bus_rejected").await;
+    let (rejected, text) = counter(b.metrics.unwrap(), "agent_runner_bus_rejected").await;
     assert!(
         rejected >= (forged_count + 1) as f64,
         "{rejected} of {forged_count} forged notices and a wake-up counted: {text}"

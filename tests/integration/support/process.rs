@@ -18,6 +18,8 @@ use super::{config_toml, FakeOpenAi};
 pub struct Service {
     pub child: Child,
     pub addr: SocketAddr,
+    /// Where it serves `/metrics`, when it was started with a metrics listener.
+    pub metrics: Option<SocketAddr>,
     /// The process's log, for failure messages.
     pub log: PathBuf,
 }
@@ -63,15 +65,17 @@ pub async fn spawn_service_edited(
     edit: impl FnOnce(String) -> String,
 ) -> Service {
     let binary = env!("CARGO_BIN_EXE_agent-runner");
-    spawn_binary_edited(binary, dir, llm, nofile, edit).await
+    spawn_binary_edited(binary, dir, llm, nofile, false, edit).await
 }
 
-/// [`spawn_service_edited`] of the service built as `binary` (a previous release's, say).
+/// [`spawn_service_edited`] of the service built as `binary` (a previous release's, say),
+/// with a metrics listener of its own when `metrics` is set.
 pub async fn spawn_binary_edited(
     binary: &str,
     dir: &Path,
     llm: &FakeOpenAi,
     nofile: Option<u64>,
+    metrics: bool,
     edit: impl FnOnce(String) -> String,
 ) -> Service {
     let config = dir.join("config.toml");
@@ -81,28 +85,15 @@ pub async fn spawn_binary_edited(
     )
     .unwrap();
     let config = config.display().to_string();
-    let addr = free_port();
-    let log = dir.join(format!("service-{}.log", addr.port()));
-    let mut command = match nofile {
-        Some(limit) => {
-            let mut shell = Command::new("bash");
-            shell.args([
-                "-c",
-                &format!("ulimit -n {limit} && exec \"$0\" \"$@\""),
-                binary,
-            ]);
-            shell
-        }
-        None => Command::new(binary),
+    let launch = Launch {
+        binary,
+        dir,
+        nofile,
+        metrics,
+        args: &["--config", &config],
+        env: &[],
     };
-    let child = command
-        .args(["serve", "--listen", &addr.to_string(), "--config", &config])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    wait_until_healthy(Service { child, addr, log }).await
+    launch.on_free_ports().await
 }
 
 /// The service on its embedded default (no configuration file), over `dir/data`, with
@@ -113,7 +104,7 @@ pub async fn spawn_on_default(dir: &Path, env: &[(&str, String)]) -> Service {
 }
 
 async fn spawn_serving(dir: &Path, args: &[&str], env: &[(&str, String)]) -> Service {
-    spawn_serving_at(dir, free_port(), args, env).await
+    Launch::of_this_build(dir, args, env).on_free_ports().await
 }
 
 /// [`spawn_service`] listening on `addr` (a restart where clients expect it).
@@ -121,29 +112,101 @@ pub async fn spawn_service_at(dir: &Path, llm: &FakeOpenAi, addr: SocketAddr) ->
     let config = dir.join("config.toml");
     std::fs::write(&config, config_toml(&llm.base_url(), &dir.join("data"))).unwrap();
     let config = config.display().to_string();
-    spawn_serving_at(dir, addr, &["--config", &config], &[]).await
+    let args = ["--config", config.as_str()];
+    match Launch::of_this_build(dir, &args, &[])
+        .start(addr, None)
+        .await
+    {
+        Ok(service) => service,
+        Err(service) => panic!("the service did not start: {}", service.log_text()),
+    }
 }
 
-async fn spawn_serving_at(
-    dir: &Path,
-    addr: SocketAddr,
-    args: &[&str],
-    env: &[(&str, String)],
-) -> Service {
-    let log = dir.join(format!("service-{}.log", addr.port()));
-    let child = Command::new(env!("CARGO_BIN_EXE_agent-runner"))
-        .args(["serve", "--listen", &addr.to_string()])
-        .args(args)
-        .env("RUST_LOG", "info")
-        .envs(env.iter().map(|(name, value)| (*name, value.as_str())))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    wait_until_healthy(Service { child, addr, log }).await
+/// How to start one service process.
+struct Launch<'a> {
+    binary: &'a str,
+    dir: &'a Path,
+    nofile: Option<u64>,
+    metrics: bool,
+    args: &'a [&'a str],
+    env: &'a [(&'a str, String)],
 }
 
-async fn wait_until_healthy(service: Service) -> Service {
+/// How many times a start on ports that turned out taken is tried again.
+const PORT_ATTEMPTS: usize = 5;
+
+impl<'a> Launch<'a> {
+    fn of_this_build(dir: &'a Path, args: &'a [&'a str], env: &'a [(&'a str, String)]) -> Self {
+        Launch {
+            binary: env!("CARGO_BIN_EXE_agent-runner"),
+            dir,
+            nofile: None,
+            metrics: false,
+            args,
+            env,
+        }
+    }
+
+    /// Starts the process on ports free a moment ago. A free port is only known free
+    /// until another socket takes it (any process's outgoing connection may), so a start
+    /// that finds one taken is tried again on new ones.
+    async fn on_free_ports(&self) -> Service {
+        let mut last_log = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            let metrics = self.metrics.then(free_port);
+            match self.start(free_port(), metrics).await {
+                Ok(service) => return service,
+                Err(service) if service.log_text().contains("Address already in use") => {
+                    last_log = service.log_text();
+                }
+                Err(service) => panic!("the service did not start: {}", service.log_text()),
+            }
+        }
+        panic!("the service found its ports taken {PORT_ATTEMPTS} times: {last_log}");
+    }
+
+    /// The process on `addr` (and `metrics`), once healthy; `Err` when it exited first.
+    async fn start(
+        &self,
+        addr: SocketAddr,
+        metrics: Option<SocketAddr>,
+    ) -> Result<Service, Service> {
+        let log = self.dir.join(format!("service-{}.log", addr.port()));
+        let mut command = match self.nofile {
+            Some(limit) => {
+                let mut shell = Command::new("bash");
+                shell.args([
+                    "-c",
+                    &format!("ulimit -n {limit} && exec \"$0\" \"$@\""),
+                    self.binary,
+                ]);
+                shell
+            }
+            None => Command::new(self.binary),
+        };
+        command.args(["serve", "--listen", &addr.to_string()]);
+        if let Some(metrics) = metrics {
+            command.args(["--metrics-listen", &metrics.to_string()]);
+        }
+        let child = command
+            .args(self.args)
+            .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(name, value)| (*name, value.as_str())))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        wait_until_healthy(Service {
+            child,
+            addr,
+            metrics,
+            log,
+        })
+        .await
+    }
+}
+
+async fn wait_until_healthy(mut service: Service) -> Result<Service, Service> {
     let addr = service.addr;
     for _ in 0..200 {
         if let Ok(channel) = Channel::from_shared(format!("http://{addr}"))
@@ -157,8 +220,11 @@ async fn wait_until_healthy(service: Service) -> Service {
                 })
                 .await;
             if check.is_ok() {
-                return service;
+                return Ok(service);
             }
+        }
+        if service.child.try_wait().unwrap().is_some() {
+            return Err(service);
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }

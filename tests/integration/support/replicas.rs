@@ -69,8 +69,8 @@ pub async fn replica(
 pub struct Options {
     /// The bus between the replicas.
     pub bus: Bus,
-    /// Where it serves `/metrics`.
-    pub metrics: Option<std::net::SocketAddr>,
+    /// Whether it serves `/metrics` (on a port of its own: [`Service::metrics`]).
+    pub metrics: bool,
     /// Whether calls need API keys (made with [`ADMIN_TOKEN`]).
     pub auth: bool,
     /// `[limits] max_concurrent_runs` (0: none).
@@ -102,9 +102,6 @@ pub async fn replica_on(
     options: &Options,
 ) -> Service {
     let dir = dir.join(id);
-    let metrics = options.metrics.map_or(String::new(), |addr| {
-        format!("metrics_listen = \"{addr}\"\n")
-    });
     let mut auth = match options.auth {
         true => format!("[auth]\nrequired = true\nadmin_token = \"{ADMIN_TOKEN}\"\n\n"),
         false => String::new(),
@@ -138,14 +135,13 @@ pub async fn replica_on(
         .binary
         .clone()
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_agent-runner").to_owned());
-    spawn_binary_edited(&binary, &dir, llm, None, |config| {
+    spawn_binary_edited(&binary, &dir, llm, None, options.metrics, |config| {
         edit(on_postgres(config, &dir, &url, Some(key)))
             .replacen(
                 "[cluster]\n",
                 &format!("[cluster]\nreplica_id = \"{id}\"\n{nats}"),
                 1,
             )
-            .replacen("[server]\n", &format!("[server]\n{metrics}"), 1)
             .replacen("[runner]\n", &auth, 1)
             .replacen(
                 "client_tool_timeout_secs = 2\n",
