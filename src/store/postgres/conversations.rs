@@ -76,16 +76,20 @@ impl crate::store::contract::Conversations for Postgres {
 
     /// One transaction, committed without waiting for its WAL flush: the run's first
     /// burst commits synchronously after it, which makes it durable too. The place is taken
-    /// under a transaction-scoped advisory lock on the conversation. It waits its turn among
-    /// the starts in flight first. Unless the tenant is at a limit or the conversation has a
-    /// live message its rule reads, that transaction is one call (see `start.rs`).
+    /// under a transaction-scoped advisory lock on the conversation. Unless the tenant is at
+    /// a limit or the conversation has a live message its rule reads, that transaction is
+    /// one call, shared with the starts waiting beside it (see `start.rs`); otherwise it
+    /// waits its turn among the starts in flight for a connection of its own.
     async fn insert_message(&self, mut new: NewMessage<'_>) -> Result<Inserted, StoreError> {
         let began = std::time::Instant::now();
+        if let Some(inserted) = self
+            .bounded(self.start_in_one_call(&mut new, began))
+            .await?
+        {
+            return Ok(inserted);
+        }
         let _turn = self.start_turn(began).await?;
         self.bounded(async move {
-            if let Some(inserted) = self.start_in_one_call(&mut new, began).await? {
-                return Ok(inserted);
-            }
             let NewMessage {
                 tenant,
                 conversation,

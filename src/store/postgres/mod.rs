@@ -19,6 +19,7 @@ mod replicas;
 mod run_index;
 mod spans;
 mod start;
+mod start_batch;
 mod statistics;
 mod warm;
 
@@ -118,6 +119,8 @@ pub struct Postgres {
     heard: Option<tokio::sync::broadcast::Sender<Heard>>,
     /// Where bursts wait for their group commit.
     committer: tokio::sync::mpsc::UnboundedSender<committer::Job>,
+    /// Where starts wait to be written together.
+    start_jobs: tokio::sync::mpsc::UnboundedSender<start_batch::Job>,
     /// Whether events are written as spans, and how a failed commit is tried again.
     spans: spans::Spans,
     /// Where it is, for messages.
@@ -230,6 +233,7 @@ impl Postgres {
             last_renewed: Arc::new(std::sync::Mutex::new(Instant::now())),
             heard: settings.notify.then(listen::heard),
             committer: committer::start(backend.clone(), committers, &tasks),
+            start_jobs: start_batch::start(backend.clone(), committers, &tasks),
             spans,
             place,
             // The server's own timeout, with a margin for the round trip.
@@ -520,6 +524,11 @@ fn migrator() -> Migrator {
             "event_spans",
             include_str!("migrations/0010_event_spans.sql"),
         ),
+        (
+            11,
+            "start_many",
+            include_str!("migrations/0011_start_many.sql"),
+        ),
     ];
     Migrator::with_migrations(
         steps
@@ -699,6 +708,8 @@ impl std::fmt::Debug for Postgres {
 mod busy_tests;
 #[cfg(test)]
 mod spans_tests;
+#[cfg(test)]
+mod start_batch_tests;
 #[cfg(test)]
 mod start_tests;
 #[cfg(test)]

@@ -2,12 +2,14 @@
 //! deciding in the service, the idempotency key a start may find taken, and the epoch a
 //! run starts at.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use uuid::Uuid;
 
 use super::error::{from_sqlx, is_connection_lost};
 use super::paged::encode;
+use super::start_batch::Answer;
 use super::Postgres;
 use crate::domain::{IdempotencyRecord, Message, MessageId, Tenant};
 use crate::store::contract::{Inserted, NewMessage};
@@ -72,69 +74,59 @@ impl Postgres {
     /// Writes `new` in one call, counted against the tenant's limits as the caller's own
     /// transaction would count it: `None` when the conversation has a live message its
     /// rule reads, or the tenant is at a limit, which the caller decides (and says why) in
-    /// a transaction of its own. A call whose connection was lost is made once more on
-    /// another; the first try's message, if it landed, is found by its id, never written
-    /// twice.
+    /// a transaction of its own. The call is made with the starts waiting beside it, in
+    /// one transaction (see `start_batch.rs`); a batch that failed as a whole leaves each
+    /// of its starts to a call of its own.
     pub(super) async fn start_in_one_call(
         &self,
         new: &mut NewMessage<'_>,
         began: Instant,
     ) -> Result<Option<Inserted>, StoreError> {
-        let child = new.message.parent.is_some();
-        let admission = new.admission;
-        let limits = admission
-            .counts(child)
-            .then(|| admission_lock(new.tenant, child));
-        let limit = |value: u32| i32::try_from(value).unwrap_or(i32::MAX);
         new.message.seq = 0;
         new.message.ordinal = 0;
-        let record = encode("messages", &*new.message)?;
-        let Some((head, tail)) = cut_at_seq(&record, new.message) else {
+        let Some(args) = StartArgs::of(new)? else {
             return Ok(None);
         };
-        let conversation = new
-            .conversation
-            .map(|conversation| encode("conversations", conversation))
-            .transpose()?;
-        let spec = encode("specs", new.spec)?;
-        let lock = conversation_lock(new.tenant, new.message);
-        let message = &*new.message;
-        let agent = message
-            .agent
-            .as_ref()
-            .filter(|_| message.parent.is_none())
-            .map(|pin| pin.agent_id.as_str());
-        let (key, fingerprint) = match new.idempotency {
-            Some((key, record)) => (Some(key), Some(record.fingerprint.as_str())),
-            None => (None, None),
+        self.check_writable()?;
+        let args = Arc::new(args);
+        let outcome = match self.start_batched(Arc::clone(&args)).await {
+            Answer::Placed(outcome) => outcome,
+            Answer::Alone { again } => {
+                let _turn = self.start_turn(began).await?;
+                self.start_alone(&args, again, began).await?
+            }
+            Answer::Failed { category, message } => {
+                return Err(StoreError::Backend { category, message })
+            }
         };
-        let call = |again: bool| {
-            sqlx::query_as::<_, (String, Option<i64>, Option<i64>)>(START)
-                .bind(new.tenant.as_str())
-                .bind(message.id.0)
-                .bind(message.conversation_id.0)
-                .bind(conversation.as_deref())
-                .bind(head)
-                .bind(tail)
-                .bind(spec.as_str())
-                .bind(&self.identity.id)
-                .bind(FIRST_EPOCH)
-                .bind(agent)
-                .bind(message.parent.as_ref().map(|parent| parent.message_id.0))
-                .bind(lock.as_str())
-                .bind(admission.rule.checks())
-                .bind(key)
-                .bind(fingerprint)
-                .bind(again)
-                .bind(limits.as_deref())
-                .bind(child)
-                .bind(limit(admission.max_running))
-                .bind(limit(admission.per_minute))
-                .bind(limit(admission.max_children))
-        };
+        match outcome {
+            Outcome::Inserted { seq, ordinal } => {
+                new.message.seq = u64::try_from(seq).unwrap_or_default();
+                new.message.ordinal = u64::try_from(ordinal).unwrap_or_default();
+                Ok(Some(Inserted::Yes))
+            }
+            Outcome::KeyTaken => {
+                let key = args.key.as_deref().unwrap_or_default();
+                let winner = self.get_idempotency_now(new.tenant, key).await?;
+                Ok(Some(Inserted::KeyTaken(winner)))
+            }
+            Outcome::Decide => Ok(None),
+        }
+    }
+
+    /// `args` in a call and a transaction of its own. With `again`, the start may have
+    /// landed already (in a batch whose answer was lost): its message is found by its id,
+    /// never written twice. A call whose connection was lost is made once more on another.
+    async fn start_alone(
+        &self,
+        args: &StartArgs,
+        again: bool,
+        began: Instant,
+    ) -> Result<Outcome, StoreError> {
+        let call = |again: bool| args.bind(sqlx::query_as(START), &self.identity.id, again);
         self.check_writable()?;
         let mut connection = self.connection_since(began).await?;
-        let mut answer = call(false).fetch_one(&mut *connection).await;
+        let mut answer = call(again).fetch_one(&mut *connection).await;
         if answer.as_ref().is_err_and(is_connection_lost) {
             // Ended by the server, perhaps while it sat idle untested: it leaves the pool
             // (which may open another), and the call is made once more on another.
@@ -142,32 +134,145 @@ impl Postgres {
             connection = self.connection_since(began).await?;
             answer = call(true).fetch_one(&mut *connection).await;
         }
-        let (outcome, seq, ordinal) = match answer {
-            Ok(answer) => {
+        match answer {
+            Ok(row) => {
                 self.warm.give_back(connection);
-                answer
+                Outcome::read(row)
             }
             Err(sqlx::Error::Database(db))
                 if db
                     .code()
                     .is_some_and(|code| DECIDED_HERE.contains(&code.as_ref())) =>
             {
-                return Ok(None)
+                Ok(Outcome::Decide)
             }
-            Err(err) => return Err(self.failed(err)),
+            Err(err) => Err(self.failed(err)),
+        }
+    }
+}
+
+/// One start's arguments to `agent_runner_start`, owned, so that it can wait among
+/// others for a call that carries them all.
+pub(super) struct StartArgs {
+    pub(super) tenant: String,
+    pub(super) id: Uuid,
+    pub(super) conversation: Uuid,
+    pub(super) conversation_record: Option<String>,
+    pub(super) head: String,
+    pub(super) tail: String,
+    pub(super) spec: String,
+    pub(super) agent: Option<String>,
+    pub(super) parent: Option<Uuid>,
+    pub(super) lock: String,
+    pub(super) alone: bool,
+    pub(super) key: Option<String>,
+    pub(super) fingerprint: Option<String>,
+    pub(super) limits: Option<String>,
+    pub(super) child: bool,
+    pub(super) max_running: i32,
+    pub(super) per_minute: i32,
+    pub(super) max_children: i32,
+}
+
+impl StartArgs {
+    /// The arguments of `new`, whose message has no place yet; `None` when its record is
+    /// not laid out to be cut at its place (see [`cut_at_seq`]).
+    pub(super) fn of(new: &NewMessage<'_>) -> Result<Option<Self>, StoreError> {
+        let message = &*new.message;
+        let child = message.parent.is_some();
+        let admission = new.admission;
+        let limit = |value: u32| i32::try_from(value).unwrap_or(i32::MAX);
+        let record = encode("messages", message)?;
+        let Some((head, tail)) = cut_at_seq(&record, message) else {
+            return Ok(None);
         };
-        match (outcome.as_str(), seq, ordinal) {
-            ("inserted", Some(seq), Some(ordinal)) => {
-                new.message.seq = u64::try_from(seq).unwrap_or_default();
-                new.message.ordinal = u64::try_from(ordinal).unwrap_or_default();
-                Ok(Some(Inserted::Yes))
+        let conversation_record = new
+            .conversation
+            .map(|conversation| encode("conversations", conversation))
+            .transpose()?;
+        Ok(Some(StartArgs {
+            tenant: new.tenant.as_str().to_owned(),
+            id: message.id.0,
+            conversation: message.conversation_id.0,
+            conversation_record,
+            head: head.to_owned(),
+            tail: tail.to_owned(),
+            spec: encode("specs", new.spec)?,
+            agent: message
+                .agent
+                .as_ref()
+                .filter(|_| !child)
+                .map(|pin| pin.agent_id.clone()),
+            parent: message.parent.as_ref().map(|parent| parent.message_id.0),
+            lock: conversation_lock(new.tenant, message),
+            alone: admission.rule.checks(),
+            key: new.idempotency.map(|(key, _)| key.to_owned()),
+            fingerprint: new
+                .idempotency
+                .map(|(_, record)| record.fingerprint.clone()),
+            limits: admission
+                .counts(child)
+                .then(|| admission_lock(new.tenant, child)),
+            child,
+            max_running: limit(admission.max_running),
+            per_minute: limit(admission.per_minute),
+            max_children: limit(admission.max_children),
+        }))
+    }
+
+    /// `query` (the call [`START`]) with these arguments, made by `owner`, `again` or not.
+    fn bind<'q, O>(
+        &'q self,
+        query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+        owner: &'q str,
+        again: bool,
+    ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+        query
+            .bind(self.tenant.as_str())
+            .bind(self.id)
+            .bind(self.conversation)
+            .bind(self.conversation_record.as_deref())
+            .bind(self.head.as_str())
+            .bind(self.tail.as_str())
+            .bind(self.spec.as_str())
+            .bind(owner)
+            .bind(FIRST_EPOCH)
+            .bind(self.agent.as_deref())
+            .bind(self.parent)
+            .bind(self.lock.as_str())
+            .bind(self.alone)
+            .bind(self.key.as_deref())
+            .bind(self.fingerprint.as_deref())
+            .bind(again)
+            .bind(self.limits.as_deref())
+            .bind(self.child)
+            .bind(self.max_running)
+            .bind(self.per_minute)
+            .bind(self.max_children)
+    }
+}
+
+/// What the database answered a start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    /// Written, in this place.
+    Inserted { seq: i64, ordinal: i64 },
+    /// Its idempotency key points at another message.
+    KeyTaken,
+    /// It needs the way that decides (see [`DECIDED_HERE`]); nothing of it was written.
+    Decide,
+}
+
+impl Outcome {
+    /// The outcome a row of `agent_runner_start` (or `agent_runner_start_many`) answers.
+    pub(super) fn read(row: (String, Option<i64>, Option<i64>)) -> Result<Self, StoreError> {
+        match row {
+            (outcome, Some(seq), Some(ordinal)) if outcome == "inserted" => {
+                Ok(Outcome::Inserted { seq, ordinal })
             }
-            ("key_taken", _, _) => {
-                let key = key.unwrap_or_default();
-                let winner = self.get_idempotency_now(new.tenant, key).await?;
-                Ok(Some(Inserted::KeyTaken(winner)))
-            }
-            _ => Err(super::unavailable(&format!(
+            (outcome, _, _) if outcome == "key_taken" => Ok(Outcome::KeyTaken),
+            (outcome, _, _) if outcome == "decide" => Ok(Outcome::Decide),
+            (outcome, _, _) => Err(super::unavailable(&format!(
                 "the database answered a start with {outcome:?}, which this build does not know"
             ))),
         }

@@ -347,6 +347,19 @@ fn urls_name_another_database_and_show_no_password() {
     assert!(!super::describe("postgres://u:secret@[").contains("secret"));
 }
 
+/// Another replica (`id`) on the database made last, its settings edited by `edit`.
+pub(super) async fn peer_store(
+    databases: &Databases,
+    id: &str,
+    edit: impl FnOnce(&mut Settings),
+) -> Store {
+    let mut settings = databases.settings(&databases.last());
+    settings.replica_id = id.to_owned();
+    edit(&mut settings);
+    let backend = Postgres::connect(&settings, &databases.key).await.unwrap();
+    Store::new(backend)
+}
+
 /// A store of its own on a fresh database, with `edit` made to its settings, and its
 /// backend (for the pool) and settings.
 pub(super) async fn own_store(
