@@ -117,7 +117,7 @@ impl Postgres {
     /// `args` in a call and a transaction of its own. With `again`, the start may have
     /// landed already (in a batch whose answer was lost): its message is found by its id,
     /// never written twice. A call whose connection was lost is made once more on another.
-    pub(super) async fn start_alone(
+    async fn start_alone(
         &self,
         args: &StartArgs,
         again: bool,

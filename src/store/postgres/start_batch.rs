@@ -97,35 +97,18 @@ impl Postgres {
         answer.await.unwrap_or(Answer::Alone { again: true })
     }
 
-    /// Writes `jobs` in one call and answers each. A start that waited alone is the call
-    /// of one start (`agent_runner_start`), which costs the database less than a batch of
-    /// one: no arrays, no subtransaction.
+    /// Writes `jobs` in one call and answers each.
     async fn start_many(&self, jobs: Vec<Job>) {
         let began = jobs.iter().map(|job| job.queued).min();
-        let began = began.unwrap_or_else(Instant::now);
-        let outcomes = match jobs.as_slice() {
-            [job] => self.call_start_one(&job.args, began).await,
-            _ => self.call_start_many(&jobs, began).await,
-        };
-        let answers = match outcomes {
+        let answers = match self
+            .call_start_many(&jobs, began.unwrap_or_else(Instant::now))
+            .await
+        {
             Ok(outcomes) => outcomes.into_iter().map(Answer::Placed).collect(),
             Err(failed) => jobs.iter().map(|_| failed.answer()).collect::<Vec<_>>(),
         };
         for (job, answer) in jobs.into_iter().zip(answers) {
             let _ = job.reply.send(answer);
-        }
-    }
-
-    /// The call of one start, in its turn among the starts in flight.
-    async fn call_start_one(
-        &self,
-        args: &StartArgs,
-        began: Instant,
-    ) -> Result<Vec<Outcome>, Failed> {
-        let _turn = self.start_turn(began).await.map_err(Failed::of)?;
-        match self.start_alone(args, false, began).await {
-            Ok(outcome) => Ok(vec![outcome]),
-            Err(err) => Err(Failed::of(err)),
         }
     }
 
