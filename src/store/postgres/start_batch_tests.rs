@@ -8,12 +8,13 @@ use sqlx::{Connection, PgConnection};
 
 use super::start::StartArgs;
 use super::start_batch::Columns;
+use super::start_tests::{keyed_start, wide};
 use super::tests::{own_store, peer_store, Databases};
-use crate::domain::{ConversationId, IdempotencyRecord, Message};
+use crate::domain::{IdempotencyRecord, Message};
 use crate::store::conformance::{start, tenant, Harness};
 use crate::store::contract::{Admission, Inserted, NewMessage};
 use crate::store::test_records::{conversation, running_message};
-use crate::store::{ConversationRule, Store};
+use crate::store::ConversationRule;
 
 /// The arguments of a start of `message` under `admission`, with `key` if any.
 fn args_of(message: &Message, admission: Admission, key: Option<&str>) -> StartArgs {
@@ -51,13 +52,16 @@ async fn call_many(
         .unwrap()
 }
 
-async fn count(connection: &mut PgConnection, sql: &'static str, id: uuid::Uuid) -> i64 {
-    let (count,): (i64,) = sqlx::query_as(sql)
-        .bind(id)
-        .fetch_one(connection)
-        .await
-        .unwrap();
-    count
+/// How many messages, and how many idempotency keys, `id` has in the database.
+async fn rows_of(connection: &mut PgConnection, id: uuid::Uuid) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM messages WHERE id = $1), \
+                (SELECT count(*) FROM idempotency_keys WHERE message_id = $1)",
+    )
+    .bind(id)
+    .fetch_one(connection)
+    .await
+    .unwrap()
 }
 
 /// One batch of five: a plain start, one whose key another message holds, one whose rule
@@ -122,24 +126,8 @@ async fn one_batch_answers_each_start_as_a_call_of_its_own_would() {
         ]
     );
     for refused in [&taken, &alone, &limited] {
-        let written = count(
-            &mut connection,
-            "SELECT count(*) FROM messages WHERE id = $1",
-            refused.id.0,
-        )
-        .await;
-        let keys = count(
-            &mut connection,
-            "SELECT count(*) FROM idempotency_keys WHERE message_id = $1",
-            refused.id.0,
-        )
-        .await;
-        assert_eq!(
-            (written, keys),
-            (0, 0),
-            "nothing of {:?} written",
-            refused.id
-        );
+        let rows = rows_of(&mut connection, refused.id.0).await;
+        assert_eq!(rows, (0, 0), "nothing of {:?} written", refused.id);
     }
     let key = store.get_idempotency(&tenant(), "held").await.unwrap();
     assert_eq!(key.map(|key| key.message_id), Some(holder.id));
@@ -169,19 +157,7 @@ async fn a_batch_tried_again_after_it_landed_is_written_once() {
     assert_eq!(places, [Some(2), Some(3), Some(4)]);
     assert_eq!(again, first, "the first try's places");
     for message in &messages {
-        let rows = count(
-            &mut connection,
-            "SELECT count(*) FROM messages WHERE id = $1",
-            message.id.0,
-        )
-        .await;
-        let keys = count(
-            &mut connection,
-            "SELECT count(*) FROM idempotency_keys WHERE message_id = $1",
-            message.id.0,
-        )
-        .await;
-        assert_eq!((rows, keys), (1, 1));
+        assert_eq!(rows_of(&mut connection, message.id.0).await, (1, 1));
     }
     let _ = connection.close().await;
 }
@@ -200,7 +176,9 @@ async fn starts_at_once_share_transactions() {
     let started: Vec<_> = (0..64)
         .map(|i| {
             let store = store.clone();
-            tokio::spawn(async move { keyed(&store, opening.id, Admission::default(), i).await })
+            tokio::spawn(
+                async move { keyed_start(&store, opening.id, Admission::default(), i).await },
+            )
         })
         .collect();
     for started in started {
@@ -257,7 +235,7 @@ async fn two_replicas_batch_starts_in_the_same_conversations() {
             let store = [&first, &second][i % 2].clone();
             let into = conversations[(i / 2) % 2].id;
             let admission = kinds[i % kinds.len()];
-            tokio::spawn(async move { keyed(&store, into, admission, i).await })
+            tokio::spawn(async move { keyed_start(&store, into, admission, i).await })
         })
         .collect();
     let all = async {
@@ -279,38 +257,5 @@ async fn two_replicas_batch_starts_in_the_same_conversations() {
             .unwrap();
         let seqs: Vec<u64> = written.items.iter().map(|message| message.seq).collect();
         assert_eq!(seqs, (1..=61).collect::<Vec<u64>>());
-    }
-}
-
-/// A start of `store` into `conversation` under `admission`, with a key of its own.
-async fn keyed(
-    store: &Store,
-    conversation: ConversationId,
-    admission: Admission,
-    i: usize,
-) -> Inserted {
-    let mut message = running_message(conversation, 0);
-    let key = format!("key {i}");
-    let record = IdempotencyRecord {
-        message_id: message.id,
-        fingerprint: "fp".to_owned(),
-    };
-    store
-        .insert_message(NewMessage {
-            tenant: &tenant(),
-            conversation: None,
-            message: &mut message,
-            spec: &serde_json::json!({}),
-            idempotency: Some((key.as_str(), &record)),
-            admission,
-        })
-        .await
-        .unwrap()
-}
-
-fn wide() -> crate::store::contract::PageSize {
-    crate::store::contract::PageSize {
-        limit: 1_000,
-        max_bytes: 1 << 24,
     }
 }

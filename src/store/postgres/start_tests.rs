@@ -215,7 +215,7 @@ async fn starts_in_one_call_and_decided_ones_share_a_conversation() {
 }
 
 /// A start with an idempotency key of its own, under `admission`.
-async fn keyed_start(
+pub(super) async fn keyed_start(
     store: &Store,
     conversation: ConversationId,
     admission: Admission,
@@ -240,7 +240,7 @@ async fn keyed_start(
         .unwrap()
 }
 
-fn wide() -> crate::store::contract::PageSize {
+pub(super) fn wide() -> crate::store::contract::PageSize {
     crate::store::contract::PageSize {
         limit: 1_000,
         max_bytes: 1 << 24,
