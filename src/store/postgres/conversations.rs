@@ -78,7 +78,7 @@ impl crate::store::contract::Conversations for Postgres {
     /// burst commits synchronously after it, which makes it durable too. The place is taken
     /// under a transaction-scoped advisory lock on the conversation. Unless the tenant is at
     /// a limit or the conversation has a live message its rule reads, that transaction is
-    /// one call, shared with the starts waiting beside it (see `start.rs`); otherwise it
+    /// one call, shared with the starts waiting beside it (see `start_batch.rs`); otherwise it
     /// waits its turn among the starts in flight for a connection of its own.
     async fn insert_message(&self, mut new: NewMessage<'_>) -> Result<Inserted, StoreError> {
         let began = std::time::Instant::now();

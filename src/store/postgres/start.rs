@@ -2,17 +2,15 @@
 //! deciding in the service, the idempotency key a start may find taken, and the epoch a
 //! run starts at.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use uuid::Uuid;
 
 use super::error::{from_sqlx, is_connection_lost};
 use super::paged::encode;
-use super::start_batch::Answer;
 use super::Postgres;
 use crate::domain::{IdempotencyRecord, Message, MessageId, Tenant};
-use crate::store::contract::{Inserted, NewMessage};
+use crate::store::contract::NewMessage;
 use crate::store::error::StoreError;
 
 /// What the database raises when the start needs the way that decides: the conversation
@@ -71,53 +69,10 @@ impl Postgres {
             .ok_or_else(|| super::unavailable("an idempotency key was taken and then released"))
     }
 
-    /// Writes `new` in one call, counted against the tenant's limits as the caller's own
-    /// transaction would count it: `None` when the conversation has a live message its
-    /// rule reads, or the tenant is at a limit, which the caller decides (and says why) in
-    /// a transaction of its own. The call is made with the starts waiting beside it, in
-    /// one transaction (see `start_batch.rs`); a batch that failed as a whole leaves each
-    /// of its starts to a call of its own.
-    pub(super) async fn start_in_one_call(
-        &self,
-        new: &mut NewMessage<'_>,
-        began: Instant,
-    ) -> Result<Option<Inserted>, StoreError> {
-        new.message.seq = 0;
-        new.message.ordinal = 0;
-        let Some(args) = StartArgs::of(new)? else {
-            return Ok(None);
-        };
-        self.check_writable()?;
-        let args = Arc::new(args);
-        let outcome = match self.start_batched(Arc::clone(&args)).await {
-            Answer::Placed(outcome) => outcome,
-            Answer::Alone { again } => {
-                let _turn = self.start_turn(began).await?;
-                self.start_alone(&args, again, began).await?
-            }
-            Answer::Failed { category, message } => {
-                return Err(StoreError::Backend { category, message })
-            }
-        };
-        match outcome {
-            Outcome::Inserted { seq, ordinal } => {
-                new.message.seq = u64::try_from(seq).unwrap_or_default();
-                new.message.ordinal = u64::try_from(ordinal).unwrap_or_default();
-                Ok(Some(Inserted::Yes))
-            }
-            Outcome::KeyTaken => {
-                let key = args.key.as_deref().unwrap_or_default();
-                let winner = self.get_idempotency_now(new.tenant, key).await?;
-                Ok(Some(Inserted::KeyTaken(winner)))
-            }
-            Outcome::Decide => Ok(None),
-        }
-    }
-
     /// `args` in a call and a transaction of its own. With `again`, the start may have
     /// landed already (in a batch whose answer was lost): its message is found by its id,
     /// never written twice. A call whose connection was lost is made once more on another.
-    async fn start_alone(
+    pub(super) async fn start_alone(
         &self,
         args: &StartArgs,
         again: bool,

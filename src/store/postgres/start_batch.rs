@@ -12,6 +12,7 @@ use uuid::Uuid;
 use super::error::{is_connection_lost, is_overload};
 use super::start::{Outcome, StartArgs, FIRST_EPOCH};
 use super::Postgres;
+use crate::store::contract::{Inserted, NewMessage};
 use crate::store::error::{Category, StoreError};
 use crate::tasks::Tasks;
 
@@ -81,6 +82,49 @@ pub(super) fn start(
 }
 
 impl Postgres {
+    /// Writes `new` in one call, counted against the tenant's limits as the caller's own
+    /// transaction would count it: `None` when the conversation has a live message its
+    /// rule reads, or the tenant is at a limit, which the caller decides (and says why) in
+    /// a transaction of its own. The call is made with the starts waiting beside it, in
+    /// one transaction (see `start_batch.rs`); a batch that failed as a whole leaves each
+    /// of its starts to a call of its own.
+    pub(super) async fn start_in_one_call(
+        &self,
+        new: &mut NewMessage<'_>,
+        began: Instant,
+    ) -> Result<Option<Inserted>, StoreError> {
+        new.message.seq = 0;
+        new.message.ordinal = 0;
+        let Some(args) = StartArgs::of(new)? else {
+            return Ok(None);
+        };
+        self.check_writable()?;
+        let args = Arc::new(args);
+        let outcome = match self.start_batched(Arc::clone(&args)).await {
+            Answer::Placed(outcome) => outcome,
+            Answer::Alone { again } => {
+                let _turn = self.start_turn(began).await?;
+                self.start_alone(&args, again, began).await?
+            }
+            Answer::Failed { category, message } => {
+                return Err(StoreError::Backend { category, message })
+            }
+        };
+        match outcome {
+            Outcome::Inserted { seq, ordinal } => {
+                new.message.seq = u64::try_from(seq).unwrap_or_default();
+                new.message.ordinal = u64::try_from(ordinal).unwrap_or_default();
+                Ok(Some(Inserted::Yes))
+            }
+            Outcome::KeyTaken => {
+                let key = args.key.as_deref().unwrap_or_default();
+                let winner = self.get_idempotency_now(new.tenant, key).await?;
+                Ok(Some(Inserted::KeyTaken(winner)))
+            }
+            Outcome::Decide => Ok(None),
+        }
+    }
+
     /// The answer of `args`'s batch; `Alone` when no batcher took it (the store stops).
     pub(super) async fn start_batched(&self, args: Arc<StartArgs>) -> Answer {
         let (reply, answer) = oneshot::channel();
