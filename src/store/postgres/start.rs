@@ -176,7 +176,7 @@ impl StartArgs {
     }
 
     /// `query` (the call [`START`]) with these arguments, made by `owner`, `again` or not.
-    fn bind<'q, O>(
+    pub(super) fn bind<'q, O>(
         &'q self,
         query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
         owner: &'q str,

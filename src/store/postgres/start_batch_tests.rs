@@ -11,7 +11,7 @@ use super::start_batch::Columns;
 use super::start_tests::{keyed_start, wide};
 use super::tests::{own_store, peer_store, Databases};
 use crate::domain::{IdempotencyRecord, Message};
-use crate::store::conformance::{start, tenant, Harness};
+use crate::store::conformance::{start, tenant};
 use crate::store::contract::{Admission, Inserted, NewMessage};
 use crate::store::test_records::{conversation, running_message};
 use crate::store::ConversationRule;
@@ -73,9 +73,7 @@ async fn one_batch_answers_each_start_as_a_call_of_its_own_would() {
     let Some(databases) = Databases::new().await else {
         return;
     };
-    let store = databases.fresh().await;
-    let opening = conversation(&tenant());
-    start(&store, opening.id, Some(&opening)).await;
+    let (store, opening, _) = databases.opened().await;
     let mut connection = PgConnection::connect(&databases.url()).await.unwrap();
     let holder = running_message(opening.id, 0);
     let held = call_many(
@@ -141,9 +139,7 @@ async fn a_batch_tried_again_after_it_landed_is_written_once() {
     let Some(databases) = Databases::new().await else {
         return;
     };
-    let store = databases.fresh().await;
-    let opening = conversation(&tenant());
-    start(&store, opening.id, Some(&opening)).await;
+    let (_store, opening, _) = databases.opened().await;
     let mut connection = PgConnection::connect(&databases.url()).await.unwrap();
     let messages: Vec<Message> = (0..3).map(|_| running_message(opening.id, 0)).collect();
     let starts: Vec<StartArgs> = messages
@@ -170,9 +166,7 @@ async fn starts_at_once_share_transactions() {
     let Some(databases) = Databases::new().await else {
         return;
     };
-    let store = databases.fresh().await;
-    let opening = conversation(&tenant());
-    start(&store, opening.id, Some(&opening)).await;
+    let (store, opening, _) = databases.opened().await;
     let started: Vec<_> = (0..64)
         .map(|i| {
             let store = store.clone();

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use sqlx::{Connection, PgConnection};
 
+use super::start::StartArgs;
 use super::tests::{end_every_session, own_store, Databases};
 use crate::domain::{ConversationId, Message};
-use crate::store::conformance::{insert, start, tenant, Harness};
+use crate::store::conformance::{insert, start, tenant};
 use crate::store::contract::{Admission, Inserted, NewMessage};
 use crate::store::test_records::{conversation, running_message};
 use crate::store::ConversationRule;
@@ -64,9 +65,7 @@ async fn a_start_tried_again_after_it_landed_is_written_once() {
     let Some(databases) = Databases::new().await else {
         return;
     };
-    let store = databases.fresh().await;
-    let opening = conversation(&tenant());
-    start(&store, opening.id, Some(&opening)).await;
+    let (store, opening, _) = databases.opened().await;
     let mut connection = PgConnection::connect(&databases.url()).await.unwrap();
     let message = running_message(opening.id, 0);
     let first = call(&mut connection, &message, false).await;
@@ -102,28 +101,27 @@ async fn call(
     placeless.ordinal = 0;
     let record = serde_json::to_string(&placeless).unwrap();
     let (head, tail) = super::start::cut_at_seq(&record, &placeless).unwrap();
-    sqlx::query_as(super::start::START)
-        .bind(tenant().as_str())
-        .bind(message.id.0)
-        .bind(message.conversation_id.0)
-        .bind(None::<&str>)
-        .bind(head)
-        .bind(tail)
-        .bind("{}")
-        .bind("conformance")
-        .bind(1_i64)
-        .bind(None::<&str>)
-        .bind(None::<uuid::Uuid>)
-        .bind(super::start::conversation_lock(&tenant(), message))
-        .bind(false)
-        .bind(Some("the key"))
-        .bind(Some("its fingerprint"))
-        .bind(again)
-        .bind(None::<&str>)
-        .bind(false)
-        .bind(0_i32)
-        .bind(0_i32)
-        .bind(0_i32)
+    let args = StartArgs {
+        tenant: tenant().as_str().to_owned(),
+        id: message.id.0,
+        conversation: message.conversation_id.0,
+        conversation_record: None,
+        head: head.to_owned(),
+        tail: tail.to_owned(),
+        spec: "{}".to_owned(),
+        agent: None,
+        parent: None,
+        lock: super::start::conversation_lock(&tenant(), message),
+        alone: false,
+        key: Some("the key".to_owned()),
+        fingerprint: Some("its fingerprint".to_owned()),
+        limits: None,
+        child: false,
+        max_running: 0,
+        per_minute: 0,
+        max_children: 0,
+    };
+    args.bind(sqlx::query_as(super::start::START), "conformance", again)
         .fetch_one(connection)
         .await
         .unwrap()
@@ -136,9 +134,7 @@ async fn after_an_unknown_ordinal_the_ordinal_stays_unknown() {
     let Some(databases) = Databases::new().await else {
         return;
     };
-    let store = databases.fresh().await;
-    let opening = conversation(&tenant());
-    let first = start(&store, opening.id, Some(&opening)).await;
+    let (store, opening, first) = databases.opened().await;
     let mut connection = PgConnection::connect(&databases.url()).await.unwrap();
     sqlx::query("UPDATE messages SET ordinal = 0 WHERE id = $1")
         .bind(first.id.0)

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use sqlx::{Connection, PgConnection};
 
 use super::{Postgres, Settings};
+use crate::domain::{Conversation, Message};
 use crate::store::conformance::{self, Harness};
 use crate::store::sealed::SecretKey;
 use crate::store::Store;
@@ -89,6 +90,16 @@ impl Databases {
             .last()
             .cloned()
             .expect("a database was made")
+    }
+}
+
+impl Databases {
+    /// A fresh store with one conversation, opened by its first run's start.
+    pub(super) async fn opened(&self) -> (Store, Conversation, Message) {
+        let store = self.fresh().await;
+        let opening = crate::store::test_records::conversation(&conformance::tenant());
+        let first = conformance::start(&store, opening.id, Some(&opening)).await;
+        (store, opening, first)
     }
 }
 
@@ -211,15 +222,12 @@ async fn a_second_process_with_the_id_and_another_key_are_refused() {
 /// commit is refused as fenced and writes nothing, though it began before the move.
 #[tokio::test]
 async fn a_commit_waiting_on_a_sweep_that_moved_its_run_writes_nothing() {
-    use crate::store::conformance::{delta, envelope, start, tenant};
-    use crate::store::test_records::conversation;
+    use crate::store::conformance::{delta, envelope, tenant};
     use crate::store::{contract::Burst, error::StoreError};
     let Some(databases) = Databases::new().await else {
         return;
     };
-    let store = databases.fresh().await;
-    let opening = conversation(&tenant());
-    let message = start(&store, opening.id, Some(&opening)).await;
+    let (store, _, message) = databases.opened().await;
     let url = super::with_database(&databases.admin, &databases.last());
     let mut sweep = PgConnection::connect(&url).await.unwrap();
     sqlx::query("BEGIN").execute(&mut sweep).await.unwrap();
@@ -259,15 +267,12 @@ async fn a_commit_waiting_on_a_sweep_that_moved_its_run_writes_nothing() {
 /// commit after the stop is refused as unavailable instead of waiting for a committer.
 #[tokio::test]
 async fn a_stopped_store_gives_its_id_up_and_refuses_later_commits() {
-    use crate::store::conformance::{delta, envelope, start, tenant};
-    use crate::store::test_records::conversation;
+    use crate::store::conformance::{delta, envelope, tenant};
     use crate::store::{contract::Burst, error::Category};
     let Some(databases) = Databases::new().await else {
         return;
     };
-    let store = databases.fresh().await;
-    let opening = conversation(&tenant());
-    let message = start(&store, opening.id, Some(&opening)).await;
+    let (store, _, message) = databases.opened().await;
     let burst = |seq, text| Burst {
         records: Vec::new(),
         events: vec![envelope(&message, seq, delta(text))],
@@ -620,17 +625,15 @@ fn committers_scale_with_the_pool() {
 /// its run took (`drop_steer`), which is the peer's to decide.
 #[tokio::test]
 async fn a_queued_run_a_peer_adopted_is_not_started_under_the_old_fence() {
-    use crate::store::conformance::{start, tenant};
+    use crate::store::conformance::tenant;
     use crate::store::contract::{Admission, Inserted, NewMessage};
     use crate::store::error::StoreError;
-    use crate::store::test_records::{conversation, running_message};
+    use crate::store::test_records::running_message;
     use crate::store::ConversationRule;
     let Some(databases) = Databases::new().await else {
         return;
     };
-    let store = databases.fresh().await;
-    let opening = conversation(&tenant());
-    let _live = start(&store, opening.id, Some(&opening)).await;
+    let (store, opening, _live) = databases.opened().await;
     let mut queued = running_message(opening.id, 0);
     let inserted = store
         .insert_message(NewMessage {
