@@ -91,9 +91,7 @@ impl Databases {
             .cloned()
             .expect("a database was made")
     }
-}
 
-impl Databases {
     /// A fresh store with one conversation, opened by its first run's start.
     pub(super) async fn opened(&self) -> (Store, Conversation, Message) {
         let store = self.fresh().await;
