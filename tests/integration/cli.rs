@@ -9,12 +9,13 @@ use std::time::Duration;
 use agent_runner::pb;
 use serde_json::Value;
 
-use crate::auth::{auth_server, create_key, limits};
+use crate::auth::{auth_server, create_key};
 use crate::support::process::{
     agent_runner, agent_runner_with, spawn_service, spawn_service_at, wait_for_exit,
 };
 use crate::support::STREAMING_MODEL;
 use crate::support::{message, FakeOpenAi, Reply, ScriptedCall, TestServer, PROVIDER};
+use crate::tenant_limits::limits;
 
 fn model() -> String {
     format!("{PROVIDER}/{STREAMING_MODEL}")
