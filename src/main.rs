@@ -19,7 +19,7 @@ use agent_runner::telemetry::traces;
 
 /// jemalloc, with the options in `.cargo/config.toml`: at C=50 a run costs about a fifth
 /// less CPU than with glibc's allocator, for a peak 2 MiB higher, and long answers' buffers
-/// go back to the system sooner (docs/performance.md).
+/// go back to the system sooner (docs/performance-history.md).
 #[cfg(all(unix, not(target_env = "musl")))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

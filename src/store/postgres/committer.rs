@@ -312,7 +312,7 @@ const FULL_ENOUGH: usize = 8;
 /// How long such a group waits at the most. 5 ms against 2 ms, six interleaved pairs of
 /// `--case replicas`: 0.76–0.94× the service's CPU per run at every load, fewer
 /// transactions, and a lower live lag p99, since the database and the replicas then contend
-/// less for the machine (docs/performance.md).
+/// less for the machine (docs/performance-history.md).
 const PACE: Duration = Duration::from_millis(5);
 
 /// How long a run that wrote counts as about to write again.
