@@ -11,7 +11,7 @@ use agent_runner::pb::run_event::Event;
 use tonic::transport::Channel;
 use tonic::Code;
 
-use crate::sub_agents::{ask, children, end, parent_request, store_agent};
+use crate::sub_agents::{ask, asks_then_answers, children, end, parent_request, store_agent};
 use crate::support::{run_request, run_to_end, thoughts, FakeOpenAi, Reply, TestServer};
 
 /// Sub-agent runs take no slot of their tenant's concurrent-run or per-minute limits, so a
@@ -82,27 +82,12 @@ async fn researcher_run(
 /// once (never a wait the tree could deadlock on); the others run and the parent answers.
 #[tokio::test]
 async fn calls_past_the_trees_bound_are_a_tool_error_not_a_wait() {
-    let replies = vec![
-        Reply::calls(
-            &[],
-            vec![
-                ask("c1", "researcher", "one"),
-                ask("c2", "researcher", "two"),
-                ask("c3", "researcher", "three"),
-                ask("c4", "researcher", "four"),
-            ],
-            (5, 2),
-        ),
-        Reply::Late {
-            delay_ms: 300,
-            text: vec!["Found."],
-        },
-        Reply::Late {
-            delay_ms: 300,
-            text: vec!["Found."],
-        },
-        Reply::text(&["Two of four."], (5, 2)),
-    ];
+    let replies = asks_then_answers(
+        &["one", "two", "three", "four"],
+        300,
+        &["Found.", "Found."],
+        "Two of four.",
+    );
     let (llm, _server, mut agents, events) = researcher_run(replies, |config| {
         config.runner.max_tree_runs = 3;
     })
@@ -130,25 +115,7 @@ async fn calls_past_the_trees_bound_are_a_tool_error_not_a_wait() {
 /// one at a time, the second child starts only once the first has ended.
 #[tokio::test]
 async fn a_rounds_children_run_under_the_tool_concurrency() {
-    let replies = vec![
-        Reply::calls(
-            &[],
-            vec![
-                ask("c1", "researcher", "one"),
-                ask("c2", "researcher", "two"),
-            ],
-            (5, 2),
-        ),
-        Reply::Late {
-            delay_ms: 500,
-            text: vec!["One."],
-        },
-        Reply::Late {
-            delay_ms: 500,
-            text: vec!["Two."],
-        },
-        Reply::text(&["Both."], (5, 2)),
-    ];
+    let replies = asks_then_answers(&["one", "two"], 500, &["One.", "Two."], "Both.");
     let (llm, _server, mut agents, events) = researcher_run(replies, |config| {
         config.runner.tool_concurrency = 1;
     })
@@ -170,21 +137,7 @@ async fn a_rounds_children_run_under_the_tool_concurrency() {
 /// trees: a call past it is the tool error `sub_agent_limit`, naming the limit.
 #[tokio::test]
 async fn the_tenants_child_limit_refuses_a_child_past_it() {
-    let replies = vec![
-        Reply::calls(
-            &[],
-            vec![
-                ask("c1", "researcher", "one"),
-                ask("c2", "researcher", "two"),
-            ],
-            (5, 2),
-        ),
-        Reply::Late {
-            delay_ms: 300,
-            text: vec!["One."],
-        },
-        Reply::text(&["Half."], (5, 2)),
-    ];
+    let replies = asks_then_answers(&["one", "two"], 300, &["One."], "Half.");
     let (_llm, _server, mut agents, events) = researcher_run(replies, |config| {
         config.limits.max_concurrent_child_runs = 1;
     })

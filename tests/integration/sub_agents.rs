@@ -59,6 +59,32 @@ pub(crate) fn ask(call_id: &'static str, agent: &'static str, input: &'static st
     ScriptedCall::new(call_id, agent, &[arguments])
 }
 
+/// The replies of a parent that asks `researcher` once for each of `inputs` (calls `c1`,
+/// `c2` …), of its children answering `found` in turn, each after `delay_ms`, and of the
+/// parent answering `answer` once it has read them.
+pub(crate) fn asks_then_answers(
+    inputs: &[&'static str],
+    delay_ms: u64,
+    found: &[&'static str],
+    answer: &'static str,
+) -> Vec<Reply> {
+    let calls = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, input)| {
+            let id: &'static str = Box::leak(format!("c{}", i + 1).into_boxed_str());
+            ask(id, "researcher", input)
+        })
+        .collect();
+    let mut replies = vec![Reply::calls(&[], calls, (5, 2))];
+    replies.extend(found.iter().map(|text| Reply::Late {
+        delay_ms,
+        text: vec![text],
+    }));
+    replies.push(Reply::text(&[answer], (5, 2)));
+    replies
+}
+
 /// The sub-agents' events a parent's stream carried.
 pub(crate) fn children(events: &[pb::RunEvent]) -> Vec<&pb::ChildEvent> {
     events
@@ -245,25 +271,12 @@ async fn a_child_that_fails_is_a_tool_error_the_parent_reads() {
 /// Two sub-agent calls of one round run concurrently, not one after the other.
 #[tokio::test]
 async fn two_child_calls_of_one_round_run_at_once() {
-    let (llm, server, mut agents) = start(vec![
-        Reply::calls(
-            &[],
-            vec![
-                ask("c1", "researcher", "first"),
-                ask("c2", "researcher", "second"),
-            ],
-            (5, 2),
-        ),
-        Reply::Late {
-            delay_ms: 600,
-            text: vec!["One."],
-        },
-        Reply::Late {
-            delay_ms: 600,
-            text: vec!["Two."],
-        },
-        Reply::text(&["Both."], (5, 2)),
-    ])
+    let (llm, server, mut agents) = start(asks_then_answers(
+        &["first", "second"],
+        600,
+        &["One.", "Two."],
+        "Both.",
+    ))
     .await;
     let mut library = server.library().await;
     store_agent(&mut library, "researcher", "You research.", &[]).await;
