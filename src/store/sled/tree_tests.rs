@@ -78,3 +78,68 @@ fn writes_in_any_order_read_back_as_a_map_holds_them() {
     let db = sled::Config::new().path(dir.path()).open().unwrap();
     same(&db.open_tree("t").unwrap(), &model, "opened again");
 }
+
+/// The log's file holds zeros past the segment being written, so that a flush writes into
+/// blocks the filesystem has already allocated (no journal commit in its `fdatasync`); a
+/// database whose file ends in such segments opens with every flushed write, and goes on,
+/// through values written over again (old segments freed, the file cut back and grown).
+#[test]
+fn the_log_is_zeroed_ahead_and_opens_again_with_every_write() {
+    const SEGMENT: u64 = 512 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("db");
+    let mut model = BTreeMap::new();
+    let write = |tree: &sled::Tree,
+                 model: &mut BTreeMap<Vec<u8>, Vec<u8>>,
+                 from: u32,
+                 to: u32,
+                 round: u32| {
+        for n in from..to {
+            let k = n.to_be_bytes().to_vec();
+            let v = vec![((n + round) % 251) as u8; 1024];
+            tree.insert(k.as_slice(), v.as_slice()).unwrap();
+            model.insert(k, v);
+            if n % 100 == 99 {
+                tree.flush().unwrap();
+            }
+        }
+    };
+    {
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let tree = db.open_tree("t").unwrap();
+        write(&tree, &mut model, 0, 3000, 0);
+        // the zeroing runs on sled's I/O pool: wait for the file to reach two zeroed
+        // segments past the data.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let bytes = std::fs::read(&log).unwrap();
+            let len = bytes.len() as u64;
+            let tail_zeroed = len >= 3 * SEGMENT
+                && len % SEGMENT == 0
+                && bytes[(len - 2 * SEGMENT) as usize..]
+                    .iter()
+                    .all(|b| *b == 0);
+            if tail_zeroed {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the file ends {len} bytes in, without two zeroed segments"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        same(&tree, &model, "written");
+    }
+    {
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let tree = db.open_tree("t").unwrap();
+        same(&tree, &model, "opened again");
+        write(&tree, &mut model, 3000, 5000, 0);
+        for round in 1..4 {
+            write(&tree, &mut model, 0, 5000, round);
+        }
+        same(&tree, &model, "written over after opening again");
+    }
+    let db = sled::Config::new().path(dir.path()).open().unwrap();
+    same(&db.open_tree("t").unwrap(), &model, "opened a third time");
+}

@@ -96,6 +96,12 @@ pub(crate) struct SegmentAccountant {
     segment_cleaner: SegmentCleaner,
     ordering: BTreeMap<Lsn, LogOffset>,
     async_truncations: BTreeMap<LogOffset, OneShot<Result<()>>>,
+    // Segments past the tip being written with zeros and synced on the I/O
+    // pool, so that a flush into one later changes neither the file's size
+    // nor its allocation and `fdatasync` skips the filesystem's journal.
+    zeroing: BTreeMap<LogOffset, OneShot<()>>,
+    // The end of the file that zeroing has been asked to reach.
+    zeroed_to: LogOffset,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -485,6 +491,8 @@ impl SegmentAccountant {
             segment_cleaner,
             ordering: BTreeMap::default(),
             async_truncations: BTreeMap::default(),
+            zeroing: BTreeMap::default(),
+            zeroed_to: 0,
         };
 
         ret.initialize_from_snapshot(snapshot)?;
@@ -635,11 +643,8 @@ impl SegmentAccountant {
         for segment_base in to_free {
             self.free_segment(segment_base)?;
             io_fail!(self.config, "zero garbage segment SA");
-            pwrite_all(
-                &self.config.file,
-                &*vec![MessageKind::Corrupted.into(); self.config.segment_size],
-                segment_base,
-            )?;
+            // zeros are `MessageKind::Corrupted`
+            zero_segment(&self.config, segment_base)?;
         }
 
         // we want to complete all truncations because
@@ -993,11 +998,49 @@ impl SegmentAccountant {
             }
         }
 
+        // a segment being zeroed must not be zeroed again under the writes
+        // that follow, so its zeroing ends before it is handed out.
+        if let Some(zeroing) = self.zeroing.remove(&lid) {
+            let _ = zeroing.wait();
+        }
+
         self.tip += self.config.segment_size as LogOffset;
 
         trace!("advancing file tip from {} to {}", lid, self.tip);
 
+        self.zero_ahead()?;
+
         Ok(lid)
+    }
+
+    /// Writes zeros over the segments just past the tip and syncs them, on
+    /// the I/O pool, before the log reaches them. A flush that grows the file
+    /// makes `fdatasync` commit the filesystem's journal as well as the data
+    /// (twice the device flushes); a flush into blocks already written and
+    /// synced does not. Zeros are what recovery takes for an unused segment.
+    fn zero_ahead(&mut self) -> Result<()> {
+        const SEGMENTS_AHEAD: LogOffset = 2;
+        let segment_size = self.config.segment_size as LogOffset;
+        let horizon = self.tip + SEGMENTS_AHEAD * segment_size;
+        let mut at = std::cmp::max(self.zeroed_to, self.tip);
+        while at < horizon {
+            if !self.zeroing.contains_key(&at) {
+                let config = self.config.clone();
+                let zeroing = threadpool::spawn(move || {
+                    let written = zero_segment(&config, at)
+                        .and_then(|()| config.file.sync_data());
+                    // only a head start: a failure here (a full disk) meets
+                    // the log's own write, which reports it.
+                    if let Err(error) = written {
+                        debug!("zeroing segment {} ahead failed: {}", at, error);
+                    }
+                })?;
+                self.zeroing.insert(at, zeroing);
+            }
+            at += segment_size;
+        }
+        self.zeroed_to = horizon;
+        Ok(())
     }
 
     /// Returns the next offset to write a new segment in.
@@ -1087,6 +1130,11 @@ impl SegmentAccountant {
         );
 
         self.tip = at;
+        // the truncation cuts what was zeroed at or past `at`, after that
+        // zeroing ends (earlier on the pool's queue, which is first in, first
+        // out); it is zeroed again when the tip next passes it.
+        let cut_zeroing = self.zeroing.split_off(&at);
+        self.zeroed_to = std::cmp::min(self.zeroed_to, at);
 
         assert!(!self.free.contains(&at), "double-free of a segment occurred");
 
@@ -1096,6 +1144,9 @@ impl SegmentAccountant {
 
         io_fail!(&config, "file truncation");
         threadpool::spawn(move || {
+            for (_, zeroing) in cut_zeroing {
+                let _ = zeroing.wait();
+            }
             debug!("truncating file to length {}", at);
             let res = config
                 .file
@@ -1127,4 +1178,18 @@ impl SegmentAccountant {
 
         idx
     }
+}
+
+/// Writes zeros over the segment at `at` a page at a time: a page cache that
+/// keeps large folios gives one write of the whole segment a single folio, and
+/// each later flush into it would then write all of it back again.
+fn zero_segment(config: &RunningConfig, at: LogOffset) -> std::io::Result<()> {
+    const PAGE: usize = 4096;
+    let zeros = [0_u8; PAGE];
+    let mut offset = at;
+    while offset < at + config.segment_size as LogOffset {
+        pwrite_all(&config.file, &zeros, offset)?;
+        offset += PAGE as LogOffset;
+    }
+    Ok(())
 }
