@@ -1008,7 +1008,7 @@ impl SegmentAccountant {
 
         trace!("advancing file tip from {} to {}", lid, self.tip);
 
-        self.zero_ahead()?;
+        self.zero_ahead();
 
         Ok(lid)
     }
@@ -1018,7 +1018,8 @@ impl SegmentAccountant {
     /// makes `fdatasync` commit the filesystem's journal as well as the data
     /// (twice the device flushes); a flush into blocks already written and
     /// synced does not. Zeros are what recovery takes for an unused segment.
-    fn zero_ahead(&mut self) -> Result<()> {
+    /// Only a head start: nothing here fails the log.
+    fn zero_ahead(&mut self) {
         const SEGMENTS_AHEAD: LogOffset = 2;
         let segment_size = self.config.segment_size as LogOffset;
         let horizon = self.tip + SEGMENTS_AHEAD * segment_size;
@@ -1029,18 +1030,25 @@ impl SegmentAccountant {
                 let zeroing = threadpool::spawn(move || {
                     let written = zero_segment(&config, at)
                         .and_then(|()| config.file.sync_data());
-                    // only a head start: a failure here (a full disk) meets
-                    // the log's own write, which reports it.
+                    // a failure here (a full disk) meets the log's own write,
+                    // which reports it.
                     if let Err(error) = written {
                         debug!("zeroing segment {} ahead failed: {}", at, error);
                     }
-                })?;
-                self.zeroing.insert(at, zeroing);
+                });
+                match zeroing {
+                    Ok(zeroing) => {
+                        self.zeroing.insert(at, zeroing);
+                    }
+                    Err(error) => {
+                        debug!("cannot zero segment {} ahead: {}", at, error);
+                        return;
+                    }
+                }
             }
             at += segment_size;
         }
         self.zeroed_to = horizon;
-        Ok(())
     }
 
     /// Returns the next offset to write a new segment in.
