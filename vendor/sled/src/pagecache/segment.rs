@@ -99,9 +99,8 @@ pub(crate) struct SegmentAccountant {
     // Segments past the tip being written with zeros and synced on the I/O
     // pool, so that a flush into one later changes neither the file's size
     // nor its allocation and `fdatasync` skips the filesystem's journal.
+    // A segment stays here until it is handed out or cut by a truncation.
     zeroing: BTreeMap<LogOffset, OneShot<()>>,
-    // The end of the file that zeroing has been asked to reach.
-    zeroed_to: LogOffset,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -492,7 +491,6 @@ impl SegmentAccountant {
             ordering: BTreeMap::default(),
             async_truncations: BTreeMap::default(),
             zeroing: BTreeMap::default(),
-            zeroed_to: 0,
         };
 
         ret.initialize_from_snapshot(snapshot)?;
@@ -1023,7 +1021,7 @@ impl SegmentAccountant {
         const SEGMENTS_AHEAD: LogOffset = 2;
         let segment_size = self.config.segment_size as LogOffset;
         let horizon = self.tip + SEGMENTS_AHEAD * segment_size;
-        let mut at = std::cmp::max(self.zeroed_to, self.tip);
+        let mut at = self.tip;
         while at < horizon {
             if !self.zeroing.contains_key(&at) {
                 let config = self.config.clone();
@@ -1048,7 +1046,6 @@ impl SegmentAccountant {
             }
             at += segment_size;
         }
-        self.zeroed_to = horizon;
     }
 
     /// Returns the next offset to write a new segment in.
@@ -1142,7 +1139,6 @@ impl SegmentAccountant {
         // zeroing ends (earlier on the pool's queue, which is first in, first
         // out); it is zeroed again when the tip next passes it.
         let cut_zeroing = self.zeroing.split_off(&at);
-        self.zeroed_to = std::cmp::min(self.zeroed_to, at);
 
         assert!(!self.free.contains(&at), "double-free of a segment occurred");
 
