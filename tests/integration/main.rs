@@ -40,6 +40,7 @@ mod queued_runs;
 mod reasoning;
 mod replicas;
 mod replicas_agents;
+mod replicas_budgets;
 mod replicas_bus;
 mod replicas_queue;
 mod replicas_shared;
