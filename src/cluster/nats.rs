@@ -1,9 +1,12 @@
 //! The NATS bus: core subjects, at most once, no state on the server.
 //!
-//! - `{prefix}.events.{message_id}`: a run's committed events, as JSON
-//!   `{"last_seq": n, "events": [...]}` (events left out past
-//!   [`super::MAX_NOTICE_EVENTS_BYTES`]). A replica subscribes while it has followers of
-//!   the message.
+//! - `{prefix}.relay.{replica_id}`: what the replica's runs committed, one message per
+//!   commit group ([`super::outbox`]), in the format of [`super::relay`]. A replica
+//!   subscribes to every peer's (`{prefix}.relay.*`) while it follows any run of a peer,
+//!   and reads only the notices of runs it follows; a run that moves to another replica
+//!   (a takeover, a hand-over) is heard on its new owner's subject with nothing to
+//!   change. A replica does not hear its own relay (the connection asks for no echo): a
+//!   followed run that moves here is handed to its followers here directly.
 //! - `{prefix}.commands.{replica_id}`: a command was kept for a run the replica holds.
 //!
 //! Every payload is sealed ([`super::seal`]) under a key derived from the shared secret
@@ -18,12 +21,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt as _;
-use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::listening::{Listening, LINGER};
+use super::outbox::Outbox;
+use super::relay::{self, MAX_RELAY_BYTES};
 use super::seal::{Seal, OVERHEAD};
-use super::{Bus, Notice, RejectObserver, RelayObserver, Watch, Watchers, MAX_NOTICE_EVENTS_BYTES};
+use super::watchers::Hold;
+use super::{Bus, Notice, RejectObserver, RelayObserver, Watch, Watchers};
 use crate::domain::{EventEnvelope, MessageId};
 use crate::tasks::Tasks;
 
@@ -68,21 +74,6 @@ pub fn describe(url: &str) -> String {
         .to_owned()
 }
 
-/// A notice on the wire, as read.
-#[derive(Deserialize)]
-struct Wire {
-    last_seq: u64,
-    #[serde(default)]
-    events: Vec<EventEnvelope>,
-}
-
-/// A notice on the wire, as written: the run's events borrowed, not copied.
-#[derive(Serialize)]
-struct WireRef<'a> {
-    last_seq: u64,
-    events: &'a [EventEnvelope],
-}
-
 /// How far a wake-up's clock may stand from this replica's before it is taken for a replay.
 const WAKE_FRESH_MS: i64 = 60_000;
 
@@ -90,12 +81,19 @@ const WAKE_FRESH_MS: i64 = 60_000;
 pub struct Nats {
     client: async_nats::Client,
     prefix: String,
+    /// This replica's id, for wake-ups of its own.
+    replica: String,
     watchers: Arc<Watchers>,
+    /// Notices this replica's runs announced, for its relay to publish.
+    outbox: Arc<Outbox>,
+    /// The subscription to peers' relays, while anything is followed here and a while after.
+    listening: Arc<Listening>,
     woken: Arc<Notify>,
     observer: Arc<OnceLock<RelayObserver>>,
     rejected: Arc<OnceLock<RejectObserver>>,
     seal: Seal,
-    /// The wake-up listener and one forwarder per followed message.
+    /// The wake-up listener, the relay's publisher, the reaper of an idle subscription and,
+    /// while listening, its forwarder.
     tasks: Tasks,
 }
 
@@ -110,7 +108,8 @@ impl Nats {
             .name(format!("agent-runner {}", settings.replica))
             .connection_timeout(Duration::from_secs(5))
             .retry_on_initial_connect()
-            .max_reconnects(None);
+            .max_reconnects(None)
+            .no_echo();
         if let Some(path) = &settings.credentials_file {
             options = options
                 .credentials_file(path)
@@ -130,7 +129,10 @@ impl Nats {
         let bus = Arc::new(Self {
             client,
             prefix: settings.prefix.clone(),
+            replica: settings.replica.clone(),
             watchers: Arc::default(),
+            outbox: Arc::default(),
+            listening: Arc::default(),
             woken: Arc::default(),
             observer: Arc::default(),
             rejected: Arc::default(),
@@ -145,11 +147,74 @@ impl Nats {
                 tracing::warn!(nats = %place, error = %err, "cannot listen for commands on NATS; commands are looked for every second")
             }
         }
+        bus.publish_relays();
+        bus.let_go_of_idle_relays();
         Ok(bus)
     }
 
-    fn events_subject(&self, message: MessageId) -> String {
-        format!("{}.events.{}", self.prefix, message)
+    /// Where replica `replica`'s runs are relayed.
+    fn relay_subject(&self, replica: &str) -> String {
+        format!("{}.relay.{}", self.prefix, replica)
+    }
+
+    /// Publishes the outbox, one group at a time, until the bus stops.
+    fn publish_relays(&self) {
+        let (client, outbox, seal) = (
+            self.client.clone(),
+            Arc::clone(&self.outbox),
+            self.seal.clone(),
+        );
+        let subject = self.relay_subject(&self.replica);
+        let stop = self.tasks.stopping();
+        self.tasks.spawn(async move {
+            loop {
+                let group = tokio::select! {
+                    () = stop.cancelled() => return,
+                    group = outbox.next_group() => group,
+                };
+                for payload in relay::pack(group) {
+                    let sealed = seal.seal(&subject, &payload);
+                    if let Err(err) = client.publish(subject.clone(), sealed.into()).await {
+                        tracing::debug!(error = %err, "a relay of committed events was dropped");
+                    }
+                }
+            }
+        });
+    }
+
+    /// Lets go of the subscription to peers' relays once nothing has been followed here
+    /// for [`LINGER`], looking twice as often.
+    fn let_go_of_idle_relays(&self) {
+        let (listening, stop) = (Arc::clone(&self.listening), self.tasks.stopping());
+        self.tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(LINGER / 2) => {}
+                }
+                listening.let_go_if_idle(LINGER);
+            }
+        });
+    }
+
+    /// Subscribes to every peer's relay and forwards what is heard; returns what stops it,
+    /// once the server has the subscription (`None`: it could not subscribe).
+    async fn hear_relays(&self) -> Option<CancellationToken> {
+        let peers = format!("{}.relay.*", self.prefix);
+        match self.client.subscribe(peers).await {
+            Ok(subscription) => {
+                // Once the server has the subscription, nothing published after it is
+                // missed; a bus that is down costs followers their polling delay.
+                let _ = tokio::time::timeout(Duration::from_secs(1), self.client.flush()).await;
+                let stop = self.tasks.stopping().child_token();
+                self.forward(subscription, stop.clone());
+                Some(stop)
+            }
+            Err(err) => {
+                tracing::debug!(error = %err, "cannot subscribe to peers' relays");
+                None
+            }
+        }
     }
 
     /// Wakes this replica's command loop for each wake-up that opens and is fresh; others
@@ -175,17 +240,12 @@ impl Nats {
         });
     }
 
-    /// Forwards what `subscription` hears to the followers of `message` until `stop`.
-    fn forward(
-        &self,
-        message: MessageId,
-        mut subscription: async_nats::Subscriber,
-        stop: CancellationToken,
-    ) {
+    /// Hands what `subscription` hears to the followers here of each notice's message,
+    /// until `stop`.
+    fn forward(&self, mut subscription: async_nats::Subscriber, stop: CancellationToken) {
         let watchers = Arc::clone(&self.watchers);
         let observer = Arc::clone(&self.observer);
         let (seal, rejected) = (self.seal.clone(), Arc::clone(&self.rejected));
-        let subject = self.events_subject(message);
         self.tasks.spawn(async move {
             loop {
                 let heard = tokio::select! {
@@ -193,27 +253,42 @@ impl Nats {
                     heard = subscription.next() => heard,
                 };
                 let Some(heard) = heard else { break };
-                let Some(wire) = open_notice(&seal, &subject, &heard.payload) else {
+                let Some(plain) = open_relay(&seal, heard.subject.as_str(), &heard.payload) else {
                     reject(&rejected);
                     continue;
                 };
-                if let (Some(observe), Some(last)) = (observer.get(), wire.events.last()) {
-                    let lag = (crate::domain::now() - last.created_at)
-                        .to_std()
-                        .unwrap_or_default();
-                    observe(wire.events.len(), lag);
+                let Some(notices) = relay::unpack(&plain) else {
+                    reject(&rejected);
+                    continue;
+                };
+                for notice in notices {
+                    if watchers.follows(notice.message) {
+                        hand_on(&watchers, &observer, &notice);
+                    }
                 }
-                watchers.notify(
-                    message,
-                    Notice {
-                        last_seq: wire.last_seq,
-                        events: wire.events,
-                    },
-                );
             }
             let _ = subscription.unsubscribe().await;
         });
     }
+}
+
+/// Hands `notice`, heard for a message followed here, to its followers; events that do
+/// not read are left for them to read from the store.
+fn hand_on(watchers: &Watchers, observer: &OnceLock<RelayObserver>, notice: &relay::Heard<'_>) {
+    let events = notice.events().unwrap_or_default();
+    if let (Some(observe), Some(last)) = (observer.get(), events.last()) {
+        let lag = (crate::domain::now() - last.created_at)
+            .to_std()
+            .unwrap_or_default();
+        observe(events.len(), lag);
+    }
+    watchers.notify(
+        notice.message,
+        Notice {
+            last_seq: notice.last_seq,
+            events,
+        },
+    );
 }
 
 impl Drop for Nats {
@@ -226,45 +301,26 @@ impl Drop for Nats {
 impl Bus for Nats {
     async fn announce(&self, message: MessageId, events: &[EventEnvelope]) {
         let Some(last) = events.last() else { return };
-        let mut wire = WireRef {
-            last_seq: last.seq,
-            events,
-        };
-        let mut payload = serde_json::to_vec(&wire).unwrap_or_default();
-        if payload.len() > MAX_NOTICE_EVENTS_BYTES {
-            wire.events = &[];
-            payload = serde_json::to_vec(&wire).unwrap_or_default();
+        if self.watchers.follows(message) {
+            // A run followed from here that moved here: no replica hears its own relay.
+            let notice = Notice {
+                last_seq: last.seq,
+                events: events.to_vec(),
+            };
+            self.watchers.notify(message, notice);
         }
-        let subject = self.events_subject(message);
-        let sealed = self.seal.seal(&subject, &payload);
-        if let Err(err) = self.client.publish(subject, sealed.into()).await {
-            tracing::debug!(error = %err, "a notice of committed events was dropped");
+        let Some(notice) = relay::encode(message, events) else {
+            return;
+        };
+        if !self.outbox.push(notice) {
+            tracing::debug!("a notice of committed events was dropped: the relay is behind");
         }
     }
 
     async fn watch(&self, message: MessageId, poll: super::Poll) -> Watch {
-        let mut first = None;
-        let watch = self.watchers.watch(
-            message,
-            || {
-                let stop = self.tasks.stopping().child_token();
-                first = Some(stop.clone());
-                Some(stop)
-            },
-            poll,
-        );
-        if let Some(stop) = first {
-            match self.client.subscribe(self.events_subject(message)).await {
-                Ok(subscription) => {
-                    // Once the server has the subscription, nothing published after it is
-                    // missed; a bus that is down costs the follower its polling delay.
-                    let _ = tokio::time::timeout(Duration::from_secs(1), self.client.flush()).await;
-                    self.forward(message, subscription, stop);
-                }
-                Err(err) => tracing::debug!(error = %err, "cannot subscribe to a run's notices"),
-            }
-        }
-        watch
+        let lease = self.listening.lease(|| self.hear_relays()).await;
+        self.watchers
+            .watch(message, move || Some(Box::new(lease) as Hold), poll)
     }
 
     async fn stop(&self, within: Duration) {
@@ -272,6 +328,11 @@ impl Bus for Nats {
     }
 
     async fn wake(&self, owner: &str) {
+        if owner == self.replica {
+            // Taken over by this replica since it was found; no replica hears itself.
+            self.woken.notify_one();
+            return;
+        }
         let subject = format!("{}.commands.{}", self.prefix, owner);
         let now = crate::domain::now().timestamp_millis().to_be_bytes();
         let sealed = self.seal.seal(&subject, &now);
@@ -293,14 +354,13 @@ impl Bus for Nats {
     }
 }
 
-/// The notice `payload` carries, if it opens under `seal` for `subject` and reads; nothing
-/// larger than a replica of ours publishes is opened at all.
-fn open_notice(seal: &Seal, subject: &str, payload: &[u8]) -> Option<Wire> {
-    if payload.len() > MAX_NOTICE_EVENTS_BYTES + OVERHEAD {
+/// What a relay `payload` carries, if it opens under `seal` for `subject`; nothing larger
+/// than a replica of ours publishes is opened at all.
+fn open_relay(seal: &Seal, subject: &str, payload: &[u8]) -> Option<Vec<u8>> {
+    if payload.len() > MAX_RELAY_BYTES + OVERHEAD {
         return None;
     }
-    let plain = seal.open(subject, payload)?;
-    serde_json::from_slice::<Wire>(&plain).ok()
+    seal.open(subject, payload)
 }
 
 /// Whether an opened wake-up carries a clock near this replica's (a replay of an old one

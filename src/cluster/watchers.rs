@@ -1,11 +1,11 @@
-//! The followers of each message on this replica, sharing one subscription per message:
-//! a bus subscribes when the first follower of a message arrives and lets go when the
-//! last one leaves. They share the message's reads of the store as well: once a second its
-//! last committed `seq` is read, and when that moved past what the followers were handed,
-//! or a notice came without its events (a burst too large to carry, or the database's
-//! notifications, which carry none) or after a gap, the missing events are read once and
-//! handed to every follower. A lost notice costs a second, a quiet followed run one read a
-//! second, and a commit at most one read, whatever the number of followers.
+//! The followers of each message on this replica: a bus listens for the message from its
+//! first follower's arrival until the last one leaves. They share the message's reads of
+//! the store as well: once a second its last committed `seq` is read, and when that moved
+//! past what the followers were handed, or a notice came without its events (a burst too
+//! large to carry, or the database's notifications, which carry none) or after a gap, the
+//! missing events are read once and handed to every follower. A lost notice costs a
+//! second, a quiet followed run one read a second, and a commit at most one read, whatever
+//! the number of followers.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -17,6 +17,9 @@ use tokio_util::sync::CancellationToken;
 use super::{Notice, Notices, Poll};
 use crate::domain::{EventEnvelope, MessageId};
 use crate::tasks::Tasks;
+
+/// What keeps a bus listening for a followed message (a subscription, or a share of one).
+pub type Hold = Box<dyn Send + Sync>;
 
 /// Notices a follower may fall behind by before it reads the store instead.
 const BACKLOG: usize = 64;
@@ -45,20 +48,20 @@ struct Followed {
     wanted: u64,
     /// Wakes the message's filler.
     wake: Arc<Notify>,
-    /// Stops the bus's subscription for the message once no follower is left.
-    unsubscribe: Option<CancellationToken>,
+    /// What keeps the bus listening for the message, let go once no follower is left.
+    _hold: Option<Hold>,
     /// Stops the message's filler once no follower is left.
     stop_filling: CancellationToken,
 }
 
 impl Watchers {
-    /// A watch of `message`. For the message's first follower, `subscribe` is called so
-    /// the bus subscribes for it (the token it may return is cancelled when the last
-    /// follower leaves), and the message's filler starts reading through `poll`.
+    /// A watch of `message`. For the message's first follower, `hold` is called for what
+    /// keeps the bus listening for it (dropped when the last follower leaves), and the
+    /// message's filler starts reading through `poll`.
     pub fn watch(
         self: &Arc<Self>,
         message: MessageId,
-        subscribe: impl FnOnce() -> Option<CancellationToken>,
+        hold: impl FnOnce() -> Option<Hold>,
         poll: Poll,
     ) -> Watch {
         let mut followed = self.lock();
@@ -69,13 +72,13 @@ impl Watchers {
             heard: tokio::time::Instant::now(),
             wanted: 0,
             wake: Arc::new(Notify::new()),
-            unsubscribe: None,
+            _hold: None,
             stop_filling: self.tasks.stopping().child_token(),
         });
         entry.followers += 1;
         let notices = entry.notices.subscribe();
         if entry.followers == 1 {
-            entry.unsubscribe = subscribe();
+            entry._hold = hold();
             let filler = Filler {
                 watchers: Arc::downgrade(self),
                 message,
@@ -130,6 +133,11 @@ impl Watchers {
             entry.wake.notify_one();
         }
         true
+    }
+
+    /// Whether `message` has followers here.
+    pub fn follows(&self, message: MessageId) -> bool {
+        self.lock().contains_key(&message)
     }
 
     /// Has every followed message read once (a notice named more messages than it could
@@ -227,9 +235,6 @@ impl Watchers {
         }
         if let Some(entry) = followed.remove(&message) {
             entry.stop_filling.cancel();
-            if let Some(unsubscribe) = entry.unsubscribe {
-                unsubscribe.cancel();
-            }
         }
         true
     }

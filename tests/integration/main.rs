@@ -38,6 +38,7 @@ mod postgres;
 mod process;
 mod queued_runs;
 mod reasoning;
+mod relay;
 mod replicas;
 mod replicas_agents;
 mod replicas_budgets;

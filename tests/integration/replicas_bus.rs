@@ -17,9 +17,10 @@ use crate::support::process::client;
 use crate::support::replicas::*;
 use crate::support::{FakeOpenAi, Reply};
 
-/// A notice as an older replica (or anyone) writes it: plain JSON.
-fn plain_notice(last_seq: u64, events: &[EventEnvelope]) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({ "last_seq": last_seq, "events": events })).unwrap()
+/// A relay as anyone without the deployment's key writes it: plain JSON.
+fn plain_notice(message: &str, last_seq: u64, events: &[EventEnvelope]) -> Vec<u8> {
+    let notice = serde_json::json!({ "message": message, "last_seq": last_seq, "events": events });
+    serde_json::to_vec(&serde_json::json!({ "notices": [notice] })).unwrap()
 }
 
 /// A forged answer and end, following the real events a client has seen.
@@ -38,7 +39,8 @@ fn forged_ending(after: &pb::RunEvent) -> Vec<EventEnvelope> {
     ]
 }
 
-/// Another client of the NATS server publishes on a followed run's subject while the run
+/// Another client of the NATS server publishes on the relay subject of a followed run's
+/// owner, and of a replica that does not exist, while the run
 /// waits for a client tool: a forged answer and end (plain, as an older replica writes), a
 /// payload that looks sealed, one the size of a large event, and a hundred empty notices
 /// naming the last `seq` possible, plus forged command wake-ups. The follower on the peer
@@ -64,8 +66,11 @@ async fn another_nats_client_can_neither_forge_nor_read_a_runs_events() {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let key = SecretKey::generate();
+    // The forgeries take a while to send on a loaded machine: the run waits for its tool
+    // past them.
     let plain = Options {
         bus,
+        client_tool_timeout_secs: Some(30),
         ..Options::default()
     };
     let measured = Options {
@@ -94,24 +99,30 @@ async fn another_nats_client_can_neither_forge_nor_read_a_runs_events() {
     .await;
     assert_eq!(followed, seen);
 
-    let subject = format!("{prefix}.events.{id}");
     let last = seen.last().unwrap();
     let forged = forged_ending(last);
     let mut payloads = vec![
-        plain_notice(last.seq + 2, &forged),
-        [&[1u8][..], &[0; 24], &plain_notice(last.seq + 2, &forged)].concat(),
-        plain_notice(last.seq + 1, &forged[..1])
+        plain_notice(&id, last.seq + 2, &forged),
+        [
+            &[1u8][..],
+            &[0; 24],
+            &plain_notice(&id, last.seq + 2, &forged),
+        ]
+        .concat(),
+        plain_notice(&id, last.seq + 1, &forged[..1])
             .into_iter()
             .chain(std::iter::repeat_n(b' ', 900 * 1024))
             .collect(),
     ];
-    payloads.extend((0..100).map(|_| plain_notice(u64::MAX, &[])));
-    let forged_count = payloads.len();
-    for payload in payloads {
-        intruder
-            .publish(subject.clone(), payload.into())
-            .await
-            .unwrap();
+    payloads.extend((0..100).map(|_| plain_notice(&id, u64::MAX, &[])));
+    let forged_count = payloads.len() * 2;
+    for subject in [format!("{prefix}.relay.a"), format!("{prefix}.relay.x")] {
+        for payload in &payloads {
+            intruder
+                .publish(subject.clone(), payload.clone().into())
+                .await
+                .unwrap();
+        }
     }
     for owner in ["a", "b"] {
         intruder
