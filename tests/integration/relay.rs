@@ -112,6 +112,49 @@ async fn a_commit_groups_notices_reach_a_peer_in_one_message() {
     assert!(more.is_err(), "one message carried the five notices");
 }
 
+/// A run held by replica a and followed on b, whose first events b has heard from a.
+struct FollowedOnB {
+    a: Arc<Nats>,
+    b: Arc<Nats>,
+    message: MessageId,
+    committed: Arc<Committed>,
+    watch: Watch,
+}
+
+impl FollowedOnB {
+    async fn begin(url: &str, prefix: &str) -> Self {
+        let (a, b) = (bus(url, prefix, "a").await, bus(url, prefix, "b").await);
+        let message = MessageId::new();
+        let committed = Arc::new(Committed::default());
+        let watch = b.watch(message, committed.clone()).await;
+        let mut followed = Self {
+            a,
+            b,
+            message,
+            committed,
+            watch,
+        };
+        let a = Arc::clone(&followed.a);
+        let heard = followed
+            .announce_on(&a, "begun on a", Duration::from_millis(800))
+            .await;
+        assert!(heard, "b hears the run from its owner a");
+        followed
+    }
+
+    /// Whether an event `holder` commits and announces reaches the follower on b within
+    /// `within`, and as itself.
+    async fn announce_on(&mut self, holder: &Nats, text: &str, within: Duration) -> bool {
+        let event = self.committed.commit(self.message, text);
+        holder
+            .announce(self.message, std::slice::from_ref(&event))
+            .await;
+        heard_within(&mut self.watch, within)
+            .await
+            .is_some_and(|notice| notice.events == vec![event])
+    }
+}
+
 /// A run followed on replica b from its owner a moves to b (a takeover): what b's run then
 /// announces reaches its followers on b at once, though no replica hears its own relay; a
 /// poll of the store would take a second.
@@ -121,21 +164,12 @@ async fn a_run_that_moves_to_its_followers_replica_is_heard_there_at_once() {
     let Some(Bus::Nats { url, prefix }) = nats_bus().await else {
         return;
     };
-    let a = bus(&url, &prefix, "a").await;
-    let b = bus(&url, &prefix, "b").await;
-    let message = MessageId::new();
-    let committed = Arc::new(Committed::default());
-    let mut watch = b.watch(message, committed.clone()).await;
-
-    let on_a = committed.commit(message, "begun on a");
-    a.announce(message, std::slice::from_ref(&on_a)).await;
-    let notice = heard_within(&mut watch, Duration::from_millis(800)).await;
-    assert_eq!(notice.expect("heard from the owner").events, vec![on_a]);
-
-    let on_b = committed.commit(message, "taken over by b");
-    b.announce(message, std::slice::from_ref(&on_b)).await;
-    let notice = heard_within(&mut watch, Duration::from_millis(500)).await;
-    assert_eq!(notice.expect("heard at once on b").events, vec![on_b]);
+    let mut followed = FollowedOnB::begin(&url, &prefix).await;
+    let b = Arc::clone(&followed.b);
+    let heard = followed
+        .announce_on(&b, "taken over by b", Duration::from_millis(500))
+        .await;
+    assert!(heard, "heard at once on b");
 }
 
 /// A run held by a, followed on b, is taken over by c: what c then announces reaches b at
@@ -146,22 +180,10 @@ async fn a_run_that_moves_to_a_third_replica_is_heard_from_it_at_once() {
     let Some(Bus::Nats { url, prefix }) = nats_bus().await else {
         return;
     };
-    let (a, b, c) = (
-        bus(&url, &prefix, "a").await,
-        bus(&url, &prefix, "b").await,
-        bus(&url, &prefix, "c").await,
-    );
-    let message = MessageId::new();
-    let committed = Arc::new(Committed::default());
-    let mut watch = b.watch(message, committed.clone()).await;
-
-    let on_a = committed.commit(message, "begun on a");
-    a.announce(message, std::slice::from_ref(&on_a)).await;
-    let notice = heard_within(&mut watch, Duration::from_millis(800)).await;
-    assert_eq!(notice.expect("heard from a").events, vec![on_a]);
-
-    let on_c = committed.commit(message, "taken over by c");
-    c.announce(message, std::slice::from_ref(&on_c)).await;
-    let notice = heard_within(&mut watch, Duration::from_millis(500)).await;
-    assert_eq!(notice.expect("heard from c at once").events, vec![on_c]);
+    let mut followed = FollowedOnB::begin(&url, &prefix).await;
+    let c = bus(&url, &prefix, "c").await;
+    let heard = followed
+        .announce_on(&c, "taken over by c", Duration::from_millis(500))
+        .await;
+    assert!(heard, "heard from c at once");
 }
