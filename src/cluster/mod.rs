@@ -3,12 +3,13 @@
 //! lost or late costs latency, never an event or a command: followers read the store on
 //! any gap and at least every second, and owners look for commands every second.
 //!
-//! Two buses: NATS ([`nats`]), whose event notices carry the committed events themselves
-//! (up to [`MAX_NOTICE_EVENTS_BYTES`] a run), a commit group's notices in one message
-//! ([`relay`]), sealed ([`seal`]) so that only the deployment's replicas read or write
-//! them, and followers on other replicas forward them without a read; and, without NATS, the database's own notifications, which carry only
-//! `message:last_seq` ([`Notifications`], over what the store hears). [`Silent`] serves a single
-//! process, whose followers hear its runs directly.
+//! Two buses. NATS ([`nats`]): its notices carry the committed events themselves (up to
+//! [`MAX_NOTICE_EVENTS_BYTES`] a run), a commit group's in one message ([`relay`]), sealed
+//! ([`seal`]) so that only the deployment's replicas read or write them, and followers on
+//! other replicas forward them without a read. Without NATS, the database's own
+//! notifications, which carry only `message:last_seq` ([`Notifications`], over what the
+//! store hears). [`Silent`] serves a single process, whose followers hear its runs
+//! directly.
 
 mod listening;
 pub mod nats;
